@@ -1,0 +1,342 @@
+"""Gateway configuration: one YAML file validated into frozen dataclasses.
+
+Strings may reference environment variables as ``${NAME}`` (an unset variable
+is an error naming the field). A few top-level settings can be overridden by
+environment variables: EASGW_HOST, EASGW_PORT, EASGW_DATA_DIR, EASGW_LOG_LEVEL.
+Relative file paths (model, entry file) are resolved against the working
+directory first and then against the config file's directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+PROCESSORS = ("onnx", "python", "queue")
+REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(ValueError):
+    """A config value is missing or wrong; the message names the field."""
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    max_length: int = 100_000
+    max_payload_bytes: int = 8 * 1024 * 1024
+    # "always": fsync every commit batch (survives power loss);
+    # "normal": survives a gateway crash (kill -9), not power loss.
+    fsync: str = "normal"
+    max_window: int = 1024
+    heartbeat_s: float = 5.0
+    grace_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    max_batch_size: int = 0  # 0: off
+    max_latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    name: str
+    processor: str
+    token: str | None = None
+    # Extra accepted tokens (rotation: add the next token here, then promote it).
+    extra_tokens: tuple[str, ...] = ()
+    model: str | None = None
+    entry: str | None = None
+    workers: int = 1
+    max_pending: int = 64
+    timeout_ms: int = 5000
+    intra_op_threads: int = 1
+    request_format: str = "auto"
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
+    async_: bool = False
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    # Free-form settings handed to a python processor (processor.config).
+    config: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    def __repr__(self) -> str:  # never show tokens
+        return (
+            f"ServiceConfig(name={self.name!r}, processor={self.processor!r}, workers={self.workers}, "
+            f"token={'***' if self.tokens else None})"
+        )
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Where to write "host:port" once listening (useful with port 0).
+    port_file: str | None = None
+    data_dir: str = "var/gateway"
+    max_body_bytes: int = 16 * 1024 * 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
+    shutdown_timeout_s: float = 10.0
+    worker_start_timeout_s: float = 60.0
+    health_interval_s: float = 1.0
+    access_log: bool = True
+    log_level: str = "INFO"
+    log_format: str = "text"
+    discovery_requires_token: bool = False
+    # Refuse non-loopback listen/upstream addresses (tests set EASGW_LOOPBACK_ONLY=1).
+    loopback_only: bool = False
+
+
+@dataclass(frozen=True)
+class Config:
+    gateway: GatewayConfig
+    services: tuple[ServiceConfig, ...]
+    source: str | None = None
+
+    def service(self, name: str) -> ServiceConfig | None:
+        for svc in self.services:
+            if svc.name == name:
+                return svc
+        return None
+
+
+# --- validation helpers ------------------------------------------------------------
+
+
+def _expand(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+
+        def repl(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"{where}: environment variable {name} is not set")
+            return os.environ[name]
+
+        return _ENV_RE.sub(repl, value)
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def _int(v: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
+            v = int(v)
+        else:
+            raise ConfigError(f"{where}: expected an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(f"{where}: must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{where}: must be <= {hi}, got {v}")
+    return v
+
+
+def _float(v: Any, where: str, lo: float | None = None) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ConfigError(f"{where}: expected a number, got {v!r}")
+    try:
+        out = float(v)
+    except ValueError:
+        raise ConfigError(f"{where}: expected a number, got {v!r}") from None
+    if lo is not None and out < lo:
+        raise ConfigError(f"{where}: must be >= {lo}, got {out}")
+    return out
+
+
+def _bool(v: Any, where: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.lower() in ("true", "1", "yes")
+    raise ConfigError(f"{where}: expected true or false, got {v!r}")
+
+
+def _str(v: Any, where: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"{where}: expected a non-empty string, got {v!r}")
+    return v
+
+
+def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
+    """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    names = {f.name for f in fields(cls)}
+    _check_keys(raw, names, where)
+    out: dict[str, Any] = {}
+    defaults = cls()
+    for key, value in raw.items():
+        w = f"{where}.{key}"
+        default = getattr(defaults, key)
+        if isinstance(default, bool):
+            out[key] = _bool(value, w)
+        elif isinstance(default, int):
+            out[key] = _int(value, w, lo=0)
+        elif isinstance(default, float):
+            out[key] = _float(value, w, lo=0.0)
+        else:
+            out[key] = None if value is None else _str(str(value), w)
+    return cls(**out)
+
+
+def _resolve_path(value: str, base: Path | None, where: str) -> str:
+    p = Path(value)
+    if p.is_absolute():
+        return str(p)
+    if p.exists() or base is None:
+        return str(p.resolve())
+    alt = base / p
+    return str(alt.resolve() if alt.exists() else p.resolve())
+
+
+def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
+    where = f"services[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    allowed = {
+        "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
+        "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
+        "config", "env",
+    }  # fmt: skip
+    _check_keys(raw, allowed, where)
+    name = _str(raw.get("name"), f"{where}.name")
+    if not SERVICE_NAME_RE.match(name):
+        raise ConfigError(f"{where}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
+    where = f"services[{i}] ({name})"
+    processor = _str(raw.get("processor"), f"{where}.processor")
+    if processor not in PROCESSORS:
+        raise ConfigError(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
+    token = raw.get("token")
+    if token is not None:
+        token = _str(str(token), f"{where}.token")
+    extra = raw.get("tokens") or []
+    if not isinstance(extra, list):
+        raise ConfigError(f"{where}.tokens: expected a list of strings")
+    extra_tokens = tuple(_str(str(t), f"{where}.tokens[{j}]") for j, t in enumerate(extra))
+    model = raw.get("model")
+    entry = raw.get("entry")
+    if processor == "onnx":
+        model = _str(model, f"{where}.model")
+        model = _resolve_path(model, base, f"{where}.model")
+    elif model is not None:
+        model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
+    if processor == "python":
+        entry = _str(entry, f"{where}.entry")
+        if ":" not in entry:
+            raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
+        target, _, cls_name = entry.rpartition(":")
+        if target.endswith(".py"):
+            target = _resolve_path(target, base, f"{where}.entry")
+        entry = f"{target}:{cls_name}"
+    request_format = raw.get("request_format", "auto")
+    if request_format not in REQUEST_FORMATS:
+        raise ConfigError(f"{where}.request_format: must be one of {', '.join(REQUEST_FORMATS)}")
+    cfg = raw.get("config") or {}
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{where}.config: expected a mapping")
+    env = raw.get("env") or {}
+    if not isinstance(env, dict):
+        raise ConfigError(f"{where}.env: expected a mapping")
+    async_ = _bool(raw.get("async", False), f"{where}.async")
+    if processor == "queue" and async_:
+        raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
+    return ServiceConfig(
+        name=name,
+        processor=processor,
+        token=token,
+        extra_tokens=extra_tokens,
+        model=model,
+        entry=entry,
+        workers=_int(raw.get("workers", 1), f"{where}.workers", lo=0 if processor == "queue" else 1, hi=64),
+        max_pending=_int(raw.get("max_pending", 64), f"{where}.max_pending", lo=1),
+        timeout_ms=_int(raw.get("timeout_ms", 5000), f"{where}.timeout_ms", lo=1),
+        intra_op_threads=_int(raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64),
+        request_format=request_format,
+        batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
+        async_=async_,
+        queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
+        config=dict(cfg),
+        env={str(k): str(v) for k, v in env.items()},
+    )
+
+
+def parse_config(raw: Any, source: str | None = None) -> Config:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
+    _check_keys(raw, {"gateway", "services"}, "config")
+    raw = _expand(raw, "config")
+    base = Path(source).resolve().parent if source else None
+    gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
+    if gw.port > 65535:
+        raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.log_format not in ("text", "json"):
+        raise ConfigError("gateway.log_format: must be 'text' or 'json'")
+    services_raw = raw.get("services") or []
+    if not isinstance(services_raw, list):
+        raise ConfigError("services: expected a list")
+    services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
+    seen: set[str] = set()
+    for svc in services:
+        if svc.name in seen:
+            raise ConfigError(f"services: duplicate service name {svc.name!r}")
+        seen.add(svc.name)
+    return apply_env_overrides(Config(gateway=gw, services=services, source=source))
+
+
+def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    changes: dict[str, Any] = {}
+    if env.get("EASGW_HOST"):
+        changes["host"] = env["EASGW_HOST"]
+    if env.get("EASGW_PORT"):
+        changes["port"] = _int(env["EASGW_PORT"], "EASGW_PORT", lo=0, hi=65535)
+    if env.get("EASGW_DATA_DIR"):
+        changes["data_dir"] = env["EASGW_DATA_DIR"]
+    if env.get("EASGW_LOG_LEVEL"):
+        changes["log_level"] = env["EASGW_LOG_LEVEL"]
+    if env.get("EASGW_LOOPBACK_ONLY"):
+        changes["loopback_only"] = _bool(env["EASGW_LOOPBACK_ONLY"], "EASGW_LOOPBACK_ONLY")
+    if not changes:
+        return cfg
+    return replace(cfg, gateway=replace(cfg.gateway, **changes))
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: {p} is not valid YAML: {exc}") from None
+    return parse_config(raw, source=str(p))

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Build (or refresh) the project's virtual environments from pinned versions.
+#   .venv          the project: eas_sdk + gateway + dev tools      (requirements/constraints.txt)
+#   .venv-eas      the public eas-prediction 0.36 client, for compatibility tests
+#   .venv-codegen  protoc for regenerating eas_sdk/_proto
+# Each is rebuilt only when its pin files change (a stamp holds their hash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY="${PYTHON:-}"
+if [[ -z "$PY" ]]; then
+  for cand in python3.11 python3.12 python3.10 python3; do
+    if command -v "$cand" >/dev/null 2>&1; then PY="$cand"; break; fi
+  done
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+build_venv() {  # dir, stamp, install-args...
+  local dir="$1" stamp="$2"; shift 2
+  if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$stamp" ]]; then
+    return 0
+  fi
+  echo "setup: building $dir with $PY" >&2
+  rm -rf "$dir"
+  "$PY" -m venv "$dir"
+  "$dir/bin/python" -m pip install -q "$@" 2> >(grep -v "^WARNING: Location" >&2)
+  echo "$stamp" > "$dir/.stamp"
+}
+
+build_venv .venv "$(stamp_of requirements/constraints.txt pyproject.toml)" \
+  -c requirements/constraints.txt -e ".[dev]"
+build_venv .venv-eas "$(stamp_of requirements/eas-reference.txt)" \
+  -r requirements/eas-reference.txt
+build_venv .venv-codegen "$(stamp_of requirements/codegen.txt)" \
+  -r requirements/codegen.txt

@@ -1,0 +1,61 @@
+"""Suite-wide guards: loopback-only networking and no leaked child processes."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+os.environ.setdefault("EASGW_LOOPBACK_ONLY", "1")
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _check_address(address: object) -> None:
+    if isinstance(address, tuple) and address:
+        host = address[0]
+        if host in ("localhost",):
+            return
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            raise RuntimeError(f"test tried to resolve/connect to non-loopback host {host!r}") from None
+        if not ip.is_loopback:
+            raise RuntimeError(f"test tried to connect to non-loopback address {host!r}")
+
+
+def _guarded_connect(self: socket.socket, address: object) -> None:
+    _check_address(address)
+    return _real_connect(self, address)  # type: ignore[arg-type]
+
+
+def _guarded_connect_ex(self: socket.socket, address: object) -> int:
+    _check_address(address)
+    return _real_connect_ex(self, address)  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _loopback_only() -> Iterator[None]:
+    socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+    yield
+    socket.socket.connect = _real_connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = _real_connect_ex  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_leaked_children() -> Iterator[None]:
+    yield
+    leftovers = [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    for p in leftovers:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    names = [f"{p.pid}:{' '.join(p.cmdline()[:4]) if p.is_running() else '?'}" for p in leftovers]
+    assert not leftovers, f"tests leaked child processes: {names}"
