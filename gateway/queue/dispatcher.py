@@ -1,0 +1,290 @@
+"""Asynchronous inference: feed an async service's input queue to its workers, results to its sink.
+
+One ``Dispatcher`` per predict service with ``async: true``. It is a consumer of the input
+queue ``<svc>`` (group ``eas``, uid ``gateway-dispatcher``) holding at most ``window``
+records, the service's worker capacity, and for each record:
+
+1. sends the record's data to a worker exactly as a synchronous predict of that body
+   would be sent (``WorkerPool.dispatch``);
+2. writes the worker's reply to the sink ``<svc>/sink`` under the input's request id
+   (the store dedupes puts by request id, so a redelivered record never yields a second
+   result), with the input's tags copied and ``status`` = the reply's status code;
+3. waits until that put is durable, and only then commits the input record.
+
+A crash anywhere before 3 leaves the input uncommitted, so it is delivered again after a
+restart (work may repeat, results are never lost or doubled). A processor error (any
+reply status) is a result like any other; an empty reply body writes nothing (EAS: the
+way to bypass the sink). Pool trouble that a restarted worker cures (no ready worker,
+overload, a dead connection) is retried with backoff for ``retry_for_s`` before an error
+result is written; a timeout is retried ``timeout_attempts`` times. When the sink is full
+the dispatcher takes no new input until it has room again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_STATUS
+from gateway.config import ServiceConfig
+from gateway.queue.store import Queue, QueueError
+
+log = logging.getLogger("gateway.dispatcher")
+
+DISPATCH_GROUP = "eas"
+DISPATCH_UID = "gateway-dispatcher"
+# In flight per worker: one computing and one waiting on its socket, so a worker never idles
+# between replies.
+PER_WORKER_INFLIGHT = 2
+SINK_FULL_POLL_S = 0.05
+
+
+def worker_capacity(service: ServiceConfig) -> int:
+    """The dispatcher's window: what the service's workers can hold at once."""
+    return max(1, min(service.workers * PER_WORKER_INFLIGHT, service.max_pending, service.queue.max_window))
+
+
+def _status_of(exc: BaseException) -> int:
+    for attr in ("status", "code", "http_status"):
+        v = getattr(exc, attr, None)
+        if isinstance(v, int) and 100 <= v <= 599:
+            return v
+    return 503
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    return isinstance(exc, TimeoutError) or _status_of(exc) == 504
+
+
+async def _durable(d: Any) -> None:
+    if d is not None:
+        await d
+
+
+class Dispatcher:
+    """Moves records of one async service from its input queue through its pool to its sink."""
+
+    def __init__(
+        self,
+        service: ServiceConfig,
+        pool: Any,
+        input_q: Queue,
+        sink_q: Queue,
+        make_request: Callable[..., Any],
+        *,
+        window: int | None = None,
+        retry_for_s: float = 60.0,
+        timeout_attempts: int = 2,
+    ) -> None:
+        self.service = service
+        self.pool = pool
+        self.input_q = input_q
+        self.sink_q = sink_q
+        self.make_request = make_request
+        self.window = window or worker_capacity(service)
+        self.retry_for_s = retry_for_s
+        self.timeout_attempts = timeout_attempts
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._consumer: Any = None
+        self._stopping = False
+        self.results_total = 0
+        self.errors_total = 0
+        self.empty_total = 0
+        self.retries_total = 0
+        self.sink_full_waits = 0
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        c, dur = self.input_q.connect(DISPATCH_GROUP, DISPATCH_UID, 0, self.window, False, {})
+        await _durable(dur)
+        c.wake = self._wake.set
+        self._consumer = c
+        self._task = asyncio.create_task(self._run(), name=f"dispatcher:{self.service.name}")
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop taking input; let in-flight records finish (up to ``timeout``), then leave.
+
+        Records still in flight at the deadline are cancelled uncommitted: the queue
+        redelivers them to the next dispatcher (after a restart).
+        """
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._inflight:
+            _done, pending = await asyncio.wait(set(self._inflight), timeout=timeout)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        if self._consumer is not None:
+            self.input_q.disconnect(self._consumer)
+            self._consumer = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "window": self.window,
+            "inflight": len(self._inflight),
+            "results_total": self.results_total,
+            "errors_total": self.errors_total,
+            "empty_total": self.empty_total,
+            "retries_total": self.retries_total,
+            "sink_full_waits": self.sink_full_waits,
+        }
+
+    # ---------------------------------------------------------------- main loop
+    def _sink_full(self) -> bool:
+        q = self.sink_q
+        return len(q.records) + q.inflight >= q.cfg.max_length
+
+    async def _run(self) -> None:
+        c = self._consumer
+        while not self._stopping:
+            if self._sink_full():
+                # Backpressure: hold the input until consumers drain the sink.
+                # (The store has no drain notification: poll.)
+                self.sink_full_waits += 1
+                await asyncio.sleep(SINK_FULL_POLL_S)
+                continue
+            self._wake.clear()
+            recs, dur = self.input_q.take(c)
+            await _durable(dur)
+            for rec, _count in recs:
+                t = asyncio.create_task(self._handle(rec.idx, rec.rid, dict(rec.tags), rec.data))
+                self._inflight.add(t)
+                t.add_done_callback(self._done)
+            if not recs:
+                await self._wake.wait()
+
+    def _done(self, t: asyncio.Task[None]) -> None:
+        self._inflight.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            log.error("dispatcher %s: record failed: %r", self.service.name, t.exception())
+        self._wake.set()
+
+    # ---------------------------------------------------------------- one record
+    async def _infer(self, rid: str, data: bytes) -> tuple[int, bytes]:
+        timeout = self.service.timeout_ms / 1000.0
+        deadline = time.monotonic() + self.retry_for_s
+        timeouts = 0
+        delay = 0.05
+        while True:
+            req = self.make_request(
+                body=data,
+                subpath="",
+                content_type=DEFAULT_CONTENT_TYPE,
+                request_id=rid,
+                headers={},
+            )
+            try:
+                resp = await self.pool.dispatch(req, timeout)
+                return int(resp.status), bytes(resp.body)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                status = _status_of(exc)
+                if _is_timeout(exc):
+                    timeouts += 1
+                    if timeouts >= self.timeout_attempts:
+                        return 504, f"inference timed out after {timeouts} attempts".encode()
+                elif time.monotonic() >= deadline:
+                    return status, f"no worker could take the request: {type(exc).__name__}".encode()
+                self.retries_total += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _handle(self, idx: int, rid: str, tags: Mapping[str, str], data: bytes) -> None:
+        status, body = await self._infer(rid, data)
+        if body:
+            out_tags = {k: v for k, v in tags.items() if k not in (TAG_REQUEST_ID, TAG_STATUS)}
+            out_tags[TAG_STATUS] = str(status)
+            await self._put_sink(rid, out_tags, body, status)
+        else:
+            self.empty_total += 1
+        await _durable(self.input_q.commit(DISPATCH_GROUP, [idx]))
+
+    async def _put_sink(self, rid: str, tags: dict[str, str], body: bytes, status: int) -> None:
+        while True:
+            try:
+                _i, _r, dur = self.sink_q.put(body, tags, rid)
+            except QueueError as exc:
+                if exc.status == 429:  # sink full: wait for room, keep the input uncommitted
+                    self.sink_full_waits += 1
+                    await asyncio.sleep(SINK_FULL_POLL_S)
+                    continue
+                # The reply itself cannot be stored (too large): store why instead.
+                status = exc.status
+                tags = {**tags, TAG_STATUS: str(status)}
+                body = json.dumps({"error": exc.message}).encode()
+                continue
+            await _durable(dur)
+            break
+        if status >= 400:
+            self.errors_total += 1
+        self.results_total += 1
+
+
+# ---------------------------------------------------------------- wiring into the app
+def _queue_of(qm: Any, name: str) -> Queue:
+    """The store Queue named ``name`` inside the QueueManager."""
+    getter = getattr(qm, "queue", None)
+    if callable(getter):
+        return getter(name)  # type: ignore[no-any-return]
+    store = getattr(qm, "store", None)
+    if store is not None:
+        q = getattr(store, "queue", None)
+        if callable(q):
+            return q(name)  # type: ignore[no-any-return]
+        return store.queues[name]  # type: ignore[no-any-return]
+    return qm.queues[name]  # type: ignore[no-any-return]
+
+
+def setup(app: Any) -> None:
+    """Run one dispatcher per async service while the app runs (after pools and queues start,
+    stopped before them)."""
+    from gateway.app import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, WORKER_REQUEST_KEY
+
+    running: dict[str, Dispatcher] = {}
+    app[DISPATCHERS_KEY] = running
+
+    async def ctx(app: Any) -> AsyncIterator[None]:
+        config = app[CONFIG_KEY]
+        qm = app[QUEUES_KEY]
+        dispatchers: list[Dispatcher] = []
+        for svc in config.services:
+            if not svc.async_ or qm is None:
+                continue
+            pool = app[POOLS_KEY][svc.name]
+            d = Dispatcher(
+                svc,
+                pool,
+                _queue_of(qm, svc.name),
+                _queue_of(qm, f"{svc.name}/sink"),
+                app[WORKER_REQUEST_KEY],
+            )
+            await d.start()
+            dispatchers.append(d)
+            running[svc.name] = d
+        yield
+        await asyncio.gather(
+            *(d.stop(config.gateway.shutdown_timeout_s) for d in dispatchers), return_exceptions=True
+        )
+        running.clear()
+
+    app.cleanup_ctx.append(ctx)
+
+
+DISPATCHERS_KEY = web.AppKey("dispatchers", dict)  # service name -> Dispatcher
+
+__all__ = ["DISPATCHERS_KEY", "DISPATCH_GROUP", "DISPATCH_UID", "Dispatcher", "setup", "worker_capacity"]
