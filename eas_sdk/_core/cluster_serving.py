@@ -57,8 +57,6 @@ _IMAGE_MAGIC = (
     b"II*\x00",  # TIFF (little endian)
     b"MM\x00*",  # TIFF (big endian)
 )
-# A dense tensor built from a sparse one on the client would be this large at most.
-MAX_DENSE_ELEMENTS = 1 << 26
 
 
 class ClusterServingInputError(ValueError):
@@ -74,16 +72,24 @@ def wire_dtype(arr: np.ndarray) -> str:
     return name
 
 
-def tensor_to_wire(arr: np.ndarray) -> dict[str, Any]:
-    """One ndarray -> the processor's explicit JSON tensor form."""
+def tensor_to_wire(arr: np.ndarray, exact: bool = False) -> dict[str, Any]:
+    """One ndarray -> the processor's JSON tensor form.
+
+    Numbers are sent without a dtype unless ``exact``: the onnx processor then casts them to
+    the model input's dtype where that is safe (int -> float, narrower ints), as Cluster
+    Serving users expect ``np.array([1, 2])`` to feed a float input. Strings always say
+    ``string``.
+    """
     dtype = wire_dtype(arr)
     if dtype == "string":
         data: list[Any] = [
             x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in arr.reshape(-1).tolist()
         ]
-    else:
-        data = arr.reshape(-1).tolist()
-    return {"shape": list(arr.shape), "dtype": dtype, "data": data}
+        return {"shape": list(arr.shape), "dtype": dtype, "data": data}
+    out: dict[str, Any] = {"shape": list(arr.shape), "data": arr.reshape(-1).tolist()}
+    if exact:
+        out["dtype"] = dtype
+    return out
 
 
 def wire_to_tensor(obj: Mapping[str, Any]) -> np.ndarray:
@@ -209,7 +215,6 @@ def to_jsonable(arr: np.ndarray) -> Any:
 
 
 __all__ = [
-    "MAX_DENSE_ELEMENTS",
     "SPARSE_SUFFIXES",
     "ClusterServingInputError",
     "b64_image_bytes",

@@ -9,7 +9,7 @@ Mapping (see docs/async-inference.md):
 * a number, a (nested) list of numbers or a string / list of strings is a dense tensor;
   the N instances are stacked on a new leading axis (the batch axis), so a model input
   ``ids`` of shape ``[batch, 2]`` takes ``{"ids": [100.0, 88.0]}`` per instance. Numbers
-  keep their JSON kind: integers are int64, anything with a fraction float32;
+  keep their JSON kind: and are cast by the processor to the model input's dtype where that is safe;
   ``{"shape", "dtype", "data"}`` (no ``indices``) names the dtype explicitly;
 * a string that is base64 of a JPEG/PNG/GIF/BMP/TIFF/WebP image, or ``{"b64": "..."}``,
   is decoded to a uint8 RGB array H x W x 3 (all images of a request must share a size);
@@ -77,7 +77,7 @@ def _dense(value: Any, where: str) -> np.ndarray:
         return arr.astype(np.float32)
     kind = arr.dtype.kind
     if kind == "f":
-        return arr.astype(np.float32)
+        return arr.astype(np.float64)
     if kind in "iu":
         return arr.astype(np.int64)
     if kind == "b":
@@ -102,7 +102,7 @@ def _explicit(value: dict[str, Any], where: str) -> np.ndarray:
 
 
 def _classify(value: Any, where: str) -> tuple[str, Any]:
-    """-> ("sparse", coo) | ("dense", ndarray)."""
+    """-> ("sparse", coo) | ("dense", ndarray) | ("exact", ndarray with a stated dtype)."""
     if isinstance(value, dict):
         keys = set(value)
         if keys == _SPARSE_KEYS:
@@ -123,7 +123,7 @@ def _classify(value: Any, where: str) -> tuple[str, Any]:
         if "path" in keys:
             raise ClusterServingRequestError(f"{where}: image paths are not accepted over HTTP; send b64")
         if keys <= _EXPLICIT_KEYS and {"shape", "data"} <= keys:
-            return "dense", _explicit(value, where)
+            return "exact", _explicit(value, where)
         raise ClusterServingRequestError(f"{where}: unknown object keys {sorted(keys)}")
     if value is None:
         raise ClusterServingRequestError(f"{where}: null is not a value")
@@ -166,7 +166,7 @@ def parse_request(body: bytes) -> ClusterServingBatch:
     for name, col in columns.items():
         kinds = {k for k, _ in col}
         if len(kinds) != 1:
-            raise ClusterServingRequestError(f"{name}: mixes sparse and dense values across instances")
+            raise ClusterServingRequestError(f"{name}: mixes kinds of values across instances")
         if kinds == {"sparse"}:
             try:
                 inputs.update(sparse_inputs(name, batch_sparse([v for _, v in col], name)))
@@ -182,10 +182,10 @@ def parse_request(body: bytes) -> ClusterServingBatch:
                 )
         dtypes = {a.dtype.kind for a in arrays}
         if dtypes <= {"i", "u", "f"} and "f" in dtypes:
-            arrays = [a.astype(np.float32) for a in arrays]
+            arrays = [a.astype(np.float64) for a in arrays]
         elif len({a.dtype for a in arrays}) != 1 and not dtypes <= {"U"}:
             raise ClusterServingRequestError(f"{name}: values of different kinds across instances")
-        inputs[name] = tensor_to_wire(np.stack(arrays))
+        inputs[name] = tensor_to_wire(np.stack(arrays), exact=kinds == {"exact"})
     return ClusterServingBatch(size=len(instances), body=json.dumps({"inputs": inputs}).encode())
 
 
