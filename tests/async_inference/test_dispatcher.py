@@ -1,0 +1,267 @@
+"""The dispatcher against the real queue store (SQLite) and a scripted in-process pool."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import QueueConfig, ServiceConfig
+from gateway.queue.dispatcher import DISPATCH_GROUP, Dispatcher, worker_capacity
+from gateway.queue.manager import QueueManager
+
+
+@dataclass
+class Req:
+    body: bytes
+    subpath: str
+    content_type: str
+    request_id: str
+    headers: dict[str, str]
+
+
+@dataclass
+class Resp:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    compute_us: int = 0
+
+
+class Unavailable(Exception):
+    status = 503
+
+
+class Timeout(Exception):
+    status = 504
+
+
+@dataclass
+class FakePool:
+    """Replies ``reply(body)``; records concurrency and calls."""
+
+    reply: Callable[[bytes], Resp | BaseException]
+    delay: float = 0.0
+    calls: list[str] = field(default_factory=list)
+    inflight: int = 0
+    max_inflight: int = 0
+
+    async def dispatch(self, req: Req, timeout: float) -> Resp:
+        self.calls.append(req.request_id)
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            await asyncio.sleep(self.delay)
+            out = self.reply(req.body)
+            if isinstance(out, BaseException):
+                raise out
+            return out
+        finally:
+            self.inflight -= 1
+
+
+def _echo(body: bytes) -> Resp:
+    return Resp(200, b"out:" + body)
+
+
+def _svc(workers: int = 2, max_length: int = 100_000) -> ServiceConfig:
+    return ServiceConfig(
+        name="asvc",
+        processor="onnx",
+        model="m.onnx",
+        workers=workers,
+        timeout_ms=2000,
+        async_=True,
+        queue=QueueConfig(max_length=max_length),
+    )
+
+
+@pytest.fixture
+async def qm(tmp_path: Path) -> AsyncIterator[QueueManager]:
+    m = QueueManager([_svc()], str(tmp_path))
+    await m.start()
+    yield m
+    await m.stop()
+
+
+async def _put(
+    qm: QueueManager, data: bytes, tags: dict[str, str] | None = None, rid: str | None = None
+) -> str:
+    _idx, rid_out, dur = qm.queue("asvc").put(data, tags or {}, rid)
+    if dur is not None:
+        await dur
+    return rid_out
+
+
+async def _wait(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+def _sink(qm: QueueManager) -> dict[str, Any]:
+    return {r.rid: r for r in qm.queue("asvc/sink").records.values()}
+
+
+async def _dispatcher(
+    qm: QueueManager, pool: FakePool, svc: ServiceConfig | None = None, **kw: Any
+) -> Dispatcher:
+    d = Dispatcher(svc or _svc(), pool, qm.queue("asvc"), qm.queue("asvc/sink"), Req, **kw)
+    await d.start()
+    return d
+
+
+async def test_every_record_one_result_with_tags(qm: QueueManager) -> None:
+    pool = FakePool(_echo, delay=0.001)
+    d = await _dispatcher(qm, pool)
+    rids = [await _put(qm, f"x{i}".encode(), {"uri": f"u{i}"}) for i in range(200)]
+    await _wait(lambda: len(_sink(qm)) == 200 and qm.queue("asvc").length == 0)
+    await d.stop()
+    sink = _sink(qm)
+    assert set(sink) == set(rids)
+    for i, rid in enumerate(rids):
+        rec = sink[rid]
+        assert rec.data == f"out:x{i}".encode()
+        assert rec.tags["requestId"] == rid
+        assert rec.tags["status"] == "200"
+        assert rec.tags["uri"] == f"u{i}"
+    # the window (worker capacity) bounds what is in flight at the workers
+    assert 1 < pool.max_inflight <= worker_capacity(_svc()) == d.window
+    assert d.snapshot()["results_total"] == 200
+
+
+async def test_processor_error_is_a_result_not_a_retry(qm: QueueManager) -> None:
+    pool = FakePool(lambda b: Resp(400, b'{"code":"InvalidInput","message":"bad"}'))
+    d = await _dispatcher(qm, pool)
+    rid = await _put(qm, b"bad")
+    await _wait(lambda: rid in _sink(qm) and qm.queue("asvc").length == 0)
+    await asyncio.sleep(0.05)
+    await d.stop()
+    assert pool.calls == [rid]
+    rec = _sink(qm)[rid]
+    assert rec.tags["status"] == "400" and b"InvalidInput" in rec.data
+
+
+async def test_empty_reply_writes_nothing(qm: QueueManager) -> None:
+    pool = FakePool(lambda b: Resp(200, b"") if b == b"skip" else _echo(b))
+    d = await _dispatcher(qm, pool)
+    skip = await _put(qm, b"skip")
+    keep = await _put(qm, b"keep")
+    await _wait(lambda: keep in _sink(qm) and qm.queue("asvc").length == 0)
+    await d.stop()
+    assert skip not in _sink(qm)
+    assert d.snapshot()["empty_total"] == 1
+
+
+async def test_redelivered_record_does_not_double_the_result(qm: QueueManager) -> None:
+    # A crash after the sink write and before the input commit: the result is there already.
+    rid = "rid-crashed-0001"
+    _i, _r, dur = qm.queue("asvc/sink").put(b"out:first", {"status": "200"}, rid)
+    if dur is not None:
+        await dur
+    await _put(qm, b"again", rid=rid)
+    pool = FakePool(_echo)
+    d = await _dispatcher(qm, pool)
+    await _wait(lambda: qm.queue("asvc").length == 0)
+    await d.stop()
+    assert pool.calls == [rid]  # the work repeats ...
+    sink = list(qm.queue("asvc/sink").records.values())
+    assert [r.rid for r in sink] == [rid]  # ... the result does not
+    assert sink[0].data == b"out:first"
+
+
+async def test_unavailable_workers_are_retried_then_succeed(qm: QueueManager) -> None:
+    state = {"n": 0}
+
+    def flaky(body: bytes) -> Resp | BaseException:
+        state["n"] += 1
+        return Unavailable("no ready worker") if state["n"] <= 3 else _echo(body)
+
+    d = await _dispatcher(qm, FakePool(flaky))
+    rid = await _put(qm, b"a")
+    await _wait(lambda: rid in _sink(qm))
+    await d.stop()
+    assert _sink(qm)[rid].tags["status"] == "200"
+    assert d.snapshot()["retries_total"] == 3
+
+
+async def test_timeouts_end_in_an_error_result(qm: QueueManager) -> None:
+    pool = FakePool(lambda b: Timeout("upstream timeout"))
+    d = await _dispatcher(qm, pool, timeout_attempts=2)
+    rid = await _put(qm, b"slow")
+    await _wait(lambda: rid in _sink(qm) and qm.queue("asvc").length == 0)
+    await d.stop()
+    assert len(pool.calls) == 2
+    assert _sink(qm)[rid].tags["status"] == "504"
+
+
+async def test_retry_budget_ends_in_an_error_result(qm: QueueManager) -> None:
+    d = await _dispatcher(qm, FakePool(lambda b: Unavailable("down")), retry_for_s=0.2)
+    rid = await _put(qm, b"a")
+    await _wait(lambda: rid in _sink(qm))
+    await d.stop()
+    assert _sink(qm)[rid].tags["status"] == "503"
+
+
+async def test_sink_full_stops_taking_input_until_drained(tmp_path: Path) -> None:
+    svc = _svc(workers=1, max_length=5)
+    m = QueueManager([svc], str(tmp_path))
+    await m.start()
+    try:
+        pool = FakePool(_echo)
+        d = await _dispatcher(m, pool, svc)
+        # (The service's queue block bounds both its input queue and its sink.)
+        sink = m.queue("asvc/sink")
+        rids = [await _put(m, f"r{i}".encode()) for i in range(5)]
+        await _wait(lambda: sink.length == 5 and m.queue("asvc").length == 0)
+        rids += [await _put(m, f"r{i}".encode()) for i in range(5, 10)]
+        await asyncio.sleep(0.2)
+        # Full: no more results, the input keeps every record not yet in the sink.
+        assert sink.length == 5
+        assert m.queue("asvc").length == 5
+        assert len(pool.calls) == 5  # no inference while the sink is full
+        assert d.snapshot()["sink_full_waits"] > 0
+        # Drain (as a consumer would) and everything arrives.
+        seen: set[str] = set()
+        while len(seen) < 10:
+            await _wait(lambda: sink.length > 0)
+            recs, dur = sink.get(0, 100, True, None, {})
+            if dur is not None:
+                await dur
+            seen.update(r.rid for r in recs)
+        assert seen == set(rids)
+        await _wait(lambda: m.queue("asvc").length == 0)
+        await d.stop()
+    finally:
+        await m.stop()
+
+
+async def test_stop_leaves_unfinished_records_for_the_next_dispatcher(qm: QueueManager) -> None:
+    gate = asyncio.Event()
+
+    class Blocking(FakePool):
+        async def dispatch(self, req: Req, timeout: float) -> Resp:
+            self.calls.append(req.request_id)
+            await gate.wait()
+            return _echo(req.body)
+
+    d = await _dispatcher(qm, Blocking(_echo))
+    rids = [await _put(qm, f"b{i}".encode()) for i in range(4)]
+    await asyncio.sleep(0.1)
+    await d.stop(timeout=0.05)  # in-flight records are cancelled uncommitted
+    assert qm.queue("asvc").length == 4 and not _sink(qm)
+    gate.set()
+    d2 = await _dispatcher(qm, FakePool(_echo))
+    await _wait(lambda: len(_sink(qm)) == 4 and qm.queue("asvc").length == 0)
+    await d2.stop()
+    assert set(_sink(qm)) == set(rids)
+    assert json.dumps(d2.snapshot())
+    assert DISPATCH_GROUP in qm.queue("asvc").groups
