@@ -1,0 +1,162 @@
+"""Application factory: config in, aiohttp Application out.
+
+Worker pools (one per predict service) and the queue manager (only when a
+queue or async service is configured; imported lazily) are started and
+stopped by cleanup contexts, so ``create_app`` itself does no I/O. Factories
+are injectable so the front can be tested with in-process fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gateway.config import Config, GatewayConfig, ServiceConfig
+from gateway.metrics import GatewayMetrics
+from gateway.middleware import gateway_middleware
+
+PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
+QueueFactory = Callable[[Config], Any]
+
+
+@dataclass
+class GatewayState:
+    """Mutable run state shared by routes and the CLI."""
+
+    started_at: float = field(default_factory=time.monotonic)
+    # Set by the CLI on SIGTERM/SIGINT: /readyz answers 503 from then on.
+    shutting_down: bool = False
+    # Pools and queues started (cleanup context entered).
+    started: bool = False
+
+
+CONFIG_KEY = web.AppKey("config", Config)
+POOLS_KEY = web.AppKey("pools", dict)  # service name -> WorkerPool
+QUEUES_KEY = web.AppKey("queues", object)  # QueueManager | None
+METRICS_KEY = web.AppKey("metrics", GatewayMetrics)
+STATE_KEY = web.AppKey("state", GatewayState)
+# Builds the request handed to WorkerPool.dispatch (gateway.workers.ipc.WorkerRequest).
+WORKER_REQUEST_KEY = web.AppKey("worker_request", object)
+
+
+def predict_services(config: Config) -> list[ServiceConfig]:
+    """Services served by a worker pool (everything but plain queues; async ones too)."""
+    return [s for s in config.services if s.processor != "queue"]
+
+
+def queue_services(config: Config) -> list[ServiceConfig]:
+    return [s for s in config.services if s.processor == "queue" or s.async_]
+
+
+def _default_pool_factory(service: ServiceConfig, gateway: GatewayConfig) -> Any:
+    from gateway.workers.pool import WorkerPool
+
+    return WorkerPool(service, gateway)
+
+
+def _default_queue_factory(config: Config) -> Any:
+    from gateway.queue import QueueManager
+
+    return QueueManager(config)
+
+
+def _default_worker_request() -> Any:
+    from gateway.workers.ipc import WorkerRequest
+
+    return WorkerRequest
+
+
+def create_app(
+    config: Config,
+    *,
+    pool_factory: PoolFactory | None = None,
+    queue_factory: QueueFactory | None = None,
+    worker_request: Callable[..., Any] | None = None,
+    registry: CollectorRegistry | None = None,
+) -> web.Application:
+    gw = config.gateway
+    app = web.Application(
+        middlewares=[gateway_middleware],
+        # aiohttp enforces this while reading (chunked bodies included); the predict
+        # route also checks Content-Length before reading.
+        client_max_size=gw.max_body_bytes,
+        handler_args={
+            "keepalive_timeout": gw.keepalive_timeout_s,
+            # Never gunzip request bodies (B11): a Content-Encoding gets 415 instead.
+            "auto_decompress": False,
+            # An unread body (early 413/401/408) closes the connection instead of being drained.
+            "lingering_time": 0.0,
+        },
+    )
+    app[CONFIG_KEY] = config
+    app[STATE_KEY] = GatewayState()
+    registry = registry or CollectorRegistry(auto_describe=True)
+    metrics = GatewayMetrics(registry, [s.name for s in config.services])
+    app[METRICS_KEY] = metrics
+    make_pool = pool_factory or _default_pool_factory
+    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config)}
+    qm = None
+    if queue_services(config):
+        qm = (queue_factory or _default_queue_factory)(config)
+    app[QUEUES_KEY] = qm
+    app[WORKER_REQUEST_KEY] = worker_request or _default_worker_request()
+    metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
+
+    from gateway.routes import admin, discovery, predict
+
+    admin.setup(app)
+    discovery.setup(app)
+    predict.setup(app)
+    app.cleanup_ctx.append(_lifecycle)
+    return app
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Start queues and pools (pools return at once; workers boot in the background)."""
+    pools: dict[str, Any] = app[POOLS_KEY]
+    qm = app[QUEUES_KEY]
+    gw = app[CONFIG_KEY].gateway
+    started: list[Any] = []
+    try:
+        if qm is not None:
+            await qm.start()
+        for pool in pools.values():
+            await pool.start()
+            started.append(pool)
+    except BaseException:
+        for pool in started:
+            await pool.stop(0.0)
+        if qm is not None:
+            await qm.stop()
+        raise
+    app[STATE_KEY].started = True
+    yield
+    app[STATE_KEY].shutting_down = True
+    # Pools drain in parallel; the queue store closes last (async services feed it).
+    await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in started), return_exceptions=True)
+    if qm is not None:
+        await qm.stop()
+
+
+def service_ready(app: web.Application, name: str) -> bool:
+    pool = app[POOLS_KEY].get(name)
+    if pool is not None:
+        try:
+            return bool(pool.ready_endpoints())
+        except Exception:
+            return False
+    # Plain queue service: ready once the queue store is up.
+    return app[STATE_KEY].started and app[QUEUES_KEY] is not None
+
+
+def all_ready(app: web.Application) -> bool:
+    state = app[STATE_KEY]
+    if state.shutting_down or not state.started:
+        return False
+    return all(service_ready(app, s.name) for s in app[CONFIG_KEY].services)

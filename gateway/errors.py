@@ -1,0 +1,121 @@
+"""Errors the gateway answers with: a stable code, an HTTP status and a message.
+
+Every error response is JSON ``{"code": ..., "message": ..., "request_id": ...}``
+(see gateway.middleware). Messages are written for clients: they never carry
+tokens, signatures, file paths or tracebacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from eas_sdk._core.constants import HEADER_RETRY_AFTER
+
+
+class GatewayError(Exception):
+    """An error with a client-facing status, code and message."""
+
+    status: int = 500
+    code: str = "InternalError"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers: dict[str, str] = dict(headers or {})
+        # Close the connection after answering (unread body, slow client).
+        self.close = close
+
+
+class InvalidServiceName(GatewayError):
+    status, code = 400, "InvalidServiceName"
+
+
+class BadRequest(GatewayError):
+    status, code = 400, "BadRequest"
+
+
+class BadDigest(GatewayError):
+    status, code = 400, "BadDigest"
+
+
+class Unauthorized(GatewayError):
+    status, code = 401, "Unauthorized"
+
+
+class ServiceNotFound(GatewayError):
+    status, code = 404, "ServiceNotFound"
+
+
+class NotFound(GatewayError):
+    status, code = 404, "NotFound"
+
+
+class MethodNotAllowed(GatewayError):
+    status, code = 405, "MethodNotAllowed"
+
+    def __init__(self, message: str, allow: str) -> None:
+        super().__init__(message, headers={"Allow": allow})
+
+
+class RequestTimeout(GatewayError):
+    status, code = 408, "RequestTimeout"
+
+
+class DeadlineExceeded(GatewayError):
+    status, code = 408, "DeadlineExceeded"
+
+
+class PayloadTooLarge(GatewayError):
+    status, code = 413, "PayloadTooLarge"
+
+
+class UnsupportedMediaType(GatewayError):
+    status, code = 415, "UnsupportedMediaType"
+
+
+class TooManyPending(GatewayError):
+    """EAS 450: the service's pending queue is full."""
+
+    status, code = 450, "TooManyPending"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message, headers={HEADER_RETRY_AFTER: str(retry_after_s)})
+
+
+class ServiceNotReady(GatewayError):
+    status, code = 503, "ServiceNotReady"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message, headers={HEADER_RETRY_AFTER: str(retry_after_s)})
+
+
+class UpstreamTimeout(GatewayError):
+    status, code = 504, "UpstreamTimeout"
+
+
+class InternalError(GatewayError):
+    status, code = 500, "InternalError"
+
+
+# Codes for statuses raised by aiohttp itself (router 404/405, parser 400, ...).
+HTTP_STATUS_CODES: dict[int, str] = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    408: "RequestTimeout",
+    413: "PayloadTooLarge",
+    415: "UnsupportedMediaType",
+    429: "TooManyRequests",
+    450: "TooManyPending",
+    500: "InternalError",
+    503: "ServiceNotReady",
+    504: "UpstreamTimeout",
+}

@@ -1,0 +1,128 @@
+"""Prometheus metrics of the gateway, on an injected CollectorRegistry.
+
+Labels only ever take configured service names (plus ``status`` codes), so a
+flood of bogus service names cannot grow the payload (B20): unknown names are
+counted in one unlabelled counter. Worker figures (restarts, pending, ready)
+and queue figures are read from the pools/queue manager at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class _PoolCollector(Collector):
+    """Reads per-service worker and queue figures when /metrics is scraped."""
+
+    def __init__(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
+        self._pools = pools
+        self._queues = queues
+
+    def collect(self) -> Iterable[Metric]:
+        restarts = CounterMetricFamily(
+            "easgw_worker_restarts", "Worker processes restarted by the supervisor", labels=["service"]
+        )
+        pending = GaugeMetricFamily(
+            "easgw_pending_requests", "Requests sent to workers, not yet answered", labels=["service"]
+        )
+        ready = GaugeMetricFamily("easgw_ready_workers", "Workers ready to take requests", labels=["service"])
+        workers = GaugeMetricFamily("easgw_workers", "Configured worker processes", labels=["service"])
+        for name, pool in self._pools().items():
+            try:
+                snap = pool.snapshot()
+                restarts.add_metric([name], float(getattr(pool, "restarts_total", 0)))
+                pending.add_metric([name], float(sum(int(w.get("outstanding", 0)) for w in snap)))
+                ready.add_metric([name], float(len(pool.ready_endpoints())))
+                workers.add_metric([name], float(len(snap)))
+            except Exception:  # noqa: S112 - a pool being torn down must not break the scrape
+                continue
+        yield from (restarts, pending, ready, workers)
+        qm = self._queues()
+        if qm is None:
+            return
+        try:
+            snap = qm.snapshot()
+        except Exception:
+            return
+        queues = snap.get("queues", snap) if isinstance(snap, dict) else {}
+        length = GaugeMetricFamily("easgw_queue_length", "Items held by a queue", labels=["queue"])
+        found = False
+        if isinstance(queues, dict):
+            for qname, figures in queues.items():
+                if isinstance(figures, dict):
+                    value = figures.get("length", figures.get("size"))
+                    if isinstance(value, (int, float)):
+                        length.add_metric([str(qname)], float(value))
+                        found = True
+        if found:
+            yield length
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry, service_names: Iterable[str]) -> None:
+        self.registry = registry
+        self.services = frozenset(service_names)
+        self.requests = Counter(
+            "easgw_requests",
+            "Predict/queue requests by service and HTTP status",
+            ["service", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "easgw_request_duration_seconds",
+            "Gateway time per request, from routing to the last response byte handed to aiohttp",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.queue_time = Histogram(
+            "easgw_queue_time_seconds",
+            "Time a request spent waiting and in transit (dispatch time minus worker compute time)",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.compute_time = Histogram(
+            "easgw_compute_seconds",
+            "Worker compute time reported by the worker",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.unknown_service = Counter(
+            "easgw_unknown_service_requests",
+            "Requests naming a service that is not configured or not a valid name (never labelled)",
+            registry=registry,
+        )
+        self.inflight = Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
+        # Pre-create the label sets so every configured service shows up from the start.
+        for name in self.services:
+            self.latency.labels(name)
+
+    def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
+        self.registry.register(_PoolCollector(pools, queues))
+
+    def observe(self, service: str, status: int, seconds: float) -> None:
+        if service not in self.services:  # defensive: labels only from config
+            self.unknown_service.inc()
+            return
+        self.requests.labels(service, str(status)).inc()
+        self.latency.labels(service).observe(seconds)
+
+    def observe_dispatch(self, service: str, dispatch_s: float, compute_us: int) -> None:
+        if service not in self.services:
+            return
+        compute_s = max(0.0, compute_us / 1e6)
+        self.compute_time.labels(service).observe(compute_s)
+        self.queue_time.labels(service).observe(max(0.0, dispatch_s - compute_s))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

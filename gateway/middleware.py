@@ -1,0 +1,86 @@
+"""Request id and error mapping: every response carries X-Request-Id, every error is JSON.
+
+A sane incoming ``X-Request-Id`` (letters, digits, ``._:-``, up to 128 chars)
+is kept so callers can correlate; anything else is replaced by a fresh id from
+``secrets`` (never reflected, so no header injection, B16). Errors become
+``{"code", "message", "request_id"}`` bodies; an unexpected exception is
+logged with its traceback and answered with a bare 500 InternalError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import secrets
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from eas_sdk._core.constants import HEADER_REQUEST_ID
+from gateway.errors import HTTP_STATUS_CODES, GatewayError
+
+log = logging.getLogger("gateway.request")
+
+REQUEST_ID_KEY = web.RequestKey("request_id", str)
+_RID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(16)
+
+
+def pick_request_id(incoming: str | None) -> str:
+    if incoming and _RID_RE.match(incoming):
+        return incoming
+    return new_request_id()
+
+
+def request_id(request: web.Request) -> str:
+    return request.get(REQUEST_ID_KEY) or "-"
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    rid: str,
+    headers: dict[str, str] | None = None,
+    close: bool = False,
+) -> web.Response:
+    body = json.dumps({"code": code, "message": message, "request_id": rid}, ensure_ascii=True)
+    resp = web.Response(status=status, text=body, content_type="application/json", headers=headers)
+    resp.headers[HEADER_REQUEST_ID] = rid
+    if close:
+        resp.force_close()
+    return resp
+
+
+@web.middleware
+async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    rid = pick_request_id(request.headers.get(HEADER_REQUEST_ID))
+    request[REQUEST_ID_KEY] = rid
+    try:
+        resp = await handler(request)
+    except GatewayError as exc:
+        return error_response(exc.status, exc.code, exc.message, rid, exc.headers, exc.close)
+    except web.HTTPException as exc:
+        # Raised by aiohttp (router 404/405, 413 from read(), ...): same JSON shape.
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
+        code = HTTP_STATUS_CODES.get(exc.status, "Error")
+        message = exc.reason or code
+        return error_response(exc.status, code, message, rid, headers, close=exc.status in (408, 413))
+    except (asyncio.CancelledError, ConnectionError):
+        # The client went away: nothing to answer, nothing worth a traceback.
+        log.debug("client disconnected", extra={"request_id": rid})
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.rel_url.raw_path,
+                      extra={"request_id": rid})  # fmt: skip
+        return error_response(500, "InternalError", "internal error", rid)
+    if not resp.prepared:
+        resp.headers[HEADER_REQUEST_ID] = rid
+    return resp

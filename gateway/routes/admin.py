@@ -1,0 +1,99 @@
+"""Operations endpoints: liveness, readiness, the service listing and Prometheus metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from gateway.app import (
+    CONFIG_KEY,
+    METRICS_KEY,
+    POOLS_KEY,
+    QUEUES_KEY,
+    STATE_KEY,
+    all_ready,
+    service_ready,
+)
+from gateway.errors import ServiceNotFound
+from gateway.metrics import CONTENT_TYPE
+
+
+async def healthz(request: web.Request) -> web.Response:
+    # Liveness: the event loop answers. Never depends on workers (F14: liveness stays 200).
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    app = request.app
+    name = request.query.get("service")
+    if name is not None:
+        if app[CONFIG_KEY].service(name) is None:
+            raise ServiceNotFound(f"service {name!r} not found")
+        ok = not app[STATE_KEY].shutting_down and app[STATE_KEY].started and service_ready(app, name)
+        return web.json_response({"ready": ok, "service": name}, status=200 if ok else 503)
+    ok = all_ready(app)
+    body: dict[str, Any] = {"ready": ok}
+    if app[STATE_KEY].shutting_down:
+        body["shutting_down"] = True
+    else:
+        body["services"] = {s.name: service_ready(app, s.name) for s in app[CONFIG_KEY].services}
+    return web.json_response(body, status=200 if ok else 503)
+
+
+def _queue_figures(snapshot: Any, names: list[str]) -> dict[str, Any]:
+    queues = snapshot.get("queues", snapshot) if isinstance(snapshot, dict) else {}
+    if not isinstance(queues, dict):
+        return {}
+    return {n: queues[n] for n in names if n in queues}
+
+
+async def services(request: web.Request) -> web.Response:
+    app = request.app
+    pools = app[POOLS_KEY]
+    qm = app[QUEUES_KEY]
+    qsnap: Any = None
+    if qm is not None:
+        try:
+            qsnap = qm.snapshot()
+        except Exception:
+            qsnap = None
+    out = []
+    for svc in app[CONFIG_KEY].services:
+        entry: dict[str, Any] = {
+            "name": svc.name,
+            "processor": svc.processor,
+            "async": svc.async_,
+            "auth": bool(svc.tokens),
+            "timeout_ms": svc.timeout_ms,
+            "max_pending": svc.max_pending,
+            "ready": service_ready(app, svc.name),
+        }
+        pool = pools.get(svc.name)
+        if pool is not None:
+            entry["workers"] = pool.snapshot()
+            entry["restarts"] = getattr(pool, "restarts_total", 0)
+        if qsnap is not None and (svc.processor == "queue" or svc.async_):
+            entry["queues"] = _queue_figures(qsnap, [svc.name, f"{svc.name}/sink"])
+        out.append(entry)
+    state = app[STATE_KEY]
+    return web.json_response(
+        {
+            "services": out,
+            "uptime_s": round(time.monotonic() - state.started_at, 3),
+            "shutting_down": state.shutting_down,
+        }
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    payload = request.app[METRICS_KEY].render()
+    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE})
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/healthz", healthz, allow_head=True)
+    app.router.add_get("/readyz", readyz, allow_head=True)
+    app.router.add_get("/api/services", services)
+    app.router.add_get("/metrics", metrics)

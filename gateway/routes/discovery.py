@@ -1,0 +1,52 @@
+"""Service discovery for direct (VPC) mode: the ready workers of one service.
+
+``GET /api/v1/servicediscovery/upstreams/<svc>`` (Python client 0.34+) and the
+legacy ``/exported/apis/eas.alibaba-inc.k8s.io/v1/upstreams/<svc>`` (SDK-GO,
+old Python) answer ``{"endpoints": {"items": [{"ip", "port", "weight"}]}}``.
+Weights are integers (a float breaks the reference client's gcd). Open by
+default, since the reference client sends no token here (A12); with
+``gateway.discovery_requires_token`` the service's token is required.
+Queue and async services are served by the gateway itself, so their only
+endpoint is the gateway's own address.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from eas_sdk._core.constants import DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX
+from gateway.app import CONFIG_KEY, POOLS_KEY
+from gateway.auth import verify
+from gateway.errors import Unauthorized
+from gateway.routes import lookup_service, raw_tail, split_service
+
+WEIGHT = 100
+
+
+def _handler(prefix: str) -> Any:
+    async def upstreams(request: web.Request) -> web.Response:
+        config = request.app[CONFIG_KEY]
+        name, _ = split_service(raw_tail(request, prefix))
+        svc = lookup_service(config, name)
+        if config.gateway.discovery_requires_token and svc.tokens:
+            if not verify(svc.tokens, request.headers, request.rel_url.raw_path, None).ok:
+                raise Unauthorized("invalid or missing token")
+        items: list[dict[str, Any]] = []
+        pool = request.app[POOLS_KEY].get(svc.name)
+        if pool is not None and not svc.async_:
+            for host, port in pool.ready_endpoints():
+                items.append({"ip": str(host), "port": int(port), "weight": WEIGHT})
+        else:
+            sock = request.transport.get_extra_info("sockname") if request.transport else None
+            if sock:
+                items.append({"ip": str(sock[0]), "port": int(sock[1]), "weight": WEIGHT})
+        return web.json_response({"endpoints": {"items": items}})
+
+    return upstreams
+
+
+def setup(app: web.Application) -> None:
+    for prefix in (DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX):
+        app.router.add_get(prefix + r"{tail:[\s\S]*}", _handler(prefix))

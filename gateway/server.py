@@ -1,0 +1,111 @@
+"""Running the application: an AppRunner whose connections have a header-phase deadline.
+
+aiohttp has a keep-alive timeout but no deadline for receiving a request's
+headers, so a client that sends half a request line (slowloris, B8) would hold
+the connection until the keep-alive timer (75 s by default). Each connection
+here arms a timer when it is opened, and again when an idle keep-alive
+connection starts receiving a new request; the timer is disarmed as soon as
+the parser has a complete request head. If it fires while the connection is
+still waiting for a request head, the connection is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from gateway.app import CONFIG_KEY
+from gateway.logging import ACCESS_LOGGER, GatewayAccessLogger
+
+log = logging.getLogger("gateway.server")
+
+
+class HeaderDeadlineHandler(RequestHandler):
+    """RequestHandler that closes connections which do not deliver a request head in time."""
+
+    def __init__(self, manager: web.Server, *, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._header_timeout = header_timeout
+        self._header_handle: asyncio.TimerHandle | None = None
+
+    def _arm_header_deadline(self) -> None:
+        if self._header_timeout > 0 and self._header_handle is None:
+            self._header_handle = self._loop.call_later(self._header_timeout, self._header_deadline)
+
+    def _disarm_header_deadline(self) -> None:
+        if self._header_handle is not None:
+            self._header_handle.cancel()
+            self._header_handle = None
+
+    def _header_deadline(self) -> None:
+        self._header_handle = None
+        # Still waiting for a request head (no handler running, nothing parsed)?
+        waiting = self._waiter is not None and not self._waiter.done() and not self._messages
+        if waiting or self._request_count == 0:
+            peer = self.transport.get_extra_info("peername") if self.transport else None
+            log.info("closing connection from %s: no request head within %.3g s", peer, self._header_timeout)
+            self.force_close()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count != before:
+            self._disarm_header_deadline()
+        elif data and self._waiter is not None and not self._messages:
+            # An idle keep-alive connection started sending the next request.
+            self._arm_header_deadline()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+
+class _GatewayServer(web.Server):
+    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timeout = header_timeout
+
+    def __call__(self) -> RequestHandler:
+        return HeaderDeadlineHandler(
+            self, loop=self._loop, header_timeout=self._header_timeout, **self._kwargs
+        )
+
+
+class GatewayRunner(web.AppRunner):
+    """AppRunner with the gateway's connection settings taken from the app's config."""
+
+    def __init__(self, app: web.Application, **kwargs: Any) -> None:
+        gw = app[CONFIG_KEY].gateway
+        kwargs.setdefault("shutdown_timeout", gw.shutdown_timeout_s)
+        # Cancel the handler (and so the upstream call) when the client goes away (F16).
+        kwargs.setdefault("handler_cancellation", True)
+        kwargs.setdefault("access_log_class", GatewayAccessLogger)
+        kwargs.setdefault("access_log", logging.getLogger(ACCESS_LOGGER) if gw.access_log else None)
+        super().__init__(app, **kwargs)
+        self._header_timeout = gw.header_timeout_s
+
+    async def _make_server(self) -> web.Server:
+        base = await super()._make_server()
+        return _GatewayServer(
+            base.request_handler,
+            request_factory=base.request_factory,
+            handler_cancellation=base.handler_cancellation,
+            loop=base._loop,
+            header_timeout=self._header_timeout,
+            **base._kwargs,
+        )
+
+
+def bound_port(runner: web.BaseRunner) -> int:
+    for addr in runner.addresses:
+        if isinstance(addr, tuple) and len(addr) >= 2:
+            return int(addr[1])
+    raise RuntimeError("the gateway is not listening")
