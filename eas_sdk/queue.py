@@ -1,0 +1,635 @@
+"""QueueClient / AsyncQueueClient / Watcher: the EAS queue service (put, get, watch, commit).
+
+Drop-in for ``eas_prediction.QueueClient`` (0.36) with these deliberate differences:
+
+* HTTP calls follow the SDK retry rules (``eas_sdk._core.retry``): transport errors,
+  450/5xx and 429-with-Retry-After are retried with jittered back-off; **a 4xx is
+  never retried** (the reference retried even 404 six times). Failures raise the
+  ``eas_sdk.errors`` subclasses of ``PredictException``.
+* ``put`` sends an ``X-Request-Id``, so a put retried after a lost response is
+  stored once and returns the same index.
+* ``get`` waits for the server's long-poll: its read timeout is the client timeout
+  or the ``timeout`` argument plus one second, whichever is longer.
+* The watcher uses the ``websockets`` library, pings every 2 s, notices a dead
+  connection within ``ping_interval + ping_timeout``, and reconnects with jittered
+  back-off (at most 2 s) while it is not closed. Records delivered but not
+  committed before a drop come back (the server's consumer group keeps them);
+  committed records never do. A 4xx at the handshake (bad token, bad window) is
+  raised instead of retried forever.
+* ``close()`` sends a close frame; the reference aborted the TCP connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+import urllib3
+import urllib3.exceptions as u3
+
+from ._core import constants as C
+from ._core import queue as core
+from ._core.queue import DataFrame, to_pandas
+from ._core.retry import FailureKind, RetryBudget, RetryPolicy
+from .errors import ConnectError, PredictException, TimeoutError, error_for_status
+
+__all__ = ["AsyncQueueClient", "AsyncWatcher", "DataFrame", "QueueClient", "Watcher", "to_pandas"]
+
+DEFAULT_TIMEOUT_MS = 5000
+PING_INTERVAL = 2.0
+PING_TIMEOUT = 2.0
+RECONNECT_BASE = 0.1
+RECONNECT_CAP = 2.0
+
+_log = logging.getLogger("eas_sdk.queue")
+
+
+def _reconnect_delay(attempt: int, rng: random.Random) -> float:
+    # Full jitter, capped at 2 s, so a fleet of watchers does not reconnect in lockstep.
+    return rng.random() * min(RECONNECT_CAP, RECONNECT_BASE * (1 << min(attempt, 10)))
+
+
+def _status_error(status: int, body: bytes, headers: Mapping[str, str]) -> PredictException:
+    return error_for_status(status, body.decode("utf-8", "replace"), dict(headers))
+
+
+class _Base:
+    """Settings shared by the sync and async clients (no I/O)."""
+
+    def __init__(self, endpoint: str = "", queue_name: str = "", custom_url: str = "") -> None:
+        self.endpoint = endpoint
+        self.queue_name = queue_name
+        self.service_name = queue_name
+        self.custom_url = custom_url
+        self.path_suffix = ""
+        self.token: str | None = None
+        self.uid = str(uuid.uuid4())
+        self.gid = C.DEFAULT_QUEUE_GROUP
+        self.timeout_ms = DEFAULT_TIMEOUT_MS
+        self.content_type = ""
+        self.extra_headers: dict[str, str] = {}
+        self.retry_policy = RetryPolicy()
+        self.budget = RetryBudget()
+        self.logger: logging.Logger | None = _log
+        self.ping_interval = PING_INTERVAL
+        self.ping_timeout = PING_TIMEOUT
+        self._base: str | None = None
+        self._rng = random.Random()
+
+    # --- reference API --------------------------------------------------------
+    def set_token(self, token: str) -> None:
+        self.token = token
+
+    def set_timeout(self, timeout: float) -> None:
+        """Per-attempt timeout in milliseconds (like the reference)."""
+        self.timeout_ms = float(timeout)
+
+    def set_logger(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger
+
+    def set_retry_count(self, retries: int) -> None:
+        self.retry_policy = RetryPolicy(retries=retries)
+
+    def set_content_type(self, content_type: str) -> None:
+        self.content_type = content_type
+
+    def add_extra_headers(self, headers: Mapping[str, str]) -> None:
+        self.extra_headers.update(headers)
+
+    def _init(self, uid: str | None, gid: str, custom_url: str, path_suffix: str) -> None:
+        self.uid = str(uuid.uuid4()) if uid is None else uid
+        self.gid = gid
+        if custom_url:
+            self.custom_url = custom_url
+        self.path_suffix = path_suffix
+        self._base = None
+
+    @property
+    def base_url(self) -> str:
+        if self._base is None:
+            self._base = core.base_url(self.endpoint, self.queue_name, self.custom_url, self.path_suffix)
+        return self._base
+
+    def _headers(self, accept_protobuf: bool = False) -> dict[str, str]:
+        h = core.identity_headers(self.token, self.uid, self.gid, self.content_type, self.extra_headers)
+        if accept_protobuf:
+            h.update(core.PROTOBUF_ACCEPT)
+        return h
+
+    def __repr__(self) -> str:  # never the token
+        return f"{type(self).__name__}(queue={self.queue_name!r}, uid={self.uid!r}, gid={self.gid!r})"
+
+
+# ============================================================================ sync
+
+
+class QueueClient(_Base):
+    """Blocking queue client (thread-safe; one watcher at a time per client)."""
+
+    def __init__(self, endpoint: str = "", queue_name: str = "", custom_url: str = "", **kwargs: Any) -> None:
+        super().__init__(endpoint, queue_name, custom_url)
+        self.max_connections = int(kwargs.get("max_connections", 10))
+        self._pool: urllib3.PoolManager | None = None
+        self._http: Any = None
+        self._path = ""
+        self.watch_lock = threading.Lock()
+        self._watcher: Watcher | None = None
+
+    def init(
+        self,
+        uid: str | None = None,
+        gid: str = C.DEFAULT_QUEUE_GROUP,
+        custom_url: str = "",
+        path_suffix: str = "",
+    ) -> None:
+        self._init(uid, gid, custom_url, path_suffix)
+        if self._pool is None:
+            self._pool = urllib3.PoolManager(maxsize=self.max_connections, block=False, retries=False)
+        self._http = self._pool.connection_from_url(self.base_url)
+        # Requests go to the pool with origin-form targets (path + query).
+        parts = urllib.parse.urlsplit(self.base_url)
+        self._path = parts.path + (f"?{parts.query}" if parts.query else "")
+
+    # --- transport -------------------------------------------------------------
+    def _request(
+        self,
+        method: str,
+        query: Mapping[str, Any],
+        body: bytes | None = None,
+        accept_protobuf: bool = False,
+        read_timeout: float | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        if self._http is None:
+            self.init(self.uid, self.gid)
+        url = core.build_url(self._path, query)
+        headers = self._headers(accept_protobuf)
+        if extra:
+            headers.update(extra)
+        t = self.timeout_ms / 1000.0
+        timeout = urllib3.Timeout(connect=t, read=max(t, read_timeout or 0.0))
+        policy, budget = self.retry_policy, self.budget
+        deadline = time.monotonic() + max(policy.total_timeout(t), (read_timeout or 0.0) + t)
+        budget.on_call()
+        retry = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                resp = self._http.urlopen(
+                    method, url, body=body, headers=headers, timeout=timeout, retries=False, redirect=False,
+                    assert_same_host=False,
+                )  # fmt: skip
+            except (u3.HTTPError, OSError) as exc:
+                kind = _failure_kind(exc)
+                decision = policy.after_failure(kind, retry, remaining, self._rng)
+                if decision.retry and budget.try_spend(time.monotonic()):
+                    retry += 1
+                    time.sleep(decision.delay)
+                    continue
+                cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
+                raise cls(f"queue {method} failed: {type(exc).__name__}: {exc}", code=502) from None
+            status = resp.status
+            if 200 <= status < 300:
+                return resp
+            decision = policy.after_status(status, resp.headers, retry, remaining, self._rng, time.time())
+            if decision.retry and budget.try_spend(time.monotonic()):
+                retry += 1
+                time.sleep(decision.delay)
+                continue
+            raise _status_error(status, resp.data, resp.headers)
+
+    # --- operations ------------------------------------------------------------
+    def put(self, data: bytes | str, tags: Mapping[str, str] | None = None) -> tuple[str, str]:
+        """Append a record; returns (index as a string, request id)."""
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        rid = str(uuid.uuid4())
+        resp = self._request("POST", core.check_tags(tags), body, extra={C.HEADER_REQUEST_ID: rid})
+        return core.parse_put(resp.data, resp.headers)
+
+    def get(
+        self,
+        request_id: str | None = None,
+        index: int | str = 0,
+        length: int = 1,
+        timeout: str = "5s",
+        auto_delete: bool = True,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[DataFrame]:
+        query = core.get_query(request_id, index, length, timeout, auto_delete, tags or {})
+        wait = core.duration_seconds(timeout)
+        resp = self._request("GET", query, accept_protobuf=True, read_timeout=wait + 1.0)
+        return core.parse_get(resp.data)
+
+    def attributes(self) -> dict[str, Any]:
+        return core.parse_json(self._request("GET", core.ATTRS_QUERY).data)
+
+    def search(self, index: int | str) -> dict[str, Any]:
+        """Pending state of a record: {} for an invalid or unknown index (like the reference)."""
+        if not core.check_index(index):
+            return {}
+        try:
+            return core.parse_json(self._request("GET", core.search_query(index)).data)
+        except PredictException as exc:
+            if self.logger:
+                self.logger.debug("search %s: %s", index, exc)
+            return {}
+
+    def delete(self, indexes: int | str | list[int | str]) -> str:
+        return self._request("DELETE", core.indexes_query(core.index_list(indexes))).data.decode("utf-8")
+
+    def commit(self, indexes: int | str | list[int | str]) -> bytes:
+        """Acknowledge records for this client's group (idempotent; several indexes per call)."""
+        return self._request("PUT", core.indexes_query(core.index_list(indexes)), b"").data  # type: ignore[no-any-return]
+
+    def truncate(self, index: int | str) -> bytes:
+        """Delete every record with an index below ``index``."""
+        return self._request("DELETE", core.truncate_query(index)).data  # type: ignore[no-any-return]
+
+    def watch(
+        self,
+        index: int,
+        window: int,
+        index_only: bool = False,
+        auto_commit: bool = False,
+        tags: Mapping[str, str] | None = None,
+    ) -> Watcher:
+        if self._http is None:
+            self.init(self.uid, self.gid)
+        query = core.watch_query(index, window, index_only, auto_commit, tags)
+        url = core.build_url(self.base_url, query, websocket=True)
+        return Watcher(self, url, self._headers(accept_protobuf=True))
+
+    # --- lifecycle -------------------------------------------------------------
+    def close(self) -> None:
+        w = self._watcher
+        if w is not None:
+            w.close()
+        if self._pool is not None:
+            self._pool.clear()
+
+    def destroy(self) -> None:
+        self.close()
+
+    def __enter__(self) -> QueueClient:
+        if self._http is None:
+            self.init(self.uid, self.gid)
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _failure_kind(exc: BaseException) -> FailureKind:
+    if isinstance(exc, (u3.TimeoutError, TimeoutError, u3.ReadTimeoutError, u3.ConnectTimeoutError)):
+        return FailureKind.TIMEOUT
+    if isinstance(exc, (u3.NewConnectionError, ConnectionRefusedError)):
+        return FailureKind.CONNECT
+    return FailureKind.DISCONNECTED
+
+
+def _handshake_error(exc: BaseException) -> PredictException | None:
+    """A 4xx answer to the upgrade is final (raised); anything else is worth a reconnect."""
+    from websockets.exceptions import InvalidStatus
+
+    if isinstance(exc, InvalidStatus):
+        status = exc.response.status_code
+        if 400 <= status < 500 and status not in (408, 429):
+            body = exc.response.body or b""
+            return _status_error(status, body, dict(exc.response.headers.raw_items()))
+    return None
+
+
+class Watcher:
+    """Records pushed by the server over a WebSocket; iterate ``run()``, then ``close()``."""
+
+    def __init__(self, client: QueueClient, url: str, headers: dict[str, str]) -> None:
+        self.client = client
+        self.url = url
+        self.headers = headers
+        self.closed = False
+        self.reconnects = 0
+        self._ws: Any = None
+        self._lock = threading.Lock()
+
+    def run(self) -> Iterator[DataFrame]:
+        from websockets.exceptions import ConnectionClosed, WebSocketException
+        from websockets.sync.client import connect
+
+        with self.client.watch_lock:
+            if self.client._watcher is not None and self.client._watcher is not self:
+                raise PredictException(400, "Another watcher is already running")
+            if self.client._watcher is self and self._ws is not None:
+                raise PredictException(400, "Another watcher is already running")
+            self.client._watcher = self
+        rng = random.Random()
+        failures = 0
+        try:
+            while not self.closed:
+                try:
+                    ws = connect(
+                        self.url,
+                        additional_headers=self.headers,
+                        compression=None,
+                        max_size=None,
+                        proxy=None,
+                        open_timeout=max(1.0, self.client.timeout_ms / 1000.0),
+                        ping_interval=self.client.ping_interval,
+                        ping_timeout=self.client.ping_timeout,
+                        close_timeout=1.0,
+                    )
+                except (OSError, WebSocketException, TimeoutError) as exc:
+                    final = _handshake_error(exc)
+                    if final is not None:
+                        raise final from None
+                    delay = _reconnect_delay(failures, rng)
+                    failures += 1
+                    if self.client.logger:
+                        self.client.logger.warning("watch connect failed (%s); retrying in %.2fs", exc, delay)
+                    time.sleep(delay)
+                    continue
+                with self._lock:
+                    if self.closed:
+                        ws.close()
+                        return
+                    self._ws = ws
+                failures = 0
+                try:
+                    while True:
+                        msg = ws.recv()
+                        if isinstance(msg, str):
+                            raise ValueError("text frame on a queue watch")
+                        yield DataFrame.decode(msg)
+                except (ConnectionClosed, OSError, ValueError, TimeoutError) as exc:
+                    if self.closed:
+                        return
+                    self.reconnects += 1
+                    if self.client.logger:
+                        self.client.logger.warning("watch connection lost (%s); reconnecting", exc)
+                    time.sleep(_reconnect_delay(0, rng))
+                finally:
+                    with self._lock:
+                        self._ws = None
+                    ws.close()
+        finally:
+            with self.client.watch_lock:
+                if self.client._watcher is self:
+                    self.client._watcher = None
+
+    def __iter__(self) -> Iterator[DataFrame]:
+        return self.run()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            ws = self._ws
+        if ws is not None:
+            with contextlib.suppress(Exception):  # already gone
+                ws.close()
+
+    def __enter__(self) -> Watcher:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+# ============================================================================ async
+
+
+class AsyncQueueClient(_Base):
+    """The asyncio twin of QueueClient (aiohttp for HTTP, websockets for watch)."""
+
+    def __init__(self, endpoint: str = "", queue_name: str = "", custom_url: str = "", **kwargs: Any) -> None:
+        super().__init__(endpoint, queue_name, custom_url)
+        self._session: Any = None
+
+    def init(
+        self,
+        uid: str | None = None,
+        gid: str = C.DEFAULT_QUEUE_GROUP,
+        custom_url: str = "",
+        path_suffix: str = "",
+    ) -> None:
+        self._init(uid, gid, custom_url, path_suffix)
+
+    async def _get_session(self) -> Any:
+        if self._session is None or self._session.closed:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=100),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
+
+    async def _request(
+        self,
+        method: str,
+        query: Mapping[str, Any],
+        body: bytes | None = None,
+        accept_protobuf: bool = False,
+        read_timeout: float | None = None,
+        extra: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes, Mapping[str, str]]:
+        import aiohttp
+
+        session = await self._get_session()
+        url = core.build_url(self.base_url, query)
+        headers = self._headers(accept_protobuf)
+        if extra:
+            headers.update(extra)
+        t = self.timeout_ms / 1000.0
+        attempt_timeout = max(t, (read_timeout or 0.0))
+        policy, budget = self.retry_policy, self.budget
+        deadline = time.monotonic() + max(policy.total_timeout(t), attempt_timeout + t)
+        budget.on_call()
+        retry = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                ct = aiohttp.ClientTimeout(total=attempt_timeout)
+                async with session.request(
+                    method, url, data=body, headers=headers, timeout=ct, allow_redirects=False
+                ) as resp:
+                    status, data, rh = resp.status, await resp.read(), resp.headers
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                if isinstance(exc, asyncio.TimeoutError):
+                    kind = FailureKind.TIMEOUT
+                elif isinstance(exc, aiohttp.ClientConnectorError):
+                    kind = FailureKind.CONNECT
+                else:
+                    kind = FailureKind.DISCONNECTED
+                decision = policy.after_failure(kind, retry, remaining, self._rng)
+                if decision.retry and budget.try_spend(time.monotonic()):
+                    retry += 1
+                    await asyncio.sleep(decision.delay)
+                    continue
+                cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
+                raise cls(f"queue {method} failed: {type(exc).__name__}: {exc}", code=502) from None
+            if 200 <= status < 300:
+                return status, data, rh
+            decision = policy.after_status(status, rh, retry, remaining, self._rng, time.time())
+            if decision.retry and budget.try_spend(time.monotonic()):
+                retry += 1
+                await asyncio.sleep(decision.delay)
+                continue
+            raise _status_error(status, data, rh)
+
+    async def put(self, data: bytes | str, tags: Mapping[str, str] | None = None) -> tuple[str, str]:
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        _, out, headers = await self._request(
+            "POST", core.check_tags(tags), body, extra={C.HEADER_REQUEST_ID: str(uuid.uuid4())}
+        )
+        return core.parse_put(out, headers)
+
+    async def get(
+        self,
+        request_id: str | None = None,
+        index: int | str = 0,
+        length: int = 1,
+        timeout: str = "5s",
+        auto_delete: bool = True,
+        tags: Mapping[str, str] | None = None,
+    ) -> list[DataFrame]:
+        query = core.get_query(request_id, index, length, timeout, auto_delete, tags or {})
+        wait = core.duration_seconds(timeout)
+        _, out, _ = await self._request("GET", query, accept_protobuf=True, read_timeout=wait + 1.0)
+        return core.parse_get(out)
+
+    async def attributes(self) -> dict[str, Any]:
+        return core.parse_json((await self._request("GET", core.ATTRS_QUERY))[1])
+
+    async def search(self, index: int | str) -> dict[str, Any]:
+        if not core.check_index(index):
+            return {}
+        try:
+            return core.parse_json((await self._request("GET", core.search_query(index)))[1])
+        except PredictException:
+            return {}
+
+    async def delete(self, indexes: int | str | list[int | str]) -> str:
+        out = (await self._request("DELETE", core.indexes_query(core.index_list(indexes))))[1]
+        return out.decode("utf-8")
+
+    async def commit(self, indexes: int | str | list[int | str]) -> bytes:
+        return (await self._request("PUT", core.indexes_query(core.index_list(indexes)), b""))[1]
+
+    async def truncate(self, index: int | str) -> bytes:
+        return (await self._request("DELETE", core.truncate_query(index)))[1]
+
+    def watch(
+        self,
+        index: int,
+        window: int,
+        index_only: bool = False,
+        auto_commit: bool = False,
+        tags: Mapping[str, str] | None = None,
+    ) -> AsyncWatcher:
+        query = core.watch_query(index, window, index_only, auto_commit, tags)
+        url = core.build_url(self.base_url, query, websocket=True)
+        return AsyncWatcher(self, url, self._headers(accept_protobuf=True))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> AsyncQueueClient:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class AsyncWatcher:
+    """``async for df in client.watch(...)``; ``await watcher.close()`` to stop."""
+
+    def __init__(self, client: AsyncQueueClient, url: str, headers: dict[str, str]) -> None:
+        self.client = client
+        self.url = url
+        self.headers = headers
+        self.closed = False
+        self.reconnects = 0
+        self._ws: Any = None
+
+    async def run(self) -> AsyncIterator[DataFrame]:
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import ConnectionClosed, WebSocketException
+
+        rng = random.Random()
+        failures = 0
+        while not self.closed:
+            try:
+                ws = await connect(
+                    self.url,
+                    additional_headers=self.headers,
+                    compression=None,
+                    max_size=None,
+                    proxy=None,
+                    open_timeout=max(1.0, self.client.timeout_ms / 1000.0),
+                    ping_interval=self.client.ping_interval,
+                    ping_timeout=self.client.ping_timeout,
+                    close_timeout=1.0,
+                )
+            except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
+                final = _handshake_error(exc)
+                if final is not None:
+                    raise final from None
+                delay = _reconnect_delay(failures, rng)
+                failures += 1
+                await asyncio.sleep(delay)
+                continue
+            if self.closed:
+                await ws.close()
+                return
+            self._ws = ws
+            failures = 0
+            try:
+                while True:
+                    msg = await ws.recv()
+                    if isinstance(msg, str):
+                        raise ValueError("text frame on a queue watch")
+                    yield DataFrame.decode(msg)
+            except (ConnectionClosed, OSError, ValueError) as exc:
+                if self.closed:
+                    return
+                self.reconnects += 1
+                if self.client.logger:
+                    self.client.logger.warning("watch connection lost (%s); reconnecting", exc)
+                await asyncio.sleep(_reconnect_delay(0, rng))
+            finally:
+                self._ws = None
+                await ws.close()
+
+    def __aiter__(self) -> AsyncIterator[DataFrame]:
+        return self.run()
+
+    async def close(self) -> None:
+        self.closed = True
+        ws = self._ws
+        if ws is not None:
+            await ws.close()
+
+    async def __aenter__(self) -> AsyncWatcher:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()

@@ -1,0 +1,7 @@
+"""The queue service: store semantics, SQLite backend, HTTP + WebSocket adapters."""
+
+from __future__ import annotations
+
+from .manager import QueueManager
+
+__all__ = ["QueueManager"]

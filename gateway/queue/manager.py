@@ -1,0 +1,147 @@
+"""QueueManager: every queue of the gateway over one durable store (docs/architecture.md).
+
+Queue names: a service with ``processor: queue`` is the queue "<name>"; an
+asynchronous service (``async: true``) has "<name>" (input) and "<name>/sink".
+The store lives in ``<data_dir>/queues.sqlite3``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+
+from eas_sdk._core import constants as C
+from gateway.config import Config, QueueConfig, ServiceConfig
+
+from .http import handle_http, wait_for
+from .sqlite import SqliteBackend
+from .store import Backend, Consumer, MemoryBackend, Queue
+from .ws import handle_watch
+
+DB_FILE = "queues.sqlite3"
+
+
+def queue_names(service: ServiceConfig) -> list[str]:
+    if service.processor == "queue":
+        return [service.name]
+    if service.async_:
+        return [service.name, f"{service.name}/{C.SINK_SUFFIX}"]
+    return []
+
+
+class QueueManager:
+    def __init__(
+        self,
+        config: Config | Iterable[ServiceConfig],
+        data_dir: str | None = None,
+        *,
+        backend: Backend | None = None,
+    ) -> None:
+        services = config.services if isinstance(config, Config) else tuple(config)
+        if data_dir is None and isinstance(config, Config):
+            data_dir = config.gateway.data_dir
+        self.services: dict[str, ServiceConfig] = {}
+        self.configs: dict[str, QueueConfig] = {}
+        for svc in services:
+            for name in queue_names(svc):
+                self.services[name] = svc
+                self.configs[name] = svc.queue
+        if backend is None:
+            fsync = "always" if any(c.fsync == "always" for c in self.configs.values()) else "normal"
+            path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
+            backend = SqliteBackend(path, fsync=fsync) if self.configs else MemoryBackend()
+        self.backend = backend
+        self.backend_name = getattr(backend, "name", type(backend).__name__)
+        self.queues: dict[str, Queue] = {}
+        self.watchers: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
+        self._visible: dict[str, asyncio.Future[None]] = {}
+        self._timers: set[asyncio.TimerHandle] = set()
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._started:
+            return
+        loop = asyncio.get_running_loop()
+        recovered = await asyncio.to_thread(self.backend.recover)
+        for name, cfg in self.configs.items():
+            q = Queue(name, cfg, self.backend)
+            if name in recovered:
+                q.load(recovered[name])
+            q.on_visible = lambda n=name: self._notify_visible(n)
+            self.queues[name] = q
+        start = getattr(self.backend, "start", None)
+        if start is not None:
+            start(loop)
+        self._started = True
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        for t in list(self._timers):
+            t.cancel()
+        self._timers.clear()
+        for ws in list(self.watchers):
+            with contextlib.suppress(Exception):
+                await ws.close(code=1001, message=b"gateway shutting down")
+        for fut in self._visible.values():
+            if not fut.done():
+                fut.set_result(None)
+        await asyncio.to_thread(self.backend.close)
+
+    # ------------------------------------------------------------------ seam
+    def has(self, name: str) -> bool:
+        return name in self.configs
+
+    def queue(self, name: str) -> Queue:
+        return self.queues[name]
+
+    def service_for(self, name: str) -> ServiceConfig | None:
+        return self.services.get(name)
+
+    async def handle(self, request: web.Request, queue_name: str) -> web.StreamResponse:
+        q = self.queues.get(queue_name)
+        if q is None:
+            return web.Response(status=404, text=f"queue {queue_name!r} not found")
+        if request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket":
+            return await handle_watch(self, q, request)
+        return await handle_http(self, q, request)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend_name,
+            "fsync": getattr(self.backend, "fsync", "n/a"),
+            "queues": {name: q.snapshot() for name, q in self.queues.items()},
+        }
+
+    # ------------------------------------------------------------------ helpers for http/ws
+    def _notify_visible(self, name: str) -> None:
+        fut = self._visible.pop(name, None)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def wait_visible(self, name: str, timeout: float) -> None:
+        fut = self._visible.get(name)
+        if fut is None or fut.done():
+            fut = asyncio.get_running_loop().create_future()
+            self._visible[name] = fut
+        await wait_for(fut, timeout)
+
+    def schedule_release(self, q: Queue, c: Consumer) -> None:
+        if q.grace_s <= 0 or c.connected:
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._timers.discard(handle)
+            q.release(c)
+
+        handle = loop.call_later(q.grace_s, fire)
+        self._timers.add(handle)

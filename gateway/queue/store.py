@@ -1,0 +1,590 @@
+"""Queue semantics as a pure in-memory state machine over a durable backend.
+
+No I/O and no event loop here: every method runs to completion synchronously and
+returns its result plus, where something must reach the disk first, a
+``Durable`` handle (an awaitable, or None when already durable) that the HTTP
+layer awaits before answering. The backend journals the changes; on start the
+state is rebuilt from what the backend recovers.
+
+Model (per queue):
+
+* records: index -> Record, indexes allocated from ``next_idx`` (starts at 1, never
+  reused). A put becomes *visible* (gettable, deliverable) only once durable, and
+  puts become visible in index order.
+* groups (the gid header): a ``cursor`` (next never-delivered index), a heap of
+  ``returned`` indexes (delivered to a consumer that left), ``pending``
+  (index -> uid) and ``committed`` (live indexes this group already committed,
+  only non-empty while another group still needs the record).
+* consumers (uid within a group): a window, auto_commit, a tag filter and the
+  indexes outstanding at it. A record is outstanding at one consumer per group.
+* A commit acknowledges for the caller's group; the record is deleted once every
+  group it is relevant to (start <= index, tag filter matches) has committed it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.config import QueueConfig
+
+Durable = Awaitable[Any] | None
+
+# Bounded memories of removed records, so that a repeated commit stays idempotent and a
+# retried put (same request id) returns the same index after its record was consumed.
+RECENT_LIMIT = 100_000
+MAX_GET_LENGTH = 10_000
+# With auto_commit the window does not limit; records are handed out in slices this big.
+AUTO_COMMIT_SLICE = 256
+
+
+class QueueError(Exception):
+    """A request the queue refuses; ``param`` names the offending parameter."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+
+@dataclass(slots=True)
+class Record:
+    idx: int
+    rid: str
+    tags: dict[str, str]
+    data: bytes
+    fetched: bool = False  # returned by a get (a later commit is then legitimate)
+
+
+@dataclass(eq=False)
+class Consumer:
+    gid: str
+    uid: str
+    window: int
+    auto_commit: bool
+    tags: dict[str, str]
+    conn: int  # connection generation; a stale connection's disconnect is ignored
+    pending: dict[int, None] = field(default_factory=dict)  # outstanding, in delivery order
+    resend: list[int] = field(default_factory=list)  # taken over from a previous connection
+    connected: bool = True
+    since: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    delivered: int = 0
+    wake: Callable[[], None] | None = None
+
+    @property
+    def room(self) -> int:
+        if self.auto_commit:
+            return AUTO_COMMIT_SLICE
+        return self.window - len(self.pending)
+
+
+@dataclass(eq=False)
+class Group:
+    gid: str
+    start: int
+    tags: dict[str, str]
+    cursor: int
+    returned: list[int] = field(default_factory=list)  # heap
+    pending: dict[int, str] = field(default_factory=dict)  # idx -> uid
+    committed: set[int] = field(default_factory=set)
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    deliveries: dict[int, int] = field(default_factory=dict)  # idx -> delivery count (in memory)
+
+    def relevant(self, rec: Record) -> bool:
+        return rec.idx >= self.start and _matches(self.tags, rec.tags)
+
+
+def _matches(want: Mapping[str, str], have: Mapping[str, str]) -> bool:
+    for k, v in want.items():
+        if have.get(k) != v:
+            return False
+    return True
+
+
+class Backend(Protocol):
+    """What the store needs from durable storage (see sqlite.py and MemoryBackend)."""
+
+    def recover(self) -> dict[str, dict[str, Any]]:
+        """Per queue: next_idx, records [(idx, rid, tags, data)], groups [(gid, start, tags)],
+        acks [(gid, idx)]."""
+        ...
+
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
+    def delete(self, queue: str, idxs: list[int]) -> Durable: ...
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable: ...
+    def close(self) -> None: ...
+
+
+class MemoryBackend:
+    """Keeps nothing: for property tests and as the reference of the interface."""
+
+    def recover(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
+        return None
+
+    def delete(self, queue: str, idxs: list[int]) -> Durable:
+        return None
+
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
+        return None
+
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class Queue:
+    """One queue's state; all methods are synchronous and never block."""
+
+    def __init__(self, name: str, cfg: QueueConfig, backend: Backend, grace_s: float | None = None) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.backend = backend
+        self.grace_s = cfg.grace_s if grace_s is None else grace_s
+        self.next_idx = 1  # next index to allocate
+        self.visible_next = 1  # every index below is visible or gone
+        self.min_live = 1  # no live record below (advanced lazily)
+        self.records: dict[int, Record] = {}
+        self.by_rid: dict[str, int] = {}
+        self.inflight = 0  # puts allocated but not yet durable
+        self.inflight_rids: dict[str, tuple[int, Durable]] = {}
+        self.recent_committed: OrderedDict[int, None] = OrderedDict()
+        self.recent_rids: OrderedDict[str, int] = OrderedDict()
+        self.groups: dict[str, Group] = {}
+        self._conn_seq = 0
+        # Called whenever records become visible (long-poll gets wait on it).
+        self.on_visible: Callable[[], None] | None = None
+        self.puts_total = 0
+        self.commits_total = 0
+        self.redeliveries_total = 0
+
+    # ------------------------------------------------------------------ recovery
+    def load(self, state: Mapping[str, Any]) -> None:
+        self.next_idx = max(1, int(state.get("next_idx", 1)))
+        for idx, rid, tags, data in state.get("records", ()):
+            rec = Record(idx, rid, tags, data)
+            self.records[idx] = rec
+            self.by_rid[rid] = idx
+            self.next_idx = max(self.next_idx, idx + 1)
+        self.visible_next = self.next_idx
+        self.min_live = min(self.records, default=self.next_idx)
+        for gid, start, tags in state.get("groups", ()):
+            g = Group(gid, start, dict(tags), cursor=max(start, self.min_live))
+            self.groups[gid] = g
+        for gid, idx in state.get("acks", ()):
+            g = self.groups.get(gid)
+            if g is not None and idx in self.records:
+                g.committed.add(idx)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def length(self) -> int:
+        return len(self.records)
+
+    def _advance_min_live(self) -> None:
+        while self.min_live < self.visible_next and self.min_live not in self.records:
+            self.min_live += 1
+
+    def first_entry(self) -> int:
+        self._advance_min_live()
+        return self.min_live if self.records else 0
+
+    def last_entry(self) -> int:
+        # The highest index ever allocated and made visible (0 before the first put).
+        return self.visible_next - 1
+
+    def _remember(self, rec: Record) -> None:
+        self.recent_rids[rec.rid] = rec.idx
+        if len(self.recent_rids) > RECENT_LIMIT:
+            self.recent_rids.popitem(last=False)
+
+    def _remove(self, idxs: Iterable[int], committed: bool) -> list[int]:
+        removed: list[int] = []
+        for idx in idxs:
+            rec = self.records.pop(idx, None)
+            if rec is None:
+                continue
+            removed.append(idx)
+            self.by_rid.pop(rec.rid, None)
+            self._remember(rec)
+            if committed:
+                self.recent_committed[idx] = None
+                if len(self.recent_committed) > RECENT_LIMIT:
+                    self.recent_committed.popitem(last=False)
+            for g in self.groups.values():
+                g.committed.discard(idx)
+                g.deliveries.pop(idx, None)
+                uid = g.pending.pop(idx, None)
+                if uid is not None:
+                    c = g.consumers.get(uid)
+                    if c is not None:
+                        c.pending.pop(idx, None)
+                        self._wake(c)
+        return removed
+
+    def _wake(self, c: Consumer) -> None:
+        if c.connected and c.wake is not None and c.room > 0:
+            c.wake()
+
+    def _wake_group(self, g: Group) -> None:
+        for c in g.consumers.values():
+            self._wake(c)
+
+    def _wake_all(self) -> None:
+        for g in self.groups.values():
+            self._wake_group(g)
+
+    # ------------------------------------------------------------------ put
+    def put(self, data: bytes, tags: dict[str, str], rid: str | None) -> tuple[int, str, Durable]:
+        """Allocate an index; the record becomes visible when the returned handle completes."""
+        if rid:
+            if rid in self.by_rid:
+                return self.by_rid[rid], rid, None
+            if rid in self.inflight_rids:
+                idx, dur = self.inflight_rids[rid]
+                return idx, rid, dur
+            if rid in self.recent_rids:
+                return self.recent_rids[rid], rid, None
+        else:
+            rid = str(uuid.uuid4())
+        if len(data) > self.cfg.max_payload_bytes:
+            raise QueueError(
+                413, f"record of {len(data)} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
+            )
+        if len(self.records) + self.inflight >= self.cfg.max_length:
+            raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
+        idx = self.next_idx
+        self.next_idx += 1
+        tags = dict(tags)
+        tags["requestId"] = rid
+        rec = Record(idx, rid, tags, data)
+        self.inflight += 1
+        dur = self.backend.put(self.name, [rec], self.next_idx)
+        if dur is None:
+            self.inflight -= 1
+            self._make_visible(rec)
+            return idx, rid, None
+        self.inflight_rids[rid] = (idx, dur)
+        add_done = getattr(dur, "add_done_callback", None)
+        if add_done is not None:
+            add_done(lambda f: self.put_done(idx, rid, rec, not f.cancelled() and f.exception() is None))
+        return idx, rid, dur
+
+    def put_done(self, rec_idx: int, rid: str, rec: Record | None, ok: bool) -> None:
+        """Called by the durability layer when a put's batch committed (or failed)."""
+        self.inflight -= 1
+        self.inflight_rids.pop(rid, None)
+        if ok and rec is not None:
+            self._make_visible(rec)
+        else:
+            self.visible_next = max(self.visible_next, rec_idx + 1)
+
+    def _make_visible(self, rec: Record) -> None:
+        self.records[rec.idx] = rec
+        self.by_rid[rec.rid] = rec.idx
+        self.visible_next = max(self.visible_next, rec.idx + 1)
+        self.puts_total += 1
+        self._wake_all()
+        if self.on_visible is not None:
+            self.on_visible()
+
+    # ------------------------------------------------------------------ get
+    def get(
+        self, index: int, length: int, auto_delete: bool, rid: str | None, tags: Mapping[str, str]
+    ) -> tuple[list[Record], Durable]:
+        out: list[Record] = []
+        if rid is not None:
+            idx = self.by_rid.get(rid)
+            if idx is not None and idx in self.records:
+                out.append(self.records[idx])
+        else:
+            start = max(index, 1)
+            self._advance_min_live()
+            start = max(start, self.min_live)
+            if self.visible_next - start <= 2 * len(self.records):
+                it: Iterable[int] = range(start, self.visible_next)
+            else:
+                it = (i for i in self.records if i >= start)
+            for i in it:
+                rec = self.records.get(i)
+                if rec is not None and _matches(tags, rec.tags):
+                    out.append(rec)
+                    if len(out) >= length:
+                        break
+        dur: Durable = None
+        if auto_delete and out:
+            dur = self.delete([r.idx for r in out])
+        else:
+            for r in out:
+                r.fetched = True
+        return out, dur
+
+    # ------------------------------------------------------------------ delete / truncate
+    def delete(self, idxs: list[int]) -> Durable:
+        removed = self._remove(idxs, committed=False)
+        return self.backend.delete(self.name, removed) if removed else None
+
+    def truncate(self, below: int) -> tuple[int, Durable]:
+        self._advance_min_live()
+        if self.visible_next - self.min_live <= 2 * len(self.records):
+            victims = [i for i in range(self.min_live, min(below, self.visible_next)) if i in self.records]
+        else:
+            victims = [i for i in self.records if i < below]
+        return len(victims), self.delete(victims)
+
+    # ------------------------------------------------------------------ groups / consumers
+    def _group(self, gid: str, start: int, tags: dict[str, str]) -> tuple[Group, Durable]:
+        g = self.groups.get(gid)
+        if g is not None:
+            return g, None
+        self._advance_min_live()
+        start = max(start, 1)
+        g = Group(gid, start, dict(tags), cursor=max(start, self.min_live))
+        self.groups[gid] = g
+        return g, self.backend.add_group(self.name, gid, start, dict(tags))
+
+    def connect(
+        self, gid: str, uid: str, index: int, window: int, auto_commit: bool, tags: dict[str, str]
+    ) -> tuple[Consumer, Durable]:
+        """A watcher arrives. A consumer with the same uid is replaced and its records resent first."""
+        g, dur = self._group(gid, index, tags)
+        live_others = [c for c in g.consumers.values() if c.connected and c.uid != uid]
+        if any(c.tags != tags for c in live_others):
+            raise QueueError(409, f"consumers of group {gid} must use identical tags", "tags")
+        g.tags = dict(tags)
+        self._conn_seq += 1
+        c = Consumer(gid, uid, window, auto_commit, dict(tags), self._conn_seq)
+        old = g.consumers.get(uid)
+        if old is not None:
+            old.connected = False
+            old.wake = None
+            c.pending = dict(old.pending)
+            c.resend = sorted(old.pending)
+            c.delivered = old.delivered
+        g.consumers[uid] = c
+        return c, dur
+
+    def disconnect(self, c: Consumer) -> None:
+        """The consumer's connection is gone; with no grace its records go back to the group at once."""
+        g = self.groups.get(c.gid)
+        if g is None or g.consumers.get(c.uid) is not c:
+            return  # replaced by a newer connection of the same uid
+        c.connected = False
+        c.wake = None
+        c.last_seen = time.monotonic()
+        if self.grace_s <= 0:
+            self.release(c)
+
+    def release(self, c: Consumer) -> None:
+        """Give a gone consumer's outstanding records back to its group (grace expired)."""
+        g = self.groups.get(c.gid)
+        if g is None or g.consumers.get(c.uid) is not c or c.connected:
+            return
+        for idx in c.pending:
+            if g.pending.pop(idx, None) is not None and idx in self.records:
+                heapq.heappush(g.returned, idx)
+        c.pending.clear()
+        c.resend.clear()
+        del g.consumers[c.uid]
+        self._wake_group(g)
+
+    def take(self, c: Consumer, limit: int | None = None) -> tuple[list[tuple[Record, int]], Durable]:
+        """Assign records to a connected consumer up to its free window.
+
+        Returns (record, delivery_count) pairs to send in order. With auto_commit the
+        records are committed as they are handed out.
+        """
+        g = self.groups[c.gid]
+        if not c.connected or g.consumers.get(c.uid) is not c:
+            return [], None
+        room = c.room if limit is None else min(c.room, limit)
+        out: list[tuple[Record, int]] = []
+        # 1. records this uid held on its previous connection (they already count in its window)
+        while c.resend:
+            idx = c.resend.pop(0)
+            rec = self.records.get(idx)
+            if rec is not None and g.pending.get(idx) == c.uid:
+                out.append((rec, self._count(g, idx)))
+        if out:
+            self.redeliveries_total += len(out)
+            return out, None
+        if room <= 0:
+            return [], None
+        fresh: list[Record] = []
+        # 2. records returned by consumers that left
+        while g.returned and len(fresh) < room:
+            idx = heapq.heappop(g.returned)
+            rec = self.records.get(idx)
+            if rec is None or idx in g.pending or idx in g.committed or not _matches(c.tags, rec.tags):
+                continue
+            fresh.append(rec)
+            self.redeliveries_total += 1
+        # 3. never-delivered records, in index order
+        while len(fresh) < room and g.cursor < self.visible_next:
+            idx = g.cursor
+            g.cursor += 1
+            rec = self.records.get(idx)
+            if rec is None or idx in g.pending or idx in g.committed or not g.relevant(rec):
+                continue
+            fresh.append(rec)
+        if not fresh:
+            return [], None
+        if g.cursor < self.min_live:
+            g.cursor = self.min_live
+        dur: Durable = None
+        if c.auto_commit:
+            c.delivered += len(fresh)
+            out = [(rec, self._count(g, rec.idx)) for rec in fresh]
+            dur = self._commit_group(g, [rec.idx for rec in fresh])
+            return out, dur
+        for rec in fresh:
+            g.pending[rec.idx] = c.uid
+            c.pending[rec.idx] = None
+            out.append((rec, self._count(g, rec.idx)))
+        c.delivered += len(fresh)
+        return out, None
+
+    def _count(self, g: Group, idx: int) -> int:
+        n = g.deliveries.get(idx, 0) + 1
+        g.deliveries[idx] = n
+        return n
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, gid: str, idxs: list[int]) -> Durable:
+        """Acknowledge for ``gid``. Validates everything first: an error changes nothing."""
+        g = self.groups.get(gid)
+        for idx in idxs:
+            rec = self.records.get(idx)
+            if rec is None:
+                if idx in self.recent_committed:
+                    continue  # already committed and deleted: idempotent
+                raise QueueError(404, f"index {idx} is not in the queue (deleted or never put)", "_indexes_")
+            if g is not None and (idx in g.pending or idx in g.committed):
+                continue
+            if rec.fetched:
+                continue
+            raise QueueError(404, f"index {idx} was never delivered to group {gid}", "_indexes_")
+        if g is None:
+            g, _ = self._group(gid, 1, {})
+            # a group born from a commit: its registration rides with the ack below
+        return self._commit_group(g, idxs)
+
+    def _commit_group(self, g: Group, idxs: Iterable[int]) -> Durable:
+        to_delete: list[int] = []
+        to_ack: list[int] = []
+        for idx in idxs:
+            rec = self.records.get(idx)
+            if rec is None or idx in g.committed:
+                continue
+            uid = g.pending.pop(idx, None)
+            if uid is not None:
+                c = g.consumers.get(uid)
+                if c is not None:
+                    c.pending.pop(idx, None)
+                    self._wake(c)
+            self.commits_total += 1
+            if all(
+                other is g or idx in other.committed or not other.relevant(rec)
+                for other in self.groups.values()
+            ):
+                to_delete.append(idx)
+            else:
+                g.committed.add(idx)
+                to_ack.append(idx)
+        durs: list[Durable] = []
+        if to_delete:
+            self._remove(to_delete, committed=True)
+            durs.append(self.backend.delete(self.name, to_delete))
+        if to_ack:
+            durs.append(self.backend.ack(self.name, g.gid, to_ack))
+        durs = [d for d in durs if d is not None]
+        return durs[-1] if durs else None  # the backend completes in order: the last covers all
+
+    # ------------------------------------------------------------------ search / attributes
+    def search(self, gid: str, idx: int) -> dict[str, Any] | None:
+        rec = self.records.get(idx)
+        if rec is None:
+            return None
+        g = self.groups.get(gid)
+        if g is None:
+            ahead = sum(1 for i in self.records if i < idx)
+            return {"ConsumerId": "", "IsPending": False, "WaitCount": ahead}
+        uid = g.pending.get(idx)
+        if uid is not None:
+            return {"ConsumerId": f"{gid}.{uid}", "IsPending": True, "WaitCount": 0}
+        returned = set(g.returned)
+        ahead = sum(
+            1
+            for i, r in self.records.items()
+            if i < idx
+            and i not in g.pending
+            and i not in g.committed
+            and g.relevant(r)
+            and (i >= g.cursor or i in returned)
+        )
+        return {"ConsumerId": "", "IsPending": False, "WaitCount": ahead}
+
+    def attributes(self, header_names: Mapping[str, str], backend_name: str) -> dict[str, str]:
+        now = time.monotonic()
+        a: dict[str, str] = {
+            "meta.name": self.name,
+            "meta.backend": backend_name,
+            "meta.state": "Normal",
+            "meta.maxPayloadBytes": str(self.cfg.max_payload_bytes),
+            "meta.maxWindow": str(self.cfg.max_window),
+            "meta.header.user": header_names["user"],
+            "meta.header.group": header_names["group"],
+            "meta.header.priority": header_names["priority"],
+            "stream.length": str(self.length),
+            "stream.approxMaxLength": str(self.cfg.max_length),
+            "stream.maxLength": str(self.cfg.max_length),
+            "stream.lastEntry": str(self.last_entry()),
+            "stream.firstEntry": str(self.first_entry()),
+            "stream.nextIndex": str(self.next_idx),
+        }
+        consumers: list[Consumer] = [c for g in self.groups.values() for c in g.consumers.values()]
+        a["consumers.stats.total"] = str(len(consumers))
+        a["consumers.status.total"] = str(len(consumers))
+        a["consumers.stats.connected"] = str(sum(1 for c in consumers if c.connected))
+        for i, c in enumerate(consumers):
+            status = "Running" if c.connected else "Leaving"
+            slots = max(0, c.window - len(c.pending)) if not c.auto_commit else c.window
+            a[f"consumers.list.[{i}]"] = (
+                f"Id: {c.gid}.{c.uid}, Index: {min(c.pending, default=0)}, Pending: {len(c.pending)}, "
+                f"Status: {status}, Idle: {now - c.last_seen:.3f}s, Window: {c.window}, Slots: {slots}, "
+                f"AutoCommit: {str(c.auto_commit).lower()}" + (f", Tags: tags{c.tags}" if c.tags else "")
+            )
+        a["groups.stats.total"] = str(len(self.groups))
+        for i, g in enumerate(self.groups.values()):
+            a[f"groups.list.[{i}]"] = (
+                f"Id: {g.gid}, Index: {g.cursor}, Pending: {len(g.pending)}, "
+                f"Returned: {len(g.returned)}, Consumers: {len(g.consumers)}"
+            )
+        return a
+
+    def snapshot(self) -> dict[str, Any]:
+        consumers = [c for g in self.groups.values() for c in g.consumers.values()]
+        return {
+            "length": self.length,
+            "consumers": sum(1 for c in consumers if c.connected),
+            "pending": sum(len(g.pending) for g in self.groups.values()),
+            "groups": len(self.groups),
+            "first_entry": self.first_entry(),
+            "last_entry": self.last_entry(),
+            "max_length": self.cfg.max_length,
+            "puts_total": self.puts_total,
+            "commits_total": self.commits_total,
+            "redeliveries_total": self.redeliveries_total,
+        }

@@ -1,0 +1,134 @@
+"""The WebSocket watch: one binary DataFrameProto per message, never a text frame.
+
+Two tasks per connection: the reader keeps receiving (aiohttp answers pings and
+runs the heartbeat only while someone reads) and notices the end of the
+connection in every form: close frame, bare TCP close (EOF), reset, missed
+heartbeat pongs. The writer hands records out as the consumer's window allows.
+When the reader ends, the consumer disconnects and its outstanding records go
+back to its group (after ``grace_s``, if configured; a reconnect of the same uid
+in between takes them back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from eas_sdk._core import constants as C
+from eas_sdk._proto.queue_pb2 import DataFrameProto
+
+from .http import bad, error_response, identity, parse_bool, parse_uint, query_dict, split_tags
+from .store import Consumer, Queue, QueueError, Record
+
+if TYPE_CHECKING:
+    from .manager import QueueManager
+
+log = logging.getLogger(__name__)
+
+# Clients only send control frames; anything bigger than this is hostile.
+CLIENT_MAX_MSG = 64 * 1024
+MAX_WINDOW_HARD = 1 << 20
+
+
+def encode(rec: Record, index_only: bool) -> bytes:
+    df = DataFrameProto()
+    df.index = rec.idx
+    df.tags.update(rec.tags)
+    if not index_only:
+        df.data = rec.data
+    return df.SerializeToString()
+
+
+async def handle_watch(mgr: QueueManager, q: Queue, request: web.Request) -> web.StreamResponse:
+    try:
+        query = query_dict(request.rel_url.query)
+        index = parse_uint(query.get(C.Q_INDEX, "0"), C.Q_INDEX)
+        auto_commit = parse_bool(query.get(C.Q_AUTO_COMMIT), C.Q_AUTO_COMMIT, False)
+        index_only = parse_bool(query.get(C.Q_INDEX_ONLY), C.Q_INDEX_ONLY, False)
+        raw_window = query.get(C.Q_WINDOW)
+        if raw_window is None:
+            raise bad(C.Q_WINDOW, "missing")
+        window = parse_uint(raw_window, C.Q_WINDOW, lo=0, hi=MAX_WINDOW_HARD)
+        if window > q.cfg.max_window:
+            raise bad(C.Q_WINDOW, f"must be at most {q.cfg.max_window} (max_window), got {window}")
+        if window == 0 and not auto_commit:
+            raise bad(C.Q_WINDOW, "0 is only valid with _auto_commit_=true")
+        tags = split_tags(query, {*_WATCH_KEYS_SET})
+        uid, gid = identity(request)
+        ws = web.WebSocketResponse(
+            heartbeat=q.cfg.heartbeat_s or None,
+            max_msg_size=CLIENT_MAX_MSG,
+            compress=False,
+            autoping=True,
+        )
+        if not ws.can_prepare(request).ok:
+            raise bad(C.Q_WATCH, "a watch needs a WebSocket upgrade")
+        consumer, _ = q.connect(gid, uid, index, window, auto_commit, tags)
+    except QueueError as err:
+        return error_response(err)
+    try:
+        await ws.prepare(request)
+    except BaseException:
+        q.disconnect(consumer)
+        raise
+    await _serve(mgr, q, ws, consumer, index_only)
+    return ws
+
+
+_WATCH_KEYS_SET = (C.Q_WATCH, C.Q_INDEX, C.Q_WINDOW, C.Q_INDEX_ONLY, C.Q_AUTO_COMMIT)
+
+
+async def _serve(
+    mgr: QueueManager, q: Queue, ws: web.WebSocketResponse, c: Consumer, index_only: bool
+) -> None:
+    wake = asyncio.Event()
+    c.wake = wake.set
+    mgr.watchers.add(ws)
+    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only))
+    try:
+        async for msg in ws:
+            c.last_seen = asyncio.get_running_loop().time()
+            if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                # The protocol has no client data frames; refuse rather than guess.
+                await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=b"no data frames expected")
+                break
+            if msg.type == WSMsgType.ERROR:
+                break
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        writer.cancel()
+        with contextlib.suppress(BaseException):
+            await writer
+        mgr.watchers.discard(ws)
+        q.disconnect(c)
+        mgr.schedule_release(q, c)
+        if not ws.closed:
+            with contextlib.suppress(Exception):
+                await ws.close()
+
+
+async def _writer(
+    q: Queue, ws: web.WebSocketResponse, c: Consumer, wake: asyncio.Event, index_only: bool
+) -> None:
+    try:
+        while not ws.closed:
+            items, _ = q.take(c)
+            if not items:
+                wake.clear()
+                items, _ = q.take(c)
+                if not items:
+                    await wake.wait()
+                    continue
+            for rec, _count in items:
+                await ws.send_bytes(encode(rec, index_only))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a send failed: the connection is gone; the reader ends too
+        log.debug("watch writer for %s.%s stopped: %s", c.gid, c.uid, exc)
+        with contextlib.suppress(Exception):
+            await ws.close(code=WSCloseCode.GOING_AWAY)
