@@ -127,7 +127,7 @@ TF_FIELDS: dict[str, int] = {
 }
 TORCH_FIELDS: dict[str, int] = {KIND_FLOAT: 3, KIND_DOUBLE: 4, KIND_INT32: 5, KIND_BYTES: 6, KIND_INT64: 7}
 BLADE_FIELDS: dict[str, int] = {KIND_FLOAT: 5, KIND_INT32: 6, KIND_INT64: 7, KIND_BYTES: 8}
-_FIELDS = {"tf": TF_FIELDS, "torch": TORCH_FIELDS, "blade": BLADE_FIELDS}
+FIELDS = {"tf": TF_FIELDS, "torch": TORCH_FIELDS, "blade": BLADE_FIELDS}
 
 # Numpy dtype of each DT code that can carry values.
 NUMPY_DTYPES: dict[int, np.dtype[Any]] = {
@@ -204,7 +204,7 @@ def value_kind(dt: int, family: str = "tf") -> str:
 
 def value_field(dt: int, family: str = "tf") -> int:
     """Protobuf field number that carries the values of DT code ``dt`` in ``family``."""
-    return _FIELDS[family][value_kind(dt, family)]
+    return FIELDS[family][value_kind(dt, family)]
 
 
 def numpy_dtype(dt: int, family: str = "tf") -> np.dtype[Any]:
@@ -601,7 +601,7 @@ def _as_tensor(value: Any, family: str, what: str, response: bool) -> tuple[int,
         arr = np.char.encode(arr, "utf-8") if response else arr
     dims = check_shape(arr.shape, what)
     values = to_wire_values(arr, kind, what)
-    return dt, dims, _FIELDS[family][kind], wire_payload(values, kind)
+    return dt, dims, FIELDS[family][kind], wire_payload(values, kind)
 
 
 def _tensor_proto(value: Any, family: str, what: str, response: bool) -> tuple[Pieces, int]:
@@ -1220,6 +1220,7 @@ __all__ = [
     "BLADE_FIELDS",
     "BLADE_NUMPY_DTYPES",
     "DT_NAMES",
+    "FIELDS",
     "NUMPY_DTYPES",
     "TF_FIELDS",
     "TORCH_FIELDS",
