@@ -114,6 +114,12 @@ def create_app(
     discovery.setup(app)
     predict.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    if any(s.async_ for s in config.services):
+        # Dispatchers feed async services' input queues to their pools; registered after
+        # _lifecycle so they start after pools/queues and stop before them.
+        from gateway.queue import dispatcher
+
+        dispatcher.setup(app)
     return app
 
 

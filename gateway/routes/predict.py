@@ -175,6 +175,8 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         content_type=request.headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
         request_id=request_id(request),
         headers=headers,
+        # The worker drops the request unrun once this passes (F17).
+        deadline=time.monotonic() + timeout,
     )
     t0 = time.perf_counter()
     try:

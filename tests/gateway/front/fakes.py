@@ -35,6 +35,7 @@ class FakeWorkerRequest:
     content_type: str
     request_id: str
     headers: dict[str, str]
+    deadline: float = 0.0
 
 
 @dataclass

@@ -1,0 +1,132 @@
+"""The Cluster Serving REST path: ``POST /api/cluster-serving/<service>/predict`` and ``POST /predict``.
+
+Body ``{"instances": [{name: value, ...}, ...]}`` (see gateway.protocols.cluster_serving),
+answer ``{"predictions": [...]}``; every error is ``{"error": "..."}`` with a 4xx/5xx
+status, as Cluster Serving's frontend answers. The instances become one batched request
+in the onnx processor's JSON form, dispatched through the service's worker pool like a
+synchronous predict (an async service's workers serve it too). Bare ``/predict`` goes to
+``gateway.cluster_serving_service``, or to the only predict service when there is one.
+Auth is the service's token, as for ``/api/predict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from eas_sdk._core.constants import HEADER_AUTHORIZATION
+from gateway import errors
+from gateway.app import CONFIG_KEY, POOLS_KEY, WORKER_REQUEST_KEY
+from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
+from gateway.middleware import request_id
+from gateway.protocols.cluster_serving import (
+    ClusterServingRequestError,
+    parse_request,
+    predictions_from_reply,
+)
+from gateway.routes.predict import _map_pool_error, _timeout_s, check_auth, read_body
+
+PATH_PREFIX = "/api/cluster-serving/"
+BARE_PATH = "/predict"
+JSON_TYPE = "application/json"
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=json.dumps({"error": message}), content_type=JSON_TYPE)
+
+
+def default_service(config: Config) -> ServiceConfig | None:
+    name = getattr(config.gateway, "cluster_serving_service", None)
+    if name:
+        return config.service(name)
+    candidates = [s for s in config.services if s.processor != "queue"]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
+    app = request.app
+    gw = app[CONFIG_KEY].gateway
+    if svc.tokens and not request.headers.get(HEADER_AUTHORIZATION):
+        return _error(401, "invalid or missing token")
+    try:
+        body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
+        check_auth(svc, request, body)
+        timeout = _timeout_s(svc, request)
+    except errors.GatewayError as exc:
+        resp = _error(exc.status, exc.message)
+        if exc.close:
+            resp.force_close()
+        return resp
+    try:
+        batch = await asyncio.to_thread(parse_request, body) if len(body) > 1 << 20 else parse_request(body)
+    except ClusterServingRequestError as exc:
+        return _error(exc.status, str(exc))
+    make_request: Any = app[WORKER_REQUEST_KEY]
+    wreq = make_request(
+        body=batch.body,
+        subpath="",
+        content_type=JSON_TYPE,
+        request_id=request_id(request),
+        headers={"Content-Type": JSON_TYPE},
+    )
+    try:
+        wresp = await app[POOLS_KEY][svc.name].dispatch(wreq, timeout)
+    except asyncio.TimeoutError:
+        return _error(504, "the worker did not answer in time")
+    except Exception as exc:
+        mapped = _map_pool_error(exc)
+        if mapped is None:
+            raise
+        return _error(mapped.status, mapped.message)
+    if int(wresp.status) != 200:
+        text = bytes(wresp.body).decode("utf-8", "replace")
+        try:  # the processor's JSON error -> its message
+            doc = json.loads(text)
+            text = str(doc.get("message", text)) if isinstance(doc, dict) else text
+        except ValueError:
+            pass
+        return _error(int(wresp.status), text)
+    try:
+        preds = predictions_from_reply(bytes(wresp.body), batch.size)
+    except (ValueError, TypeError, KeyError) as exc:
+        return _error(502, f"the service's reply is not an onnx JSON reply ({exc})")
+    return web.Response(text=json.dumps({"predictions": preds}), content_type=JSON_TYPE)
+
+
+async def predict_named(request: web.Request) -> web.Response:
+    name = request.match_info["service"]
+    config = request.app[CONFIG_KEY]
+    if not SERVICE_NAME_RE.fullmatch(name):
+        return _error(400, "invalid service name")
+    svc = config.service(name)
+    if svc is None or svc.processor == "queue" or name not in request.app[POOLS_KEY]:
+        return _error(404, f"service {name!r} not found")
+    return await _serve(request, svc)
+
+
+async def predict_default(request: web.Request) -> web.Response:
+    svc = default_service(request.app[CONFIG_KEY])
+    if svc is None or svc.name not in request.app[POOLS_KEY]:
+        return _error(
+            404, f"no default service: set gateway.cluster_serving_service or use {PATH_PREFIX}<name>/predict"
+        )
+    return await _serve(request, svc)
+
+
+async def _not_allowed(request: web.Request) -> web.Response:
+    resp = _error(405, f"method {request.method} is not allowed; use POST")
+    resp.headers["Allow"] = "POST"
+    return resp
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post(PATH_PREFIX + "{service}/predict", predict_named)
+    app.router.add_route("*", PATH_PREFIX + "{service}/predict", _not_allowed)
+    app.router.add_post(BARE_PATH, predict_default)
+    app.router.add_route("*", BARE_PATH, _not_allowed)
+
+
+__all__ = ["BARE_PATH", "PATH_PREFIX", "default_service", "setup"]

@@ -1,0 +1,188 @@
+"""Run the real gateway as a subprocess (reusable by any test).
+
+    proc = GatewayProcess.start(config_dict_or_path, tmp_path)
+    proc.url, proc.port, proc.pid, proc.output(), proc.stop() -> exit status
+
+The gateway runs ``python -m gateway serve --host 127.0.0.1 --port 0 --port-file F``
+in its own session; ``stop()``/``kill()`` signal the whole process group, so
+workers never outlive a test. The ``gateway_factory`` fixture kills whatever is
+left in its finalizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DIGITS_MODEL = ROOT / "samples" / "models" / "digits.onnx"
+ECHO_ENTRY = f"{ROOT / 'samples' / 'processors' / 'echo.py'}:EchoProcessor"
+
+
+class GatewayProcess:
+    def __init__(self, proc: subprocess.Popen[bytes], workdir: Path, port: int) -> None:
+        self.proc = proc
+        self.workdir = workdir
+        self.port = port
+        self.pid = proc.pid
+
+    # ------------------------------------------------------------------ start/stop
+    @classmethod
+    def start(
+        cls,
+        config: Mapping[str, Any] | str | os.PathLike[str],
+        workdir: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        log_level: str = "INFO",
+        extra_args: tuple[str, ...] = (),
+        timeout: float = 60.0,
+    ) -> GatewayProcess:
+        workdir.mkdir(parents=True, exist_ok=True)
+        if isinstance(config, Mapping):
+            cfg = dict(config)
+            cfg.setdefault("gateway", {})
+            cfg["gateway"] = {"data_dir": str(workdir / "data"), **cfg["gateway"]}
+            path = workdir / "services.yaml"
+            path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+        else:
+            path = Path(config)
+        port_file = workdir / "gateway.port"
+        port_file.unlink(missing_ok=True)
+        full_env = {**os.environ, "EASGW_LOOPBACK_ONLY": "1", "PYTHONUNBUFFERED": "1"}
+        if env:
+            full_env.update(env)
+        argv = [
+            sys.executable, "-m", "gateway", "serve", "--config", str(path),
+            "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
+            "--log-level", log_level, *extra_args,
+        ]  # fmt: skip
+        out = (workdir / "stdout.log").open("ab")
+        err = (workdir / "stderr.log").open("ab")
+        try:
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=full_env, stdout=out, stderr=err, start_new_session=True
+            )
+        finally:
+            out.close()
+            err.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if port_file.exists():
+                text = port_file.read_text().strip()
+                host, _, port = text.rpartition(":")
+                assert host == "127.0.0.1", text
+                return cls(proc, workdir, int(port))
+            if proc.poll() is not None:
+                tail = cls._tail(workdir)
+                raise RuntimeError(f"gateway exited with {proc.returncode} before it was ready:\n{tail}")
+            time.sleep(0.05)
+        _kill_group(proc)
+        raise RuntimeError(f"gateway not ready within {timeout} s:\n{cls._tail(workdir)}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Signal the gateway (not its workers: it stops them) and wait; kill the group if stuck."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(self.proc)
+                raise
+        _kill_group(self.proc)  # anything left in the group (should be nothing)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        _kill_group(self.proc)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return "".join(
+            (self.workdir / name).read_text(encoding="utf-8", errors="replace")
+            for name in ("stdout.log", "stderr.log")
+            if (self.workdir / name).exists()
+        )
+
+    @staticmethod
+    def _tail(workdir: Path) -> str:
+        parts = []
+        for name in ("stdout.log", "stderr.log"):
+            p = workdir / name
+            if p.exists():
+                parts.append(p.read_text(encoding="utf-8", errors="replace")[-4000:])
+        return "\n".join(parts)
+
+    def get_json(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
+        req = urllib.request.Request(self.url + path)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def services(self) -> dict[str, Any]:
+        status, body = self.get_json("/api/services")
+        assert status == 200
+        return {s["name"]: s for s in body["services"]}
+
+    def worker_pids(self, service: str | None = None) -> list[int]:
+        if service is not None:
+            return [w["pid"] for w in self.services()[service].get("workers", []) if w.get("pid")]
+        try:
+            return [c.pid for c in psutil.Process(self.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def wait_workers_ready(self, service: str, count: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        workers: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            workers = self.services()[service].get("workers", [])
+            if sum(1 for w in workers if w.get("state") == "ready") >= count:
+                return workers
+            time.sleep(0.1)
+        raise AssertionError(f"{service}: fewer than {count} ready workers after {timeout} s: {workers}")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+@pytest.fixture
+def gateway_factory(tmp_path: Path) -> Iterator[Any]:
+    """``start(config, name="gw", **kw) -> GatewayProcess``; every process group is killed afterwards."""
+    started: list[GatewayProcess] = []
+
+    def start(config: Mapping[str, Any] | str, name: str = "gw", **kw: Any) -> GatewayProcess:
+        proc = GatewayProcess.start(config, tmp_path / name, **kw)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()

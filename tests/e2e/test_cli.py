@@ -1,0 +1,102 @@
+"""The eas-gateway CLI: start-up announcement, port file, config errors, clean stop."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from gateway.cli import main, write_port_file
+from tests.e2e.gateway_proc import ROOT
+
+QUEUE_ONLY = {
+    "gateway": {"shutdown_timeout_s": 5},
+    "services": [{"name": "q", "processor": "queue", "workers": 0}],
+}
+
+
+def test_start_announce_and_sigterm(gateway_factory: Any) -> None:
+    gw = gateway_factory(QUEUE_ONLY)
+    out = gw.output()
+    assert re.search(rf"^gateway listening on http://127\.0\.0\.1:{gw.port}$", out, re.M), out
+    assert (gw.workdir / "gateway.port").read_text() == f"127.0.0.1:{gw.port}\n"
+    assert gw.get_json("/readyz")[0] == 200
+    assert gw.get_json("/healthz") == (200, {"status": "ok"})
+    # Listens on loopback only.
+    listening = [c for c in psutil.Process(gw.pid).net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+    assert listening and all(c.laddr.ip == "127.0.0.1" for c in listening)
+    assert gw.stop(signal.SIGTERM) == 0
+    assert "stopped" in gw.output()
+
+
+def test_sigint_stops_cleanly(gateway_factory: Any) -> None:
+    gw = gateway_factory(QUEUE_ONLY)
+    assert gw.stop(signal.SIGINT) == 0
+
+
+def test_json_logs(gateway_factory: Any) -> None:
+    gw = gateway_factory(QUEUE_ONLY, extra_args=("--log-format", "json"))
+    with urllib.request.urlopen(gw.url + "/healthz?token=abc", timeout=5) as r:
+        assert r.status == 200
+    assert gw.stop() == 0
+
+    lines = [
+        json.loads(line) for line in (gw.workdir / "stderr.log").read_text().splitlines() if line.strip()
+    ]
+    access = [rec for rec in lines if rec["logger"] == "gateway.access"]
+    assert access and access[0]["path"] == "/healthz"  # no query string in the log
+    assert "abc" not in (gw.workdir / "stderr.log").read_text()
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"gateway": {"port": "eighty"}, "services": []}, "gateway.port"),
+        ({"services": [{"name": "x", "processor": "onnx"}]}, "services[0] (x).model"),
+        ({"services": [{"name": "bad/name", "processor": "queue"}]}, "services[0].name"),
+        ({"gateway": {"colour": "blue"}}, "gateway: unknown key(s) colour"),
+    ],
+)
+def test_config_errors_exit_2_naming_the_field(tmp_path: Path, config: dict[str, Any], field: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = _run_cli("serve", "--config", str(path), "--port", "0")
+    assert proc.returncode == 2, proc.stderr
+    assert field in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_config_errors_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(QUEUE_ONLY))
+    assert main(["serve", "--config", str(path), "--port", "70000"]) == 2
+    assert "--port" in capsys.readouterr().err
+    assert main(["serve", "--config", str(path), "--host", "0.0.0.0"]) == 2  # EASGW_LOOPBACK_ONLY=1
+    assert "loopback" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["serve"])
+    assert exc.value.code == 2
+
+
+def test_port_file_is_written_atomically(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "port"
+    write_port_file(str(target), "127.0.0.1", 1234)
+    assert target.read_text() == "127.0.0.1:1234\n"
+    assert [p.name for p in target.parent.iterdir()] == ["port"]

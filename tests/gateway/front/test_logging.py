@@ -1,0 +1,77 @@
+"""Log formatting: escaped control characters, JSON lines, an access log without headers."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import aiohttp
+
+from gateway.logging import JsonFormatter, TextFormatter, escape, setup_logging
+from tests.gateway.front.fakes import TOKEN, live_gateway, raw_request
+
+
+def _record(msg: str, *args: object, **extra: object) -> logging.LogRecord:
+    rec = logging.LogRecord("gateway.test", logging.INFO, __file__, 1, msg, args, None)
+    for k, v in extra.items():
+        setattr(rec, k, v)
+    return rec
+
+
+def test_escape() -> None:
+    assert escape("a\r\nX-Injected: 1") == "a\\r\\nX-Injected: 1"
+    assert escape("tab\there\x00\x7f\\") == "tab\\there\\x00\\x7f\\\\"
+    assert escape("café") == "café"
+
+
+def test_text_formatter_is_one_line() -> None:
+    line = TextFormatter().format(_record("path %s", "/api/predict/x\r\nforged line", request_id="r1"))
+    assert "\n" not in line and "\r" not in line
+    assert line.endswith("path /api/predict/x\\r\\nforged line rid=r1")
+
+
+def test_json_formatter() -> None:
+    out = json.loads(JsonFormatter().format(_record("hello %s", "w\n", request_id="abc", status=200)))
+    assert out["msg"] == "hello w\n"
+    assert out["request_id"] == "abc"
+    assert out["status"] == 200
+    assert out["level"] == "INFO"
+
+
+async def test_access_log_has_request_id_and_no_credentials() -> None:
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    setup_logging("DEBUG", "text", stream=stream)
+    try:
+        async with live_gateway() as gw, aiohttp.ClientSession() as s:
+            async with s.post(
+                gw.url + "/api/predict/digits?token=" + TOKEN,
+                data=b"x",
+                headers={"Authorization": TOKEN, "X-Request-Id": "trace-1"},
+            ) as r:
+                assert r.status == 200
+            async with s.post(
+                gw.url + "/api/predict/digits", data=b"x", headers={"Authorization": "EAS bad"}
+            ) as r:
+                assert r.status == 401
+            await raw_request(
+                gw.port,
+                b"POST /api/predict/x%0d%0aforged HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                b"Connection: close\r\n\r\n",
+            )
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])
+    text = stream.getvalue()
+    assert "rid=trace-1" in text
+    assert " 200 " in text and " 401 " in text
+    assert TOKEN not in text
+    assert "EAS bad" not in text
+    assert all(
+        "forged" not in line or "%0d%0aforged" in line or "\\r\\nforged" in line for line in text.splitlines()
+    )
