@@ -148,8 +148,6 @@ def sparse_to_coo(
         raise ClusterServingInputError(f"{where}: sparse tensor is not numeric ({exc})") from None
     if vals.dtype.kind not in "biuf":
         raise ClusterServingInputError(f"{where}: sparse values must be numbers")
-    if vals.dtype == np.float64:
-        vals = vals.astype(np.float32)
     vals = vals.reshape(-1)
     ndim = shp.size
     if ndim == 0 or (shp <= 0).any():

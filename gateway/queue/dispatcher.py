@@ -51,16 +51,24 @@ def worker_capacity(service: ServiceConfig) -> int:
     return max(1, min(service.workers * PER_WORKER_INFLIGHT, service.max_pending, service.queue.max_window))
 
 
+# WorkerPool errors by class name (as the predict route maps them), so this module does not
+# import the worker package.
+_POOL_STATUS = {"PoolOverloaded": 450, "NoReadyWorker": 503, "UpstreamTimeout": 504}
+
+
 def _status_of(exc: BaseException) -> int:
-    for attr in ("status", "code", "http_status"):
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _POOL_STATUS:
+            return _POOL_STATUS[cls.__name__]
+    for attr in ("status", "code"):
         v = getattr(exc, attr, None)
         if isinstance(v, int) and 100 <= v <= 599:
             return v
-    return 503
+    return 504 if isinstance(exc, TimeoutError) else 503
 
 
 def _is_timeout(exc: BaseException) -> bool:
-    return isinstance(exc, TimeoutError) or _status_of(exc) == 504
+    return _status_of(exc) == 504
 
 
 async def _durable(d: Any) -> None:

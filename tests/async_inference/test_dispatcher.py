@@ -33,12 +33,12 @@ class Resp:
     compute_us: int = 0
 
 
-class Unavailable(Exception):
-    status = 503
+class NoReadyWorker(Exception):
+    pass
 
 
-class Timeout(Exception):
-    status = 504
+class UpstreamTimeout(Exception):
+    pass
 
 
 @dataclass
@@ -183,7 +183,7 @@ async def test_unavailable_workers_are_retried_then_succeed(qm: QueueManager) ->
 
     def flaky(body: bytes) -> Resp | BaseException:
         state["n"] += 1
-        return Unavailable("no ready worker") if state["n"] <= 3 else _echo(body)
+        return NoReadyWorker("no ready worker") if state["n"] <= 3 else _echo(body)
 
     d = await _dispatcher(qm, FakePool(flaky))
     rid = await _put(qm, b"a")
@@ -194,7 +194,7 @@ async def test_unavailable_workers_are_retried_then_succeed(qm: QueueManager) ->
 
 
 async def test_timeouts_end_in_an_error_result(qm: QueueManager) -> None:
-    pool = FakePool(lambda b: Timeout("upstream timeout"))
+    pool = FakePool(lambda b: UpstreamTimeout("upstream timeout"))
     d = await _dispatcher(qm, pool, timeout_attempts=2)
     rid = await _put(qm, b"slow")
     await _wait(lambda: rid in _sink(qm) and qm.queue("asvc").length == 0)
@@ -204,7 +204,7 @@ async def test_timeouts_end_in_an_error_result(qm: QueueManager) -> None:
 
 
 async def test_retry_budget_ends_in_an_error_result(qm: QueueManager) -> None:
-    d = await _dispatcher(qm, FakePool(lambda b: Unavailable("down")), retry_for_s=0.2)
+    d = await _dispatcher(qm, FakePool(lambda b: NoReadyWorker("down")), retry_for_s=0.2)
     rid = await _put(qm, b"a")
     await _wait(lambda: rid in _sink(qm))
     await d.stop()

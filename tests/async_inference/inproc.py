@@ -1,0 +1,42 @@
+"""An in-process WorkerPool over the real processors (no worker processes): fast route tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from gateway.config import GatewayConfig, ServiceConfig
+from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from gateway.workers.processors.base import ProcessorError, create_processor
+
+
+class InProcPool:
+    def __init__(self, service: ServiceConfig, gateway: GatewayConfig) -> None:
+        self.service = service
+        self.processor = create_processor(service)
+        self.calls = 0
+        self.restarts_total = 0
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.processor.load)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        return True
+
+    async def stop(self, drain_timeout: float) -> None:
+        self.processor.close()
+
+    def ready_endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", 1)]
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return []
+
+    async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
+        self.calls += 1
+        try:
+            return await asyncio.to_thread(self.processor.handle, req)
+        except ProcessorError as exc:
+            body = json.dumps({"code": exc.code, "message": exc.message}).encode()
+            return WorkerResponse(exc.status, body, "application/json")
