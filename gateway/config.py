@@ -97,6 +97,8 @@ class GatewayConfig:
     discovery_requires_token: bool = False
     # Refuse non-loopback listen/upstream addresses (tests set EASGW_LOOPBACK_ONLY=1).
     loopback_only: bool = False
+    # The service a bare Cluster Serving ``POST /predict`` goes to (default: the only one).
+    cluster_serving_service: str | None = None
 
 
 @dataclass(frozen=True)
