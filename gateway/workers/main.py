@@ -1,0 +1,270 @@
+"""Worker process entry: load one processor and serve it two ways.
+
+* the framed RPC (gateway.workers.ipc) on a unix socket: what the gateway uses;
+* HTTP on 127.0.0.1:<port 0>: ``POST /api/predict/<service>[/<subpath>]`` with the
+  gateway's auth (gateway.auth.verify), for direct-mode clients, and ``GET /healthz``.
+
+Started by the pool with the multiprocessing *spawn* method (:func:`run_worker`).
+Readiness (pid, http port, socket path) or a load error is sent once over the pipe
+the pool passes in; EOF on that pipe means the gateway is gone and the worker exits.
+SIGTERM drains: stop accepting, finish what is queued (bounded), exit. SIGINT is
+ignored so a Ctrl-C to the process group lets the gateway stop workers in order.
+
+Requests run on one compute thread fed by a queue, so health pings are answered
+while a model runs, and a request cancelled (or past its deadline) while still
+queued is dropped before the model runs (F16/F17).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.config import GatewayConfig, ServiceConfig
+from gateway.workers.ipc import IPCServerProtocol, RequestSink, WorkerRequest, WorkerResponse
+from gateway.workers.processors.base import Processor, ProcessorError, create_processor, error_response
+
+log = logging.getLogger("gateway.worker")
+
+
+class _Job:
+    __slots__ = ("cancelled", "done", "req")
+
+    def __init__(self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None]) -> None:
+        self.req = req
+        self.done = done
+        self.cancelled = False
+
+
+class ComputeQueue(RequestSink):
+    """Runs requests on a compute thread; results come back to the event loop in batches."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, processor: Processor, threads: int = 1) -> None:
+        self.loop = loop
+        self.processor = processor
+        self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._results: list[tuple[_Job, WorkerResponse | None]] = []
+        self._lock = threading.Lock()
+        self.runs = 0  # processor invocations (written by compute threads only)
+        self.dropped = 0  # cancelled or expired before running
+        self.outstanding = 0  # submitted, not yet answered (event loop only)
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"compute-{i}", daemon=True) for i in range(threads)
+        ]
+        for t in self._threads:
+            t.start()
+
+    # event loop side
+    def submit(self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None]) -> _Job:
+        job = _Job(req, done)
+        self.outstanding += 1
+        self.idle.clear()
+        self._q.put(job)
+        return job
+
+    def cancel(self, job: _Job) -> None:
+        job.cancelled = True
+
+    async def run(self, req: WorkerRequest) -> WorkerResponse:
+        fut: asyncio.Future[WorkerResponse | None] = self.loop.create_future()
+
+        def done(resp: WorkerResponse | None) -> None:
+            if not fut.done():
+                fut.set_result(resp)
+
+        job = self.submit(req, done)
+        try:
+            resp = await fut
+        except asyncio.CancelledError:
+            job.cancelled = True
+            raise
+        return resp or error_response(504, "UpstreamTimeout", "request expired before it ran", req.request_id)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "dropped": self.dropped,
+            "outstanding": self.outstanding,
+            "pid": os.getpid(),
+        }
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._results = self._results, []
+        for job, resp in items:
+            self.outstanding -= 1
+            if not job.cancelled or resp is not None:
+                job.done(resp)
+        if self.outstanding == 0:
+            self.idle.set()
+
+    # compute thread side
+    def _post(self, job: _Job, resp: WorkerResponse | None) -> None:
+        with self._lock:
+            self._results.append((job, resp))
+            first = len(self._results) == 1
+        if first:
+            # One wake-up for every batch of results finished while the loop was busy.
+            with contextlib.suppress(RuntimeError):  # loop closed at exit
+                self.loop.call_soon_threadsafe(self._deliver)
+
+    def _work(self) -> None:
+        while True:
+            job = self._q.get()
+            if job is None:
+                return
+            req = job.req
+            if job.cancelled or (req.deadline and time.monotonic() >= req.deadline):
+                self.dropped += 1
+                self._post(job, None)
+                continue
+            self.runs += 1
+            t0 = time.perf_counter_ns()
+            try:
+                resp = self.processor.handle(req)
+            except ProcessorError as exc:
+                resp = error_response(exc.status, exc.code, exc.message, req.request_id)
+            except Exception as exc:  # a bug in a processor must not kill the worker
+                log.exception("processor failed (request %s)", req.request_id)
+                resp = error_response(500, "InternalError", f"processor error: {type(exc).__name__}")
+            resp.compute_us = (time.perf_counter_ns() - t0) // 1000
+            self._post(job, resp)
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._q.put(None)
+
+
+def _make_http_app(service: ServiceConfig, gateway: GatewayConfig, compute: ComputeQueue) -> Any:
+    from aiohttp import web
+
+    from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_REQUEST_ID
+    from gateway.auth import AuthStatus, verify
+
+    prefix = f"/api/predict/{service.name}"
+
+    async def predict(request: web.Request) -> web.StreamResponse:
+        rid = request.headers.get(HEADER_REQUEST_ID, "")[:128]
+        body = await request.read()
+        result = verify(service.tokens, request.headers, request.path, body)
+        if not result.ok:
+            status, code = (
+                (400, "BadDigest") if result.status is AuthStatus.BAD_DIGEST else (401, "Unauthorized")
+            )
+            err = error_response(status, code, result.reason or "invalid or missing token", rid)
+            return web.Response(status=status, body=err.body, headers={"Content-Type": err.content_type})
+        tail = request.match_info.get("tail", "")
+        req = WorkerRequest(
+            body=body,
+            subpath=tail,
+            content_type=request.headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
+            request_id=rid,
+            headers={k: v for k, v in request.headers.items() if k.lower().startswith("x-")},
+            deadline=time.monotonic() + service.timeout_ms / 1000.0,
+        )
+        resp = await compute.run(req)
+        return web.Response(status=resp.status, body=resp.body, headers={"Content-Type": resp.content_type})
+
+    async def healthz(request: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok", **compute.stats()})
+
+    app = web.Application(client_max_size=gateway.max_body_bytes)
+    app.router.add_post(prefix, predict)
+    app.router.add_post(prefix + "/{tail:.*}", predict)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+async def _serve(
+    service: ServiceConfig, gateway: GatewayConfig, socket_path: str, conn: Any, drain_s: float
+) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    processor = create_processor(service)
+    try:
+        processor.load()
+    except BaseException as exc:
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        log.error("service %s: processor failed to load: %s", service.name, msg)
+        conn.send({"ok": False, "error": msg})
+        return 3
+
+    compute = ComputeQueue(loop, processor)
+    server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
+    os.chmod(socket_path, 0o600)
+
+    from aiohttp import web
+
+    runner = web.AppRunner(_make_http_app(service, gateway, compute), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+
+    # The pipe to the gateway: EOF means the gateway died, so stop too.
+    def _parent_event() -> None:
+        try:
+            if conn.poll():
+                conn.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            stop.set()
+
+    loop.add_reader(conn.fileno(), _parent_event)
+    conn.send({"ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path})
+    log.info("service %s: worker ready (pid %d, http 127.0.0.1:%d)", service.name, os.getpid(), port)
+
+    await stop.wait()
+    # Drain: no new connections, finish what is queued, then leave.
+    server.close()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(compute.idle.wait(), drain_s)
+    await runner.cleanup()
+    compute.shutdown()
+    with contextlib.suppress(Exception):
+        processor.close()
+    return 0
+
+
+def run_worker(
+    service: ServiceConfig, gateway: GatewayConfig, index: int, socket_path: str, conn: Any
+) -> None:
+    """Process target (spawn start method)."""
+    os.environ.update(service.env)
+    logging.basicConfig(
+        level=getattr(logging, gateway.log_level.upper(), logging.INFO),
+        format=f"%(asctime)s worker[{service.name}/{index}] %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(socket_path)
+    code = 1
+    try:
+        main = _serve(service, gateway, socket_path, conn, gateway.shutdown_timeout_s)
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is optional
+            code = asyncio.run(main)
+        else:
+            code = uvloop.run(main)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(socket_path)
+        # Skip interpreter teardown: daemon compute threads may be inside native code.
+        logging.shutdown()
+        os._exit(code)

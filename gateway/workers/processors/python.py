@@ -1,0 +1,96 @@
+"""Python processor: user code in the shape of an EAS custom processor.
+
+``entry`` is ``path/to/file.py:Class`` or ``package.module:Class``. The class is
+instantiated without arguments, given ``config`` (the service's ``config`` mapping)
+and ``model_path`` (the service's ``model`` or None), then ``initialize()`` is called
+once. ``process(data: bytes)`` returns a body (bytes or str) or a ``(body, status)``
+pair; status 0 means 200 (allspark samples return 0 for success). An exception in
+``process`` is answered 400 with its message and the worker keeps serving.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from gateway.workers.processors.base import Processor, ProcessorError
+
+log = logging.getLogger("gateway.worker")
+
+
+def load_entry(entry: str) -> type:
+    target, sep, cls_name = entry.rpartition(":")
+    if not sep or not target or not cls_name:
+        raise ValueError(f"entry {entry!r}: expected 'path/to/file.py:Class' or 'package.module:Class'")
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"entry file not found: {path.name}")
+        # Sibling modules of the entry file are importable, as in an EAS processor directory.
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
+        spec = importlib.util.spec_from_file_location(f"easgw_entry_{path.stem}", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path.name}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    cls = getattr(module, cls_name, None)
+    if not isinstance(cls, type):
+        raise AttributeError(f"entry {entry!r}: no class {cls_name!r}")
+    if not callable(getattr(cls, "process", None)):
+        raise TypeError(f"entry {entry!r}: class {cls_name} has no process(data) method")
+    return cls
+
+
+class PythonProcessor(Processor):
+    def load(self) -> None:
+        cls = load_entry(self.service.entry or "")
+        obj: Any = cls()
+        obj.config = dict(self.service.config)
+        obj.model_path = self.service.model
+        if not callable(getattr(obj, "get_model_path", None)):
+            obj.get_model_path = lambda: self.service.model
+        init = getattr(obj, "initialize", None)
+        if callable(init):
+            init()
+        self.obj = obj
+
+    def handle(self, req: WorkerRequest) -> WorkerResponse:
+        try:
+            result = self.obj.process(req.body)
+        except Exception as exc:
+            log.info("processor raised %s (request %s)", type(exc).__name__, req.request_id)
+            raise ProcessorError(str(exc) or type(exc).__name__, code="ProcessorError") from None
+        status = 200
+        if isinstance(result, tuple):
+            if len(result) != 2:
+                raise ProcessorError("process() must return body or (body, status)", 500, "ProcessorError")
+            result, status = result
+            if isinstance(status, bool) or not isinstance(status, int):
+                raise ProcessorError("process() returned a non-integer status", 500, "ProcessorError")
+            if status == 0:
+                status = 200
+            if not 100 <= status <= 599:
+                raise ProcessorError(f"process() returned status {status}", 500, "ProcessorError")
+        if result is None:
+            return WorkerResponse(status, b"", "application/octet-stream")
+        if isinstance(result, str):
+            return WorkerResponse(status, result.encode(), "text/plain; charset=utf-8")
+        if isinstance(result, (bytes, bytearray, memoryview)):
+            return WorkerResponse(status, bytes(result), "application/octet-stream")
+        raise ProcessorError(
+            f"process() returned {type(result).__name__}; expected bytes or str", 500, "ProcessorError"
+        )
+
+    def close(self) -> None:
+        close = getattr(getattr(self, "obj", None), "close", None)
+        if callable(close):
+            close()

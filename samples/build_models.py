@@ -1,0 +1,119 @@
+"""Build the small sample ONNX models used by examples, tests and benchmarks.
+
+Everything is built offline in a second or two:
+
+* ``digits.onnx``: logistic regression on scikit-learn's bundled 8x8 digits data set.
+  Input ``input`` float32[N,64]; outputs ``label`` int64[N] and ``probabilities``
+  float32[N,10] (a plain tensor: ``zipmap`` is off).
+* ``multi.onnx``: a hand-made graph for dtype and positional tests.
+  Inputs ``x`` float32[N,4], ``y`` int64[N,4], ``z`` float64[N,4];
+  outputs ``sum`` float32[N,4] = x + float(y), ``yy`` int64[N,4] = y * 2,
+  ``zneg`` float64[N,4] = -z, ``mask`` uint8[N,4] = (y > 0).
+
+Usage: ``python samples/build_models.py [out_dir]`` (default ``samples/models``).
+Idempotent: an existing, loadable model is kept.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DEFAULT_DIR = Path(__file__).resolve().parent / "models"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def build_digits(path: Path) -> Path:
+    import numpy as np
+    from skl2onnx import to_onnx
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16.0).astype(np.float32)
+    clf = LogisticRegression(max_iter=300)
+    clf.fit(x, y)
+    onx = to_onnx(
+        clf,
+        x[:1],
+        options={id(clf): {"zipmap": False}},
+        target_opset=17,
+        final_types=None,
+    )
+    # Name the input and outputs predictably for clients.
+    onx.graph.input[0].name = "input"
+    for node in onx.graph.node:
+        node.input[:] = ["input" if n == "X" else n for n in node.input]
+    # A named batch dimension reads better in error messages ("float32[N,64]").
+    for vi in list(onx.graph.input) + list(onx.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if dims and not dims[0].dim_param:
+            dims[0].dim_param = "N"
+    _write_atomic(path, onx.SerializeToString())
+    return path
+
+
+def build_multi(path: Path) -> Path:
+    from onnx import TensorProto, helper
+
+    n = "N"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [n, 4])
+    z = helper.make_tensor_value_info("z", TensorProto.DOUBLE, [n, 4])
+    out_sum = helper.make_tensor_value_info("sum", TensorProto.FLOAT, [n, 4])
+    out_yy = helper.make_tensor_value_info("yy", TensorProto.INT64, [n, 4])
+    out_z = helper.make_tensor_value_info("zneg", TensorProto.DOUBLE, [n, 4])
+    out_mask = helper.make_tensor_value_info("mask", TensorProto.UINT8, [n, 4])
+    two = helper.make_tensor("two", TensorProto.INT64, [], [2])
+    zero = helper.make_tensor("zero", TensorProto.INT64, [], [0])
+    nodes = [
+        helper.make_node("Cast", ["y"], ["yf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "yf"], ["sum"]),
+        helper.make_node("Mul", ["y", "two"], ["yy"]),
+        helper.make_node("Neg", ["z"], ["zneg"]),
+        helper.make_node("Greater", ["y", "zero"], ["gt"]),
+        helper.make_node("Cast", ["gt"], ["mask"], to=TensorProto.UINT8),
+    ]
+    graph = helper.make_graph(nodes, "multi", [x, y, z], [out_sum, out_yy, out_z, out_mask], [two, zero])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _write_atomic(path, model.SerializeToString())
+    return path
+
+
+BUILDERS = {"digits.onnx": build_digits, "multi.onnx": build_multi}
+
+
+def _loadable(path: Path) -> bool:
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    try:
+        import onnx
+
+        onnx.checker.check_model(onnx.load(str(path)))
+    except Exception:
+        return False
+    return True
+
+
+def build_all(out_dir: str | Path | None = None) -> dict[str, Path]:
+    """Build every sample model into ``out_dir`` (idempotent); return name -> path."""
+    out = Path(out_dir) if out_dir is not None else DEFAULT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for name, builder in BUILDERS.items():
+        path = out / name
+        if not _loadable(path):
+            builder(path)
+        paths[name.removesuffix(".onnx")] = path
+    return paths
+
+
+if __name__ == "__main__":
+    for name, p in build_all(sys.argv[1] if len(sys.argv) > 1 else None).items():
+        print(f"{name}: {p}")
