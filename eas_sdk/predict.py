@@ -1,0 +1,633 @@
+"""PredictClient (urllib3, threads) and AsyncPredictClient (aiohttp, asyncio).
+
+Both are thin drivers over the I/O-free core in ``eas_sdk._core``: settings live
+in a :class:`~eas_sdk._core.request.ClientConfig`, each call is a
+:class:`~eas_sdk._core.request.PredictCall` (URL, fresh signed headers, retry and
+deadline decisions), endpoints come from :mod:`eas_sdk._core.endpoints`. The two
+classes here only move bytes, sleep and run the direct-mode discovery refresh.
+
+Drop-in for ``eas_prediction.PredictClient`` (0.36) with these deliberate
+differences:
+
+* ``retry_count`` / ``set_retry_count(n)`` is the number of **retries**: a call
+  makes up to ``1 + n`` attempts (the original made ``n`` attempts in total and
+  returned None for ``n == 0``; here ``0`` means exactly one attempt). Retries use
+  full-jitter exponential back-off, a per-client retry budget and an overall
+  deadline of ``timeout x attempts`` (at most 30 s), and also cover 450, 502, 503,
+  504 and 429-with-Retry-After (the original retried only 500).
+* Headers are built per attempt and never leak between calls (the original mutated
+  a shared dict, so e.g. an old Authorization survived ``set_token('')``).
+* ``Date`` is real GMT; https endpoints work; direct-mode URLs carry ``http://``;
+  discovery has a timeout and keeps the last good list on failure.
+* ``set_timeout`` stays in milliseconds (per attempt).
+* ``ENDPOINT_TYPE_VIPSERVER`` (an Alibaba-internal naming service reachable only
+  inside Alibaba's network) is accepted as a constant but ``init()`` rejects it.
+* The library adds no logging handlers; ``set_log_level`` sets the level of the
+  ``eas_sdk.predict`` logger (shared by all clients).
+* The connection pool blocks when full (``max_connection_count`` connections per
+  endpoint, never more) instead of opening throw-away extra connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Protocol
+
+import urllib3
+import urllib3.exceptions as u3
+
+from ._core.constants import (
+    ENDPOINT_TYPE_DEFAULT,
+    ENDPOINT_TYPE_DIRECT,
+    ENDPOINT_TYPE_GATEWAY,
+    ENDPOINT_TYPE_VIPSERVER,
+)
+from ._core.endpoints import (
+    DISCOVERY_INTERVAL,
+    DISCOVERY_TIMEOUT,
+    FIRST_DISCOVERY_WAIT,
+    DiscoveryError,
+    EndpointSet,
+    WarningLimiter,
+    apply_discovery_response,
+    discovery_url,
+)
+from ._core.request import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TIMEOUT_MS,
+    Attempt,
+    ClientConfig,
+    PredictCall,
+    Step,
+    mask_token,
+    redact_url,
+)
+from ._core.retry import FailureKind, RetryBudget, RetryPolicy
+from .errors import NoEndpointError, PredictException
+
+__all__ = [
+    "ENDPOINT_TYPE_DEFAULT",
+    "ENDPOINT_TYPE_DIRECT",
+    "ENDPOINT_TYPE_GATEWAY",
+    "ENDPOINT_TYPE_VIPSERVER",
+    "AsyncPredictClient",
+    "PredictClient",
+    "PredictException",
+    "request_body",
+    "urllib3_failure_kind",
+]
+
+logger = logging.getLogger("eas_sdk.predict")
+
+# Idle keep-alive connections are dropped after this long (below the 75 s of
+# aiohttp servers, above the 5 s of uvicorn; a stale one is re-sent anyway).
+DEFAULT_KEEPALIVE_EXPIRY = 10.0
+
+
+class _Request(Protocol):
+    def to_string(self) -> bytes | str: ...
+
+    def parse_response(self, body: bytes) -> Any: ...
+
+
+def request_body(req: object) -> bytes:
+    """The body of ``req``: ``req.to_string()`` (str is UTF-8 encoded), or raw bytes/str."""
+    data = req.to_string() if hasattr(req, "to_string") else req  # type: ignore[attr-defined]
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"request must provide to_string() -> bytes|str, got {type(data).__name__}")
+
+
+def _parse(req: object, body: bytes) -> Any:
+    parse = getattr(req, "parse_response", None)
+    return parse(body) if parse is not None else body
+
+
+def urllib3_failure_kind(exc: BaseException) -> FailureKind:
+    """Classify a urllib3 exception raised with ``retries=False`` (reusable by other clients)."""
+    if isinstance(exc, u3.NewConnectionError):  # subclasses ConnectTimeoutError in urllib3 2
+        return FailureKind.CONNECT
+    if isinstance(exc, (u3.TimeoutError, u3.EmptyPoolError)):
+        return FailureKind.TIMEOUT
+    if isinstance(exc, u3.ProtocolError):
+        cause = exc.args[1] if len(exc.args) > 1 else None
+        if isinstance(cause, (ConnectionError, OSError)) and not isinstance(cause, u3.HTTPError):
+            return FailureKind.DISCONNECTED  # RemoteDisconnected, reset, broken pipe
+        return FailureKind.BROKEN
+    if isinstance(exc, (u3.LocationValueError, u3.ProxySchemeUnknown, u3.SSLError)):
+        return FailureKind.FATAL
+    if isinstance(exc, u3.HTTPError):
+        return FailureKind.BROKEN
+    if isinstance(exc, OSError):
+        return FailureKind.CONNECT
+    return FailureKind.FATAL
+
+
+def aiohttp_failure_kind(exc: BaseException) -> FailureKind:
+    """Classify an aiohttp exception (reusable by other clients)."""
+    import aiohttp
+
+    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return FailureKind.TIMEOUT
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return FailureKind.FATAL
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return FailureKind.CONNECT
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)):
+        return FailureKind.DISCONNECTED
+    if isinstance(exc, aiohttp.InvalidURL):
+        return FailureKind.FATAL
+    if isinstance(exc, aiohttp.ClientError):
+        return FailureKind.BROKEN
+    return FailureKind.FATAL
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _ClientBase:
+    """Settings, setters and per-call planning shared by both clients."""
+
+    def __init__(
+        self,
+        endpoint: str = "",
+        service_name: str = "",
+        custom_url: str = "",
+        *,
+        token: str = "",
+        endpoint_type: str = ENDPOINT_TYPE_DEFAULT,
+        retry_count: int | None = None,
+        max_connection_count: int = DEFAULT_MAX_CONNECTIONS,
+        timeout: float = DEFAULT_TIMEOUT_MS,
+        content_type: str = "",
+        headers: Mapping[str, str] | None = None,
+        retry_policy: RetryPolicy | None = None,
+        retry_budget: RetryBudget | None = None,
+        discovery_interval: float = DISCOVERY_INTERVAL,
+        discovery_timeout: float = DISCOVERY_TIMEOUT,
+        first_discovery_wait: float = FIRST_DISCOVERY_WAIT,
+        keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
+    ) -> None:
+        self._endpoint = endpoint
+        self._service_name = service_name
+        self._custom_url = custom_url
+        self._token = token
+        self._endpoint_type = endpoint_type or ENDPOINT_TYPE_DEFAULT
+        policy = retry_policy or RetryPolicy()
+        if retry_count is not None:
+            policy = _replace_retries(policy, int(retry_count))
+        self._retry_policy = policy
+        self._max_connection_count = max_connection_count
+        self._timeout_ms = float(timeout)
+        self._content_type = content_type
+        self._extra_headers: dict[str, str] = dict(headers or {})
+        self._budget = retry_budget if retry_budget is not None else RetryBudget(now=time.monotonic())
+        self._discovery_interval = discovery_interval
+        self._discovery_timeout = discovery_timeout
+        self._first_discovery_wait = first_discovery_wait
+        self._keepalive_expiry = keepalive_expiry
+        self._cached: ClientConfig | None = None
+        self._rng = random.Random()
+        self._endpoints: EndpointSet | None = None
+        self._url: str | None = None
+        self._warnings = WarningLimiter()
+
+    # -- setters of the original API ---------------------------------------------
+    def _changed(self) -> None:
+        self._cached = None
+
+    def set_endpoint(self, endpoint: str) -> None:
+        """Gateway address, or the discovery address in direct mode (needs ``init()``)."""
+        self._endpoint = endpoint
+        self._changed()
+
+    def set_service_name(self, service_name: str) -> None:
+        """Service name; may contain '/' for a sub-path (needs ``init()``)."""
+        self._service_name = service_name
+        self._changed()
+
+    def set_endpoint_type(self, endpoint_type: str) -> None:
+        """ENDPOINT_TYPE_GATEWAY/DEFAULT or ENDPOINT_TYPE_DIRECT (needs ``init()``)."""
+        self._endpoint_type = endpoint_type or ENDPOINT_TYPE_DEFAULT
+        self._changed()
+
+    def set_token(self, token: str) -> None:
+        """Service token; ``''`` sends no Authorization header. Applies to the next call."""
+        self._token = token or ""
+        self._changed()
+
+    def set_retry_count(self, max_retry_count: int) -> None:
+        """Retries after the first attempt (``0``: exactly one attempt; default 5)."""
+        self._retry_policy = _replace_retries(self._retry_policy, int(max_retry_count))
+        self._changed()
+
+    def set_max_connection_count(self, max_connection_count: int) -> None:
+        """Pool size per endpoint (default 100); takes effect at ``init()``."""
+        self._max_connection_count = int(max_connection_count)
+        self._changed()
+
+    def set_timeout(self, timeout: float) -> None:
+        """Per-attempt timeout in **milliseconds** (default 5000)."""
+        self._timeout_ms = float(timeout)
+        self._changed()
+
+    def set_content_type(self, content_type: str) -> None:
+        self._content_type = content_type or ""
+        self._changed()
+
+    def set_log_level(self, log_level: int | str) -> None:
+        """Level of the ``eas_sdk.predict`` logger (no handler is ever added)."""
+        logger.setLevel(log_level)
+
+    def add_extra_headers(self, headers: dict[str, str]) -> None:
+        """Headers sent with every request (merged into the previous extra headers)."""
+        if not isinstance(headers, dict):
+            raise TypeError("headers must be a dict")
+        self._extra_headers.update({str(k): str(v) for k, v in headers.items()})
+        self._changed()
+
+    # -- read-only views --------------------------------------------------------------
+    @property
+    def config(self) -> ClientConfig:
+        cfg = self._cached
+        if cfg is None:
+            cfg = ClientConfig(
+                endpoint=self._endpoint,
+                service_name=self._service_name,
+                custom_url=self._custom_url,
+                endpoint_type=self._endpoint_type,
+                token=self._token,
+                timeout=self._timeout_ms / 1000.0,
+                content_type=self._content_type,
+                headers=tuple(self._extra_headers.items()),
+                retry=self._retry_policy,
+                max_connection_count=self._max_connection_count,
+            )
+            self._cached = cfg
+        return cfg
+
+    @property
+    def retry_count(self) -> int:
+        return self._retry_policy.retries
+
+    @property
+    def endpoints(self) -> EndpointSet | None:
+        """The direct-mode endpoint set (None in gateway mode or before ``init()``)."""
+        return self._endpoints
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(endpoint={self._endpoint!r}, service_name={self._service_name!r}, "
+            f"custom_url={redact_url(self._custom_url)!r}, endpoint_type={self._endpoint_type!r}, "
+            f"token={mask_token(self._token)}, retry_count={self._retry_policy.retries}, "
+            f"timeout_ms={self._timeout_ms:g})"
+        )
+
+    __str__ = __repr__
+
+    # -- shared plumbing ------------------------------------------------------------------
+    def _prepare(self) -> ClientConfig:
+        """Validate settings and set up the target (fixed URL or endpoint set)."""
+        cfg = self.config
+        cfg.validate()
+        if cfg.direct:
+            self._url = None
+            self._endpoints = EndpointSet()
+        else:
+            self._url = cfg.gateway_url()
+            self._endpoints = None
+        return cfg
+
+    def _new_call(self, body: bytes) -> PredictCall:
+        return PredictCall(
+            self.config,
+            body,
+            now=time.monotonic(),
+            url=self._url,
+            endpoints=self._endpoints,
+            budget=self._budget,
+            rng=self._rng,
+        )
+
+    def _discovery_url(self) -> str:
+        return discovery_url(self._endpoint, self._service_name)
+
+    def _discovery_result(self, status: int | None, body: bytes, error: str | None) -> None:
+        """Record one discovery outcome (status/body, or an error text)."""
+        assert self._endpoints is not None
+        try:
+            if error is not None:
+                raise DiscoveryError(error)
+            assert status is not None
+            if apply_discovery_response(self._endpoints, status, body):
+                logger.info(
+                    "service %s endpoints now: %s",
+                    self._service_name,
+                    ", ".join(f"{e.address}(w={e.weight})" for e in self._endpoints.endpoints),
+                )
+        except DiscoveryError as exc:
+            kept = len(self._endpoints.endpoints)
+            if self._warnings.allow(time.monotonic()):
+                logger.warning(
+                    "service discovery for %s failed (%s); keeping %d known endpoints",
+                    self._service_name,
+                    exc,
+                    kept,
+                )
+            else:
+                logger.debug("service discovery failed again: %s", exc)
+
+    @staticmethod
+    def _log_step(attempt: Attempt, step: Step, what: str) -> None:
+        if step.body is None and step.error is None and logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "attempt %d to %s failed (%s); retrying in %.3fs",
+                attempt.number,
+                redact_url(attempt.url),
+                what,
+                step.delay,
+            )
+
+
+def _replace_retries(policy: RetryPolicy, retries: int) -> RetryPolicy:
+    from dataclasses import replace
+
+    return replace(policy, retries=retries)
+
+
+def _no_endpoint(service: str, waited: float) -> NoEndpointError:
+    return NoEndpointError(f"Get service backend timeout: no endpoint list for {service!r} after {waited:g}s")
+
+
+class PredictClient(_ClientBase):
+    """Synchronous, thread-safe client (urllib3 connection pool).
+
+    ``PredictClient(endpoint='', service_name='', custom_url='', *, token='',
+    endpoint_type='DEFAULT', retry_count=5, max_connection_count=100,
+    timeout=5000 (ms, per attempt), content_type='', headers=None)``. Call ``init()``
+    after the setters (``predict()`` does it on first use), ``close()`` at the end,
+    or use it as a context manager.
+    """
+
+    def __init__(self, endpoint: str = "", service_name: str = "", custom_url: str = "", **kwargs: Any):
+        super().__init__(endpoint, service_name, custom_url, **kwargs)
+        self._pool: urllib3.PoolManager | None = None
+        self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
+        self._ready: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    def init(self) -> None:
+        """Apply the settings: create the pool and, in direct mode, start discovery."""
+        with self._lock:
+            self._shutdown()
+            cfg = self._prepare()
+            self._pool = urllib3.PoolManager(
+                num_pools=64,
+                maxsize=cfg.max_connection_count,
+                block=True,  # C11: never more sockets than the pool size
+                retries=False,
+                headers={"Accept-Encoding": "identity"},
+            )
+            if cfg.direct:
+                self._stop = threading.Event()
+                self._ready = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._discovery_loop,
+                    args=(self._discovery_url(), self._stop, self._ready),
+                    name=f"eas-discovery-{self._service_name}",
+                    daemon=True,
+                )
+                self._thread.start()
+
+    def _discovery_loop(self, url: str, stop: threading.Event, ready: threading.Event) -> None:
+        http = urllib3.PoolManager(num_pools=1, maxsize=1, retries=False)
+        try:
+            while not stop.is_set():
+                try:
+                    resp = http.request(
+                        "GET",
+                        url,
+                        timeout=urllib3.Timeout(total=self._discovery_timeout),
+                        retries=False,
+                        redirect=False,
+                    )
+                except Exception as exc:  # any failure keeps the last list
+                    self._discovery_result(None, b"", _reason(exc))
+                else:
+                    self._discovery_result(resp.status, resp.data, None)
+                if self._endpoints is not None and self._endpoints.ready:
+                    ready.set()
+                stop.wait(self._discovery_interval)
+        finally:
+            http.clear()
+
+    def _shutdown(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self._discovery_timeout + 0.5)
+        self._thread = self._stop = None
+        if self._pool is not None:
+            self._pool.clear()
+            self._pool = None
+
+    def predict(self, request: Any) -> Any:
+        """Send ``request`` (anything with ``to_string()``/``parse_response()``, or raw bytes/str).
+
+        Returns ``request.parse_response(body)`` (the raw body for bytes/str input).
+        Raises a :class:`PredictException` subclass from ``eas_sdk.errors``.
+        """
+        if self._pool is None:
+            self.init()
+        pool = self._pool
+        assert pool is not None
+        body = request_body(request)
+        if self._endpoints is not None and not self._endpoints.ready:
+            ready = self._ready
+            if ready is None or not ready.wait(self._first_discovery_wait):
+                raise _no_endpoint(self._service_name, self._first_discovery_wait)
+        call = self._new_call(body)
+        while True:
+            attempt = call.next_attempt(time.monotonic())
+            try:
+                resp = pool.request(
+                    "POST",
+                    attempt.url,
+                    body=attempt.body,
+                    headers=attempt.headers,
+                    timeout=urllib3.Timeout(total=attempt.timeout),
+                    pool_timeout=attempt.timeout,
+                    retries=False,
+                    redirect=False,
+                )
+            except Exception as exc:
+                step = call.on_failure(urllib3_failure_kind(exc), _reason(exc), time.monotonic())
+                self._log_step(attempt, step, type(exc).__name__)
+            else:
+                step = call.on_response(resp.status, resp.headers, resp.data, time.monotonic(), time.time())
+                self._log_step(attempt, step, f"HTTP {resp.status}")
+            if step.body is not None:
+                return _parse(request, step.body)
+            if step.error is not None:
+                raise step.error
+            if step.delay > 0:
+                time.sleep(step.delay)
+
+    def close(self) -> None:
+        """Stop discovery and close pooled connections. ``init()`` may be called again."""
+        with self._lock:
+            self._shutdown()
+
+    def destroy(self) -> None:
+        """Alias of :meth:`close` (the original only stopped the refresh thread)."""
+        self.close()
+
+    def __enter__(self) -> PredictClient:
+        if self._pool is None:
+            self.init()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncPredictClient(_ClientBase):
+    """Asyncio client (aiohttp) with the same settings; ``init``/``predict``/``close`` are coroutines.
+
+    ``async with AsyncPredictClient(endpoint, service, token=...) as client:
+    resp = await client.predict(req)``.
+    """
+
+    def __init__(self, endpoint: str = "", service_name: str = "", custom_url: str = "", **kwargs: Any):
+        super().__init__(endpoint, service_name, custom_url, **kwargs)
+        self._session: Any = None  # aiohttp.ClientSession
+        self._task: asyncio.Task[None] | None = None
+        self._ready_event: asyncio.Event | None = None
+
+    async def init(self) -> None:
+        """Apply the settings: create the session and, in direct mode, start discovery."""
+        import aiohttp
+
+        await self._shutdown()
+        cfg = self._prepare()
+        connector = aiohttp.TCPConnector(
+            limit=cfg.max_connection_count,
+            limit_per_host=cfg.max_connection_count,
+            keepalive_timeout=self._keepalive_expiry,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={"Accept-Encoding": "identity"},
+            auto_decompress=False,
+            raise_for_status=False,
+        )
+        if cfg.direct:
+            self._ready_event = asyncio.Event()
+            self._task = asyncio.create_task(
+                self._discovery_loop(self._discovery_url(), self._ready_event),
+                name=f"eas-discovery-{self._service_name}",
+            )
+
+    async def _discovery_loop(self, url: str, ready: asyncio.Event) -> None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self._discovery_timeout)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), timeout=timeout) as http:
+            while True:
+                try:
+                    async with http.get(url, allow_redirects=False) as resp:
+                        data = await resp.read()
+                        status = resp.status
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    self._discovery_result(None, b"", _reason(exc))
+                else:
+                    self._discovery_result(status, data, None)
+                if self._endpoints is not None and self._endpoints.ready:
+                    ready.set()
+                await asyncio.sleep(self._discovery_interval)
+
+    async def _shutdown(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def predict(self, request: Any) -> Any:
+        """Send ``request``; see :meth:`PredictClient.predict`."""
+        import aiohttp
+
+        if self._session is None:
+            await self.init()
+        session = self._session
+        body = request_body(request)
+        if self._endpoints is not None and not self._endpoints.ready:
+            assert self._ready_event is not None
+            try:
+                await asyncio.wait_for(self._ready_event.wait(), self._first_discovery_wait)
+            except asyncio.TimeoutError:
+                raise _no_endpoint(self._service_name, self._first_discovery_wait) from None
+        call = self._new_call(body)
+        while True:
+            attempt = call.next_attempt(time.monotonic())
+            try:
+                async with session.post(
+                    attempt.url,
+                    data=attempt.body,
+                    headers=attempt.headers,
+                    timeout=aiohttp.ClientTimeout(total=attempt.timeout),
+                    allow_redirects=False,
+                ) as resp:
+                    data = await resp.read()
+                    status, headers = resp.status, resp.headers
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                step = call.on_failure(aiohttp_failure_kind(exc), _reason(exc), time.monotonic())
+                self._log_step(attempt, step, type(exc).__name__)
+            else:
+                step = call.on_response(status, headers, data, time.monotonic(), time.time())
+                self._log_step(attempt, step, f"HTTP {status}")
+            if step.body is not None:
+                return _parse(request, step.body)
+            if step.error is not None:
+                raise step.error
+            if step.delay > 0:
+                await asyncio.sleep(step.delay)
+
+    async def close(self) -> None:
+        """Stop discovery and close the session. ``init()`` may be called again."""
+        await self._shutdown()
+
+    async def destroy(self) -> None:
+        await self.close()
+
+    async def __aenter__(self) -> AsyncPredictClient:
+        if self._session is None:
+            await self.init()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
