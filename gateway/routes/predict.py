@@ -167,7 +167,8 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
     check_auth(svc, request, body)
     timeout = _timeout_s(svc, request)
     pool = app[POOLS_KEY][svc.name]
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_HEADERS}
+    # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
+    headers = {str(k): str(v) for k, v in request.headers.items() if k.lower() not in _DROP_HEADERS}
     make_request: Any = app[WORKER_REQUEST_KEY]
     wreq = make_request(
         body=body,
