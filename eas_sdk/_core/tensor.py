@@ -426,6 +426,8 @@ def to_wire_values(content: Any, kind: str, what: str = "") -> np.ndarray | list
         return out
     if kind == KIND_DOUBLE:
         return np.ascontiguousarray(arr, dtype="<f8").reshape(-1)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.bool_ if kind == KIND_BOOL else np.int64)
     if arr.dtype.kind == "f":
         raise TypeError(f"{_describe(what)}: {kind} values must be integers, got floats ({arr.dtype})")
     if kind == KIND_BOOL:
@@ -838,6 +840,8 @@ _WIRE_NP = {KIND_FLOAT: np.dtype("<f4"), KIND_DOUBLE: np.dtype("<f8")}
 
 def _numeric_piece(buf: Any, kind: str, wt: int, a: int, b: int) -> np.ndarray:
     """Values of one occurrence of a numeric field, packed (wt 2) or not."""
+    if wt == 2 and a == b:
+        return _EMPTY_VALUES[kind]
     if kind in _WIRE_NP:
         dt = _WIRE_NP[kind]
         want = 5 if kind == KIND_FLOAT else 1
@@ -1096,11 +1100,18 @@ class TorchRequestData(NamedTuple):
     debug_level: int
 
 
+_SNAPPY_MAX_RATIO = 24  # snappy cannot expand more than ~21x; refuse bigger claims before allocating
+
+
 def _snappy_decompress(buf: Any) -> bytes:
     import cramjam  # local: only snappy bodies need it
 
+    data = bytes(buf)
+    claimed, _ = _read_varint(data, 0, min(len(data), 10))
+    if claimed > _SNAPPY_MAX_RATIO * len(data) + 64:
+        raise CodecError("snappy body claims an impossible uncompressed size")
     try:
-        return bytes(cramjam.snappy.decompress_raw(bytes(buf)))
+        return bytes(cramjam.snappy.decompress_raw(data))
     except Exception as exc:
         raise CodecError(f"invalid snappy body: {exc}") from None
 
