@@ -300,6 +300,8 @@ class _ClientBase:
         """Validate settings and set up the target (fixed URL or endpoint set)."""
         cfg = self.config
         cfg.validate()
+        if cfg.token and cfg.custom_url and _plain_http_to_remote(cfg.custom_url):
+            logger.warning("the raw token is sent over plain HTTP to a non-loopback host; prefer https")
         if cfg.direct:
             self._url = None
             self._endpoints = EndpointSet()
@@ -359,6 +361,22 @@ class _ClientBase:
             )
 
 
+def _plain_http_to_remote(url: str) -> bool:
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "http":
+        return False
+    host = parts.hostname or ""
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True
+
+
 def _replace_retries(policy: RetryPolicy, retries: int) -> RetryPolicy:
     from dataclasses import replace
 
@@ -382,7 +400,7 @@ class PredictClient(_ClientBase):
     def __init__(self, endpoint: str = "", service_name: str = "", custom_url: str = "", **kwargs: Any):
         super().__init__(endpoint, service_name, custom_url, **kwargs)
         self._pool: urllib3.PoolManager | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._stop: threading.Event | None = None
         self._ready: threading.Event | None = None
         self._thread: threading.Thread | None = None
@@ -448,9 +466,12 @@ class PredictClient(_ClientBase):
         Returns ``request.parse_response(body)`` (the raw body for bytes/str input).
         Raises a :class:`PredictException` subclass from ``eas_sdk.errors``.
         """
-        if self._pool is None:
-            self.init()
         pool = self._pool
+        if pool is None:
+            with self._lock:  # one lazy init even when many threads start at once
+                if self._pool is None:
+                    self.init()
+                pool = self._pool
         assert pool is not None
         body = request_body(request)
         if self._endpoints is not None and not self._endpoints.ready:
@@ -514,6 +535,7 @@ class AsyncPredictClient(_ClientBase):
     def __init__(self, endpoint: str = "", service_name: str = "", custom_url: str = "", **kwargs: Any):
         super().__init__(endpoint, service_name, custom_url, **kwargs)
         self._session: Any = None  # aiohttp.ClientSession
+        self._init_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._ready_event: asyncio.Event | None = None
 
@@ -578,7 +600,9 @@ class AsyncPredictClient(_ClientBase):
         import aiohttp
 
         if self._session is None:
-            await self.init()
+            async with self._init_lock:  # one lazy init even when many tasks start at once
+                if self._session is None:
+                    await self.init()
         session = self._session
         body = request_body(request)
         if self._endpoints is not None and not self._endpoints.ready:

@@ -485,3 +485,33 @@ async def test_async_context_manager(server: FakeEAS) -> None:
     async with AsyncPredictClient(server.url, "echo", token=TOKEN) as client:
         assert await client.predict(b"raw") == b"raw"
     assert client._session is None
+
+
+async def test_lazy_init_from_many_concurrent_calls(server: FakeEAS, make_client: Any) -> None:
+    h = make_client(server.url, "echo", token=TOKEN)
+    results = await asyncio.gather(*(h.predict(Raw(b"%d" % i)) for i in range(8)))
+    assert sorted(results) == sorted(b"%d" % i for i in range(8))
+    assert all(r.auth_ok for r in server.predicts)
+
+
+async def test_library_adds_no_log_handlers(server: FakeEAS, make_client: Any) -> None:
+    h = make_client(server.url, "echo", token=TOKEN)
+    h.client.set_log_level(logging.DEBUG)
+    try:
+        await h.predict(Raw(b"x"))
+        for name in ("eas_sdk", "eas_sdk.predict"):
+            assert logging.getLogger(name).handlers == []
+    finally:
+        h.client.set_log_level(logging.NOTSET)
+
+
+async def test_warns_when_raw_token_goes_over_plain_http_to_a_remote_host(
+    make_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="eas_sdk")
+    local = make_client(custom_url="http://127.0.0.1:1/api/predict/x", token=TOKEN)
+    await local.init()
+    assert not caplog.records
+    remote = make_client(custom_url="http://example.invalid/api/predict/x", token=TOKEN)
+    await remote.init()  # no connection is made at init
+    assert "plain HTTP" in caplog.text and TOKEN not in caplog.text
