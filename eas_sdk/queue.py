@@ -22,9 +22,12 @@ Drop-in for ``eas_prediction.QueueClient`` (0.36) with these deliberate differen
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
+import http.client
 import logging
 import random
+import socket
 import threading
 import time
 import urllib.parse
@@ -32,9 +35,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from types import TracebackType
 from typing import Any
-
-import urllib3
-import urllib3.exceptions as u3
 
 from ._core import constants as C
 from ._core import queue as core
@@ -132,14 +132,89 @@ class _Base:
 # ============================================================================ sync
 
 
+class _Response:
+    __slots__ = ("data", "headers", "status")
+
+    def __init__(self, status: int, headers: Mapping[str, str], data: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.data = data
+
+
+class _StaleConnection(Exception):
+    """A pooled keep-alive connection was closed by the server before this request."""
+
+
+class _HTTPPool:
+    """Keep-alive connections to one origin over ``http.client``.
+
+    Queue calls are small request/response pairs; http.client costs about half of
+    urllib3 per call and sends headers and a small body in one segment.
+    """
+
+    def __init__(self, base_url: str, maxsize: int) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        self.https = parts.scheme == "https"
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if self.https else 80)
+        self.maxsize = maxsize
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _new(self, timeout: float) -> http.client.HTTPConnection:
+        if self.https:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def request(
+        self, method: str, target: str, body: bytes | None, headers: Mapping[str, str], timeout: float
+    ) -> _Response:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        reused = conn is not None
+        if conn is None:
+            conn = self._new(timeout)
+        else:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+        try:
+            conn.request(method, target, body=body, headers=dict(headers))
+            resp = conn.getresponse()
+            data = resp.read()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+            conn.close()
+            if reused:
+                raise _StaleConnection(str(exc)) from None
+            raise
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        else:
+            with self._lock:
+                if len(self._idle) < self.maxsize:
+                    self._idle.append(conn)
+                    conn = None  # type: ignore[assignment]
+            if conn is not None:
+                conn.close()
+        return _Response(resp.status, resp.headers, data)  # type: ignore[arg-type]
+
+    def clear(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
+
+
 class QueueClient(_Base):
     """Blocking queue client (thread-safe; one watcher at a time per client)."""
 
     def __init__(self, endpoint: str = "", queue_name: str = "", custom_url: str = "", **kwargs: Any) -> None:
         super().__init__(endpoint, queue_name, custom_url)
         self.max_connections = int(kwargs.get("max_connections", 10))
-        self._pool: urllib3.PoolManager | None = None
-        self._http: Any = None
+        self._http: _HTTPPool | None = None
         self._path = ""
         self.watch_lock = threading.Lock()
         self._watcher: Watcher | None = None
@@ -152,10 +227,10 @@ class QueueClient(_Base):
         path_suffix: str = "",
     ) -> None:
         self._init(uid, gid, custom_url, path_suffix)
-        if self._pool is None:
-            self._pool = urllib3.PoolManager(maxsize=self.max_connections, block=False, retries=False)
-        self._http = self._pool.connection_from_url(self.base_url)
-        # Requests go to the pool with origin-form targets (path + query).
+        if self._http is not None:
+            self._http.clear()
+        self._http = _HTTPPool(self.base_url, self.max_connections)
+        # Requests carry origin-form targets (path + query).
         parts = urllib.parse.urlsplit(self.base_url)
         self._path = parts.path + (f"?{parts.query}" if parts.query else "")
 
@@ -168,44 +243,51 @@ class QueueClient(_Base):
         accept_protobuf: bool = False,
         read_timeout: float | None = None,
         extra: Mapping[str, str] | None = None,
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> _Response:
         if self._http is None:
             self.init(self.uid, self.gid)
-        url = core.build_url(self._path, query)
+        assert self._http is not None
+        target = core.build_url(self._path, query)
         headers = self._headers(accept_protobuf)
         if extra:
             headers.update(extra)
         t = self.timeout_ms / 1000.0
-        timeout = urllib3.Timeout(connect=t, read=max(t, read_timeout or 0.0))
+        attempt_timeout = max(t, read_timeout or 0.0)
         policy, budget = self.retry_policy, self.budget
-        deadline = time.monotonic() + max(policy.total_timeout(t), (read_timeout or 0.0) + t)
+        deadline = time.monotonic() + max(policy.total_timeout(t), attempt_timeout + t)
         budget.on_call()
         retry = 0
+        stale = policy.stale_connection_retries
         while True:
             remaining = deadline - time.monotonic()
             try:
-                resp = self._http.urlopen(
-                    method, url, body=body, headers=headers, timeout=timeout, retries=False, redirect=False,
-                    assert_same_host=False,
-                )  # fmt: skip
-            except (u3.HTTPError, OSError) as exc:
+                resp = self._http.request(method, target, body, headers, attempt_timeout)
+            except _StaleConnection:
+                if stale > 0:  # an idle connection the server had closed: resend at once, free
+                    stale -= 1
+                    continue
+                kind = FailureKind.DISCONNECTED
+                exc_text = "connection closed by the server"
+            except (OSError, http.client.HTTPException) as exc:
                 kind = _failure_kind(exc)
-                decision = policy.after_failure(kind, retry, remaining, self._rng)
+                exc_text = f"{type(exc).__name__}: {exc}"
+            else:
+                status = resp.status
+                if 200 <= status < 300:
+                    return resp
+                decision = policy.after_status(status, resp.headers, retry, remaining, self._rng, time.time())
                 if decision.retry and budget.try_spend(time.monotonic()):
                     retry += 1
                     time.sleep(decision.delay)
                     continue
-                cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
-                raise cls(f"queue {method} failed: {type(exc).__name__}: {exc}", code=502) from None
-            status = resp.status
-            if 200 <= status < 300:
-                return resp
-            decision = policy.after_status(status, resp.headers, retry, remaining, self._rng, time.time())
+                raise _status_error(status, resp.data, resp.headers)
+            decision = policy.after_failure(kind, retry, remaining, self._rng)
             if decision.retry and budget.try_spend(time.monotonic()):
                 retry += 1
                 time.sleep(decision.delay)
                 continue
-            raise _status_error(status, resp.data, resp.headers)
+            cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
+            raise cls(f"queue {method} failed: {exc_text}", code=502)
 
     # --- operations ------------------------------------------------------------
     def put(self, data: bytes | str, tags: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -273,8 +355,8 @@ class QueueClient(_Base):
         w = self._watcher
         if w is not None:
             w.close()
-        if self._pool is not None:
-            self._pool.clear()
+        if self._http is not None:
+            self._http.clear()
 
     def destroy(self) -> None:
         self.close()
@@ -291,9 +373,9 @@ class QueueClient(_Base):
 
 
 def _failure_kind(exc: BaseException) -> FailureKind:
-    if isinstance(exc, (u3.TimeoutError, TimeoutError, u3.ReadTimeoutError, u3.ConnectTimeoutError)):
+    if isinstance(exc, builtins.TimeoutError):
         return FailureKind.TIMEOUT
-    if isinstance(exc, (u3.NewConnectionError, ConnectionRefusedError)):
+    if isinstance(exc, (ConnectionRefusedError, socket.gaierror)):
         return FailureKind.CONNECT
     return FailureKind.DISCONNECTED
 

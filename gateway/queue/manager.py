@@ -94,7 +94,8 @@ class QueueManager:
         for fut in self._visible.values():
             if not fut.done():
                 fut.set_result(None)
-        await asyncio.to_thread(self.backend.close)
+        next_idx = {name: q.next_idx for name, q in self.queues.items()}
+        await asyncio.to_thread(self.backend.close, next_idx)
 
     # ------------------------------------------------------------------ seam
     def has(self, name: str) -> bool:

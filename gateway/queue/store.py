@@ -120,7 +120,7 @@ class Backend(Protocol):
     def delete(self, queue: str, idxs: list[int]) -> Durable: ...
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
     def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable: ...
-    def close(self) -> None: ...
+    def close(self, next_idx: dict[str, int] | None = None) -> None: ...
 
 
 class MemoryBackend:
@@ -141,7 +141,7 @@ class MemoryBackend:
     def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
         return None
 
-    def close(self) -> None:
+    def close(self, next_idx: dict[str, int] | None = None) -> None:
         return None
 
 
