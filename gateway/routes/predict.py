@@ -11,6 +11,7 @@ service name (400) -> existence (404) -> method (405) -> Content-Encoding (415)
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -30,6 +31,8 @@ from gateway.auth import AuthStatus, verify
 from gateway.config import ServiceConfig
 from gateway.middleware import request_id
 from gateway.routes import lookup_service, raw_tail, split_service
+
+log = logging.getLogger("gateway.predict")
 
 # Below this much remaining budget a request is not worth starting (F17).
 MIN_DEADLINE_MS = 10
@@ -179,6 +182,11 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         # The worker drops the request unrun once this passes (F17).
         deadline=time.monotonic() + timeout,
     )
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "dispatch %s subpath=%r bytes=%d timeout=%.3fs",
+            svc.name, subpath, len(body), timeout, extra={"request_id": request_id(request)},
+        )  # fmt: skip
     t0 = time.perf_counter()
     try:
         wresp = await pool.dispatch(wreq, timeout)
