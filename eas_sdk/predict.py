@@ -79,6 +79,7 @@ __all__ = [
     "AsyncPredictClient",
     "PredictClient",
     "PredictException",
+    "aiohttp_failure_kind",
     "request_body",
     "urllib3_failure_kind",
 ]
@@ -395,6 +396,11 @@ class PredictClient(_ClientBase):
     timeout=5000 (ms, per attempt), content_type='', headers=None)``. Call ``init()``
     after the setters (``predict()`` does it on first use), ``close()`` at the end,
     or use it as a context manager.
+
+    Note: ``retry_count`` counts *retries* (``1 + retry_count`` attempts; ``0`` means
+    one attempt), where eas-prediction 0.36 counted total attempts. Token, timeout,
+    retries, content type and extra headers apply to the next call; endpoint,
+    service name, endpoint type and pool size need ``init()`` again.
     """
 
     def __init__(self, endpoint: str = "", service_name: str = "", custom_url: str = "", **kwargs: Any):

@@ -20,7 +20,8 @@ nothing leaks from one call (or attempt) into the next: a new ``Date``,
 ``Content-MD5`` and signature each time, and after ``set_token('')`` no
 ``Authorization`` at all. ``X-Request-Id`` stays the same across the retries of one
 call (servers may use it to de-duplicate) and ``X-Eas-Deadline-Ms`` carries the
-remaining overall budget, so it shrinks from attempt to attempt.
+time this attempt will be waited for: the per-attempt timeout, or less once the
+overall deadline is nearer, so it shrinks towards the end of a call.
 """
 
 from __future__ import annotations
@@ -269,10 +270,14 @@ class PredictCall:
             self.tried.append(endpoint)
         self.attempts += 1
         self.last_target = url
+        timeout = min(self.config.timeout, remaining)
+        # The server learns how long this attempt will be waited for (like Envoy's
+        # x-envoy-expected-rq-timeout-ms with a per-try timeout): work still queued
+        # after that is wasted. Near the overall deadline the value shrinks with it.
         headers = build_headers(
-            self.config, self.body, request_id=self.request_id, deadline_ms=math.ceil(remaining * 1000)
+            self.config, self.body, request_id=self.request_id, deadline_ms=math.ceil(timeout * 1000)
         )
-        return Attempt(url, headers, self.body, min(self.config.timeout, remaining), endpoint, self.attempts)
+        return Attempt(url, headers, self.body, timeout, endpoint, self.attempts)
 
     def _retry(self, decision: RetryDecision, now: float) -> bool:
         if not decision.retry:
