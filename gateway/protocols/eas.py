@@ -561,8 +561,7 @@ def conform(tensor: Tensor, spec: TensorSpec) -> np.ndarray:
                     break
     if not (ok_dtype and ok_shape):
         raise InvalidInput(
-            f"input {spec.name!r}: expected {spec.describe()}, "
-            f"got {type_str(tensor.array.dtype, tensor.array.shape)}"
+            f"input {spec.name!r}: expected {spec.describe()}, got {type_str(arr.dtype, arr.shape)}"
         )
     return arr
 

@@ -4,9 +4,12 @@
 * HTTP on 127.0.0.1:<port 0>: ``POST /api/predict/<service>[/<subpath>]`` with the
   gateway's auth (gateway.auth.verify), for direct-mode clients, and ``GET /healthz``.
 
-Started by the pool with the multiprocessing *spawn* method (:func:`run_worker`).
-Readiness (pid, http port, socket path) or a load error is sent once over the pipe
-the pool passes in; EOF on that pipe means the gateway is gone and the worker exits.
+Started by the pool as a fresh interpreter, ``python -m gateway.workers.main <fd>``
+(spawn semantics), where ``fd`` is one end of a socketpair. The pool sends
+``(ServiceConfig, GatewayConfig, index, socket_path)`` over it; the worker answers once
+with its readiness (pid, http port, socket path) or its load error. EOF on that
+socket means the gateway is gone and the worker exits; the worker's own exit is EOF
+for the gateway.
 SIGTERM drains: stop accepting, finish what is queued (bounded), exit. SIGINT is
 ignored so a Ctrl-C to the process group lets the gateway stop workers in order.
 
@@ -268,3 +271,23 @@ def run_worker(
         # Skip interpreter teardown: daemon compute threads may be inside native code.
         logging.shutdown()
         os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from multiprocessing.connection import Connection
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not args[0].isdigit():
+        sys.exit("usage: python -m gateway.workers.main <fd>  (started by the gateway's worker pool)")
+    fd = int(args[0])
+    os.set_inheritable(fd, False)  # processes the user's code starts must not hold it
+    conn = Connection(fd)
+    try:
+        service, gateway, index, socket_path = conn.recv()
+    except (EOFError, OSError):
+        sys.exit(2)
+    run_worker(service, gateway, index, socket_path, conn)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,10 @@
 """WorkerPool: supervises one service's worker processes and dispatches requests to them.
 
-* Workers are spawned (multiprocessing *spawn*) and take traffic only once they report
-  ready; each is reached over a pipelined unix-socket RPC (gateway.workers.ipc).
-* Health: the process sentinel (exit is noticed at once), a lost RPC connection
+* Workers are fresh interpreters (``python -m gateway.workers.main``: spawn semantics,
+  without multiprocessing's resource tracker or re-import of ``__main__``) and take traffic
+  only once they report ready; each is reached over a pipelined unix-socket RPC
+  (gateway.workers.ipc). Configuration and readiness travel over a socketpair.
+* Health: process exit (a pidfd, and EOF on the socketpair: noticed at once), a lost RPC connection
   (removed from routing at once), and a ping every ``health_interval_s``: two missed
   pings eject the worker from routing until a ping succeeds again (a hung or stopped
   worker, F3); a worker ejected for ``HANG_KILL_S`` is killed and restarted.
@@ -20,13 +22,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from gateway import errors
@@ -64,7 +70,7 @@ class _Worker:
     index: int
     socket_path: str
     state: str = "starting"  # starting | ready | ejected | down | backoff | failed | stopped
-    process: Any = None
+    process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
     http_port: int | None = None
     client: IPCClient | None = None
@@ -104,7 +110,6 @@ class WorkerPool:
         self._drained: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._dir: str | None = None
-        self._ctx = multiprocessing.get_context("spawn")
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -151,9 +156,9 @@ class WorkerPool:
             self._set_state(w, "stopped")
             if w.client is not None:
                 w.client.close()
-            if w.process is not None and w.process.is_alive():
+            if w.process is not None and w.process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(w.process.pid, signal.SIGTERM)
+                    w.process.send_signal(signal.SIGTERM)
         for w in self._workers:
             if w.process is not None:
                 await _wait_exit(w.process, max(0.5, deadline - time.monotonic()))
@@ -164,7 +169,6 @@ class WorkerPool:
         for w in self._workers:
             if w.process is not None:
                 await _wait_exit(w.process, 2.0)
-                _reap(w.process)
             _close_conn(w)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -209,24 +213,29 @@ class WorkerPool:
             self.restarts_total += 1
 
     async def _start_worker(self, w: _Worker) -> bool:
-        from gateway.workers.main import run_worker
-
         loop = asyncio.get_running_loop()
-        parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=run_worker,
-            args=(self.service, self.gateway, w.index, w.socket_path, child),
-            name=f"easgw-worker-{self.service.name}-{w.index}",
-            daemon=True,
-        )
-        w.lost = asyncio.Event()
-        w.process, w.pid, w.http_port, w.client = proc, None, None, None
+        a, b = socket.socketpair()
+        parent, child_fd = Connection(a.detach()), b.detach()
         self._set_state(w, "starting")
+        w.lost = asyncio.Event()
+        w.pid, w.http_port, w.client = None, None, None
         try:
-            proc.start()
+            # Popen returns once the child is forked and exec'd (milliseconds).
+            w.process = subprocess.Popen(  # noqa: ASYNC220
+                [sys.executable, "-m", "gateway.workers.main", str(child_fd)],
+                pass_fds=(child_fd,),
+                env=_worker_env(self.service),
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            parent.close()
+            w.last_error = f"cannot start a worker process: {exc.strerror}"
+            return False
         finally:
-            child.close()
-        w.pid = proc.pid
+            os.close(child_fd)
+        w.pid = w.process.pid
+        w.conn = parent
+        parent.send((self.service, self.gateway, w.index, w.socket_path))
         msg_fut: asyncio.Future[Any] = loop.create_future()
 
         def on_msg() -> None:
@@ -239,7 +248,6 @@ class WorkerPool:
                 msg_fut.set_result(msg)
 
         loop.add_reader(parent.fileno(), on_msg)
-        w.conn = parent
         try:
             msg = await asyncio.wait_for(msg_fut, self.gateway.worker_start_timeout_s)
         except asyncio.TimeoutError:
@@ -276,8 +284,19 @@ class WorkerPool:
         assert self._stop_event is not None and w.client is not None and w.process is not None
         loop = asyncio.get_running_loop()
         exited = loop.create_future()
-        sentinel = w.process.sentinel
-        loop.add_reader(sentinel, lambda: exited.done() or exited.set_result(None))
+
+        def on_exit() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        # EOF on the socketpair (the worker sends nothing after readiness) and, where the
+        # kernel has it, a pidfd: both become readable the moment the process dies.
+        watched = [w.conn.fileno()]
+        pidfd = _pidfd(w.process.pid)
+        if pidfd is not None:
+            watched.append(pidfd)
+        for fd in watched:
+            loop.add_reader(fd, on_exit)
         interval = max(0.05, self.gateway.health_interval_s)
         ping_timeout = max(1.0, 2 * interval)
         missed = 0
@@ -289,8 +308,9 @@ class WorkerPool:
                 done, _ = await asyncio.wait({exited, stop_wait, lost_wait}, timeout=interval)
                 if stop_wait in done:
                     return
-                if exited in done:
-                    w.last_error = f"exited with code {_exitcode(w.process)}"
+                if exited in done or w.process.poll() is not None:
+                    await _wait_exit(w.process, 1.0)
+                    w.last_error = f"exited with code {w.process.returncode}"
                     return
                 if lost_wait in done:
                     w.last_error = "connection lost"
@@ -318,7 +338,10 @@ class WorkerPool:
                     w.last_error = f"hung for {HANG_KILL_S:g} s"
                     return
         finally:
-            loop.remove_reader(sentinel)
+            for fd in watched:
+                loop.remove_reader(fd)
+            if pidfd is not None:
+                os.close(pidfd)
             stop_wait.cancel()
             lost_wait.cancel()
 
@@ -330,7 +353,6 @@ class WorkerPool:
         if w.process is not None:
             _kill(w.process)
             await _wait_exit(w.process, 5.0)
-            _reap(w.process)
         with contextlib.suppress(OSError):
             os.unlink(w.socket_path)
 
@@ -434,39 +456,36 @@ def _close_conn(w: _Worker) -> None:
         w.conn = None
 
 
-def _exitcode(proc: Any) -> Any:
-    with contextlib.suppress(Exception):
-        proc.join(0)
-    return proc.exitcode
+def _worker_env(service: ServiceConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(service.env)
+    # The worker imports this very package, wherever it was imported from.
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
 
 
-def _kill(proc: Any) -> None:
-    if proc.pid is None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if proc.exitcode is None:
-            os.kill(proc.pid, signal.SIGKILL)
-
-
-def _reap(proc: Any) -> None:
-    with contextlib.suppress(Exception):
-        proc.join(0)
-
-
-async def _wait_exit(proc: Any, timeout: float) -> None:
-    """Wait (without blocking the loop) until the process exits, at most ``timeout``."""
-    if proc.pid is None:
-        return
-    loop = asyncio.get_running_loop()
-    fut = loop.create_future()
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
     try:
-        loop.add_reader(proc.sentinel, lambda: fut.done() or fut.set_result(None))
-    except (OSError, ValueError):
-        return  # sentinel already closed: the process was joined
-    try:
-        await asyncio.wait_for(fut, timeout)
-    except asyncio.TimeoutError:
-        pass
-    finally:
-        loop.remove_reader(proc.sentinel)
-    _reap(proc)
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            proc.kill()
+
+
+async def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait (without blocking the loop) until the process has exited and is reaped."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while proc.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)

@@ -1,0 +1,236 @@
+"""WorkerPool with real spawned worker processes on 127.0.0.1 (reliability.md F1-F3, F14-F16, A11)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from eas_sdk._core.auth import signed_headers
+from gateway.config import ServiceConfig
+from gateway.workers.ipc import WorkerRequest
+from gateway.workers.pool import NoReadyWorker, PoolOverloaded, UpstreamTimeout, WorkerPool
+from tests.gateway.workers.conftest import echo_service, fast_gateway
+
+pytestmark = pytest.mark.timeout(60)
+
+MakePool = Callable[..., Any]
+
+
+async def _pid(pool: WorkerPool, timeout: float = 5.0) -> int:
+    resp = await pool.dispatch(WorkerRequest(b"pid"), timeout)
+    assert resp.status == 200, resp.body
+    return int(resp.body)
+
+
+async def _until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def test_ready_snapshot_and_onnx_dispatch(make_pool: MakePool, models: dict[str, Path]) -> None:
+    svc = ServiceConfig(name="digits", processor="onnx", model=str(models["digits"]), workers=2)
+    pool = await make_pool(svc)
+    await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
+    snap = pool.snapshot()
+    assert [w["state"] for w in snap] == ["ready", "ready"]
+    assert all(w["pid"] and w["http_port"] for w in snap)
+    assert sorted(p for _, p in pool.ready_endpoints()) == sorted(w["http_port"] for w in snap)
+    body = json.dumps({"inputs": {"input": [[0.0] * 64]}, "outputs": ["label"]}).encode()
+    resp = await pool.dispatch(WorkerRequest(body, request_id="r1"), 5)
+    assert resp.status == 200 and resp.content_type == "application/json"
+    assert json.loads(resp.body)["outputs"]["label"]["shape"] == [1]
+    assert resp.compute_us > 0
+    bad = await pool.dispatch(WorkerRequest(b'{"inputs": {"input": [[1.0, 2.0]]}}', request_id="r2"), 5)
+    assert bad.status == 400
+    err = json.loads(bad.body)
+    assert err["message"] == "input 'input': expected float32[N,64], got float32[1,2]"
+    assert err["request_id"] == "r2"
+
+
+async def test_least_outstanding_avoids_the_busy_worker(make_pool: MakePool) -> None:
+    pool = await make_pool(echo_service(workers=2))
+    await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
+    pids = {w["pid"] for w in pool.snapshot()}
+    slow = asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:1.0"), 5))
+    await _until(lambda: any(w["outstanding"] for w in pool.snapshot()), 5, "slow request in flight")
+    busy = next(w["pid"] for w in pool.snapshot() if w["outstanding"])
+    seen = [await _pid(pool) for _ in range(10)]
+    assert set(seen) == pids - {busy}
+    assert (await slow).body == b"slept 1"
+
+
+async def test_processor_exception_is_400_and_worker_survives(make_pool: MakePool) -> None:
+    pool = await make_pool(echo_service())
+    pid = await _pid(pool)
+    resp = await pool.dispatch(WorkerRequest(b"raise:bad things"), 5)
+    assert resp.status == 400
+    assert json.loads(resp.body)["message"] == "bad things"
+    resp = await pool.dispatch(WorkerRequest(b"status:418"), 5)
+    assert (resp.status, resp.body) == (418, b"status 418")
+    assert await _pid(pool) == pid
+    assert pool.restarts_total == 0
+
+
+async def test_kill_one_of_two_during_burst_loses_nothing(make_pool: MakePool) -> None:
+    """F1/F15: in-flight requests on the killed worker are retried on the other one."""
+    pool = await make_pool(echo_service(workers=2, max_pending=256))
+    await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
+    victim = pool.snapshot()[0]["pid"]
+    results: list[int] = []
+    failures: list[BaseException] = []
+    stop_at = time.monotonic() + 3.0
+
+    async def client() -> None:
+        n = 0
+        while time.monotonic() < stop_at and n < 5000:
+            n += 1
+            try:
+                resp = await pool.dispatch(WorkerRequest(b"pid"), 5)
+                assert resp.status == 200
+                results.append(int(resp.body))
+            except Exception as exc:
+                failures.append(exc)
+
+    async def killer() -> None:
+        await asyncio.sleep(0.7)
+        os.kill(victim, signal.SIGKILL)
+
+    await asyncio.gather(*(client() for _ in range(16)), killer())
+    assert not failures, failures[:3]
+    assert victim in results and len(results) > 100
+    # The supervisor respawns the worker, and the new process takes traffic again.
+    await _until(lambda: pool.snapshot()[0]["state"] == "ready", 20, "respawned worker ready")
+    new_pid = pool.snapshot()[0]["pid"]
+    assert new_pid != victim and pool.restarts_total == 1 and pool.snapshot()[0]["restarts"] == 1
+    seen = {await _pid(pool) for _ in range(20)}
+    assert new_pid in seen
+
+
+async def test_all_workers_down_fails_fast_then_recovers(make_pool: MakePool) -> None:
+    """F2: no ready worker is answered at once (no hang), and service resumes after respawn."""
+    pool = await make_pool(echo_service(workers=2))
+    await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
+    for w in pool.snapshot():
+        os.kill(w["pid"], signal.SIGKILL)
+    await _until(lambda: not pool.ready_endpoints(), 5, "workers out of routing")
+    with pytest.raises(NoReadyWorker) as exc:
+        await asyncio.wait_for(pool.dispatch(WorkerRequest(b"x"), 30), 2)
+    assert exc.value.status == 503 and "no ready worker" in exc.value.message
+    assert await pool.wait_ready(20)
+    assert (await pool.dispatch(WorkerRequest(b"back"), 5)).body == b"back"
+
+
+async def test_timeout_cancels_a_queued_request(make_pool: MakePool) -> None:
+    """F16: a request that timed out while queued behind a slow one never runs."""
+    pool = await make_pool(echo_service())
+    slow = asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:0.8"), 5))
+    await _until(lambda: pool.snapshot()[0]["outstanding"] == 1, 5, "slow request in flight")
+    with pytest.raises(UpstreamTimeout) as exc:
+        await pool.dispatch(WorkerRequest(b"count"), 0.2)
+    assert exc.value.status == 504
+    # A caller that goes away (cancellation) also cancels its upstream call.
+    gone = asyncio.create_task(pool.dispatch(WorkerRequest(b"count"), 5))
+    await asyncio.sleep(0.1)
+    gone.cancel()
+    assert (await slow).body == b"slept 0.8"
+    stats = await pool.worker_stats(0)
+    assert stats["runs"] == 1 and stats["dropped"] == 2 and stats["outstanding"] == 0
+    assert (await pool.dispatch(WorkerRequest(b"count"), 5)).body == b"2"
+    assert pool.pending == 0 and pool.snapshot()[0]["outstanding"] == 0
+
+
+async def test_pending_limit_gives_overloaded(make_pool: MakePool) -> None:
+    pool = await make_pool(echo_service(max_pending=2))
+    slow = [asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:0.3"), 5)) for _ in range(2)]
+    await asyncio.sleep(0.05)
+    with pytest.raises(PoolOverloaded) as exc:
+        await pool.dispatch(WorkerRequest(b"x"), 5)
+    assert exc.value.status == 450 and exc.value.headers.get("Retry-After")
+    assert [r.status for r in await asyncio.gather(*slow)] == [200, 200]
+
+
+async def test_corrupt_model_never_ready_and_backs_off(make_pool: MakePool, tmp_path: Path) -> None:
+    """F14: a model that cannot load: never ready, fast 503, restarts slowed by back-off."""
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(b"\x08\x07garbage" * 10)
+    svc = ServiceConfig(name="broken", processor="onnx", model=str(bad), workers=1)
+    pool = await make_pool(svc, ready=False)
+    started = time.monotonic()
+    assert not await pool.wait_ready(20)  # returns early: every worker failed to load
+    with pytest.raises(NoReadyWorker):
+        await pool.dispatch(WorkerRequest(b"{}"), 5)
+    await asyncio.sleep(2.5)
+    elapsed = time.monotonic() - started
+    snap = pool.snapshot()[0]
+    assert snap["state"] in ("failed", "starting") and snap["last_error"]
+    assert "protobuf" in snap["last_error"].lower() or "load" in snap["last_error"].lower()
+    # Back-off schedule 0.1, 0.5, 1.0, 2.0, 5.0 s between attempts (plus start time):
+    # in `elapsed` seconds no more restarts than the schedule allows.
+    allowed = 0
+    budget = elapsed
+    for delay in (0.1, 0.5, 1.0, 2.0, 5.0):
+        if budget < delay:
+            break
+        budget -= delay
+        allowed += 1
+    assert 1 <= pool.restarts_total <= allowed
+
+
+async def test_worker_http_endpoint_enforces_auth(make_pool: MakePool) -> None:
+    """A11: direct-mode HTTP on a worker checks the same tokens as the gateway."""
+    token = "s3cret-token-for-worker-tests"
+    pool = await make_pool(echo_service(name="secure", token=token))
+    host, port = pool.ready_endpoints()[0]
+    url = f"http://{host}:{port}/api/predict/secure"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url, data=b"hello") as r:
+            assert r.status == 401
+            assert token not in await r.text()
+        async with s.post(url, data=b"hello", headers={"Authorization": "wrong"}) as r:
+            assert r.status == 401
+        async with s.post(url, data=b"hello", headers={"Authorization": token}) as r:
+            assert (r.status, await r.read()) == (200, b"hello")
+        headers = signed_headers(token, b"hello", "secure")
+        async with s.post(url, data=b"hello", headers=headers) as r:
+            assert (r.status, await r.read()) == (200, b"hello")
+        headers = signed_headers(token, b"hello", "secure")
+        async with s.post(url, data=b"tampered", headers=headers) as r:
+            assert r.status in (400, 401)
+        async with s.post(url + "/sub/path", data=b"pid", headers={"Authorization": token}) as r:
+            assert r.status == 200 and int(await r.read()) == pool.snapshot()[0]["pid"]
+        async with s.get(f"http://{host}:{port}/healthz") as r:
+            assert r.status == 200 and (await r.json())["status"] == "ok"
+        async with s.post(f"http://{host}:{port}/api/predict/other", data=b"x") as r:
+            assert r.status == 404
+
+
+async def test_stop_drains_in_flight_requests(models: dict[str, Path]) -> None:
+    pool = WorkerPool(echo_service(), fast_gateway())
+    await pool.start()
+    try:
+        assert await pool.wait_ready(30)
+        pid = pool.snapshot()[0]["pid"]
+        inflight = asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:0.5"), 5))
+        await asyncio.sleep(0.1)
+        stopper = asyncio.create_task(pool.stop(5))
+        await asyncio.sleep(0.05)
+        with pytest.raises(NoReadyWorker):
+            await pool.dispatch(WorkerRequest(b"late"), 5)
+        assert (await inflight).body == b"slept 0.5"
+        await stopper
+    finally:
+        await pool.stop(1)
+    assert [w["state"] for w in pool.snapshot()] == ["stopped"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
