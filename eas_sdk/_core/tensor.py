@@ -1138,25 +1138,27 @@ def decode_torch_request_raw(buf: Any) -> tuple[list[RawArray], dict[str, RawArr
 def decode_torch_request(buf: Any, compressed: bool | None = False) -> TorchRequestData:
     """Server side: parse and validate a Torch ``PredictRequest``.
 
-    ``compressed=True`` snappy-decompresses first (TorchRequest(flag=True) bodies);
-    ``None`` tries the plain parse and falls back to snappy when that fails.
+    ``compressed=True`` snappy-decompresses first (TorchRequest(flag=True) bodies; nothing on
+    the wire says so). ``None`` sniffs: a body that snappy-decompresses and then parses is
+    taken as compressed, anything else as plain. Sniffing is a heuristic (a short plain
+    body can also be valid snappy), so a server should prefer explicit configuration.
     Placeholder inputs (empty ArrayProto with DT_INVALID) come back as None.
     """
-    if compressed:
-        buf = _snappy_decompress(buf)
-    try:
-        raw_inputs, raw_map, filt, debug = decode_torch_request_raw(buf)
-        inputs = [
-            None
-            if (r.dtype == DT_INVALID and not r.kinds() and r.dims is None)
-            else r.to_tensor(f"input {i}")
-            for i, r in enumerate(raw_inputs)
-        ]
-        map_inputs = {k: v.to_tensor(f"map input {k!r}") for k, v in raw_map.items()}
-    except CodecError:
-        if compressed is not None:
-            raise
-        return decode_torch_request(buf, compressed=True)
+    if compressed is None:
+        try:
+            return _decode_torch_plain(_snappy_decompress(buf))
+        except CodecError:
+            return _decode_torch_plain(buf)
+    return _decode_torch_plain(_snappy_decompress(buf) if compressed else buf)
+
+
+def _decode_torch_plain(buf: Any) -> TorchRequestData:
+    raw_inputs, raw_map, filt, debug = decode_torch_request_raw(buf)
+    inputs = [
+        None if (r.dtype == DT_INVALID and not r.kinds() and r.dims is None) else r.to_tensor(f"input #{i}")
+        for i, r in enumerate(raw_inputs)
+    ]
+    map_inputs = {k: v.to_tensor(f"map input {k!r}") for k, v in raw_map.items()}
     return TorchRequestData(inputs, map_inputs, filt, debug)
 
 
