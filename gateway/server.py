@@ -16,10 +16,13 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web import BaseRequest, StreamResponse
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.app import CONFIG_KEY
+from gateway.errors import HTTP_STATUS_CODES
 from gateway.logging import ACCESS_LOGGER, GatewayAccessLogger
+from gateway.middleware import error_response, new_request_id
 
 log = logging.getLogger("gateway.server")
 
@@ -66,6 +69,26 @@ class HeaderDeadlineHandler(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm_header_deadline()
         super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> StreamResponse:
+        """Parser rejections (bad request line, bad header): one INFO line, a JSON 4xx.
+
+        aiohttp would log them at ERROR with the parser's message, which quotes the
+        offending line (possibly an Authorization header) - so only the class is logged.
+        """
+        if status >= 500:
+            return super().handle_error(request, status, exc, message)
+        log.info("rejected a malformed request from %s (%s)", request.remote, type(exc).__name__)
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started")
+        code = HTTP_STATUS_CODES.get(status, "BadRequest")
+        return error_response(status, code, "malformed HTTP request", new_request_id(), close=True)
 
 
 class _GatewayServer(web.Server):
