@@ -35,6 +35,7 @@ import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Protocol
@@ -388,6 +389,73 @@ def _no_endpoint(service: str, waited: float) -> NoEndpointError:
     return NoEndpointError(f"Get service backend timeout: no endpoint list for {service!r} after {waited:g}s")
 
 
+def _sync_discovery_loop(
+    ref: weakref.ReferenceType[PredictClient], url: str, stop: threading.Event, ready: threading.Event
+) -> None:
+    """Refresh the endpoint list until ``stop`` is set or the client is gone."""
+    client = ref()
+    if client is None:
+        return
+    interval, timeout = client._discovery_interval, client._discovery_timeout
+    del client
+    http = urllib3.PoolManager(num_pools=1, maxsize=1, retries=False)
+    try:
+        while not stop.is_set():
+            status: int | None = None
+            data, error = b"", None
+            try:
+                resp = http.request(
+                    "GET", url, timeout=urllib3.Timeout(total=timeout), retries=False, redirect=False
+                )
+                status, data = resp.status, resp.data
+            except Exception as exc:  # any failure keeps the last list
+                error = _reason(exc)
+            client = ref()
+            if client is None or stop.is_set():
+                return
+            client._discovery_result(status, data, error)
+            if client._endpoints is not None and client._endpoints.ready:
+                ready.set()
+            del client
+            stop.wait(interval)
+    finally:
+        http.clear()
+
+
+async def _async_discovery_loop(
+    ref: weakref.ReferenceType[AsyncPredictClient], url: str, ready: asyncio.Event
+) -> None:
+    """Refresh the endpoint list until cancelled or the client is gone."""
+    import aiohttp
+
+    client = ref()
+    if client is None:
+        return
+    interval = client._discovery_interval
+    timeout = aiohttp.ClientTimeout(total=client._discovery_timeout)
+    del client
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), timeout=timeout) as http:
+        while True:
+            status: int | None = None
+            data, error = b"", None
+            try:
+                async with http.get(url, allow_redirects=False) as resp:
+                    data = await resp.read()
+                    status = resp.status
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure keeps the last list
+                error = _reason(exc)
+            client = ref()
+            if client is None:
+                return
+            client._discovery_result(status, data, error)
+            if client._endpoints is not None and client._endpoints.ready:
+                ready.set()
+            del client
+            await asyncio.sleep(interval)
+
+
 class PredictClient(_ClientBase):
     """Synchronous, thread-safe client (urllib3 connection pool).
 
@@ -427,34 +495,14 @@ class PredictClient(_ClientBase):
                 self._stop = threading.Event()
                 self._ready = threading.Event()
                 self._thread = threading.Thread(
-                    target=self._discovery_loop,
-                    args=(self._discovery_url(), self._stop, self._ready),
+                    target=_sync_discovery_loop,
+                    # A weak reference: an abandoned client is collected and its thread ends.
+                    args=(weakref.ref(self), self._discovery_url(), self._stop, self._ready),
                     name=f"eas-discovery-{self._service_name}",
                     daemon=True,
                 )
+                weakref.finalize(self, self._stop.set)
                 self._thread.start()
-
-    def _discovery_loop(self, url: str, stop: threading.Event, ready: threading.Event) -> None:
-        http = urllib3.PoolManager(num_pools=1, maxsize=1, retries=False)
-        try:
-            while not stop.is_set():
-                try:
-                    resp = http.request(
-                        "GET",
-                        url,
-                        timeout=urllib3.Timeout(total=self._discovery_timeout),
-                        retries=False,
-                        redirect=False,
-                    )
-                except Exception as exc:  # any failure keeps the last list
-                    self._discovery_result(None, b"", _reason(exc))
-                else:
-                    self._discovery_result(resp.status, resp.data, None)
-                if self._endpoints is not None and self._endpoints.ready:
-                    ready.set()
-                stop.wait(self._discovery_interval)
-        finally:
-            http.clear()
 
     def _shutdown(self) -> None:
         if self._stop is not None:
@@ -565,29 +613,9 @@ class AsyncPredictClient(_ClientBase):
         if cfg.direct:
             self._ready_event = asyncio.Event()
             self._task = asyncio.create_task(
-                self._discovery_loop(self._discovery_url(), self._ready_event),
+                _async_discovery_loop(weakref.ref(self), self._discovery_url(), self._ready_event),
                 name=f"eas-discovery-{self._service_name}",
             )
-
-    async def _discovery_loop(self, url: str, ready: asyncio.Event) -> None:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(total=self._discovery_timeout)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), timeout=timeout) as http:
-            while True:
-                try:
-                    async with http.get(url, allow_redirects=False) as resp:
-                        data = await resp.read()
-                        status = resp.status
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    self._discovery_result(None, b"", _reason(exc))
-                else:
-                    self._discovery_result(status, data, None)
-                if self._endpoints is not None and self._endpoints.ready:
-                    ready.set()
-                await asyncio.sleep(self._discovery_interval)
 
     async def _shutdown(self) -> None:
         task, self._task = self._task, None

@@ -516,3 +516,20 @@ async def test_warns_when_raw_token_goes_over_plain_http_to_a_remote_host(
     remote = make_client(custom_url="http://example.invalid/api/predict/x", token=TOKEN)
     await remote.init()  # no connection is made at init
     assert "plain HTTP" in caplog.text and TOKEN not in caplog.text
+
+
+def test_abandoned_sync_client_stops_its_discovery_thread(servers: Any) -> None:
+    import gc
+    import threading
+
+    from eas_sdk import PredictClient
+
+    disc, w = servers(), servers()
+    disc.set_endpoints([_ep(w, 1)])
+    client = PredictClient(disc.url, "gc_svc", endpoint_type=ENDPOINT_TYPE_DIRECT, discovery_interval=0.05)
+    assert client.predict(b"x") == b"x"
+    (thread,) = [t for t in threading.enumerate() if t.name == "eas-discovery-gc_svc"]
+    del client
+    gc.collect()
+    thread.join(5)
+    assert not thread.is_alive()
