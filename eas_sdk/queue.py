@@ -429,6 +429,7 @@ class Watcher:
                         ping_interval=self.client.ping_interval,
                         ping_timeout=self.client.ping_timeout,
                         close_timeout=1.0,
+                        legacy=True,  # one direct connection: this class does its own reconnects
                     )
                 except (OSError, WebSocketException, TimeoutError) as exc:
                     final = _handshake_error(exc)

@@ -1,0 +1,57 @@
+"""Shared fixtures: one queue server for the module's tests, with a fresh queue name per test."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from eas_sdk.queue import QueueClient
+
+from .server_proc import TOKEN, QueueServer, queue_config
+
+NAMES = [f"q{i}" for i in range(1, 121)]
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueueServer]:
+    workdir: Path = tmp_path_factory.mktemp("queue-server")
+    cfg = queue_config(workdir / "data", NAMES, max_length=1000, max_payload_bytes=65536, heartbeat_s=1.0)
+    cfg["services"].append(
+        {
+            "name": "small",
+            "processor": "queue",
+            "token": TOKEN,
+            "queue": {"max_length": 3, "max_payload_bytes": 16},
+        }
+    )
+    server = QueueServer.start(cfg, workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    n = next(_counter)
+    if n >= len(NAMES):
+        pytest.fail("tests/queue/conftest.py: add more queue names")
+    return NAMES[n]
+
+
+@pytest.fixture
+def make_client(queue_server: QueueServer, queue_name: str) -> Iterator[Callable[..., QueueClient]]:
+    clients: list[QueueClient] = []
+
+    def make(uid: str | None = None, gid: str = "eas", name: str | None = None) -> QueueClient:
+        c = QueueClient(queue_server.endpoint, name or queue_name)
+        c.set_token(TOKEN)
+        c.init(uid=uid, gid=gid)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
