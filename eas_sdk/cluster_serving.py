@@ -220,6 +220,14 @@ class InputQueue:
     def close(self) -> None:
         if self._http is not None:
             self._http.clear()
+        if self._client is not None:
+            self._client.close()
+
+    def __enter__(self) -> InputQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class OutputQueue:
@@ -274,6 +282,15 @@ class OutputQueue:
             if len(frames) < DEQUEUE_PAGE:
                 break
         return out
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OutputQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 __all__ = ["InputQueue", "OutputQueue", "SyncResponse", "decode_result", "encode_instance"]
