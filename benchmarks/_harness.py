@@ -1,0 +1,184 @@
+"""Shared pieces of the benchmarks: wrk runs, CPU accounting, pinning, child processes.
+
+Method (see docs/benchmarks.md): servers run pinned to core 0, the load generator
+to core 1; targets are measured in interleaved rounds and every ratio is taken
+within a round, then the median over rounds is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+NCPU = os.cpu_count() or 1
+
+
+def pin(core: int) -> list[str]:
+    """argv prefix pinning a process (and its children) to one core, when possible."""
+    if shutil.which("taskset") and NCPU > core:
+        return ["taskset", "-c", str(core)]
+    return []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def tree_pids(pid: int) -> list[int]:
+    out = [pid]
+    try:
+        import psutil
+
+        out += [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except Exception:  # noqa: S110 - accounting is best effort
+        pass
+    return out
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15)
+    return total / CLK_TCK
+
+
+@dataclass
+class WrkResult:
+    rps: float
+    requests: int
+    p50_us: float
+    p99_us: float
+    non2xx: int
+    errors: int
+    cpu_us_per_req: float
+
+
+_LUA = """
+local f = io.open(os.getenv("BENCH_BODY"), "rb")
+wrk.method = "POST"
+wrk.body = f:read("*all")
+f:close()
+wrk.headers["Content-Type"] = "application/octet-stream"
+local tok = os.getenv("BENCH_TOKEN")
+if tok and tok ~= "" then wrk.headers["Authorization"] = tok end
+"""
+
+
+def _to_us(value: str, unit: str) -> float:
+    return float(value) * {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}[unit]
+
+
+def run_wrk(
+    url: str,
+    body: Path,
+    *,
+    connections: int,
+    seconds: float,
+    token: str = "",
+    server_pids: Sequence[int] = (),
+) -> WrkResult:
+    lua = Path(tempfile.gettempdir()) / "easkit_bench_post.lua"
+    lua.write_text(_LUA)
+    env = dict(os.environ, BENCH_BODY=str(body), BENCH_TOKEN=token)
+    cmd = [
+        *pin(1),
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{max(1, round(seconds))}s",
+        "--latency",
+        "-s",
+        str(lua),
+        url,
+    ]
+    cpu0 = cpu_seconds(server_pids)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    cpu1 = cpu_seconds(server_pids)
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    lat = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.M))
+
+    def parse(v: str) -> float:
+        m = re.match(r"([\d.]+)(us|ms|s)", v)
+        return _to_us(m.group(1), m.group(2)) if m else float("nan")
+
+    non2xx = int(m.group(1)) if (m := re.search(r"Non-2xx or 3xx responses: (\d+)", out)) else 0
+    errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = sum(int(x) for x in errs.groups()) if errs else 0
+    cpu_us = (cpu1 - cpu0) * 1e6 / reqs if reqs else float("nan")
+    return WrkResult(
+        rps, reqs, parse(lat.get("50", "nan")), parse(lat.get("99", "nan")), non2xx, errors, cpu_us
+    )
+
+
+class Child:
+    """A child process in its own session, killed with its whole group on exit."""
+
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT) -> None:
+        self.proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait(5)
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def median(values: Sequence[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -1,0 +1,176 @@
+"""Gateway overhead: wrk -> gateway -> worker vs wrk -> worker vs a bare aiohttp server.
+
+Three targets, measured in interleaved rounds with wrk (core 1) against servers
+pinned to core 0 (the gateway and its worker share core 0, so the gateway is
+charged its full CPU). The body is a TF PredictRequest for one digits row, and
+the token is checked on every call through the gateway and the worker.
+
+Prints per-target req/s, p50/p99 and server CPU-µs per request, then the ratios
+the project tracks:
+  * gateway / direct throughput at c=16            (target >= 0.8)
+  * p50(gateway) - p50(direct) at c=1              (target <= 100 µs)
+  * worker CPU per request / bare aiohttp's        (target <= 2.5)
+
+Usage: python benchmarks/bench_gateway.py [--rounds N] [--seconds S] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _harness import PY, ROOT, Child, free_port, median, pin, run_wrk, tree_pids, wait_port
+
+TOKEN = "bench-token-0123456789"
+
+
+def build_body(path: Path, input_name: str) -> None:
+    from eas_sdk._proto import tf_predict_pb2 as tf
+
+    x = np.linspace(0, 16, 64, dtype=np.float32).reshape(1, 64)
+    req = tf.PredictRequest(signature_name="predict")
+    arr = req.inputs[input_name]
+    arr.dtype = tf.DT_FLOAT
+    arr.array_shape.dim.extend(x.shape)
+    arr.float_val.extend(x.ravel().tolist())
+    path.write_bytes(req.SerializeToString())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run)")
+    args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.seconds = 1, 2.0
+
+    sys.path.insert(0, str(ROOT / "samples"))
+    import build_models  # type: ignore[import-not-found]
+
+    work = Path(tempfile.mkdtemp(prefix="easkit-bench-"))
+    models = build_models.build_all(work / "models")
+    model = Path(models["digits"]) if isinstance(models, dict) else work / "models" / "digits.onnx"
+    input_name = getattr(build_models, "DIGITS_INPUT", "input")
+    body = work / "body.bin"
+    build_body(body, input_name)
+
+    cfg = work / "services.yaml"
+    cfg.write_text(
+        "gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n"
+        f"  data_dir: {work / 'data'}\n"
+        "services:\n"
+        f"  - name: digits\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
+    )
+    port_file = work / "port"
+    env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
+    hello_port = free_port()
+    gateway = Child(
+        [
+            *pin(0),
+            PY,
+            "-m",
+            "gateway",
+            "serve",
+            "--config",
+            str(cfg),
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        env=env,
+    )
+    hello = Child([*pin(0), PY, str(ROOT / "benchmarks" / "hello_server.py"), str(hello_port)], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not port_file.exists() or not port_file.read_text().strip():
+            if gateway.proc.poll() is not None or time.monotonic() > deadline:
+                out = gateway.proc.stdout.read() if gateway.proc.stdout else ""
+                raise SystemExit(f"gateway did not start:\n{out[-3000:]}")
+            time.sleep(0.1)
+        gw_addr = port_file.read_text().strip()
+        wait_port(hello_port)
+        with urllib.request.urlopen(f"http://{gw_addr}/api/v1/servicediscovery/upstreams/digits") as r:
+            items = json.load(r)["endpoints"]["items"]
+        worker_port = int(items[0]["port"])
+        worker_pids = [p for p in tree_pids(gateway.pid) if p != gateway.pid]
+        gw_pids = tree_pids(gateway.pid)
+        targets = {
+            "gateway": (f"http://{gw_addr}/api/predict/digits", gw_pids),
+            "direct": (f"http://127.0.0.1:{worker_port}/api/predict/digits", worker_pids),
+            "hello": (f"http://127.0.0.1:{hello_port}/api/predict/digits", tree_pids(hello.pid)),
+        }
+        # Warm-up: one throw-away second per target.
+        for url, pids in targets.values():
+            run_wrk(url, body, connections=args.connections, seconds=1, token=TOKEN, server_pids=pids)
+
+        rows: dict[str, list] = {k: [] for k in targets}
+        lat1: dict[str, list] = {k: [] for k in ("gateway", "direct")}
+        ratios, dp50, cpu_ratio = [], [], []
+        for rnd in range(args.rounds):
+            res = {}
+            for name, (url, pids) in targets.items():
+                r = run_wrk(
+                    url,
+                    body,
+                    connections=args.connections,
+                    seconds=args.seconds,
+                    token=TOKEN,
+                    server_pids=pids,
+                )
+                if r.non2xx or r.errors:
+                    raise SystemExit(
+                        f"{name}: {r.non2xx} non-2xx, {r.errors} socket errors: the run is invalid"
+                    )
+                res[name] = r
+                rows[name].append(r)
+            one = {}
+            for name in ("gateway", "direct"):
+                url, pids = targets[name]
+                one[name] = run_wrk(
+                    url, body, connections=1, seconds=args.seconds / 2, token=TOKEN, server_pids=pids
+                )
+                lat1[name].append(one[name])
+            ratios.append(res["gateway"].rps / res["direct"].rps)
+            dp50.append(one["gateway"].p50_us - one["direct"].p50_us)
+            cpu_ratio.append(res["direct"].cpu_us_per_req / res["hello"].cpu_us_per_req)
+            print(
+                f"round {rnd + 1}/{args.rounds}: gateway {res['gateway'].rps:,.0f} rps,"
+                f" direct {res['direct'].rps:,.0f} rps, hello {res['hello'].rps:,.0f} rps",
+                flush=True,
+            )
+
+        print(
+            f"\n{'target':<10}{'req/s':>10}{'p50 µs':>10}{'p99 µs':>10}{'CPU µs/req':>12}{'p50@c=1 µs':>12}"
+        )
+        for name, rs in rows.items():
+            c1 = f"{median([x.p50_us for x in lat1[name]]):>12.0f}" if name in lat1 else f"{'-':>12}"
+            print(
+                f"{name:<10}{median([x.rps for x in rs]):>10,.0f}{median([x.p50_us for x in rs]):>10.0f}"
+                f"{median([x.p99_us for x in rs]):>10.0f}{median([x.cpu_us_per_req for x in rs]):>12.1f}{c1}"
+            )
+        r_tp, r_dp, r_cpu = median(ratios), median(dp50), median(cpu_ratio)
+        print("\nratios (median of per-round ratios):")
+        print(f"  gateway/direct throughput (c={args.connections}): {r_tp:.2f}   target >= 0.80")
+        print(f"  p50 added by the gateway at c=1:        {r_dp:+.0f} µs   target <= 100 µs")
+        print(f"  worker CPU per request / bare aiohttp:  {r_cpu:.2f}   target <= 2.5")
+    finally:
+        gateway.stop()
+        hello.stop()
+
+
+if __name__ == "__main__":
+    main()

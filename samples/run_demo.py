@@ -1,0 +1,110 @@
+"""The main job: serve the samples with the gateway and call them with every sample client.
+
+    python samples/run_demo.py            # build models, start the gateway, run every client, stop
+    python samples/run_demo.py --serve    # build models and leave the gateway running (Ctrl-C stops)
+
+The gateway is started exactly as a user would start it:
+``python -m gateway serve --config samples/services.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SAMPLES = Path(__file__).resolve().parent
+ROOT = SAMPLES.parent
+CLIENTS = [
+    "string_client.py",
+    "tf_client.py",
+    "torch_client.py",
+    "blade_client.py",
+    "json_client.py",
+    "direct_client.py",
+    "async_client.py",
+    "queue_client.py",
+]
+
+
+def build_models() -> None:
+    subprocess.run([sys.executable, str(SAMPLES / "build_models.py")], check=True, cwd=ROOT)
+
+
+def start_gateway(port: int | None, port_file: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(SAMPLES / "services.yaml")]
+    if port is not None:
+        cmd += ["--port", str(port)]
+    cmd += ["--port-file", str(port_file)]
+    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], port_file: Path, timeout: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"gateway exited early with code {proc.returncode}")
+        if port_file.exists() and port_file.read_text().strip():
+            return port_file.read_text().strip()
+        time.sleep(0.1)
+    raise SystemExit("gateway did not become ready in time")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            return proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait(5)
+    return proc.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--serve", action="store_true", help="leave the gateway running for people to try")
+    ap.add_argument(
+        "--port", type=int, default=None, help="listen port (default: services.yaml; demo: free port)"
+    )
+    args = ap.parse_args()
+
+    build_models()
+    port_file = Path(tempfile.mkdtemp(prefix="easkit-demo-")) / "address"
+    proc = start_gateway(args.port if args.serve else (args.port or 0), port_file)
+    try:
+        address = wait_ready(proc, port_file)
+        endpoint = f"http://{address}"
+        print(f"\n== gateway ready at {endpoint}", flush=True)
+        if args.serve:
+            print("   services: digits (token 'secret-token'), echo; Ctrl-C stops the gateway", flush=True)
+            print(f"   try: {sys.executable} samples/clients/tf_client.py --endpoint {endpoint}", flush=True)
+            try:
+                proc.wait()
+            except KeyboardInterrupt:
+                pass
+            return 0
+        failures = []
+        for name in CLIENTS:
+            print(f"\n== {name}", flush=True)
+            rc = subprocess.run(
+                [sys.executable, str(SAMPLES / "clients" / name), "--endpoint", endpoint],
+                cwd=ROOT,
+                check=False,
+            ).returncode
+            if rc != 0:
+                failures.append(name)
+        print("\n== summary:", "all sample clients succeeded" if not failures else f"FAILED: {failures}")
+        return 1 if failures else 0
+    finally:
+        rc = stop(proc)
+        print(f"== gateway stopped (exit code {rc})", flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
