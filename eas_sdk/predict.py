@@ -38,7 +38,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import urllib3
 import urllib3.exceptions as u3
@@ -90,12 +90,6 @@ logger = logging.getLogger("eas_sdk.predict")
 # Idle keep-alive connections are dropped after this long (below the 75 s of
 # aiohttp servers, above the 5 s of uvicorn; a stale one is re-sent anyway).
 DEFAULT_KEEPALIVE_EXPIRY = 10.0
-
-
-class _Request(Protocol):
-    def to_string(self) -> bytes | str: ...
-
-    def parse_response(self, body: bytes) -> Any: ...
 
 
 def request_body(req: object) -> bytes:
@@ -489,7 +483,6 @@ class PredictClient(_ClientBase):
                 maxsize=cfg.max_connection_count,
                 block=True,  # C11: never more sockets than the pool size
                 retries=False,
-                headers={"Accept-Encoding": "identity"},
             )
             if cfg.direct:
                 self._stop = threading.Event()

@@ -58,6 +58,7 @@ async def test_gateway_mode_signs_with_eas_hmac(server: FakeEAS, make_client: An
     assert rec.headers["Date"].endswith(" GMT")
     assert re.fullmatch(r"[0-9a-f]{32}", rec.headers["X-Request-Id"])
     assert rec.headers["X-Eas-Deadline-Ms"] == "5000"  # the per-attempt timeout
+    assert rec.headers["Accept-Encoding"] == "identity"  # never ask for gzip
 
 
 async def test_service_name_with_sub_path_is_signed(server: FakeEAS, make_client: Any) -> None:
