@@ -32,11 +32,8 @@ print(json.dumps(out))
 
 @cache
 def digits_rows(n: int) -> np.ndarray:
-    from sklearn.datasets import load_digits
-
-    x = (load_digits().data / 16.0).astype(np.float32)
-    reps = -(-n // len(x))
-    return np.tile(x, (reps, 1))[:n]
+    # 8x8 images scaled to [0, 1] (random ones: importing scikit-learn for its data set costs seconds).
+    return np.random.default_rng(n).random((n, 64), dtype=np.float32)
 
 
 def ort_probabilities(rows: np.ndarray) -> np.ndarray:
@@ -59,7 +56,7 @@ def tf_probabilities(body: bytes) -> np.ndarray:
     resp = tf_predict_pb2.PredictResponse()
     resp.ParseFromString(body)
     arr = resp.outputs["probabilities"]
-    return np.asarray(arr.float_val, dtype=np.float32).reshape([d.size for d in arr.array_shape.dim])
+    return np.asarray(arr.float_val, dtype=np.float32).reshape(list(arr.array_shape.dim))
 
 
 class SinkCollector:
