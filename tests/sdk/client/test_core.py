@@ -391,3 +391,19 @@ def test_config_validation() -> None:
         ClientConfig(endpoint="h").validate()
     with pytest.raises(ValueError):
         ClientConfig(timeout=0)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.floats(min_value=0.0, max_value=0.5), min_size=1, max_size=300))
+def test_retry_budget_bound_holds_for_any_arrival_pattern(gaps: list[float]) -> None:
+    # Every call wants as many retries as it can get; spent retries never exceed
+    # ratio x calls + the reserve (min_per_second x window) + refills over the elapsed time.
+    budget = RetryBudget(ratio=0.1, min_per_second=3.0, window=10.0, now=0.0)
+    now = spent = 0.0
+    for gap in gaps:
+        now += gap
+        budget.on_call()
+        while budget.try_spend(now):
+            spent += 1
+            assert spent < 10_000
+    assert spent <= 0.1 * len(gaps) + 30.0 + 3.0 * now + 1e-9

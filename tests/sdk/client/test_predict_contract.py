@@ -534,3 +534,37 @@ def test_abandoned_sync_client_stops_its_discovery_thread(servers: Any) -> None:
     gc.collect()
     thread.join(5)
     assert not thread.is_alive()
+
+
+async def test_guide_style_setters_then_init(servers: Any, kind: str) -> None:
+    """The API guide's call sequence, setter by setter, in direct mode."""
+    from .conftest import Harness
+
+    disc, worker = servers(), servers(tokens=[TOKEN])
+    disc.set_endpoints([_ep(worker, 100)])
+    h = Harness(kind)
+    c = h.client
+    c.set_endpoint(disc.url)
+    c.set_service_name("echo")
+    c.set_endpoint_type(ENDPOINT_TYPE_DIRECT)
+    c.set_token(TOKEN)
+    c.set_retry_count(2)
+    c.set_max_connection_count(3)
+    c.set_timeout(2000)
+    c.set_content_type("application/json")
+    c.set_log_level(logging.WARNING)
+    c.add_extra_headers({"X-Extra": "e"})
+    try:
+        await h.init()
+        assert await h.predict(Raw(b"{}")) == b"{}"
+    finally:
+        await h.close()
+        c.set_log_level(logging.NOTSET)
+    (rec,) = worker.predicts
+    assert rec.auth_ok
+    assert rec.headers["Content-Type"] == "application/json"
+    assert rec.headers["X-Extra"] == "e"
+    assert rec.headers["X-Eas-Deadline-Ms"] == "2000"
+    assert c.retry_count == 2 and c.config.max_connection_count == 3
+    with pytest.raises(TypeError):
+        c.add_extra_headers([("a", "b")])
