@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
@@ -126,7 +127,8 @@ async def serve(cfg: Config) -> int:
         await runner.setup()  # starts worker pools and queues (cleanup context)
     except Exception as exc:
         log.error("start-up failed: %s", exc)
-        await runner.cleanup()
+        with contextlib.suppress(Exception):
+            await runner.cleanup()
         return 1
     try:
         site = web.TCPSite(runner, gw.host, gw.port, backlog=1024)
@@ -140,13 +142,15 @@ async def serve(cfg: Config) -> int:
         log.info("listening on %s (%d service(s))", url, len(cfg.services))
 
         pools = list(app[POOLS_KEY].items())
-        ready_task = asyncio.gather(*(p.wait_ready(gw.worker_start_timeout_s) for _, p in pools))
+        ready_task = asyncio.gather(
+            *(p.wait_ready(gw.worker_start_timeout_s) for _, p in pools), return_exceptions=True
+        )
         stop_task = asyncio.create_task(stop.wait())
         await asyncio.wait({ready_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if ready_task.done() and not stop.is_set():
             results = ready_task.result()
             for (name, _), ok in zip(pools, results, strict=True):
-                if not ok:
+                if ok is not True:
                     log.warning("service %s has no ready worker after %g s", name, gw.worker_start_timeout_s)
             print(f"gateway listening on {url}", flush=True)
             if gw.port_file:

@@ -206,3 +206,30 @@ def test_token_never_logged(gateway_factory: Any, digits_model: Path) -> None:
     assert "DEBUG" in out and "dispatch digits" in out  # the logs were really captured at DEBUG
     for secret in secrets_sent:
         assert secret not in out, "a credential reached the logs"
+
+
+@pytest.mark.fault
+def test_corrupt_model_leaves_other_services_serving(gateway_factory: Any, tmp_path: Path) -> None:
+    """F14: a service whose model cannot load answers 503 fast; the rest of the gateway is fine."""
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(b"this is not an onnx model")
+    config = {
+        "gateway": {"worker_start_timeout_s": 3},
+        "services": [
+            {"name": "broken", "processor": "onnx", "model": str(bad), "workers": 1},
+            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1},
+        ],
+    }
+    gw = gateway_factory(config)  # announced after worker_start_timeout_s despite the broken service
+    assert "service broken has no ready worker" in gw.output()
+    assert gw.get_json("/healthz")[0] == 200
+    assert gw.get_json("/readyz")[0] == 503
+    assert gw.get_json("/readyz?service=broken")[0] == 503
+    assert gw.get_json("/readyz?service=echo")[0] == 200
+    t0 = time.monotonic()
+    status, body = _post(gw.url + "/api/predict/broken", b"x", timeout=5)
+    assert status == 503
+    assert b"ServiceNotReady" in body
+    assert time.monotonic() - t0 < 3.0  # hang detector
+    assert _post(gw.url + "/api/predict/echo", b"fine")[0] == 200
+    assert gw.stop() == 0
