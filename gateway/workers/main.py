@@ -128,9 +128,14 @@ class ComputeQueue(RequestSink):
             if job is None:
                 return
             req = job.req
-            if job.cancelled or (req.deadline and time.monotonic() >= req.deadline):
+            if job.cancelled:
                 self.dropped += 1
                 self._post(job, None)
+                continue
+            if req.deadline and time.monotonic() >= req.deadline:
+                self.dropped += 1
+                msg = "the request's deadline passed while it was queued; it was not run"
+                self._post(job, error_response(504, "UpstreamTimeout", msg, req.request_id))
                 continue
             self.runs += 1
             t0 = time.perf_counter_ns()
@@ -152,7 +157,7 @@ class ComputeQueue(RequestSink):
 def _make_http_app(service: ServiceConfig, gateway: GatewayConfig, compute: ComputeQueue) -> Any:
     from aiohttp import web
 
-    from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_REQUEST_ID
+    from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_DEADLINE_MS, HEADER_REQUEST_ID
     from gateway.auth import AuthStatus, verify
 
     prefix = f"/api/predict/{service.name}"
@@ -168,13 +173,17 @@ def _make_http_app(service: ServiceConfig, gateway: GatewayConfig, compute: Comp
             err = error_response(status, code, result.reason or "invalid or missing token", rid)
             return web.Response(status=status, body=err.body, headers={"Content-Type": err.content_type})
         tail = request.match_info.get("tail", "")
+        budget_s = service.timeout_ms / 1000.0
+        with contextlib.suppress(ValueError):
+            # The caller's remaining budget (our SDK sends it): never run past it.
+            budget_s = min(budget_s, float(request.headers.get(HEADER_DEADLINE_MS, "")) / 1000.0)
         req = WorkerRequest(
             body=body,
             subpath=tail,
             content_type=request.headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
             request_id=rid,
             headers={k: v for k, v in request.headers.items() if k.lower().startswith("x-")},
-            deadline=time.monotonic() + service.timeout_ms / 1000.0,
+            deadline=time.monotonic() + max(0.0, budget_s),
         )
         resp = await compute.run(req)
         return web.Response(status=resp.status, body=resp.body, headers={"Content-Type": resp.content_type})

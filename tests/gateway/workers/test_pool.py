@@ -234,3 +234,32 @@ async def test_stop_drains_in_flight_requests(models: dict[str, Path]) -> None:
     assert [w["state"] for w in pool.snapshot()] == ["stopped"]
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+async def test_expired_deadline_is_answered_without_running(make_pool: MakePool) -> None:
+    """F17: a request whose deadline passes while it is queued gets 504 and never runs."""
+    pool = await make_pool(echo_service())
+    slow = asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:0.5"), 5))
+    await _until(lambda: pool.snapshot()[0]["outstanding"] == 1, 5, "slow request in flight")
+    late = WorkerRequest(b"count", deadline=time.monotonic() + 0.1)
+    resp = await pool.dispatch(late, 5)
+    assert resp.status == 504 and json.loads(resp.body)["code"] == "UpstreamTimeout"
+    await slow
+    stats = await pool.worker_stats(0)
+    assert (stats["runs"], stats["dropped"]) == (1, 1)
+
+
+async def test_stopped_worker_is_ejected_and_rejoins(make_pool: MakePool) -> None:
+    """F3: a SIGSTOPped worker misses pings, leaves routing, and rejoins after SIGCONT."""
+    pool = await make_pool(echo_service(workers=2))
+    await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
+    frozen = pool.snapshot()[0]["pid"]
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        await _until(lambda: pool.snapshot()[0]["state"] == "ejected", 15, "stopped worker ejected")
+        seen = {await _pid(pool) for _ in range(10)}
+        assert seen == {pool.snapshot()[1]["pid"]}
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    await _until(lambda: pool.snapshot()[0]["state"] == "ready", 15, "worker back in routing")
+    assert pool.snapshot()[0]["pid"] == frozen and pool.restarts_total == 0
