@@ -1001,12 +1001,14 @@ def _decode_dims(buf: Any, a: int, b: int) -> list[int]:
     for field, wt, x, y in _fields(buf, a, b):
         if field != 1:
             continue
-        if wt == 2:
-            dims += (
-                decode_varints(np.frombuffer(buf, dtype=np.uint8, count=y - x, offset=x))
-                .view(np.int64)
-                .tolist()
-            )
+        if wt == 2 and y - x <= 32:
+            pos = x  # a handful of dims: a Python loop beats numpy's set-up cost
+            while pos < y:
+                v, pos = _read_varint(buf, pos, y)
+                dims.append(_signed64(v))
+        elif wt == 2:
+            packed = np.frombuffer(buf, dtype=np.uint8, count=y - x, offset=x)
+            dims += decode_varints(packed).view(np.int64).tolist()
         elif wt == 0:
             dims.append(_signed64(x))
         else:
