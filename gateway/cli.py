@@ -5,7 +5,8 @@ log the address, start the worker pools, wait until they are ready (at most
 ``worker_start_timeout_s``), then print ``gateway listening on http://H:P`` on
 stdout and write ``H:P`` to ``--port-file`` atomically.
 
-Shutdown on SIGTERM/SIGINT: /readyz answers 503 at once, the listener closes,
+Shutdown on SIGTERM/SIGINT: /readyz answers 503 at once, requests are still served
+for ``drain_delay_s`` (default 0; a second signal cuts it short), the listener closes,
 idle keep-alive connections close, in-flight requests finish (up to
 ``shutdown_timeout_s``), worker pools drain and stop, exit status 0.
 """
@@ -110,10 +111,12 @@ async def serve(cfg: Config) -> int:
     gw = cfg.gateway
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    again = asyncio.Event()  # a second signal: skip the drain delay
 
     def on_signal(signame: str) -> None:
         if stop.is_set():
-            log.warning("%s received again; already stopping", signame)
+            log.warning("%s received again; already stopping (drain delay cut short)", signame)
+            again.set()
             return
         log.info("%s received: stopping (in-flight requests get up to %g s)", signame, gw.shutdown_timeout_s)
         app[STATE_KEY].shutting_down = True  # /readyz turns 503 at once
@@ -159,6 +162,11 @@ async def serve(cfg: Config) -> int:
         else:
             ready_task.cancel()
         await stop_task
+        if gw.drain_delay_s > 0:
+            # Still serving, /readyz already 503: load balancers move traffic away first.
+            log.info("draining for %g s before closing the listener", gw.drain_delay_s)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(again.wait(), gw.drain_delay_s)
     finally:
         app[STATE_KEY].shutting_down = True
         # Closes the listener, lets in-flight requests finish, then stops pools/queues.

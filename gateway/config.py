@@ -89,6 +89,9 @@ class GatewayConfig:
     body_timeout_s: float = 30.0
     keepalive_timeout_s: float = 75.0
     shutdown_timeout_s: float = 10.0
+    # After SIGTERM/SIGINT, keep serving this long with /readyz at 503 (so load balancers
+    # stop sending) before the listener closes.
+    drain_delay_s: float = 0.0
     worker_start_timeout_s: float = 60.0
     health_interval_s: float = 1.0
     access_log: bool = True

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,31 @@ def test_port_file_is_written_atomically(tmp_path: Path) -> None:
     write_port_file(str(target), "127.0.0.1", 1234)
     assert target.read_text() == "127.0.0.1:1234\n"
     assert [p.name for p in target.parent.iterdir()] == ["port"]
+
+
+def test_readyz_turns_503_at_once_during_the_drain_delay(gateway_factory: Any) -> None:
+    config = {**QUEUE_ONLY, "gateway": {"shutdown_timeout_s": 5, "drain_delay_s": 2.0}}
+    gw = gateway_factory(config)
+    assert gw.get_json("/readyz")[0] == 200
+    os.kill(gw.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 1.5
+    seen: list[int] = []
+    while time.monotonic() < deadline and 503 not in seen:
+        seen.append(gw.get_json("/readyz")[0])
+        time.sleep(0.02)
+    assert seen[-1] == 503, seen
+    # Still serving (liveness and routes) while draining.
+    assert gw.get_json("/healthz")[0] == 200
+    assert gw.proc.wait(15) == 0
+    assert "draining for 2 s" in gw.output()
+
+
+def test_second_signal_cuts_the_drain_delay_short(gateway_factory: Any) -> None:
+    config = {**QUEUE_ONLY, "gateway": {"shutdown_timeout_s": 5, "drain_delay_s": 30.0}}
+    gw = gateway_factory(config)
+    os.kill(gw.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and "draining" not in gw.output():
+        time.sleep(0.02)
+    os.kill(gw.pid, signal.SIGINT)
+    assert gw.proc.wait(15) == 0
