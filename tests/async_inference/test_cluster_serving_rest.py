@@ -210,3 +210,28 @@ async def test_model_rejection_and_routing_errors(client: TestClient[Any, Any]) 
     assert got in (400, 404) and set(doc) == {"error"}
     resp = await client.get("/predict")
     assert resp.status == 405 and resp.headers["Allow"] == "POST"
+
+
+async def test_input_queue_sync_predict(client: TestClient[Any, Any]) -> None:
+    import asyncio
+
+    from eas_sdk.cluster_serving import InputQueue
+
+    url = f"http://127.0.0.1:{client.port}"
+    seed = '{\n  "instances" : [ {\n    "ids" : [ 100.0, 88.0 ]\n  }]\n}'
+    # Bare /predict: the configured default service (gateway.cluster_serving_service).
+    with InputQueue(sync=True, frontend_url=url) as iq:
+        resp = await asyncio.to_thread(iq.predict, seed)
+    assert resp.status_code == 200, resp.text
+    assert resp.json() == {"predictions": [{"ids": [100.0, 88.0], "ids:dtype": "loose-f"}]}
+    # A named service, with its token; the response text is JSON as in Cluster Serving.
+    inst = {"words": ["on"], "image": jpeg_b64(5)[0], "tensor": [1.0, 1.5], "sparse": _SPARSE_ONE}
+    with InputQueue(sync=True, frontend_url=url, name="cs", token=TOKEN) as iq:
+        resp = await asyncio.to_thread(iq.predict, json.dumps({"instances": [inst]}))
+        assert resp.status_code == 200, resp.text
+        assert json.loads(resp.text)["predictions"][0]["tensor_x2"] == [2.0, 3.0]
+        bad = await asyncio.to_thread(iq.predict, {"instances": []})
+    assert bad.status_code == 400 and "error" in bad.json()
+
+
+_SPARSE_ONE = {"shape": list(SPARSE_SHAPE), "data": [1.0], "indices": [[0, 0]]}
