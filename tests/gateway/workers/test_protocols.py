@@ -344,3 +344,19 @@ print(json.dumps({
     assert out["tf"] == [[0.25, 0.75], [1], [1, 0], [1, 2]]
     assert out["torch"] == [[0.25, 0.75], [1], [1, 0], [1, 2]]
     assert out["blade"] == [[0.25, 0.75], [1, 2]]
+
+
+def test_response_encoders_match_the_sdk_codec() -> None:
+    """Our server-side encoders and eas_sdk._core.tensor produce the same bytes."""
+    from eas_sdk._core import tensor
+
+    outs = {
+        "p": np.random.default_rng(1).random((2, 10), dtype=np.float32),
+        "l": np.array([3, -4], np.int64),
+        "d": np.array([0.5, 1e300]),
+        "i": np.array([[1, -2, 3]], np.int32),
+        "s": np.array([b"ab", b""], object),
+    }
+    assert eas.encode_tf_response(outs.items()) == tensor.encode_tf_response(outs)
+    floats = [outs["p"], outs["l"], outs["d"]]
+    assert eas.encode_torch_response(floats) == tensor.encode_torch_response(floats)

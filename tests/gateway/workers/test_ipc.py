@@ -1,0 +1,152 @@
+"""The framed RPC on a real unix socket, in one process: framing, pipelining, cancel, loss."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from gateway.workers.ipc import (
+    HEADER,
+    REQUEST,
+    RESPONSE,
+    IPCClient,
+    IPCServerProtocol,
+    IPCTimeout,
+    RequestSink,
+    WorkerConnectionError,
+    WorkerRequest,
+    WorkerResponse,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+
+
+class ManualSink(RequestSink):
+    """Holds requests until the test answers them; records cancels."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[WorkerRequest, Callable[[WorkerResponse | None], None]]] = []
+        self.cancelled: list[WorkerRequest] = []
+
+    def submit(self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None]) -> Any:
+        self.jobs.append((req, done))
+        return req
+
+    def cancel(self, job: Any) -> None:
+        self.cancelled.append(job)
+
+    def stats(self) -> dict[str, Any]:
+        return {"held": len(self.jobs)}
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[str, ManualSink, list[IPCServerProtocol]]]:
+    sink = ManualSink()
+    protos: list[IPCServerProtocol] = []
+
+    def factory() -> IPCServerProtocol:
+        p = IPCServerProtocol(sink)
+        protos.append(p)
+        return p
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s")
+        srv = await asyncio.get_running_loop().create_unix_server(factory, path=path)
+        yield path, sink, protos
+        srv.close()
+        for p in protos:
+            p.abort()
+        await srv.wait_closed()
+
+
+def test_codec_round_trip() -> None:
+    req = WorkerRequest(b"\x00body", "sub/path", "application/x", "rid-1", {"X-A": "b"}, 12.5)
+    assert decode_request(b"".join(encode_request(req))) == req
+    resp = WorkerResponse(418, b"teapot", "text/plain; charset=utf-8", 1234)
+    assert decode_response(b"".join(encode_response(resp))) == resp
+    assert req.header("x-a") == "b" and req.header("missing", "d") == "d"
+
+
+async def test_pipelined_out_of_order_answers(server: Any) -> None:
+    path, sink, _ = server
+    client = IPCClient(path, connections=2)
+    await client.connect()
+    try:
+        calls = [asyncio.create_task(client.call(WorkerRequest(str(i).encode()), 5)) for i in range(20)]
+        while len(sink.jobs) < 20:
+            await asyncio.sleep(0.01)
+        # Answer in reverse order: each caller still gets its own answer.
+        for req, done in reversed(sink.jobs):
+            done(WorkerResponse(200, b"echo:" + req.body))
+        results = await asyncio.gather(*calls)
+        assert [r.body for r in results] == [b"echo:%d" % i for i in range(20)]
+        assert (await client.ping(5)) == {"held": 20}
+    finally:
+        client.close()
+
+
+async def test_timeout_sends_cancel_and_late_answer_is_dropped(server: Any) -> None:
+    path, sink, _ = server
+    client = IPCClient(path, connections=1)
+    await client.connect()
+    try:
+        with pytest.raises(IPCTimeout):
+            await client.call(WorkerRequest(b"slow"), 0.1)
+        while not sink.cancelled:
+            await asyncio.sleep(0.01)
+        assert sink.cancelled[0].body == b"slow"
+        sink.jobs[0][1](WorkerResponse(200, b"too late"))  # nobody waits: ignored
+        task = asyncio.create_task(client.call(WorkerRequest(b"next"), 5))
+        while len(sink.jobs) < 2:
+            await asyncio.sleep(0.01)
+        sink.jobs[1][1](WorkerResponse(200, b"ok"))
+        assert (await task).body == b"ok"
+    finally:
+        client.close()
+
+
+async def test_connection_loss_fails_pending_calls(server: Any) -> None:
+    path, sink, protos = server
+    lost: list[bool] = []
+    client = IPCClient(path, connections=2, on_lost=lambda: lost.append(True))
+    await client.connect()
+    calls = [asyncio.create_task(client.call(WorkerRequest(b"x"), 5)) for _ in range(4)]
+    while len(sink.jobs) < 4:
+        await asyncio.sleep(0.01)
+    for p in protos:
+        p.abort()  # the worker dies
+    for c in calls:
+        with pytest.raises(WorkerConnectionError):
+            await c
+    assert lost == [True] and not client.alive
+    with pytest.raises(WorkerConnectionError):
+        await client.call(WorkerRequest(b"y"), 1)
+
+
+async def test_frames_split_across_reads(server: Any) -> None:
+    path, sink, _ = server
+    reader, writer = await asyncio.open_unix_connection(path)
+    payload = b"".join(encode_request(WorkerRequest(b"B" * 100_000, request_id="big")))
+    frame = HEADER.pack(len(payload), 7, REQUEST) + payload
+    for i in range(0, len(frame), 4093):  # dribble it in odd-sized pieces
+        writer.write(frame[i : i + 4093])
+        await writer.drain()
+    while not sink.jobs:
+        await asyncio.sleep(0.01)
+    req, done = sink.jobs[0]
+    assert req.request_id == "big" and len(req.body) == 100_000
+    done(WorkerResponse(201, b"created"))
+    head = await reader.readexactly(HEADER.size)
+    length, rid, kind = HEADER.unpack(head)
+    assert kind == RESPONSE
+    body = await reader.readexactly(length)
+    assert rid == 7 and decode_response(body).status == 201
+    writer.close()
+    await writer.wait_closed()
