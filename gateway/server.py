@@ -3,10 +3,14 @@
 aiohttp has a keep-alive timeout but no deadline for receiving a request's
 headers, so a client that sends half a request line (slowloris, B8) would hold
 the connection until the keep-alive timer (75 s by default). Each connection
-here arms a timer when it is opened, and again when an idle keep-alive
-connection starts receiving a new request; the timer is disarmed as soon as
-the parser has a complete request head. If it fires while the connection is
+here arms a timer when it is opened, and again when bytes of a new request
+arrive on a kept-alive or pipelining connection; the timer is disarmed as soon
+as the parser has a complete request head. If it fires while the connection is
 still waiting for a request head, the connection is closed.
+
+Known gap: a partial head that arrives in the same read as the end of the
+previous request cannot be told apart from a finished read (the C parser keeps
+no visible buffer); such a connection is bounded by the keep-alive timeout.
 """
 
 from __future__ import annotations
@@ -46,12 +50,17 @@ class HeaderDeadlineHandler(RequestHandler):
 
     def _header_deadline(self) -> None:
         self._header_handle = None
-        # Still waiting for a request head (no handler running, nothing parsed)?
-        waiting = self._waiter is not None and not self._waiter.done() and not self._messages
-        if waiting or self._request_count == 0:
+        if self._messages:
+            return  # a complete head is queued (pipelining)
+        idle = self._waiter is not None and not self._waiter.done()
+        if idle or self._request_count == 0:
             peer = self.transport.get_extra_info("peername") if self.transport else None
             log.info("closing connection from %s: no request head within %.3g s", peer, self._header_timeout)
             self.force_close()
+        elif self.transport is not None:
+            # A handler is still busy and a partial pipelined head is waiting behind it:
+            # check again later, the deadline holds once the connection is idle.
+            self._arm_header_deadline()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -62,9 +71,16 @@ class HeaderDeadlineHandler(RequestHandler):
         super().data_received(data)
         if self._request_count != before:
             self._disarm_header_deadline()
-        elif data and self._waiter is not None and not self._messages:
-            # An idle keep-alive connection started sending the next request.
+        elif data and not self._messages and self._receiving_next_head():
             self._arm_header_deadline()
+
+    def _receiving_next_head(self) -> bool:
+        """Bytes that complete no request are a new head (not a body) when the connection
+        is idle, or when the request being handled has already received its whole body."""
+        if self._waiter is not None and not self._waiter.done():
+            return True
+        current = self._current_request
+        return current is not None and current.content.is_eof()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm_header_deadline()

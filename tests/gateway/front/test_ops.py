@@ -190,3 +190,20 @@ async def test_loopback_guard_and_bad_gateway_values_in_config() -> None:
         assert "gateway.max_body_bytes" in str(exc)
     else:
         raise AssertionError("config error not raised")
+
+
+async def test_header_deadline_covers_a_partial_pipelined_head() -> None:
+    async with live_gateway(header_timeout_s=0.4, keepalive_timeout_s=30.0) as gw:
+        gw.pools["echo"].delay_s = 0.8  # the first request is still running when the deadline passes
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        try:
+            writer.write(b"POST /api/predict/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nfirst")
+            await writer.drain()
+            await asyncio.sleep(0.1)  # the first request is being handled
+            writer.write(b"POST /api/predict/ec")
+            await writer.drain()
+            data = await asyncio.wait_for(reader.read(), 5.0)  # until the server closes
+        finally:
+            await close_writer(writer)
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"first"), data[-200:]
+        assert len(gw.pools["echo"].calls) == 1
