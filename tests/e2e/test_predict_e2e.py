@@ -82,6 +82,18 @@ def test_string_request_echo(gw: GatewayProcess) -> None:
     assert resp.response_data == b"\x00binary\xffhello"
 
 
+def test_string_request_json_on_digits(gw: GatewayProcess, images: np.ndarray, expected: dict) -> None:
+    body = json.dumps({"inputs": {"input": images.tolist()}})
+    with PredictClient(gw.url, "digits", token=TOKEN) as client:
+        resp = client.predict(StringRequest(body))
+    out = json.loads(resp.response_data)["outputs"]
+    _check(
+        np.array(out["label"]["data"]),
+        np.array(out["probabilities"]["data"], dtype=np.float32).reshape(expected["probabilities"].shape),
+        expected,
+    )
+
+
 def test_tf_request_matches_onnxruntime(gw: GatewayProcess, images: np.ndarray, expected: dict) -> None:
     with PredictClient(gw.url, "digits", token=TOKEN) as client:
         resp = client.predict(_tf(images))
