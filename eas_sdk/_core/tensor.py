@@ -276,33 +276,52 @@ def _tag(field: int, wire_type: int) -> bytes:
     return varint((field << 3) | wire_type)
 
 
-_VARINT_CHUNK = 1 << 20  # bounds the (n, 10) scratch matrix to ~90 MB
-_SHIFTS = np.arange(10, dtype=np.uint64) * np.uint64(7)
 _THRESHOLDS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
+_U7F = np.uint64(0x7F)
 
 
 def encode_varints(values: np.ndarray) -> bytes:
-    """Concatenated varints of an integer array (signed values are sign-extended to 64 bits)."""
+    """Concatenated varints of an integer array (signed values are sign-extended to 64 bits).
+
+    Vectorised by byte position: one pass per varint byte over the values that still have
+    bytes left, scattering into a preallocated output (a dense (n, width) matrix when every
+    value has the same length). Memory stays O(n).
+    """
     arr = np.asarray(values)
     if arr.size == 0:
         return b""
     if arr.dtype == np.bool_ or (arr.dtype.kind == "u" and arr.dtype.itemsize == 1):
         return arr.astype(np.uint8, copy=False).tobytes()
-    u = arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64)
-    u = u.ravel()
+    if arr.dtype.kind == "i":
+        u = arr.astype(np.int64, copy=False).view(np.uint64).ravel()
+    else:
+        u = arr.astype(np.uint64, copy=False).ravel()
     mx = int(u.max())
     if mx < 0x80:
         return u.astype(np.uint8).tobytes()
-    if u.size > _VARINT_CHUNK:
-        return b"".join(encode_varints(u[i : i + _VARINT_CHUNK]) for i in range(0, u.size, _VARINT_CHUNK))
     width = (mx.bit_length() + 6) // 7
+    if max(1, (int(u.min()).bit_length() + 6) // 7) == width:
+        dense = np.empty((u.size, width), dtype=np.uint8)
+        for k in range(width):
+            col = ((u >> np.uint64(7 * k)) & _U7F).astype(np.uint8)
+            dense[:, k] = col | 0x80 if k < width - 1 else col
+        return dense.tobytes()
     lengths = np.ones(u.size, dtype=np.int64)
     for k in range(1, width):
         lengths += u >= _THRESHOLDS[k - 1]
-    groups = ((u[:, None] >> _SHIFTS[:width]) & np.uint64(0x7F)).astype(np.uint8)
-    cols = np.arange(width)
-    groups[cols < (lengths[:, None] - 1)] |= 0x80
-    return groups[cols < lengths[:, None]].tobytes()
+    ends = np.cumsum(lengths)
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    pos = ends - lengths
+    vals, lens = u, lengths
+    for k in range(width):
+        more = lens > k + 1
+        byte = (vals & _U7F).astype(np.uint8)
+        byte |= more.view(np.uint8) << 7
+        out[pos] = byte
+        if k == width - 1:
+            break
+        vals, pos, lens = vals[more] >> np.uint64(7), pos[more] + 1, lens[more]
+    return out.tobytes()
 
 
 def decode_varints(data: np.ndarray | bytes | memoryview) -> np.ndarray:
@@ -311,20 +330,31 @@ def decode_varints(data: np.ndarray | bytes | memoryview) -> np.ndarray:
     if b.size == 0:
         return np.empty(0, dtype=np.uint64)
     term = b < 0x80
-    if term.all():
-        return b.astype(np.uint64)
-    if not term[-1]:
-        raise CodecError("truncated varint in packed field")
     ends = np.flatnonzero(term)
+    n = ends.size
+    if n == b.size:
+        return b.astype(np.uint64)
+    if n == 0 or ends[-1] != b.size - 1:
+        raise CodecError("truncated varint in packed field")
+    width = b.size // n
+    if b.size == n * width and width <= 10 and np.array_equal(ends, np.arange(width - 1, b.size, width)):
+        out = (b[0::width] & 0x7F).astype(np.uint64)  # every varint has the same length
+        for k in range(1, width):
+            out |= (b[k::width] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        return out
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
     lengths = ends - starts + 1
-    if int(lengths.max()) > 10:
+    maxlen = int(lengths.max())
+    if maxlen > 10:
         raise CodecError("varint longer than 10 bytes")
-    pos = np.arange(b.size, dtype=np.int64) - np.repeat(starts, lengths)
-    parts = (b & 0x7F).astype(np.uint64) << (pos.astype(np.uint64) * np.uint64(7))
-    return np.bitwise_or.reduceat(parts, starts)
+    out = (b[starts] & 0x7F).astype(np.uint64)
+    idx = np.arange(n)
+    for k in range(1, maxlen):
+        idx = idx[lengths[idx] > k]
+        out[idx] |= (b[starts[idx] + k] & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+    return out
 
 
 # ----------------------------------------------------------------------------- value conversion
