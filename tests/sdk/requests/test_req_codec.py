@@ -328,3 +328,26 @@ def test_arbitrary_bytes_only_raise_codec_error(body: bytes) -> None:
             raw.to_tensor()
     except t.CodecError:
         pass
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([-1, -(2**31), -5], dtype=np.int32),  # every varint 10 bytes (dense path)
+        np.array([128, 200, 16383], dtype=np.int64),  # every varint 2 bytes (dense path)
+        np.array([0, 1, 127, 128, 2**35, -1, 2**63 - 1, -(2**63)], dtype=np.int64),  # mixed widths
+        np.arange(-3000, 3000, dtype=np.int64),
+    ],
+)
+def test_varint_paths_match_protobuf(values: np.ndarray) -> None:
+    ours = t.encode_varints(values)
+    body = tf_predict_pb2.ArrayProto(int64_val=values.astype(np.int64).tolist()).SerializeToString()
+    assert body == b"\x3a" + t.varint(len(ours)) + ours
+    assert np.array_equal(t.decode_varints(ours).view(np.int64), values.astype(np.int64))
+
+
+def test_varint_decode_rejects_truncated_and_overlong() -> None:
+    with pytest.raises(t.CodecError, match="truncated"):
+        t.decode_varints(b"\x01\x80")
+    with pytest.raises(t.CodecError, match="longer than 10"):
+        t.decode_varints(b"\x01" + b"\xff" * 10 + b"\x01")
