@@ -202,7 +202,23 @@ if mode == "direct":
     echo.set_endpoint_type("DIRECT")
 echo.init()
 text = echo.predict(StringRequest("hello reference")).response_data
-print(json.dumps({"runs": out, "echo": text.decode() if isinstance(text, bytes) else text}))
+extra = {}
+if mode == "gateway":
+    from eas_prediction import PredictException
+    # custom_url mode sends the raw token (plain scheme).
+    cu = PredictClient(endpoint, "digits", custom_url="http://" + endpoint + "/api/predict/digits")
+    cu.set_token(token)
+    cu.init()
+    extra["custom_url_label"] = list(cu.predict(req).get_values("label"))
+    bad = PredictClient(endpoint, "digits")
+    bad.set_token("wrong-" + token)
+    bad.init()
+    try:
+        bad.predict(req)
+    except PredictException as exc:
+        extra["wrong_token_code"] = exc.code
+    cu.destroy(); bad.destroy()
+print(json.dumps({"runs": out, "echo": text.decode() if isinstance(text, bytes) else text, **extra}))
 client.destroy(); echo.destroy()
 """
 
@@ -213,6 +229,9 @@ def test_reference_client(gw: GatewayProcess, images: np.ndarray, expected: dict
     proc = run_reference(REFERENCE_CODE, gw.endpoint, TOKEN, mode, json.dumps(images.tolist()), timeout=60)
     result = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert result["echo"] == "hello reference"
+    if mode == "gateway":
+        assert result["custom_url_label"] == expected["label"].tolist()
+        assert result["wrong_token_code"] == 401
     for run in result["runs"]:
         np.testing.assert_array_equal(np.array(run["label"]), expected["label"])
         prob = np.array(run["probabilities"], dtype=np.float32).reshape(expected["probabilities"].shape)
