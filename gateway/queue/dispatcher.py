@@ -169,7 +169,7 @@ class Dispatcher:
             recs, dur = self.input_q.take(c)
             await _durable(dur)
             for rec, _count in recs:
-                t = asyncio.create_task(self._handle(rec.idx, rec.rid, dict(rec.tags), rec.data))
+                t = asyncio.create_task(self._handle_safe(rec.idx, rec.rid, dict(rec.tags), rec.data))
                 self._inflight.add(t)
                 t.add_done_callback(self._done)
             if not recs:
@@ -194,6 +194,8 @@ class Dispatcher:
                 content_type=DEFAULT_CONTENT_TYPE,
                 request_id=rid,
                 headers={},
+                # The worker drops the request unrun once this passes, as for a sync predict.
+                deadline=time.monotonic() + timeout,
             )
             try:
                 resp = await self.pool.dispatch(req, timeout)
@@ -211,6 +213,23 @@ class Dispatcher:
                 self.retries_total += 1
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    async def _handle_safe(self, idx: int, rid: str, tags: Mapping[str, str], data: bytes) -> None:
+        """``_handle`` until it succeeds: a store failure (disk error) must not strand the record
+        at this consumer, where nothing would ever deliver it again."""
+        delay = 0.1
+        while True:
+            try:
+                await self._handle(idx, rid, tags, data)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._stopping:
+                    raise
+                log.error("dispatcher %s: record %d failed (%r); retrying", self.service.name, idx, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def _handle(self, idx: int, rid: str, tags: Mapping[str, str], data: bytes) -> None:
         status, body = await self._infer(rid, data)

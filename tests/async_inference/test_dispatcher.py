@@ -23,6 +23,7 @@ class Req:
     content_type: str
     request_id: str
     headers: dict[str, str]
+    deadline: float = 0.0
 
 
 @dataclass
@@ -265,3 +266,24 @@ async def test_stop_leaves_unfinished_records_for_the_next_dispatcher(qm: QueueM
     assert set(_sink(qm)) == set(rids)
     assert json.dumps(d2.snapshot())
     assert DISPATCH_GROUP in qm.queue("asvc").groups
+
+
+async def test_a_store_failure_is_retried_not_stranded(
+    qm: QueueManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = qm.queue("asvc/sink")
+    real_put = sink.put
+    failures = {"n": 0}
+
+    def flaky_put(data: bytes, tags: dict[str, str], rid: str | None) -> Any:
+        if failures["n"] < 2:
+            failures["n"] += 1
+            raise OSError("disk I/O error")
+        return real_put(data, tags, rid)
+
+    monkeypatch.setattr(sink, "put", flaky_put)
+    d = await _dispatcher(qm, FakePool(_echo))
+    rid = await _put(qm, b"x")
+    await _wait(lambda: rid in _sink(qm) and qm.queue("asvc").length == 0)
+    await d.stop()
+    assert failures["n"] == 2 and len(_sink(qm)) == 1
