@@ -256,7 +256,7 @@ async def _serve(
 def run_worker(
     service: ServiceConfig, gateway: GatewayConfig, index: int, socket_path: str, conn: Any
 ) -> None:
-    """Process target (spawn start method)."""
+    """Serve one worker until SIGTERM or the gateway goes away; never returns."""
     os.environ.update(service.env)
     logging.basicConfig(
         level=getattr(logging, gateway.log_level.upper(), logging.INFO),
@@ -274,6 +274,9 @@ def run_worker(
             code = asyncio.run(main)
         else:
             code = uvloop.run(main)
+    except BaseException:
+        log.exception("service %s: worker %d failed", service.name, index)
+        code = 1
     finally:
         with contextlib.suppress(OSError):
             os.unlink(socket_path)

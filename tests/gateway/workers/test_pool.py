@@ -71,8 +71,10 @@ async def test_least_outstanding_avoids_the_busy_worker(make_pool: MakePool) -> 
 
 
 async def test_processor_exception_is_400_and_worker_survives(make_pool: MakePool) -> None:
-    pool = await make_pool(echo_service())
+    pool = await make_pool(echo_service(config={"k": [1, 2]}))
     pid = await _pid(pool)
+    # The service's config mapping reaches the processor in the worker process.
+    assert json.loads((await pool.dispatch(WorkerRequest(b"config"), 5)).body) == {"k": [1, 2]}
     resp = await pool.dispatch(WorkerRequest(b"raise:bad things"), 5)
     assert resp.status == 400
     assert json.loads(resp.body)["message"] == "bad things"
