@@ -72,11 +72,20 @@ class BladeRequest(Request):
         what = f"input {input_name!r}"
         if isinstance(batchsize, bool) or not isinstance(batchsize, (int, np.integer)) or batchsize <= 0:
             raise InvalidInputError(f"{what}: invalid batchsize value: {batchsize!r}")
-        if int(batchsize) > _t.INT32_MAX:
+        self._append(input_name, int(batchsize), shape, content_type, content)
+
+    def _append(
+        self, input_name: str, batchsize: int | None, shape: Any, content_type: Any, content: Any
+    ) -> None:
+        what = f"input {input_name!r}"
+        _dt, dims, field, chunks = prepare_feed(what, shape, content_type, content, "blade")
+        if batchsize is None:  # blade_tf_request: the batch is the first dimension
+            if not dims:
+                raise InvalidInputError(f"{what}: a shape with a first (batch) dimension is required")
+            batchsize = dims[0]
+        if batchsize > _t.INT32_MAX:
             raise InvalidInputError(f"{what}: batchsize {batchsize} out of int32 range")
-        dt, dims, field, chunks = prepare_feed(what, shape, content_type, content, "blade")
-        del dt
-        pieces, _ = _t.blade_array(input_name, int(batchsize), dims, {field: chunks})
+        pieces, _ = _t.blade_array(input_name, batchsize, dims, {field: chunks})
         self._inputs.append(b"".join([b"\x12", _t.varint(sum(len(p) for p in pieces)), *pieces]))
         self._input_names.append(input_name)
         self._body = None
@@ -171,4 +180,32 @@ class BladeResponse(Response):
         return out.to_tensor(f"output {output_name!r}", dtype=output_type or None).array
 
 
-__all__ = ["BladeRequest", "BladeResponse"]
+class BladeTFRequest(BladeRequest):
+    """``eas_prediction.blade_tf_request.TFRequest``: Blade messages behind the TFRequest API.
+
+    ``add_feed(input_name, shape, content_type, content)`` takes the batch size from
+    ``shape[0]``; ``add_fetch(output_name)`` asks for DT_UNKNOWN. Content types are Blade DT codes.
+    """
+
+    def add_feed(self, input_name: str, shape: Any, content_type: Any, content: Any) -> None:  # type: ignore[override]
+        if not input_name:
+            raise InvalidInputError('"input name" can not be empty')
+        if not isinstance(input_name, str):
+            raise InvalidInputTypeError(f"input name must be str, got {type(input_name).__name__}")
+        self._append(input_name, None, shape, content_type, content)
+
+    def add_fetch(self, output_name: str, output_type: int = _t.BLADE_DT_UNKNOWN) -> None:
+        super().add_fetch(output_name, output_type)
+
+    def parse_response(self, response_data: bytes) -> BladeTFResponse:
+        return BladeTFResponse(response_data)
+
+
+class BladeTFResponse(BladeResponse):
+    """``blade_tf_request.TFResponse``: ``get_values(name)`` reads whichever value field is filled."""
+
+    def get_values(self, output_name: str, output_type: int = _t.BLADE_DT_UNKNOWN) -> list[Any]:
+        return super().get_values(output_name, output_type)
+
+
+__all__ = ["BladeRequest", "BladeResponse", "BladeTFRequest", "BladeTFResponse"]

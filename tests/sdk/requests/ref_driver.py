@@ -10,6 +10,8 @@ names it:
 * ``["torch", flag, ops]`` with ``["feed", i, shape, dt, content]``,
   ``["feed_map", key, shape, dt, content]``, ``["fetch", i]``, ``["debug", level]``
 * ``["blade", signature, ops]`` with ``["feed", name, batch, shape, dt, content]``, ``["fetch", name, dt]``
+* ``["blade_tf", signature, ops]`` (blade_tf_request.TFRequest) with ``["feed", name, shape, dt, content]``,
+  ``["fetch", name]``
 * ``["string", data]``
 * ``["tf_resp", [[name, dt, dims, field, values], ...], [query names]]``
 * ``["torch_resp", [[dt, dims, field, values], ...], [[key, dt, dims, field, values], ...]]``
@@ -32,6 +34,7 @@ from eas_prediction import (
     TorchRequest,
     TorchResponse,
     blade_pb2,
+    blade_tf_request,
 )
 from eas_prediction import pytorch_predict_pb2 as pt_pb
 from eas_prediction import tf_request_pb2 as tf_pb
@@ -98,6 +101,14 @@ def run(case):
             elif op[0] == "fetch":
                 req.add_fetch(op[1], op[2])
         return {"hex": req.to_string().hex()}
+    if kind == "blade_tf":
+        req = blade_tf_request.TFRequest(case[1])
+        for op in case[2]:
+            if op[0] == "feed":
+                req.add_feed(op[1], op[2], op[3], dec(op[4]))
+            elif op[0] == "fetch":
+                req.add_fetch(op[1])
+        return {"hex": req.to_string().hex()}
     if kind == "string":
         data = StringRequest(dec(case[1])).to_string()
         return {"hex": (data.encode("utf-8") if isinstance(data, str) else data).hex()}
@@ -141,7 +152,9 @@ def run(case):
         body = msg.SerializeToString()
         resp = BladeResponse(body)
         answers = [[enc(list(resp.get_values(n, dt))), resp.get_tensor_shape(n)] for n, dt in case[2]]
-        return {"hex": body.hex(), "answers": answers}
+        tf_resp = blade_tf_request.TFResponse(body)
+        tf_answers = [enc(list(tf_resp.get_values(n))) for n, _ in case[2]]
+        return {"hex": body.hex(), "answers": answers, "tf_answers": tf_answers}
     raise ValueError(kind)
 
 

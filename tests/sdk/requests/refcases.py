@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from eas_sdk.requests import BladeRequest, StringRequest, TFRequest, TorchRequest
+from eas_sdk.requests import BladeRequest, BladeTFRequest, StringRequest, TFRequest, TorchRequest
 from tests.eas_reference import run_reference
 
 DRIVER = (Path(__file__).with_name("ref_driver.py")).read_text()
@@ -136,6 +136,14 @@ def apply(case: list[Any]) -> bytes:
                 req.add_feed(op[1], op[2], op[3], op[4], dec(op[5]))
             elif op[0] == "fetch":
                 req.add_fetch(op[1], op[2])
+        return req.to_string()  # type: ignore[no-any-return]
+    if kind == "blade_tf":
+        req = BladeTFRequest(case[1])
+        for op in case[2]:
+            if op[0] == "feed":
+                req.add_feed(op[1], op[2], op[3], dec(op[4]))
+            elif op[0] == "fetch":
+                req.add_fetch(op[1])
         return req.to_string()  # type: ignore[no-any-return]
     if kind == "string":
         return StringRequest(dec(case[1])).to_bytes()

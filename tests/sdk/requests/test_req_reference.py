@@ -26,7 +26,7 @@ from refcases import (
     tf_field,
 )
 
-from eas_sdk.requests import BladeResponse, TFResponse, TorchResponse
+from eas_sdk.requests import BladeResponse, BladeTFResponse, TFResponse, TorchResponse
 
 pytestmark = pytest.mark.compat
 
@@ -86,6 +86,18 @@ def _request_cases() -> dict[str, list[Any]]:
             ["fetch", "a", 3],
             ["fetch", "b", 4],
         ],
+    ]
+    for dt, tf_dt in ((1, 1), (2, 3), (3, 9), (4, 7)):
+        values = TF_DT_VALUES[tf_dt]
+        cases[f"blade_tf_dt{dt}"] = [
+            "blade_tf",
+            "predict_words",
+            [["feed", "in", [1, len(values)], dt, enc(values)], ["feed", "n", [1], 2, 187], ["fetch", "out"]],
+        ]
+    cases["blade_tf_batch_from_shape"] = [
+        "blade_tf",
+        "s",
+        [["feed", "x", [3, 2], 1, [0.8] * 6], ["fetch", "o"]],
     ]
     cases["tf_multi_inputs_order"] = [
         "tf",
@@ -288,6 +300,9 @@ def test_blade_response_decoding_matches_reference(reference_results: dict[str, 
         assert _same(resp.get_values(qname, dt), dec(ref_values)), qname
         arr = resp.to_numpy(qname)
         assert arr.shape == tuple(ref_shape)
+    tf_resp = BladeTFResponse(bytes.fromhex(ref["hex"]))
+    for (qname, _), ref_values in zip(RESPONSE_CASES["blade_resp_all"][2], ref["tf_answers"], strict=True):
+        assert _same(tf_resp.get_values(qname), dec(ref_values)), qname
     assert resp.to_numpy("o1").dtype == np.float32
     assert resp.to_numpy("o2").dtype == np.int32
     assert resp.to_numpy("o3").dtype == np.int64
