@@ -374,3 +374,27 @@ def test_string_request_and_response() -> None:
     assert str(resp) == "b'ok \\xc3\\xa9'"  # like the original: bytes repr
     assert resp.text == "ok \u00e9"
     assert resp.to_numpy().tolist() == list(b"ok \xc3\xa9")
+
+
+def test_fact_sheet_response_vector() -> None:
+    vector = bytes.fromhex("0a1c0a0673636f7265731212080112040a0201021a080000803e0000403f")
+    assert t.encode_tf_response({"scores": np.array([[0.25, 0.75]], np.float32)}) == vector
+    resp = TFResponse(vector)
+    assert resp.get_tensor_shape("scores") == [1, 2] and resp.get_values("scores") == [0.25, 0.75]
+    assert resp.to_numpy("scores").tolist() == [[0.25, 0.75]]
+
+
+def test_blade_tf_request_takes_batch_from_shape() -> None:
+    from eas_sdk.requests import BladeTFRequest, BladeTFResponse
+
+    req = BladeTFRequest(signature_name="predict_words")
+    req.add_feed("input_data", [2, 3], BladeTFRequest.DT_FLOAT, [0.8] * 6)
+    req.add_feed("ids", None, None, np.array([[1], [2]], np.int32))
+    req.add_fetch("output")
+    msg = blade_pb2.Request.FromString(req.to_string())
+    assert [i.batchsize for i in msg.inputs] == [2, 2]
+    assert msg.output_info[0].data_type == BladeTFRequest.DT_UNKNOWN
+    with pytest.raises(AssertionError):
+        req.add_feed("scalar", [], BladeTFRequest.DT_FLOAT, 1.0)
+    resp = req.parse_response(t.encode_blade_response({"output": np.array([[3, 4]], np.int64)}))
+    assert isinstance(resp, BladeTFResponse) and resp.get_values("output") == [3, 4]
