@@ -16,10 +16,13 @@ Dtype tables
 ------------
 ``DT_*`` (TF/Torch ``ArrayDataType``) and ``BLADE_DT_*`` (Blade ``DataType``).
 ``NUMPY_DTYPES[dt]`` numpy dtype of a DT code; ``DT_NAMES[dt]`` its name;
-``value_kind(dt, family)`` which value field a DT uses (family is "tf" or "torch");
+``value_kind(dt, family)`` / ``value_field(dt, family)``: the value kind / field number a DT
+uses (family "tf", "torch" or "blade"; Torch sends bools as int_val 0/1);
 ``dt_for_numpy(dtype, family, response=False)`` the DT code for a numpy dtype
 (``response=True`` picks what the original client can read back, e.g. uint8 -> DT_INT32 for TF).
-Field numbers: ``TF_FIELDS``, ``TORCH_FIELDS``, ``BLADE_FIELDS`` map a value kind to its field.
+Field numbers: ``TF_FIELDS``, ``TORCH_FIELDS``, ``BLADE_FIELDS`` (and ``FIELDS[family]``) map a
+value kind (``KIND_FLOAT``, ``KIND_DOUBLE``, ``KIND_INT32``, ``KIND_INT64``, ``KIND_BOOL``,
+``KIND_BYTES``) to its field.
 
 Value objects
 -------------
@@ -53,6 +56,12 @@ Server side
 Inputs to the encoders may be ndarrays, Tensors or (for requests) nested lists; DT codes are
 inferred from numpy dtypes when not given. Everything malformed raises ``CodecError`` (a
 ValueError) for wire data, and ValueError/TypeError naming the tensor for bad values.
+Decoders accept bytes, bytearray or memoryview; they follow protobuf's parsing rules
+(unknown fields skipped, unpacked and split packed fields concatenated, last map key wins)
+and check shape against value count only in ``to_tensor``/the server-side ``decode_*``.
+A missing shape means a flat vector. Blade has no dtype on the wire: it is inferred from
+the value field used (an empty Blade tensor decodes as float32). Not supported on the wire
+(no value field): DT_HALF, DT_BFLOAT16, DT_COMPLEX*, DT_RESOURCE, DT_VARIANT.
 
 Low-level building blocks used by ``eas_sdk.requests``: ``to_wire_values``, ``array_proto``,
 ``blade_array``, ``varint``, ``encode_varints``, ``decode_varints``.
