@@ -214,6 +214,27 @@ def make_ours(
 
     small_req = StringRequest('[{"fea1": 1, "fea2": 2}]')
     closers: list[Callable[[], None]] = []
+
+    # The transport floor: urllib3 + our EAS signing, no client logic (retries, deadlines...).
+    import urllib3
+
+    from eas_sdk._core.auth import signed_headers
+
+    pool = urllib3.PoolManager(maxsize=4)
+    closers.append(pool.clear)
+
+    def call(service: str, req: Any) -> Any:
+        body = req.to_bytes()
+        headers = signed_headers(TOKEN, body, service)
+        url = f"{endpoint}/api/predict/{service}"
+        r = pool.request("POST", url, body=body, headers=headers, retries=False)
+        if r.status != 200:
+            raise RuntimeError(f"stub answered {r.status}")
+        return req.parse_response(r.data)
+
+    def small_floor() -> bytes:
+        return call(SMALL_SERVICE, small_req).response_data  # type: ignore[no-any-return]
+
     try:
         from eas_sdk.predict import PredictClient
 
@@ -236,38 +257,21 @@ def make_ours(
 
         how = "eas_sdk.predict.PredictClient"
     except ImportError:
-        import urllib3
-
-        from eas_sdk._core.auth import signed_headers
-
-        pool = urllib3.PoolManager(maxsize=4)
-        closers.append(pool.clear)
-
-        def call(service: str, req: Any) -> Any:
-            body = req.to_bytes()
-            headers = signed_headers(TOKEN, body, service)
-            r = pool.request(
-                "POST", f"{endpoint}/api/predict/{service}", body=body, headers=headers, retries=False
-            )
-            if r.status != 200:
-                raise RuntimeError(f"stub answered {r.status}")
-            return req.parse_response(r.data)
 
         def e2e() -> np.ndarray:
             req = TFRequest(SIGNATURE)
             req.add_feed("input", None, TFRequest.DT_FLOAT, x)
             return call(TF_SERVICE, req).to_numpy("scores")  # type: ignore[no-any-return]
 
-        def small() -> bytes:
-            return call(SMALL_SERVICE, small_req).response_data  # type: ignore[no-any-return]
-
+        small = small_floor
         how = "urllib3 + eas_sdk._core.auth.signed_headers (PredictClient not available)"
 
     def close() -> None:
         for c in closers:
             c()
 
-    return {"encode": encode, "decode": decode, "e2e": e2e, "small": small}, how, close
+    ops = {"encode": encode, "decode": decode, "e2e": e2e, "small": small, "small_floor": small_floor}
+    return ops, how, close
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -328,6 +332,8 @@ def run(quick: bool) -> dict[str, Any]:
                 all_ours: list[list[float]] = []
                 all_theirs: list[list[float]] = []
                 ratios, cpu_ratios = [], []
+                floor: list[list[float]] = []
+                floor_ratios = []
                 for r in range(rounds):
                     if r % 2 == 0:
                         o = time_calls(ours[op], n_ours)
@@ -335,6 +341,10 @@ def run(quick: bool) -> dict[str, Any]:
                     else:
                         t = theirs.send({"op": op, "n": n_theirs})
                         o = time_calls(ours[op], n_ours)
+                    if op == "small":  # informational third contestant, same round
+                        f = time_calls(ours["small_floor"], n_ours)
+                        floor += f
+                        floor_ratios.append(median([w for w, _ in t]) / median([w for w, _ in f]))
                     all_ours += o
                     all_theirs += t
                     ratios.append(median([w for w, _ in t]) / median([w for w, _ in o]))
@@ -349,6 +359,12 @@ def run(quick: bool) -> dict[str, Any]:
                     "round_ratios": ratios,
                     "reps": [len(all_ours), len(all_theirs)],
                 }
+                if floor:
+                    results["small_floor"] = {
+                        "ours_ms": median([w for w, _ in floor]) * 1e3,
+                        "ours_cpu_ms": median([c for _, c in floor]) * 1e3,
+                        "ratio": median(floor_ratios),
+                    }
             theirs.quit()
         finally:
             close_ours()
@@ -392,6 +408,13 @@ def report(res: dict[str, Any]) -> bool:
         )
     small = res["small"]
     print(f"small call latency ours/theirs = {small['ours_ms'] / small['theirs_ms']:.2f} (target <= 1.0)")
+    if "small_floor" in res:
+        fl = res["small_floor"]
+        print(
+            f"  (transport floor, urllib3 + signing only: {fl['ours_ms']:.3f} ms p50, "
+            f"{fl['ours_cpu_ms']:.3f} ms CPU; theirs/floor {fl['ratio']:.2f}x; "
+            f"PredictClient CPU {small['ours_cpu_ms']:.3f} ms vs theirs {small['theirs_cpu_ms']:.3f} ms)"
+        )
     print("speedup = median over rounds of theirs/ours wall time; cpu x = the same for thread CPU time")
     print("(client CPU only: for e2e/small it leaves out the server and the wire)")
     return ok_all
