@@ -15,6 +15,8 @@ differences:
   full-jitter exponential back-off, a per-client retry budget and an overall
   deadline of ``timeout x attempts`` (at most 30 s), and also cover 450, 502, 503,
   504 and 429-with-Retry-After (the original retried only 500).
+* https is verified (system CAs, or the PEM bundle given as ``ca_certs=``); a
+  verification failure is final, never retried.
 * Headers are built per attempt and never leak between calls (the original mutated
   a shared dict, so e.g. an old Authorization survived ``set_token('')``).
 * ``Date`` is real GMT; https endpoints work; direct-mode URLs carry ``http://``;
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import threading
 import time
 import weakref
@@ -173,6 +176,7 @@ class _ClientBase:
         discovery_timeout: float = DISCOVERY_TIMEOUT,
         first_discovery_wait: float = FIRST_DISCOVERY_WAIT,
         keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
+        ca_certs: str | None = None,
     ) -> None:
         self._endpoint = endpoint
         self._service_name = service_name
@@ -192,6 +196,8 @@ class _ClientBase:
         self._discovery_timeout = discovery_timeout
         self._first_discovery_wait = first_discovery_wait
         self._keepalive_expiry = keepalive_expiry
+        # https is always verified; ca_certs names a PEM bundle to trust instead of the system's.
+        self._ca_certs = ca_certs
         self._cached: ClientConfig | None = None
         self._rng = random.Random()
         self._endpoints: EndpointSet | None = None
@@ -292,6 +298,12 @@ class _ClientBase:
     __str__ = __repr__
 
     # -- shared plumbing ------------------------------------------------------------------
+    def _ssl_context(self) -> ssl.SSLContext | bool:
+        """For aiohttp: a verifying context with ``ca_certs``, else default verification."""
+        if self._ca_certs is None:
+            return True
+        return ssl.create_default_context(cafile=self._ca_certs)
+
     def _prepare(self) -> ClientConfig:
         """Validate settings and set up the target (fixed URL or endpoint set)."""
         cfg = self.config
@@ -391,8 +403,9 @@ def _sync_discovery_loop(
     if client is None:
         return
     interval, timeout = client._discovery_interval, client._discovery_timeout
+    ca_certs = client._ca_certs
     del client
-    http = urllib3.PoolManager(num_pools=1, maxsize=1, retries=False)
+    http = urllib3.PoolManager(num_pools=1, maxsize=1, retries=False, ca_certs=ca_certs)
     try:
         while not stop.is_set():
             status: int | None = None
@@ -427,8 +440,9 @@ async def _async_discovery_loop(
         return
     interval = client._discovery_interval
     timeout = aiohttp.ClientTimeout(total=client._discovery_timeout)
+    connector = aiohttp.TCPConnector(limit=1, ssl=client._ssl_context())
     del client
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), timeout=timeout) as http:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         while True:
             status: int | None = None
             data, error = b"", None
@@ -455,7 +469,8 @@ class PredictClient(_ClientBase):
 
     ``PredictClient(endpoint='', service_name='', custom_url='', *, token='',
     endpoint_type='DEFAULT', retry_count=5, max_connection_count=100,
-    timeout=5000 (ms, per attempt), content_type='', headers=None)``. Call ``init()``
+    timeout=5000 (ms, per attempt), content_type='', headers=None, ca_certs=None)``.
+    Advanced: ``retry_policy=RetryPolicy(...)``, ``retry_budget=RetryBudget(...)``. Call ``init()``
     after the setters (``predict()`` does it on first use), ``close()`` at the end,
     or use it as a context manager.
 
@@ -483,6 +498,7 @@ class PredictClient(_ClientBase):
                 maxsize=cfg.max_connection_count,
                 block=True,  # C11: never more sockets than the pool size
                 retries=False,
+                ca_certs=self._ca_certs,
             )
             if cfg.direct:
                 self._stop = threading.Event()
@@ -596,6 +612,7 @@ class AsyncPredictClient(_ClientBase):
             limit=cfg.max_connection_count,
             limit_per_host=cfg.max_connection_count,
             keepalive_timeout=self._keepalive_expiry,
+            ssl=self._ssl_context(),
         )
         self._session = aiohttp.ClientSession(
             connector=connector,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import threading
 import time
 from collections import deque
@@ -110,8 +111,14 @@ def default_answer(service: str, body: bytes) -> bytes:
 
 
 class FakeEAS:
-    def __init__(self, tokens: Iterable[str] = (), keepalive_timeout: float = 75.0) -> None:
+    def __init__(
+        self,
+        tokens: Iterable[str] = (),
+        keepalive_timeout: float = 75.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.tokens = list(tokens)
+        self.ssl_context = ssl_context
         self.keepalive_timeout = keepalive_timeout
         self.records: list[Record] = []
         self.discovery_hits: list[float] = []
@@ -129,7 +136,8 @@ class FakeEAS:
     # -- control from tests -------------------------------------------------------------
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     @property
     def predicts(self) -> list[Record]:
@@ -208,7 +216,7 @@ class FakeEAS:
                     app, access_log=None, keepalive_timeout=self.keepalive_timeout, shutdown_timeout=0.2
                 )
                 loop.run_until_complete(runner.setup())
-                site = web.TCPSite(runner, "127.0.0.1", 0)
+                site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
                 loop.run_until_complete(site.start())
                 self._runner = runner
                 server = site._server

@@ -1,0 +1,74 @@
+"""https: certificates are verified by default; ``ca_certs`` trusts a private CA."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import ssl
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eas_sdk.errors import TransportError
+
+from .conftest import TOKEN, Raw
+from .fake_eas import FakeEAS
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A throw-away CA and a server certificate for IP 127.0.0.1 (made with openssl)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not available")
+    d = tmp_path_factory.mktemp("pki")
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl(
+        "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=t-ca", cwd=d
+    )  # fmt: skip
+    _openssl("req", *ec, "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1", cwd=d)
+    (d / "ext.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf", cwd=d,
+    )  # fmt: skip
+    return d
+
+
+@pytest.fixture
+def tls_server(pki: Path) -> Iterator[FakeEAS]:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(pki / "srv.pem", pki / "srv.key")
+    s = FakeEAS(tokens=[TOKEN], ssl_context=ctx).start()
+    yield s
+    s.stop()
+
+
+async def test_https_endpoint_with_private_ca(tls_server: FakeEAS, pki: Path, make_client: Any) -> None:
+    assert tls_server.url.startswith("https://")
+    h = make_client(tls_server.url, "echo", token=TOKEN, ca_certs=str(pki / "ca.pem"))
+    assert await h.predict(Raw(b"secure")) == b"secure"
+    assert tls_server.predicts[0].auth_ok
+
+
+async def test_untrusted_certificate_is_refused_without_retries(
+    tls_server: FakeEAS, make_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="eas_sdk")
+    h = make_client(tls_server.url, "echo", token=TOKEN)
+    with pytest.raises(TransportError) as info:
+        await h.predict(Raw(b"x"))
+    assert "certificate" in str(info.value).lower()
+    assert TOKEN not in str(info.value)
+    assert tls_server.predicts == []  # nothing was sent
+    assert "retrying" not in caplog.text  # a verification failure is final
