@@ -61,3 +61,15 @@ async def test_blade_request(server: FakeEAS, make_client: Any) -> None:
     resp = await h.predict(req)
     assert resp.get_tensor_shape("out") == [1, 2]
     assert list(resp.get_values("out", BladeRequest.DT_FLOAT)) == [1.0, 2.0]
+
+
+async def test_blade_tf_request(server: FakeEAS, make_client: Any) -> None:
+    from eas_sdk.requests import BladeTFRequest
+
+    req = BladeTFRequest("predict_words")
+    req.add_feed("input_length", [1], BladeTFRequest.DT_INT32, [187])
+    req.add_fetch("output")
+    h = make_client(server.url, "blade_tf_model", token=TOKEN)
+    resp = await h.predict(req)
+    assert list(resp.get_values("output", BladeTFRequest.DT_INT32)) == [187]
+    assert server.predicts[0].auth_ok
