@@ -165,18 +165,24 @@ def _make_http_app(service: ServiceConfig, gateway: GatewayConfig, compute: Comp
     async def predict(request: web.Request) -> web.StreamResponse:
         rid = request.headers.get(HEADER_REQUEST_ID, "")[:128]
         body = await request.read()
-        result = verify(service.tokens, request.headers, request.path, body)
+        # Same checks and messages as the gateway's predict route.
+        result = verify(service.tokens, request.headers, request.rel_url.raw_path, body)
         if not result.ok:
-            status, code = (
-                (400, "BadDigest") if result.status is AuthStatus.BAD_DIGEST else (401, "Unauthorized")
-            )
-            err = error_response(status, code, result.reason or "invalid or missing token", rid)
-            return web.Response(status=status, body=err.body, headers={"Content-Type": err.content_type})
+            if result.status is AuthStatus.BAD_DIGEST:
+                return _error(400, "BadDigest", "Content-MD5 does not match the body", rid)
+            return _error(401, "Unauthorized", "invalid or missing token", rid)
         tail = request.match_info.get("tail", "")
         budget_s = service.timeout_ms / 1000.0
-        with contextlib.suppress(ValueError):
+        raw = request.headers.get(HEADER_DEADLINE_MS)
+        if raw is not None:
             # The caller's remaining budget (our SDK sends it): never run past it.
-            budget_s = min(budget_s, float(request.headers.get(HEADER_DEADLINE_MS, "")) / 1000.0)
+            try:
+                deadline_ms = int(raw.strip())
+            except ValueError:
+                return _error(400, "BadRequest", f"{HEADER_DEADLINE_MS} must be an integer", rid)
+            if deadline_ms < 10:
+                return _error(408, "DeadlineExceeded", "the caller's deadline has already passed", rid)
+            budget_s = min(budget_s, deadline_ms / 1000.0)
         req = WorkerRequest(
             body=body,
             subpath=tail,
@@ -187,6 +193,10 @@ def _make_http_app(service: ServiceConfig, gateway: GatewayConfig, compute: Comp
         )
         resp = await compute.run(req)
         return web.Response(status=resp.status, body=resp.body, headers={"Content-Type": resp.content_type})
+
+    def _error(status: int, code: str, message: str, rid: str) -> web.Response:
+        err = error_response(status, code, message, rid)
+        return web.Response(status=status, body=err.body, headers={"Content-Type": err.content_type})
 
     async def healthz(request: web.Request) -> web.StreamResponse:
         return web.json_response({"status": "ok", **compute.stats()})

@@ -211,6 +211,9 @@ async def test_worker_http_endpoint_enforces_auth(make_pool: MakePool) -> None:
             assert r.status in (400, 401)
         async with s.post(url + "/sub/path", data=b"pid", headers={"Authorization": token}) as r:
             assert r.status == 200 and int(await r.read()) == pool.snapshot()[0]["pid"]
+        slow = {"Authorization": token, "X-Eas-Deadline-Ms": "5"}
+        async with s.post(url, data=b"x", headers=slow) as r:
+            assert r.status == 408 and (await r.json())["code"] == "DeadlineExceeded"
         async with s.get(f"http://{host}:{port}/healthz") as r:
             assert r.status == 200 and (await r.json())["status"] == "ok"
         async with s.post(f"http://{host}:{port}/api/predict/other", data=b"x") as r:
