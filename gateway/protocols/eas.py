@@ -315,7 +315,11 @@ def _from_array_proto(a: Any, where: str, table: Mapping[int, tuple[np.dtype[Any
         arr = np.empty(nvals, dtype=object)
         arr[:] = list(values)
     elif fname == "int_val" and np_dtype != np.int32:
-        arr = np.asarray(values, dtype=np.int32).astype(np_dtype)
+        wide = np.asarray(values, dtype=np.int32)
+        info = np.iinfo(np_dtype)
+        if wide.size and (int(wide.min()) < info.min or int(wide.max()) > info.max):
+            raise InvalidInput(f"{where}: value out of range for {np_dtype.name}")
+        arr = wide.astype(np_dtype)
     else:
         arr = np.asarray(values, dtype=np_dtype)
     return Tensor(arr.reshape(dims))
