@@ -268,3 +268,52 @@ async def test_stopped_worker_is_ejected_and_rejoins(make_pool: MakePool) -> Non
         os.kill(frozen, signal.SIGCONT)
     await _until(lambda: pool.snapshot()[0]["state"] == "ready", 15, "worker back in routing")
     assert pool.snapshot()[0]["pid"] == frozen and pool.restarts_total == 0
+
+
+_REF_DIRECT = r"""
+import json, sys
+from eas_prediction import PredictClient, PredictException, TFRequest, TorchRequest, StringRequest
+c = PredictClient(sys.argv[1], 'digits')
+c.set_token(sys.argv[2])
+c.init()
+out = {}
+tf = TFRequest('predict')
+tf.add_feed('input', [2, 64], TFRequest.DT_FLOAT, [0.25] * 128)
+tf.add_fetch('label')
+r = c.predict(tf)
+out['tf_label'] = list(r.get_values('label'))
+out['tf_shape'] = r.get_tensor_shape('label')
+for flag in (False, True):
+    t = TorchRequest(flag)
+    t.add_feed(0, [2, 64], TorchRequest.DT_FLOAT, [0.25] * 128)
+    r = c.predict(t)
+    out['torch_%s' % flag] = [list(r.get_values(0)), r.get_tensor_shape(1)]
+bad = TFRequest('predict')
+bad.add_feed('input', [3, 5], TFRequest.DT_INT64, list(range(15)))
+try:
+    c.predict(bad)
+except PredictException as e:
+    out['bad'] = [e.code, e.message.decode() if isinstance(e.message, bytes) else e.message]
+s = c.predict(StringRequest(json.dumps({'inputs': {'input': [[0.25] * 64]}, 'outputs': ['label']})))
+out['json'] = json.loads(s.response_data)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.compat
+async def test_reference_client_direct_to_a_worker(make_pool: MakePool, models: dict[str, Path]) -> None:
+    """The real eas-prediction client talks to a worker's own HTTP port (direct mode)."""
+    from tests.eas_reference import run_reference
+
+    token = "digits-token-for-reference-test"
+    svc = ServiceConfig(name="digits", processor="onnx", model=str(models["digits"]), token=token)
+    pool = await make_pool(svc)
+    host, port = pool.ready_endpoints()[0]
+    proc = await asyncio.to_thread(run_reference, _REF_DIRECT, f"{host}:{port}", token)
+    out = json.loads(proc.stdout)
+    label = out["tf_label"]
+    assert len(label) == 2 and label[0] == label[1] and out["tf_shape"] == [2]
+    assert out["torch_False"] == [label, [2, 10]] and out["torch_True"] == [label, [2, 10]]
+    assert out["bad"][0] == 400
+    assert json.loads(out["bad"][1])["message"] == "input 'input': expected float32[N,64], got int64[3,5]"
+    assert out["json"]["outputs"]["label"] == {"dtype": "int64", "shape": [1], "data": [label[0]]}
