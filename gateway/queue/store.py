@@ -163,6 +163,7 @@ class Queue:
         self.recent_committed: OrderedDict[int, None] = OrderedDict()
         self.recent_rids: OrderedDict[str, int] = OrderedDict()
         self.groups: dict[str, Group] = {}
+        self.recovered_below = 0
         self._conn_seq = 0
         # Called whenever records become visible (long-poll gets wait on it).
         self.on_visible: Callable[[], None] | None = None
@@ -180,6 +181,9 @@ class Queue:
             self.next_idx = max(self.next_idx, idx + 1)
         self.visible_next = self.next_idx
         self.min_live = min(self.records, default=self.next_idx)
+        # Deliveries are not journalled: a record recovered here may have been delivered
+        # before the restart, so any group may commit it.
+        self.recovered_below = self.next_idx
         for gid, start, tags in state.get("groups", ()):
             g = Group(gid, start, dict(tags), cursor=max(start, self.min_live))
             self.groups[gid] = g
@@ -370,8 +374,16 @@ class Queue:
         if old is not None:
             old.connected = False
             old.wake = None
-            c.pending = dict(old.pending)
-            c.resend = sorted(old.pending)
+            keep = sorted(old.pending)
+            if not auto_commit and len(keep) > window:
+                # Reconnected with a smaller window: the excess goes back to the group.
+                keep, excess = keep[:window], keep[window:]
+                for idx in excess:
+                    g.pending.pop(idx, None)
+                    if idx in self.records:
+                        heapq.heappush(g.returned, idx)
+            c.pending = dict.fromkeys(keep)
+            c.resend = list(keep)
             c.delivered = old.delivered
         g.consumers[uid] = c
         return c, dur
@@ -473,7 +485,7 @@ class Queue:
                 raise QueueError(404, f"index {idx} is not in the queue (deleted or never put)", "_indexes_")
             if g is not None and (idx in g.pending or idx in g.committed):
                 continue
-            if rec.fetched:
+            if rec.fetched or idx < self.recovered_below:
                 continue
             raise QueueError(404, f"index {idx} was never delivered to group {gid}", "_indexes_")
         if g is None:

@@ -25,7 +25,11 @@ WS_HEADERS = {
 
 
 def call(
-    server: QueueServer, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    server: QueueServer,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
@@ -72,11 +76,15 @@ BAD_INDEXES = ["", "1,,2", "1,abc", "-3", "0", "1.0", ",".join(["1"] * 10001)]
 @pytest.mark.parametrize("method", ["PUT", "DELETE"])
 def test_bad_indexes(queue_server: QueueServer, queue_name: str, method: str, indexes: str) -> None:
     q = urllib.parse.urlencode({"_indexes_": indexes})
-    status, text = call(queue_server, method, f"/api/predict/{queue_name}?{q}", b"" if method == "PUT" else None)
+    status, text = call(
+        queue_server, method, f"/api/predict/{queue_name}?{q}", b"" if method == "PUT" else None
+    )
     assert status == 400 and "_indexes_" in text, (status, text[:200])
 
 
-def test_other_refusals(queue_server: QueueServer, make_client: Callable[..., QueueClient], queue_name: str) -> None:
+def test_other_refusals(
+    queue_server: QueueServer, make_client: Callable[..., QueueClient], queue_name: str
+) -> None:
     path = f"/api/predict/{queue_name}"
     assert call(queue_server, "POST", f"{path}?_tag=1", b"x")[0] == 400
     status, text = call(queue_server, "POST", f"{path}?_priority_=1", b"x")
@@ -121,8 +129,12 @@ def test_full_and_oversize(queue_server: QueueServer) -> None:
         ("_window_=5&_x=1", "_x"),
     ],
 )
-def test_bad_watch_is_refused_before_upgrade(queue_server: QueueServer, queue_name: str, query: str, param: str) -> None:
-    status, text = call(queue_server, "GET", f"/api/predict/{queue_name}?_watch_=true&{query}", headers=WS_HEADERS)
+def test_bad_watch_is_refused_before_upgrade(
+    queue_server: QueueServer, queue_name: str, query: str, param: str
+) -> None:
+    status, text = call(
+        queue_server, "GET", f"/api/predict/{queue_name}?_watch_=true&{query}", headers=WS_HEADERS
+    )
     assert status == 400 and param in text, (status, text)
 
 
