@@ -145,7 +145,7 @@ class QueueMachine(RuleBasedStateMachine):
     def commit(self, c: tuple[str, str], data: st.DataObject) -> None:
         gid = c[0]
         g = self.groups.get(gid)
-        candidates = sorted(set(g.outstanding) if g else set()) + [self.next_idx + 3, 1]
+        candidates = [*sorted(set(g.outstanding) if g else set()), self.next_idx + 3, 1]
         idx = data.draw(st.sampled_from(candidates))
         live_before = dict(self.live)
         ok_expected = (
@@ -166,7 +166,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def delete(self, data: st.DataObject) -> None:
-        idx = data.draw(st.sampled_from(sorted(self.live) + [self.next_idx + 1]))
+        idx = data.draw(st.sampled_from([*sorted(self.live), self.next_idx + 1]))
         self.q.delete([idx])
         self._remove(idx)
 
