@@ -670,41 +670,69 @@ def _as_bytes_list(arr: np.ndarray) -> list[bytes]:
     return [v if isinstance(v, bytes) else str(v).encode() for v in arr.ravel().tolist()]
 
 
-def encode_array_proto(arr: np.ndarray, torch: bool = False) -> bytes:
-    """Serialized TF (or Torch) ArrayProto for ``arr``."""
+# Encoders build lists of pieces (bytes, or memoryviews of numpy data) with their total
+# size, so a large tensor is copied once, by the final b"".join.
+_Pieces = list[Any]
+
+
+def _wrap(tag: int, pieces: _Pieces, size: int) -> tuple[_Pieces, int]:
+    prefix = bytes((tag,)) + _uvarint(size)
+    return [prefix, *pieces], len(prefix) + size
+
+
+def _raw_values(tag: int, arr: np.ndarray, layout: str) -> tuple[_Pieces, int]:
+    data = memoryview(np.ascontiguousarray(arr, layout).reshape(-1)).cast("B")
+    return _wrap(tag, [data], data.nbytes)
+
+
+def _array_proto_pieces(arr: np.ndarray, torch: bool) -> tuple[_Pieces, int]:
     arr, dt = _tf_wire(np.asarray(arr), torch)
     head = b"\x08" + _uvarint(dt) + _ld(0x12, _shape_bytes(arr.shape))
     if dt == _TF.DT_FLOAT:
-        return head + _ld(0x1A, np.ascontiguousarray(arr, "<f4").tobytes())
-    if dt == _TF.DT_DOUBLE:
-        return head + _ld(0x22, np.ascontiguousarray(arr, "<f8").tobytes())
-    if dt == _TF.DT_BOOL:
-        return head + _ld(0x42, arr.astype(np.uint8).tobytes())  # packed varints 0/1
-    m = _TF.ArrayProto()
-    if dt == _TF.DT_STRING:
-        m.string_val.extend(_as_bytes_list(arr))
-    elif dt == _TF.DT_INT64:
-        m.int64_val.extend(arr.ravel().tolist())
+        pieces, size = _raw_values(0x1A, arr, "<f4")
+    elif dt == _TF.DT_DOUBLE:
+        pieces, size = _raw_values(0x22, arr, "<f8")
+    elif dt == _TF.DT_BOOL:
+        pieces, size = _raw_values(0x42, arr.astype(np.uint8), "u1")  # packed varints 0/1
     else:
-        m.int_val.extend(arr.ravel().tolist())
-    return head + m.SerializeToString()
+        m = _TF.ArrayProto()
+        if dt == _TF.DT_STRING:
+            m.string_val.extend(_as_bytes_list(arr))
+        elif dt == _TF.DT_INT64:
+            m.int64_val.extend(arr.ravel().tolist())
+        else:
+            m.int_val.extend(arr.ravel().tolist())
+        rest = m.SerializeToString()
+        pieces, size = [rest], len(rest)
+    return [head, *pieces], len(head) + size
+
+
+def encode_array_proto(arr: np.ndarray, torch: bool = False) -> bytes:
+    """Serialized TF (or Torch) ArrayProto for ``arr``."""
+    return b"".join(_array_proto_pieces(arr, torch)[0])
+
+
+def _map_entry(tag: int, name: str, arr: np.ndarray, torch: bool) -> _Pieces:
+    key = _ld(0x0A, name.encode())
+    value, vsize = _wrap(0x12, *_array_proto_pieces(arr, torch))
+    return _wrap(tag, [key, *value], len(key) + vsize)[0]
 
 
 def encode_tf_response(outputs: Iterable[tuple[str, np.ndarray]]) -> bytes:
-    parts = []
+    parts: _Pieces = []
     for name, arr in outputs:
-        entry = _ld(0x0A, name.encode()) + _ld(0x12, encode_array_proto(arr))
-        parts.append(_ld(0x0A, entry))
+        parts += _map_entry(0x0A, name, arr, torch=False)
     return b"".join(parts)
 
 
 def encode_torch_response(
     outputs: Iterable[np.ndarray], named: Iterable[tuple[str, np.ndarray]] = ()
 ) -> bytes:
-    parts = [_ld(0x0A, encode_array_proto(arr, torch=True)) for arr in outputs]
+    parts: _Pieces = []
+    for arr in outputs:
+        parts += _wrap(0x0A, *_array_proto_pieces(arr, torch=True))[0]
     for name, arr in named:
-        entry = _ld(0x0A, name.encode()) + _ld(0x12, encode_array_proto(arr, torch=True))
-        parts.append(_ld(0x12, entry))
+        parts += _map_entry(0x12, name, arr, torch=True)
     return b"".join(parts)
 
 
@@ -716,7 +744,8 @@ _BLADE_CAST = {
 }
 
 
-def encode_blade_array(name: str, arr: np.ndarray, data_type: int = 0) -> bytes:
+def _blade_array_pieces(name: str, arr: np.ndarray, data_type: int = 0) -> _Pieces:
+    """Pieces of one ``Response.outputs`` field (tag, length and the Array message)."""
     arr = np.asarray(arr)
     want = _BLADE_CAST.get(data_type)
     if want is object:
@@ -734,7 +763,8 @@ def encode_blade_array(name: str, arr: np.ndarray, data_type: int = 0) -> bytes:
         + _ld(0x22, _shape_bytes(arr.shape))
     )
     if k.kind == "f":
-        return head + _ld(0x2A, np.ascontiguousarray(arr, "<f4").tobytes())
+        pieces, size = _raw_values(0x2A, arr, "<f4")
+        return _wrap(0x0A, [head, *pieces], len(head) + size)[0]
     m = blade_pb2.Array()
     if k.kind in "OUS":
         m.string_val.extend(_as_bytes_list(arr))
@@ -744,14 +774,18 @@ def encode_blade_array(name: str, arr: np.ndarray, data_type: int = 0) -> bytes:
         m.int_val.extend(arr.astype(np.int32).ravel().tolist())
     else:
         raise InvalidInput(f"output dtype {k} cannot be encoded")
-    return head + m.SerializePartialToString()
+    body = head + m.SerializePartialToString()
+    return _wrap(0x0A, [body], len(body))[0]
 
 
 def encode_blade_response(
     outputs: Iterable[tuple[str, np.ndarray]], types: Mapping[str, int] | None = None
 ) -> bytes:
     types = types or {}
-    return b"".join(_ld(0x0A, encode_blade_array(n, a, types.get(n, 0))) for n, a in outputs)
+    parts: _Pieces = []
+    for name, arr in outputs:
+        parts += _blade_array_pieces(name, arr, types.get(name, 0))
+    return b"".join(parts)
 
 
 def _json_default(obj: Any) -> Any:
