@@ -1,9 +1,10 @@
 """Server side of the EAS predict protobuf family (TF, Torch, Blade) and the JSON form.
 
 The one place that parses, validates and encodes predict bodies for built-in
-processors. Decoding yields numpy arrays; encoding writes the response wire
-format directly from numpy memory for float/double/bool values (the hot path)
-and through the generated messages for everything else.
+processors. TF and Torch bodies are decoded by eas_sdk's codec (zero-copy numpy
+views of packed fields), Blade by the generated messages; responses are written
+straight from numpy memory for float/double/bool values (the hot path: a large
+tensor is copied once) and through the generated messages for everything else.
 
 Request formats (see docs/processors.md):
 
@@ -27,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
+from eas_sdk._core import tensor as _codec
+from eas_sdk._proto import blade_pb2, tf_predict_pb2
 
 try:  # orjson is part of the gateway extra; the stdlib is the fallback
     import orjson as _orjson
@@ -55,26 +57,7 @@ class InvalidInput(ValueError):
 
 # --- dtype tables ------------------------------------------------------------------
 
-# TF / Torch ArrayDataType -> (numpy dtype, value field)
 _TF = tf_predict_pb2
-_TF_IN: dict[int, tuple[np.dtype[Any], str]] = {
-    _TF.DT_FLOAT: (np.dtype(np.float32), "float_val"),
-    _TF.DT_DOUBLE: (np.dtype(np.float64), "double_val"),
-    _TF.DT_INT32: (np.dtype(np.int32), "int_val"),
-    _TF.DT_UINT8: (np.dtype(np.uint8), "int_val"),
-    _TF.DT_INT16: (np.dtype(np.int16), "int_val"),
-    _TF.DT_INT8: (np.dtype(np.int8), "int_val"),
-    _TF.DT_UINT16: (np.dtype(np.uint16), "int_val"),
-    _TF.DT_QINT8: (np.dtype(np.int8), "int_val"),
-    _TF.DT_QUINT8: (np.dtype(np.uint8), "int_val"),
-    _TF.DT_QINT16: (np.dtype(np.int16), "int_val"),
-    _TF.DT_QUINT16: (np.dtype(np.uint16), "int_val"),
-    _TF.DT_QINT32: (np.dtype(np.int32), "int_val"),
-    _TF.DT_INT64: (np.dtype(np.int64), "int64_val"),
-    _TF.DT_BOOL: (np.dtype(np.bool_), "bool_val"),
-    _TF.DT_STRING: (np.dtype(object), "string_val"),
-}
-_TORCH_IN = {k: v for k, v in _TF_IN.items() if v[1] != "bool_val"}
 
 _JSON_DTYPES = {
     "float32": np.float32, "float": np.float32, "float64": np.float64, "double": np.float64,
@@ -292,72 +275,58 @@ def _count(dims: Sequence[int], where: str) -> int:
     return n
 
 
-def _dt_label(dt: int) -> str:
-    return _TF.ArrayDataType.Name(dt) if dt in _TF.ArrayDataType.values() else str(dt)
+# Errors the raw decoders may raise on hostile bytes (all mean "not this format").
+_DECODE_ERRORS = (_codec.CodecError, ValueError, TypeError, IndexError, OverflowError)
 
 
-def _from_array_proto(a: Any, where: str, table: Mapping[int, tuple[np.dtype[Any], str]]) -> Tensor | None:
-    if a.dtype == 0 and not a.ByteSize():
+def _raw_array(r: Any, where: str) -> Tensor | None:
+    """A decoded TF/Torch ArrayProto (eas_sdk's zero-copy codec) as a checked Tensor."""
+    if r.dtype == 0 and r.dims is None and not r.kinds():
         return None  # a padding entry of TorchRequest.add_feed(index > len)
-    spec = table.get(a.dtype)
-    if spec is None:
-        raise InvalidInput(f"{where}: unsupported dtype {_dt_label(a.dtype)}")
-    np_dtype, fname = spec
-    dims = list(a.array_shape.dim)
-    values = getattr(a, fname)
-    nvals = len(values)
-    if not dims and nvals != 1:
-        dims = [nvals]  # no shape sent: a flat vector
-    n = _count(dims, where)
-    if n != nvals:
-        raise InvalidInput(f"{where}: shape {dims} needs {n} values, got {nvals}")
-    if fname == "string_val":
-        arr = np.empty(nvals, dtype=object)
-        arr[:] = list(values)
-    elif fname == "int_val" and np_dtype != np.int32:
-        wide = np.asarray(values, dtype=np.int32)
-        info = np.iinfo(np_dtype)
-        if wide.size and (int(wide.min()) < info.min or int(wide.max()) > info.max):
-            raise InvalidInput(f"{where}: value out of range for {np_dtype.name}")
-        arr = wide.astype(np_dtype)
-    else:
-        arr = np.asarray(values, dtype=np_dtype)
-    return Tensor(arr.reshape(dims))
+    if r.dims is not None:
+        _count(r.dims, where)  # negative dims, absurd sizes: before anything else
+    try:
+        return Tensor(r.to_tensor(where).array)
+    except _codec.CodecError as exc:
+        raise InvalidInput(str(exc)) from None
+    except _DECODE_ERRORS:
+        raise InvalidInput(f"{where}: invalid values") from None
 
 
 def _decode_tf(body: bytes) -> DecodedRequest:
     try:
-        msg = tf_predict_pb2.PredictRequest.FromString(body)
-    except Exception:
+        sig, raw, filt = _codec.decode_tf_request_raw(body)
+    except _DECODE_ERRORS:
         raise InvalidInput("cannot decode request as tf") from None
-    if len(msg.inputs) > MAX_INPUTS:
-        raise InvalidInput(f"too many inputs ({len(msg.inputs)} > {MAX_INPUTS})")
-    req = DecodedRequest("tf", signature=msg.signature_name, output_names=list(msg.output_filter))
-    for name, a in msg.inputs.items():
-        t = _from_array_proto(a, f"input {name!r}", _TF_IN)
-        if t is not None:
-            req.named[name] = t
+    if len(raw) > MAX_INPUTS:
+        raise InvalidInput(f"too many inputs ({len(raw)} > {MAX_INPUTS})")
+    req = DecodedRequest("tf", signature=sig, output_names=filt)
+    for name, r in raw.items():
+        t = _raw_array(r, f"input {name!r}")
+        if t is None:
+            raise InvalidInput(f"input {name!r}: unsupported dtype DT_INVALID")
+        req.named[name] = t
     return req
 
 
 def _decode_torch(body: bytes, compressed: bool = False) -> DecodedRequest:
     try:
-        msg = torch_predict_pb2.PredictRequest.FromString(body)
-    except Exception:
-        raw = None if compressed else _snappy_decompress(body)
-        if raw is not None:
-            return _decode_torch(raw, compressed=True)
+        raw_inputs, raw_map, filt, _debug = _codec.decode_torch_request_raw(body)
+    except _DECODE_ERRORS:
+        unpacked = None if compressed else _snappy_decompress(body)
+        if unpacked is not None:
+            return _decode_torch(unpacked, compressed=True)
         raise InvalidInput("cannot decode request as torch") from None
-    if len(msg.inputs) + len(msg.map_inputs) > MAX_INPUTS:
+    if len(raw_inputs) + len(raw_map) > MAX_INPUTS:
         raise InvalidInput(f"too many inputs (> {MAX_INPUTS})")
-    req = DecodedRequest("torch", output_indices=list(msg.output_filter), compressed=compressed)
-    for i, a in enumerate(msg.inputs):
-        req.positional.append(_from_array_proto(a, f"input {i}", _TORCH_IN))
-    for name, a in msg.map_inputs.items():
-        t = _from_array_proto(a, f"input {name!r}", _TORCH_IN)
+    req = DecodedRequest("torch", output_indices=[int(i) for i in filt], compressed=compressed)
+    for i, r in enumerate(raw_inputs):
+        req.positional.append(_raw_array(r, f"input {i}"))
+    for name, r in raw_map.items():
+        t = _raw_array(r, f"input {name!r}")
         if t is not None:
             req.named[name] = t
-    req.by_map = bool(msg.map_inputs) and not msg.inputs
+    req.by_map = bool(raw_map) and not raw_inputs
     return req
 
 
@@ -555,6 +524,8 @@ def conform(tensor: Tensor, spec: TensorSpec) -> np.ndarray:
                 arr = arr.astype(spec.dtype)
             ok_dtype = True
     ok_shape = True
+    if spec.shape == () and arr.shape == (1,):
+        arr = arr.reshape(())  # one value sent without a shape for a scalar input
     if spec.shape is not None:
         if len(spec.shape) != arr.ndim:
             ok_shape = False

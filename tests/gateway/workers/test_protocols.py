@@ -182,7 +182,7 @@ def test_shape_checks_happen_before_allocation() -> None:
     u8.inputs["b"].dtype = tf_predict_pb2.DT_UINT8
     u8.inputs["b"].array_shape.dim.append(2)
     u8.inputs["b"].int_val.extend([1, 256])
-    with pytest.raises(eas.InvalidInput, match="input 'b': value out of range for uint8"):
+    with pytest.raises(eas.InvalidInput, match="input 'b': value out of range"):
         eas.decode_request(u8.SerializeToString())
     with pytest.raises(eas.InvalidInput, match="needs 6 values, got 2"):
         eas.decode_request(b'{"inputs": {"x": {"shape": [2, 3], "dtype": "float32", "data": [1, 2]}}}')
