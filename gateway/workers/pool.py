@@ -187,10 +187,17 @@ class WorkerPool:
         assert self._stop_event is not None
         while not self._stopping:
             started = time.monotonic()
-            ready = await self._start_worker(w)
-            if ready:
-                self._set_state(w, "ready")
-                await self._watch(w)
+            ready = False
+            try:
+                ready = await self._start_worker(w)
+                if ready:
+                    self._set_state(w, "ready")
+                    await self._watch(w)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never let one surprise end supervision of this worker
+                log.exception("service %s: worker %d supervision error", self.service.name, w.index)
+                w.last_error = f"supervisor error: {type(exc).__name__}"
             if self._stopping:
                 return
             uptime = time.monotonic() - started
