@@ -233,3 +233,34 @@ def test_corrupt_model_leaves_other_services_serving(gateway_factory: Any, tmp_p
     assert time.monotonic() - t0 < 3.0  # hang detector
     assert _post(gw.url + "/api/predict/echo", b"fine")[0] == 200
     assert gw.stop() == 0
+
+
+@pytest.mark.fault
+def test_overload_gives_fast_450_with_retry_after(gateway_factory: Any, digits_model: Path) -> None:
+    config = {
+        "services": [
+            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1, "max_pending": 2},
+        ],
+    }
+    gw = gateway_factory(config)
+    gw.wait_workers_ready("echo", 1)
+
+    def call(_: int) -> tuple[int, bytes, str | None]:
+        req = urllib.request.Request(gw.url + "/api/predict/echo", data=b"sleep:0.5", method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=20) as r:
+                return r.status, r.read(), None
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, exc.read(), exc.headers.get("Retry-After")
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(call, range(8)))
+    statuses = sorted(r[0] for r in results)
+    assert set(statuses) <= {200, 450}, statuses
+    assert statuses.count(200) >= 2 and statuses.count(450) >= 1, statuses
+    for status, body, retry_after in results:
+        if status == 450:
+            assert retry_after is not None
+            assert b"TooManyPending" in body
+    assert _post(gw.url + "/api/predict/echo", b"after")[0] == 200
