@@ -264,3 +264,26 @@ def test_overload_gives_fast_450_with_retry_after(gateway_factory: Any, digits_m
             assert retry_after is not None
             assert b"TooManyPending" in body
     assert _post(gw.url + "/api/predict/echo", b"after")[0] == 200
+
+
+@pytest.mark.fault
+def test_cancelled_and_expired_requests_never_run(gateway_factory: Any, digits_model: Path) -> None:
+    """F16/F17: a client that leaves, or a deadline that passes, while the request waits
+    behind a busy worker: the processor never runs it (the worker's run count proves it)."""
+    config = {"services": [{"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1}]}
+    gw = gateway_factory(config)
+    gw.wait_workers_ready("echo", 1)
+    url = gw.url + "/api/predict/echo"
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        busy = pool.submit(_post, url, b"sleep:1.5", None, 20)
+        time.sleep(0.3)  # the worker is busy now
+        # The client gives up after 0.2 s while its request still waits for the worker.
+        with pytest.raises(TimeoutError):
+            _post(url, b"sleep:0.1", None, 0.2)
+        # The caller's deadline passes while it waits: 504/408, not run either.
+        status, _ = _post(url, b"sleep:0.1", {"X-Eas-Deadline-Ms": "300"}, 10)
+        assert status in (408, 504), status
+        assert busy.result(timeout=20) == (200, b"slept 1.5")
+    status, body = _post(url, b"count")
+    assert status == 200
+    assert body == b"2", "a cancelled or expired request ran"  # sleep:1.5 and count
