@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import time
 from collections.abc import Callable
@@ -56,6 +57,14 @@ async def test_ready_snapshot_and_onnx_dispatch(make_pool: MakePool, models: dic
     err = json.loads(bad.body)
     assert err["message"] == "input 'input': expected float32[N,64], got float32[1,2]"
     assert err["request_id"] == "r2"
+    # B1: random bytes are 400s and the worker stays up.
+    pids = {w["pid"] for w in pool.snapshot()}
+    rng = random.Random(5)
+    for i in range(60):
+        junk = bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 300)))
+        resp = await pool.dispatch(WorkerRequest(junk), 5)
+        assert resp.status == 400, (i, junk.hex(), resp.body)
+    assert {w["pid"] for w in pool.snapshot()} == pids and pool.restarts_total == 0
 
 
 async def test_least_outstanding_avoids_the_busy_worker(make_pool: MakePool) -> None:
