@@ -95,18 +95,24 @@ def check_auth(svc: ServiceConfig, request: web.Request, body: bytes | None) -> 
     raise errors.Unauthorized("invalid or missing token")
 
 
-def _timeout_s(svc: ServiceConfig, request: web.Request) -> float:
-    budget_ms = svc.timeout_ms
+def caller_deadline_s(request: web.Request) -> float | None:
+    """The caller's remaining budget (X-Eas-Deadline-Ms) in seconds, or None without one."""
     raw = request.headers.get(HEADER_DEADLINE_MS)
-    if raw is not None:
-        try:
-            deadline_ms = int(raw.strip())
-        except ValueError:
-            raise errors.BadRequest(f"{HEADER_DEADLINE_MS} must be an integer") from None
-        if deadline_ms < MIN_DEADLINE_MS:
-            raise errors.DeadlineExceeded("the caller's deadline has already passed")
-        budget_ms = min(budget_ms, deadline_ms)
-    return budget_ms / 1000.0
+    if raw is None:
+        return None
+    try:
+        deadline_ms = int(raw.strip())
+    except ValueError:
+        raise errors.BadRequest(f"{HEADER_DEADLINE_MS} must be an integer") from None
+    if deadline_ms < MIN_DEADLINE_MS:
+        raise errors.DeadlineExceeded("the caller's deadline has already passed")
+    return deadline_ms / 1000.0
+
+
+def _timeout_s(svc: ServiceConfig, request: web.Request) -> float:
+    deadline = caller_deadline_s(request)
+    budget = svc.timeout_ms / 1000.0
+    return budget if deadline is None else min(budget, deadline)
 
 
 async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
@@ -166,9 +172,16 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         raise errors.BadRequest("invalid characters in the request path")
     if svc.tokens and not request.headers.get(HEADER_AUTHORIZATION):
         raise errors.Unauthorized("invalid or missing token")
+    arrived = time.monotonic()
+    deadline = caller_deadline_s(request)  # checked before reading the body
     body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
     check_auth(svc, request, body)
-    timeout = _timeout_s(svc, request)
+    timeout = svc.timeout_ms / 1000.0
+    if deadline is not None:
+        # The caller's budget also paid for the upload.
+        timeout = min(timeout, deadline - (time.monotonic() - arrived))
+        if timeout < MIN_DEADLINE_MS / 1000.0:
+            raise errors.DeadlineExceeded("the caller's deadline passed while the body was read")
     pool = app[POOLS_KEY][svc.name]
     # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
     headers = {str(k): str(v) for k, v in request.headers.items() if k.lower() not in _DROP_HEADERS}

@@ -237,7 +237,7 @@ async def test_deadline_header() -> None:
         assert _err(body)["code"] == "DeadlineExceeded"
         assert not gw.pools["echo"].calls
         assert (await _post(gw.url + "/api/predict/echo", headers={"X-Eas-Deadline-Ms": "1200"}))[0] == 200
-        assert gw.pools["echo"].calls[-1][1] == pytest.approx(1.2)
+        assert 1.1 < gw.pools["echo"].calls[-1][1] <= 1.2  # less the upload time
         # A larger deadline never extends the service timeout.
         assert (await _post(gw.url + "/api/predict/echo", headers={"X-Eas-Deadline-Ms": "99999"}))[0] == 200
         assert gw.pools["echo"].calls[-1][1] == pytest.approx(5.0)
