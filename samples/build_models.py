@@ -9,6 +9,8 @@ Everything is built offline in a second or two:
   Inputs ``x`` float32[N,4], ``y`` int64[N,4], ``z`` float64[N,4];
   outputs ``sum`` float32[N,4] = x + float(y), ``yy`` int64[N,4] = y * 2,
   ``zneg`` float64[N,4] = -z, ``mask`` uint8[N,4] = (y > 0).
+* ``spin.onnx``: a Loop of ``n`` (int64 scalar input) additions; output ``count`` float32[1].
+  Its run time is chosen by the caller (about 1 us per iteration).
 
 Usage: ``python samples/build_models.py [out_dir]`` (default ``samples/models``).
 Idempotent: an existing, loadable model is kept.
@@ -86,7 +88,46 @@ def build_multi(path: Path) -> Path:
     return path
 
 
-BUILDERS = {"digits.onnx": build_digits, "multi.onnx": build_multi}
+def build_spin(path: Path) -> Path:
+    """``spin.onnx``: input ``n`` int64 scalar; a Loop adds 1.0 ``n`` times; output ``count``
+    float32[1]. About 1 us per iteration: a model whose run time the caller chooses
+    (timeout and cancellation tests)."""
+    from onnx import TensorProto, helper
+
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["n", "cond", "v0"], ["count"], body=body)],
+        "spin",
+        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("count", TensorProto.FLOAT, [1])],
+        [
+            helper.make_tensor("cond", TensorProto.BOOL, [], [True]),
+            helper.make_tensor("v0", TensorProto.FLOAT, [1], [0.0]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _write_atomic(path, model.SerializeToString())
+    return path
+
+
+BUILDERS = {"digits.onnx": build_digits, "multi.onnx": build_multi, "spin.onnx": build_spin}
 
 
 def _loadable(path: Path) -> bool:

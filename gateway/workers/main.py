@@ -60,6 +60,7 @@ class ComputeQueue(RequestSink):
         self.runs = 0  # processor invocations (written by compute threads only)
         self.dropped = 0  # cancelled or expired before running
         self.outstanding = 0  # submitted, not yet answered (event loop only)
+        self._running: _Job | None = None
         self.idle = asyncio.Event()
         self.idle.set()
         self._threads = [
@@ -78,6 +79,9 @@ class ComputeQueue(RequestSink):
 
     def cancel(self, job: _Job) -> None:
         job.cancelled = True
+        if job is self._running:
+            # Already running: let the processor interrupt it if it can (onnx can).
+            self.processor.cancel_running()
 
     async def run(self, req: WorkerRequest) -> WorkerResponse:
         fut: asyncio.Future[WorkerResponse | None] = self.loop.create_future()
@@ -90,7 +94,7 @@ class ComputeQueue(RequestSink):
         try:
             resp = await fut
         except asyncio.CancelledError:
-            job.cancelled = True
+            self.cancel(job)
             raise
         return resp or error_response(504, "UpstreamTimeout", "request expired before it ran", req.request_id)
 
@@ -139,6 +143,7 @@ class ComputeQueue(RequestSink):
                 continue
             self.runs += 1
             t0 = time.perf_counter_ns()
+            self._running = job
             try:
                 resp = self.processor.handle(req)
             except ProcessorError as exc:
@@ -146,6 +151,8 @@ class ComputeQueue(RequestSink):
             except Exception as exc:  # a bug in a processor must not kill the worker
                 log.exception("processor failed (request %s)", req.request_id)
                 resp = error_response(500, "InternalError", f"processor error: {type(exc).__name__}")
+            finally:
+                self._running = None
             resp.compute_us = (time.perf_counter_ns() - t0) // 1000
             self._post(job, resp)
 

@@ -41,6 +41,10 @@ class Processor(ABC):
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         """Answer one request (blocking). May raise ProcessorError."""
 
+    def cancel_running(self) -> None:  # noqa: B027 - optional hook
+        """Called from the event loop thread when the request now running was cancelled
+        (timeout or caller gone); a processor that can interrupt its work does so."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources at shutdown."""
 

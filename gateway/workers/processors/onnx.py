@@ -57,6 +57,8 @@ class OnnxProcessor(Processor):
         self.inputs = [_spec(a) for a in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._strings = {s.name for s in self.inputs if s.dtype == np.dtype(object)}
+        self._ort = ort
+        self._run_options: Any = None
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         try:
@@ -73,10 +75,17 @@ class OnnxProcessor(Processor):
                 lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v), otypes=[object]
             )(arr)
         wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
+        ro = self._ort.RunOptions()
+        ro.log_severity_level = 4  # a terminated run is not an error worth logging
+        self._run_options = ro
         try:
-            results = self.session.run(wanted, feeds)
+            results = self.session.run(wanted, feeds, ro)
         except Exception as exc:  # the runtime rejects what our checks let through
+            if ro.terminate:
+                raise ProcessorError("model run cancelled", 504, "UpstreamTimeout") from None
             raise ProcessorError(f"model run failed: {str(exc).splitlines()[0][:300]}") from None
+        finally:
+            self._run_options = None
         by_name = dict(zip(wanted, results, strict=True))
         arrays = [by_name.get(n) for n in self.output_names]
         try:
@@ -84,3 +93,9 @@ class OnnxProcessor(Processor):
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message, status=500, code="InternalError") from None
         return WorkerResponse(200, body, ctype)
+
+    def cancel_running(self) -> None:
+        # ONNX Runtime checks this flag between nodes (and Loop iterations) and aborts the run.
+        ro = self._run_options
+        if ro is not None:
+            ro.terminate = True

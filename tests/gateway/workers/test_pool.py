@@ -326,3 +326,16 @@ async def test_reference_client_direct_to_a_worker(make_pool: MakePool, models: 
     assert out["bad"][0] == 400
     assert json.loads(out["bad"][1])["message"] == "input 'input': expected float32[N,64], got int64[3,5]"
     assert out["json"]["outputs"]["label"] == {"dtype": "int64", "shape": [1], "data": [label[0]]}
+
+
+async def test_timeout_interrupts_a_running_onnx_model(make_pool: MakePool, models: dict[str, Path]) -> None:
+    """F16 for a model already running: ONNX Runtime's terminate flag frees the worker."""
+    pool = await make_pool(ServiceConfig(name="spin", processor="onnx", model=str(models["spin"])))
+    ok = await pool.dispatch(WorkerRequest(b'{"inputs": {"n": 1000}}'), 5)
+    assert json.loads(ok.body)["outputs"]["count"]["data"] == [1000.0]
+    with pytest.raises(UpstreamTimeout):  # about 60 s of work if it were not interrupted
+        await pool.dispatch(WorkerRequest(b'{"inputs": {"n": 60000000}}'), 0.3)
+    resp = await pool.dispatch(WorkerRequest(b'{"inputs": {"n": 10}}'), 5)
+    assert json.loads(resp.body)["outputs"]["count"]["data"] == [10.0]
+    stats = await pool.worker_stats(0)
+    assert stats["runs"] == 3 and stats["outstanding"] == 0
