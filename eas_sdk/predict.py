@@ -94,6 +94,10 @@ logger = logging.getLogger("eas_sdk.predict")
 # aiohttp servers, above the 5 s of uvicorn; a stale one is re-sent anyway).
 DEFAULT_KEEPALIVE_EXPIRY = 10.0
 
+# What ``retries=False, redirect=False`` becomes inside urllib3, built once: urllib3
+# raises the original exception and never follows a redirect; our core decides.
+_NO_RETRIES = urllib3.Retry(False, redirect=False)
+
 
 def request_body(req: object) -> bytes:
     """The body of ``req``: ``req.to_string()`` (str is UTF-8 encoded), or raw bytes/str."""
@@ -385,6 +389,21 @@ def _plain_http_to_remote(url: str) -> bool:
         return True
 
 
+def _fixed_route(pool: urllib3.PoolManager, url: str) -> tuple[urllib3.HTTPConnectionPool, str] | None:
+    """The connection pool and request path PoolManager.urlopen would pick for ``url``.
+
+    None when the URL does not parse or has no scheme: those calls keep going through
+    the manager, so they fail (or warn) at predict time exactly as before.
+    """
+    try:
+        u = urllib3.util.parse_url(url)
+        if u.scheme is None or u.host is None:
+            return None
+        return pool.connection_from_host(u.host, port=u.port, scheme=u.scheme), u.request_uri
+    except Exception:
+        return None
+
+
 def _replace_retries(policy: RetryPolicy, retries: int) -> RetryPolicy:
     from dataclasses import replace
 
@@ -483,6 +502,11 @@ class PredictClient(_ClientBase):
     def __init__(self, endpoint: str = "", service_name: str = "", custom_url: str = "", **kwargs: Any):
         super().__init__(endpoint, service_name, custom_url, **kwargs)
         self._pool: urllib3.PoolManager | None = None
+        # Fixed-URL modes: (the URL's connection pool, its request path), looked up once
+        # at init() instead of parsing the URL and keying the manager on every attempt.
+        self._route: tuple[urllib3.HTTPConnectionPool, str] | None = None
+        # (per-attempt timeout in s, its urllib3.Timeout): the same on nearly every attempt.
+        self._timeout_cache: tuple[float, urllib3.Timeout] = (-1.0, urllib3.Timeout(total=1.0))
         self._lock = threading.RLock()
         self._stop: threading.Event | None = None
         self._ready: threading.Event | None = None
@@ -500,6 +524,8 @@ class PredictClient(_ClientBase):
                 retries=False,
                 ca_certs=self._ca_certs,
             )
+            if self._url is not None:
+                self._route = _fixed_route(self._pool, self._url)
             if cfg.direct:
                 self._stop = threading.Event()
                 self._ready = threading.Event()
@@ -519,6 +545,7 @@ class PredictClient(_ClientBase):
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self._discovery_timeout + 0.5)
         self._thread = self._stop = None
+        self._route = None
         if self._pool is not None:
             self._pool.clear()
             self._pool = None
@@ -537,36 +564,76 @@ class PredictClient(_ClientBase):
                 pool = self._pool
         assert pool is not None
         body = request_body(request)
-        if self._endpoints is not None and not self._endpoints.ready:
+        endpoints = self._endpoints
+        if endpoints is not None and not endpoints.ready:
             ready = self._ready
             if ready is None or not ready.wait(self._first_discovery_wait):
                 raise _no_endpoint(self._service_name, self._first_discovery_wait)
-        call = self._new_call(body)
+        route = self._route
+        call = PredictCall(
+            self.config,
+            body,
+            now=time.monotonic(),
+            url=self._url,
+            endpoints=endpoints,
+            budget=self._budget,
+            rng=self._rng,
+        )
         while True:
             attempt = call.next_attempt(time.monotonic())
+            timeout = self._urllib3_timeout(attempt.timeout)
             try:
-                resp = pool.request(
-                    "POST",
-                    attempt.url,
-                    body=attempt.body,
-                    headers=attempt.headers,
-                    timeout=urllib3.Timeout(total=attempt.timeout),
-                    pool_timeout=attempt.timeout,
-                    retries=False,
-                    redirect=False,
-                )
+                if route is not None:
+                    # The same as pool.request(), minus re-parsing the URL, the manager's
+                    # pool lookup and urllib3's copy of the headers into an HTTPHeaderDict.
+                    resp = route[0].urlopen(
+                        "POST",
+                        route[1],
+                        body=attempt.body,
+                        headers=attempt.headers,
+                        retries=_NO_RETRIES,
+                        redirect=False,
+                        assert_same_host=False,
+                        timeout=timeout,
+                        pool_timeout=attempt.timeout,
+                    )
+                else:
+                    resp = pool.urlopen(
+                        "POST",
+                        attempt.url,
+                        body=attempt.body,
+                        headers=attempt.headers,
+                        retries=_NO_RETRIES,
+                        redirect=False,
+                        timeout=timeout,
+                        pool_timeout=attempt.timeout,
+                    )
             except Exception as exc:
+                if route is not None and isinstance(exc, u3.ClosedPoolError):
+                    # close()/init() ran meanwhile (nothing was sent): go through the
+                    # manager from now on, which opens a pool again as before.
+                    route = None
+                    continue
                 step = call.on_failure(urllib3_failure_kind(exc), _reason(exc), time.monotonic())
                 self._log_step(attempt, step, type(exc).__name__)
             else:
                 step = call.on_response(resp.status, resp.headers, resp.data, time.monotonic(), time.time())
+                if step.body is not None:
+                    return _parse(request, step.body)
                 self._log_step(attempt, step, f"HTTP {resp.status}")
-            if step.body is not None:
-                return _parse(request, step.body)
             if step.error is not None:
                 raise step.error
             if step.delay > 0:
                 time.sleep(step.delay)
+
+    def _urllib3_timeout(self, seconds: float) -> urllib3.Timeout:
+        """``urllib3.Timeout(total=seconds)``, reused while the value repeats (urllib3 clones it)."""
+        cached = self._timeout_cache
+        if cached[0] == seconds:
+            return cached[1]
+        timeout = urllib3.Timeout(total=seconds)
+        self._timeout_cache = (seconds, timeout)
+        return timeout
 
     def close(self) -> None:
         """Stop discovery and close pooled connections. ``init()`` may be called again."""

@@ -27,11 +27,13 @@ overall deadline is nearer, so it shrinks towards the end of a call.
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
 
 from ..errors import (
     ConnectError,
@@ -41,13 +43,16 @@ from ..errors import (
     TransportError,
     error_for_status,
 )
-from .auth import http_date, plain_headers, signed_headers
+from .auth import canonical_resource, content_md5, eas_authorization, http_date
 from .constants import (
     DEFAULT_CONTENT_TYPE,
     ENDPOINT_TYPE_DEFAULT,
     ENDPOINT_TYPE_DIRECT,
     ENDPOINT_TYPE_VIPSERVER,
+    HEADER_AUTHORIZATION,
+    HEADER_CONTENT_MD5,
     HEADER_CONTENT_TYPE,
+    HEADER_DATE,
     HEADER_DEADLINE_MS,
     HEADER_REQUEST_ID,
 )
@@ -119,6 +124,16 @@ class ClientConfig:
         if not self.custom_url and not self.service_name:
             raise PredictException(500, "'service_name' must be set (or use custom_url)")
 
+    @cached_property
+    def plan(self) -> HeaderPlan:
+        """What every attempt's headers share, worked out once per config (see build_headers)."""
+        return HeaderPlan(self)
+
+    @cached_property
+    def total_timeout(self) -> float:
+        """Overall deadline of one call (``retry.total_timeout(timeout)``)."""
+        return self.retry.total_timeout(self.timeout)
+
     def gateway_url(self, env: Mapping[str, str] | None = None) -> str:
         """The fixed request URL in gateway and custom_url modes."""
         if self.custom_url:
@@ -151,6 +166,70 @@ def effective_content_type(config: ClientConfig) -> str:
     return _find(dict(config.headers), HEADER_CONTENT_TYPE) or DEFAULT_CONTENT_TYPE
 
 
+_MODE_NONE, _MODE_SIGNED, _MODE_PLAIN = 0, 1, 2
+
+
+class HeaderPlan:
+    """The per-config part of :func:`build_headers`, computed once per :class:`ClientConfig`.
+
+    Holds the extra headers already stripped of every name this client sets itself
+    (compared case-insensitively, as ``merge_headers`` does), the effective content
+    type, the signing key and resource, so an attempt only adds what changes: the
+    body's MD5, the date, the signature, the request id and the deadline.
+    """
+
+    __slots__ = ("ctype", "extra", "extra_no_deadline", "key", "mode", "own_request_id", "resource", "token")
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.ctype = effective_content_type(config)
+        self.token = config.token
+        self.key = config.token.encode("utf-8")
+        self.resource = canonical_resource(config.service_name)
+        if not config.token:
+            self.mode = _MODE_NONE
+            ours = [HEADER_CONTENT_TYPE]
+        elif config.custom_url:
+            self.mode = _MODE_PLAIN
+            ours = [HEADER_CONTENT_TYPE, HEADER_DATE, HEADER_AUTHORIZATION]
+        else:
+            self.mode = _MODE_SIGNED
+            ours = [HEADER_CONTENT_MD5, HEADER_CONTENT_TYPE, HEADER_DATE, HEADER_AUTHORIZATION]
+        extra = dict(config.headers)
+        self.own_request_id = _find(extra, HEADER_REQUEST_ID) is None
+        if self.own_request_id:
+            ours.append(HEADER_REQUEST_ID)
+        taken = {name.lower() for name in ours}
+        self.extra_no_deadline = {k: v for k, v in extra.items() if k.lower() not in taken}
+        taken.add(HEADER_DEADLINE_MS.lower())
+        self.extra = {k: v for k, v in extra.items() if k.lower() not in taken}
+
+
+def _headers(
+    plan: HeaderPlan, body: bytes, request_id: str, deadline: str | None, date: str | None
+) -> dict[str, str]:
+    """One attempt's headers as one new dict, in the order of ``merge_headers(extra, ours)``."""
+    headers = (plan.extra if deadline is not None else plan.extra_no_deadline).copy()
+    mode = plan.mode
+    if mode == _MODE_SIGNED:
+        md5_hex = content_md5(body)
+        when = date if date is not None else http_date()
+        headers[HEADER_CONTENT_MD5] = md5_hex
+        headers[HEADER_CONTENT_TYPE] = plan.ctype
+        headers[HEADER_DATE] = when
+        headers[HEADER_AUTHORIZATION] = eas_authorization(plan.key, md5_hex, plan.ctype, when, plan.resource)
+    elif mode == _MODE_PLAIN:
+        headers[HEADER_CONTENT_TYPE] = plan.ctype
+        headers[HEADER_DATE] = date if date is not None else http_date()
+        headers[HEADER_AUTHORIZATION] = plan.token
+    else:
+        headers[HEADER_CONTENT_TYPE] = plan.ctype
+    if plan.own_request_id:
+        headers[HEADER_REQUEST_ID] = request_id
+    if deadline is not None:
+        headers[HEADER_DEADLINE_MS] = deadline
+    return headers
+
+
 def build_headers(
     config: ClientConfig,
     body: bytes,
@@ -164,32 +243,21 @@ def build_headers(
     * token + gateway/direct mode: EAS HMAC (Content-MD5, Content-Type, Date, Authorization);
     * token + custom_url: the raw token (Content-Type, Date, Authorization);
     * no token: Content-Type only, and no Authorization unless an extra header has one.
-    Content-Length is left to the transport.
+    Extra headers come first, minus those these replace (names compared
+    case-insensitively). Content-Length is left to the transport.
     """
-    ctype = effective_content_type(config)
-    extra = dict(config.headers)
-    ours: dict[str, str]
-    if config.token:
-        when = date if date is not None else http_date()
-        if config.custom_url:
-            ours = plain_headers(config.token, ctype, when)
-        else:
-            ours = signed_headers(config.token, body, config.service_name, ctype, when)
-    else:
-        ours = {HEADER_CONTENT_TYPE: ctype}
-    if _find(extra, HEADER_REQUEST_ID) is None:
-        ours[HEADER_REQUEST_ID] = request_id
-    if deadline_ms is not None:
-        ours[HEADER_DEADLINE_MS] = str(max(1, deadline_ms))
-    return merge_headers(extra, ours)
+    deadline = None if deadline_ms is None else str(max(1, deadline_ms))
+    return _headers(config.plan, body, request_id, deadline, date)
 
 
 def new_request_id() -> str:
-    return secrets.token_hex(16)
+    """32 random hex digits (128 bits from the OS: unique across processes and forks)."""
+    return os.urandom(16).hex()
 
 
-@dataclass(frozen=True)
-class Attempt:
+# Attempt and Step are immutable named tuples: built once or twice per call, and a
+# tuple is cheaper to make than a frozen dataclass.
+class Attempt(NamedTuple):
     """Everything a transport needs to send one attempt."""
 
     url: str
@@ -200,8 +268,7 @@ class Attempt:
     number: int = 1  # 1-based
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """What the driver does next: return ``body``, raise ``error`` or sleep ``delay``."""
 
     body: bytes | None = None
@@ -216,6 +283,24 @@ def _sanitize(reason: str) -> str:
 
 class PredictCall:
     """State of one predict call across its attempts (see the module docstring)."""
+
+    __slots__ = (
+        "attempts",
+        "body",
+        "budget",
+        "config",
+        "deadline",
+        "endpoints",
+        "last_target",
+        "policy",
+        "request_id",
+        "retries",
+        "rng",
+        "stale_left",
+        "started",
+        "tried",
+        "url",
+    )
 
     def __init__(
         self,
@@ -232,18 +317,18 @@ class PredictCall:
         if url is None and endpoints is None:
             raise ValueError("need a fixed url or an endpoint set")
         self.config = config
-        self.policy = config.retry
+        self.policy = policy = config.retry
         self.body = body
         self.url = url
         self.endpoints = endpoints
         self.budget = budget
         self.rng = rng
-        self.request_id = request_id or new_request_id()
+        self.request_id = request_id or os.urandom(16).hex()  # new_request_id(), inlined
         self.started = now
-        self.deadline = now + self.policy.total_timeout(config.timeout)
+        self.deadline = now + config.total_timeout
         self.attempts = 0  # attempts sent
         self.retries = 0  # retries spent (attempts that counted against the policy)
-        self.stale_left = self.policy.stale_connection_retries
+        self.stale_left = policy.stale_connection_retries
         self.tried: list[Endpoint] = []
         self.last_target = ""
         if budget is not None:
@@ -253,31 +338,31 @@ class PredictCall:
         return self.deadline - now
 
     def next_attempt(self, now: float) -> Attempt:
-        remaining = self.remaining(now)
+        remaining = self.deadline - now
+        config = self.config
         if remaining <= 0:
-            total = self.policy.total_timeout(self.config.timeout)
             raise TimeoutError(
                 f"url: {redact_url(self.last_target)}, error: deadline of "
-                f"{total:.3f}s exceeded after {self.attempts} attempts"
+                f"{config.total_timeout:.3f}s exceeded after {self.attempts} attempts"
             )
         endpoint: Endpoint | None = None
-        if self.url is not None:
-            url = self.url
-        else:
+        url = self.url
+        if url is None:
             assert self.endpoints is not None
             endpoint = self.endpoints.pick(self.tried)  # raises NoEndpointError
-            url = predict_url(endpoint.base_url, self.config.service_name)
+            url = predict_url(endpoint.base_url, config.service_name)
             self.tried.append(endpoint)
-        self.attempts += 1
+        self.attempts = number = self.attempts + 1
         self.last_target = url
-        timeout = min(self.config.timeout, remaining)
+        timeout = config.timeout
+        if remaining < timeout:
+            timeout = remaining
         # The server learns how long this attempt will be waited for (like Envoy's
         # x-envoy-expected-rq-timeout-ms with a per-try timeout): work still queued
         # after that is wasted. Near the overall deadline the value shrinks with it.
-        headers = build_headers(
-            self.config, self.body, request_id=self.request_id, deadline_ms=math.ceil(timeout * 1000)
-        )
-        return Attempt(url, headers, self.body, timeout, endpoint, self.attempts)
+        deadline = str(max(1, math.ceil(timeout * 1000)))
+        headers = _headers(config.plan, self.body, self.request_id, deadline, None)
+        return Attempt(url, headers, self.body, timeout, endpoint, number)
 
     def _retry(self, decision: RetryDecision, now: float) -> bool:
         if not decision.retry:
@@ -327,6 +412,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_MS",
     "Attempt",
     "ClientConfig",
+    "HeaderPlan",
     "NoEndpointError",
     "PredictCall",
     "Step",
