@@ -142,7 +142,9 @@ async def serve(cfg: Config) -> int:
             return 1
         port = bound_port(runner)
         url = f"http://{_url_host(gw.host)}:{port}"
-        log.info("listening on %s (%d service(s))", url, len(cfg.services))
+        log.info(
+            "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__
+        )
 
         pools = list(app[POOLS_KEY].items())
         ready_task = asyncio.gather(

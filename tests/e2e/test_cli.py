@@ -31,6 +31,7 @@ def test_start_announce_and_sigterm(gateway_factory: Any) -> None:
     out = gw.output()
     assert re.search(rf"^gateway listening on http://127\.0\.0\.1:{gw.port}$", out, re.M), out
     assert (gw.workdir / "gateway.port").read_text() == f"127.0.0.1:{gw.port}\n"
+    assert "event loop uvloop" in out  # uvloop is installed in the test environment
     assert gw.get_json("/readyz")[0] == 200
     assert gw.get_json("/healthz") == (200, {"status": "ok"})
     # Listens on loopback only.
