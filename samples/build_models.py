@@ -22,6 +22,11 @@ import sys
 from pathlib import Path
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "models"
+# Tensor names clients need.
+DIGITS_INPUT = "input"
+DIGITS_OUTPUTS = ("label", "probabilities")
+MULTI_INPUTS = ("x", "y", "z")
+MULTI_OUTPUTS = ("sum", "yy", "zneg", "mask")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -48,9 +53,9 @@ def build_digits(path: Path) -> Path:
         final_types=None,
     )
     # Name the input and outputs predictably for clients.
-    onx.graph.input[0].name = "input"
+    onx.graph.input[0].name = DIGITS_INPUT
     for node in onx.graph.node:
-        node.input[:] = ["input" if n == "X" else n for n in node.input]
+        node.input[:] = [DIGITS_INPUT if n == "X" else n for n in node.input]
     # A named batch dimension reads better in error messages ("float32[N,64]").
     for vi in list(onx.graph.input) + list(onx.graph.output):
         dims = vi.type.tensor_type.shape.dim
