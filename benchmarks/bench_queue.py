@@ -43,7 +43,7 @@ SERVER_CORE = "0"
 CLIENT_CORE = 1
 WINDOW = 1024
 COMMIT_EVERY = 100
-TOKEN = "bench-token"
+TOKEN = os.environ.get('BENCH_TOKEN', 'bench-token')
 
 
 def free_port() -> int:

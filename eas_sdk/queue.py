@@ -49,6 +49,7 @@ PING_INTERVAL = 2.0
 PING_TIMEOUT = 2.0
 RECONNECT_BASE = 0.1
 RECONNECT_CAP = 2.0
+WATCH_MAX_QUEUE = 4096
 
 _log = logging.getLogger("eas_sdk.queue")
 
@@ -424,6 +425,9 @@ class Watcher:
                         additional_headers=self.headers,
                         compression=None,
                         max_size=None,
+                        # Frames are small and many: a deep receive queue keeps the socket
+                        # drained instead of pausing reads every 16 messages.
+                        max_queue=WATCH_MAX_QUEUE,
                         proxy=None,
                         open_timeout=max(1.0, self.client.timeout_ms / 1000.0),
                         ping_interval=self.client.ping_interval,
@@ -664,6 +668,7 @@ class AsyncWatcher:
                     additional_headers=self.headers,
                     compression=None,
                     max_size=None,
+                    max_queue=WATCH_MAX_QUEUE,
                     proxy=None,
                     open_timeout=max(1.0, self.client.timeout_ms / 1000.0),
                     ping_interval=self.client.ping_interval,

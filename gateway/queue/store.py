@@ -483,8 +483,8 @@ class Queue:
                 if idx in self.recent_committed:
                     continue  # already committed and deleted: idempotent
                 raise QueueError(404, f"index {idx} is not in the queue (deleted or never put)", "_indexes_")
-            if g is not None and (idx in g.pending or idx in g.committed):
-                continue
+            if g is not None and (idx in g.pending or idx in g.committed or idx in g.deliveries):
+                continue  # delivered to this group (even if its consumer has left since)
             if rec.fetched or idx < self.recovered_below:
                 continue
             raise QueueError(404, f"index {idx} was never delivered to group {gid}", "_indexes_")

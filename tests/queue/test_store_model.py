@@ -145,11 +145,15 @@ class QueueMachine(RuleBasedStateMachine):
     def commit(self, c: tuple[str, str], data: st.DataObject) -> None:
         gid = c[0]
         g = self.groups.get(gid)
-        candidates = [*sorted(set(g.outstanding) if g else set()), self.next_idx + 3, 1]
+        candidates = [*sorted(set(g.outstanding) | g.delivered if g else set()), self.next_idx + 3, 1]
         idx = data.draw(st.sampled_from(candidates))
         live_before = dict(self.live)
         ok_expected = (
-            (idx in self.live and g is not None and (idx in g.outstanding or idx in g.committed))
+            (
+                idx in self.live
+                and g is not None
+                and (idx in g.outstanding or idx in g.committed or idx in g.delivered)
+            )
             or (idx in self.live and idx in self.fetched)
             or (idx not in self.live and idx in self.committed_removed)
         )
