@@ -21,6 +21,8 @@ from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
 
+LINGERING_S = 2.0
+
 PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
 QueueFactory = Callable[[Config], Any]
 
@@ -90,8 +92,10 @@ def create_app(
             "keepalive_timeout": gw.keepalive_timeout_s,
             # Never gunzip request bodies (B11): a Content-Encoding gets 415 instead.
             "auto_decompress": False,
-            # An unread body (early 413/401/408) closes the connection instead of being drained.
-            "lingering_time": 0.0,
+            # After an early answer (401/404/413/...) the unread body is drained for at most
+            # this long before the connection closes: closing with unread data sends a TCP RST,
+            # which can destroy the answer before the client reads it.
+            "lingering_time": LINGERING_S,
         },
     )
     app[CONFIG_KEY] = config

@@ -305,3 +305,22 @@ async def test_parser_rejections_are_json_400_and_quiet(
     assert not gw.pools["echo"].calls
     assert TOKEN not in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize(("path", "status"), [("/api/predict/nope", 404), ("/api/predict/digits", 401)])
+async def test_early_answer_survives_a_client_that_uploads_first(path: str, status: int) -> None:
+    """The answer comes before the body is read; the body is then drained (lingering close),
+    so a client that writes its whole body before reading (urllib3) still reads the answer
+    instead of a connection reset."""
+    body = b"z" * (24 << 20)  # far more than the socket buffers hold
+    async with live_gateway(max_body_bytes=64 << 20) as gw:
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            try:
+                head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                writer.write(head + body)
+                await writer.drain()
+                line = await asyncio.wait_for(reader.readline(), 5.0)
+            finally:
+                await close_writer(writer)
+            assert line.startswith(b"HTTP/1.1 %d" % status), line
