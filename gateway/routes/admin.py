@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from aiohttp import web
 
+from gateway import __version__
 from gateway.app import (
     CONFIG_KEY,
     METRICS_KEY,
@@ -80,6 +82,7 @@ async def services(request: web.Request) -> web.Response:
     state = app[STATE_KEY]
     return web.json_response(
         {
+            "gateway": {"version": __version__, "pid": os.getpid()},
             "services": out,
             "uptime_s": round(time.monotonic() - state.started_at, 3),
             "shutting_down": state.shutting_down,

@@ -94,6 +94,7 @@ def pids(gw: GatewayProcess) -> dict[str, list[int]]:
 
 def assert_healthy(gw: GatewayProcess, before: dict[str, list[int]]) -> None:
     assert gw.proc.poll() is None, "gateway died"
+    assert gw.get_json("/api/services")[1]["gateway"]["pid"] == gw.pid
     assert pids(gw) == before, "a worker was replaced"
     status, _, _ = post(gw.port, "/api/predict/digits", VALID, signed(VALID))
     assert status == 200

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import aiohttp
@@ -35,7 +36,9 @@ async def test_healthz_readyz_and_services_listing() -> None:
         assert (await _get(gw.url + "/healthz"))[0] == 200
         status, body = await _get(gw.url + "/api/services")
         assert status == 200
-        listing = {s["name"]: s for s in json.loads(body)["services"]}
+        doc = json.loads(body)
+        assert doc["gateway"]["pid"] == os.getpid()
+        listing = {s["name"]: s for s in doc["services"]}
         assert set(listing) == {"digits", "echo", "other", "q"}
         assert listing["digits"]["workers"][0]["pid"] == 4242
         assert listing["echo"]["ready"] is False
