@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMethod
 from aiohttp.web import BaseRequest, StreamResponse
 from aiohttp.web_protocol import RequestHandler
 
@@ -100,7 +101,9 @@ class HeaderDeadlineHandler(RequestHandler):
         """
         if status >= 500:
             return super().handle_error(request, status, exc, message)
-        log.info("rejected a malformed request from %s (%s)", request.remote, type(exc).__name__)
+        # Non-HTTP traffic (scanners, TLS to a plain port) is common on open ports: DEBUG only.
+        level = logging.DEBUG if isinstance(exc, BadHttpMethod) else logging.INFO
+        log.log(level, "rejected a malformed request from %s (%s)", request.remote, type(exc).__name__)
         if request.writer.output_size > 0:
             raise ConnectionError("response already started")
         code = HTTP_STATUS_CODES.get(status, "BadRequest")
