@@ -44,6 +44,7 @@ from types import TracebackType
 from typing import Any
 
 import urllib3
+import urllib3.connection
 import urllib3.exceptions as u3
 
 from ._core.constants import (
@@ -93,6 +94,69 @@ logger = logging.getLogger("eas_sdk.predict")
 # Idle keep-alive connections are dropped after this long (below the 75 s of
 # aiohttp servers, above the 5 s of uvicorn; a stale one is re-sent anyway).
 DEFAULT_KEEPALIVE_EXPIRY = 10.0
+
+# Bodies up to this size go out in the same send() as the request head.
+COALESCE_MAX_BODY = 64 * 1024
+
+
+class _CoalescingSend:
+    """Connection mixin: send the request head and a small body in one ``sendall``.
+
+    urllib3 sends the head (http.client's ``endheaders``) and then the body with
+    two ``send`` calls, so every small request costs two syscalls, two loopback or
+    network segments and often two reads by the server. Here the head is held
+    back while a small bytes body is pending and goes out joined with it when the
+    very next ``send`` is that body; any other next ``send`` (a chunked encoding of
+    it, say) or the end of the request flushes the head alone first. The bytes on
+    the wire are the same.
+    """
+
+    _pending_body: bytes | None = None
+    _held_head: bytes | None = None
+
+    def request(self, method: str, url: str, body: Any = None, headers: Any = None, **kwargs: Any) -> None:
+        if type(body) is bytes and 0 < len(body) <= COALESCE_MAX_BODY:
+            self._pending_body = body
+        try:
+            super().request(method, url, body, headers, **kwargs)  # type: ignore[misc]
+            head = self._held_head
+            if head is not None:  # the body never came: the head must still go out
+                self._held_head = None
+                super().send(head)  # type: ignore[misc]
+        finally:
+            self._pending_body = self._held_head = None
+
+    def send(self, data: Any) -> None:
+        body = self._pending_body
+        if body is not None:
+            head = self._held_head
+            if head is None and type(data) is bytes:
+                self._held_head = data  # the head: wait for the body
+                return
+            self._pending_body = self._held_head = None
+            if head is not None:
+                if data is body:
+                    super().send(head + body)  # type: ignore[misc]
+                    return
+                super().send(head)  # type: ignore[misc]
+        super().send(data)  # type: ignore[misc]
+
+
+class _HTTPConnection(_CoalescingSend, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_CoalescingSend, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _HTTPConnectionPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
 
 # What ``retries=False, redirect=False`` becomes inside urllib3, built once: urllib3
 # raises the original exception and never follows a redirect; our core decides.
@@ -524,6 +588,7 @@ class PredictClient(_ClientBase):
                 retries=False,
                 ca_certs=self._ca_certs,
             )
+            self._pool.pool_classes_by_scheme = {"http": _HTTPConnectionPool, "https": _HTTPSConnectionPool}
             if self._url is not None:
                 self._route = _fixed_route(self._pool, self._url)
             if cfg.direct:
