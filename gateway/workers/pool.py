@@ -225,7 +225,7 @@ class WorkerPool:
         parent, child_fd = Connection(a.detach()), b.detach()
         self._set_state(w, "starting")
         w.lost = asyncio.Event()
-        w.pid, w.http_port, w.client = None, None, None
+        w.pid, w.http_port, w.client, w.last_stats = None, None, None, {}
         try:
             # Popen returns once the child is forked and exec'd (milliseconds).
             w.process = subprocess.Popen(  # noqa: ASYNC220
@@ -441,6 +441,9 @@ class WorkerPool:
                 "outstanding": w.outstanding,
                 "restarts": w.restarts,
                 "last_error": w.last_error,
+                # Counters from the worker's last health ping (None before the first one).
+                "runs": w.last_stats.get("runs"),
+                "dropped": w.last_stats.get("dropped"),
             }
             for w in self._workers
         ]

@@ -159,6 +159,8 @@ async def test_timeout_cancels_a_queued_request(make_pool: MakePool) -> None:
     assert stats["runs"] == 1 and stats["dropped"] == 2 and stats["outstanding"] == 0
     assert (await pool.dispatch(WorkerRequest(b"count"), 5)).body == b"2"
     assert pool.pending == 0 and pool.snapshot()[0]["outstanding"] == 0
+    await _until(lambda: pool.snapshot()[0]["runs"] == 2, 5, "counters in the snapshot")
+    assert pool.snapshot()[0]["dropped"] == 2
 
 
 async def test_pending_limit_gives_overloaded(make_pool: MakePool) -> None:
