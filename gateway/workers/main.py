@@ -15,7 +15,8 @@ ignored so a Ctrl-C to the process group lets the gateway stop workers in order.
 
 Requests run on one compute thread fed by a queue, so health pings are answered
 while a model runs, and a request cancelled (or past its deadline) while still
-queued is dropped before the model runs (F16/F17).
+queued is dropped before the model runs (F16/F17); one cancelled while running is
+interrupted when the processor can do that (onnx: ONNX Runtime's terminate flag).
 """
 
 from __future__ import annotations
