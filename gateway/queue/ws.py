@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
@@ -41,6 +41,24 @@ def encode(rec: Record, index_only: bool) -> bytes:
     if not index_only:
         df.data = rec.data
     return df.SerializeToString()
+
+
+def binary_frame(payload: bytes) -> bytes:
+    """One unmasked, unfragmented, uncompressed binary WebSocket frame (server to client)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x82, n))
+    elif n < 65536:
+        head = bytes((0x82, 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x82, 127)) + n.to_bytes(8, "big")
+    return head + payload
+
+
+# Coalesced writes: frames of one hand-out go to the socket in one write; above this many
+# buffered bytes the writer waits for the peer to read (it never buffers without bound).
+WRITE_HIGH_WATER = 256 * 1024
+DRAIN_POLL_S = 0.002
 
 
 async def handle_watch(mgr: QueueManager, q: Queue, request: web.Request) -> web.StreamResponse:
@@ -75,7 +93,7 @@ async def handle_watch(mgr: QueueManager, q: Queue, request: web.Request) -> web
     except BaseException:
         q.disconnect(consumer)
         raise
-    await _serve(mgr, q, ws, consumer, index_only)
+    await _serve(mgr, q, ws, consumer, index_only, request.transport)
     return ws
 
 
@@ -83,12 +101,17 @@ _WATCH_KEYS_SET = (C.Q_WATCH, C.Q_INDEX, C.Q_WINDOW, C.Q_INDEX_ONLY, C.Q_AUTO_CO
 
 
 async def _serve(
-    mgr: QueueManager, q: Queue, ws: web.WebSocketResponse, c: Consumer, index_only: bool
+    mgr: QueueManager,
+    q: Queue,
+    ws: web.WebSocketResponse,
+    c: Consumer,
+    index_only: bool,
+    transport: asyncio.BaseTransport | None,
 ) -> None:
     wake = asyncio.Event()
     c.wake = wake.set
     mgr.watchers.add(ws)
-    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only))
+    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only, transport))
     try:
         async for msg in ws:
             c.last_seen = asyncio.get_running_loop().time()
@@ -113,8 +136,20 @@ async def _serve(
 
 
 async def _writer(
-    q: Queue, ws: web.WebSocketResponse, c: Consumer, wake: asyncio.Event, index_only: bool
+    q: Queue,
+    ws: web.WebSocketResponse,
+    c: Consumer,
+    wake: asyncio.Event,
+    index_only: bool,
+    transport: asyncio.BaseTransport | None,
 ) -> None:
+    # Frames are written straight to the connection's transport, all frames of one hand-out
+    # in a single write (one syscall instead of one per record). Safe next to aiohttp's own
+    # control frames: every write is a whole frame and the loop is single-threaded.
+    # (uvloop's transports do not subclass asyncio.WriteTransport: check by behaviour.)
+    direct: Any = (
+        transport if hasattr(transport, "get_write_buffer_size") and hasattr(transport, "write") else None
+    )
     try:
         while not ws.closed:
             items, _ = q.take(c)
@@ -124,8 +159,17 @@ async def _writer(
                 if not items:
                     await wake.wait()
                     continue
-            for rec, _count in items:
-                await ws.send_bytes(encode(rec, index_only))
+            if direct is None:
+                for rec, _count in items:
+                    await ws.send_bytes(encode(rec, index_only))
+                continue
+            if direct.is_closing():
+                raise ConnectionResetError("watch connection closed")
+            direct.write(b"".join(binary_frame(encode(rec, index_only)) for rec, _count in items))
+            while direct.get_write_buffer_size() > WRITE_HIGH_WATER:
+                if direct.is_closing():
+                    raise ConnectionResetError("watch connection closed")
+                await asyncio.sleep(DRAIN_POLL_S)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a send failed: the connection is gone; the reader ends too
