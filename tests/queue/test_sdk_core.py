@@ -1,0 +1,190 @@
+"""The I/O-free queue core builds exactly the URLs and headers the reference client sends."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from eas_sdk._core import queue as core
+from eas_sdk.errors import BadRequestError
+from eas_sdk.queue import QueueClient
+from tests.eas_reference import run_reference
+
+from .server_proc import TOKEN, QueueServer
+
+REFERENCE_URLS = r"""
+import json
+from eas_prediction import QueueClient
+c = QueueClient('127.0.0.1:9', 'mysvc.qservice/sink'); c.init(uid='uid-1', gid='gid-1')
+out = {
+  'put': c._build_url({'a': '1', 'b': 'x y'}),
+  'get': c._build_url({'_index_': '5', '_length_': '2', '_timeout_': '10s', '_raw_': 'false',
+                       '_auto_delete_': 'false', 'requestId': 'req-abc', 't': 'v'}),
+  'delete': c._build_url({'_indexes_': ','.join(['1', '2', '3'])}),
+  'truncate': c._build_url({'_index_': 43, '_trunc_': 'true'}),
+  'watch': c._build_url({'_watch_': 'true', '_index_': 0, '_window_': 5, '_index_only_': 'false',
+                         '_auto_commit_': 'true', 'tag': 'x'}, websocket=True),
+  'headers': c._with_identity(),
+}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.compat
+def test_urls_match_reference_client() -> None:
+    ref = json.loads(run_reference(REFERENCE_URLS).stdout)
+    base = core.base_url("127.0.0.1:9", "mysvc.qservice/sink")
+    assert core.build_url(base, {"a": "1", "b": "x y"}) == ref["put"]
+    get_q = core.get_query("req-abc", 5, 2, "10s", False, {"t": "v"})
+    assert core.build_url(base, get_q) == ref["get"]
+    assert core.build_url(base, core.indexes_query(core.index_list([1, 2, 3]))) == ref["delete"]
+    assert core.build_url(base, core.truncate_query(43)) == ref["truncate"]
+    watch_q = core.watch_query(0, 5, False, True, {"tag": "x"})
+    assert core.build_url(base, watch_q, websocket=True) == ref["watch"]
+    headers = core.identity_headers("", "uid-1", "gid-1")
+    assert {k: v for k, v in ref["headers"].items() if k in headers} == headers
+
+
+def test_core_rules() -> None:
+    assert core.base_url("http://h:1/", "q", path_suffix="sink") == "http://h:1/api/predict/q/sink"
+    assert core.base_url("h:1", "q", custom_url="https://x/y") == "https://x/y"
+    assert core.build_url("https://x/y?a=1", {"b": "2"}, websocket=True) == "wss://x/y?a=1&b=2"
+    assert [core.check_index(i) for i in (1, "7", 0, -1, "x", "1.5", True, 2.0)] == [
+        True, True, False, False, False, False, False, True
+    ]  # fmt: skip
+    with pytest.raises(BadRequestError):
+        core.index_list([1, "a"])
+    with pytest.raises(BadRequestError):
+        core.check_tags({"_reserved": "x"})
+    assert core.duration_seconds("1m30s") == 90 and core.duration_seconds("500ms") == 0.5
+    frames = core.parse_get(b"")
+    assert frames == []
+    assert core.parse_put(b"12", {"x-eas-queueservice-request-id": "r"}) == ("12", "r")
+
+
+def test_idempotent_put_with_request_id(queue_server: QueueServer, queue_name: str) -> None:
+    def put(rid: str) -> tuple[int, str, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", queue_server.port, timeout=5)
+        conn.request(
+            "POST",
+            f"/api/predict/{queue_name}",
+            body=b"once",
+            headers={"Authorization": TOKEN, "X-Request-Id": rid},
+        )
+        r = conn.getresponse()
+        out = (r.status, r.read().decode(), r.headers["X-Eas-Queueservice-Request-Id"])
+        conn.close()
+        return out
+
+    first, again = put("retry-me"), put("retry-me")
+    assert first == again and first[0] == 200  # Q1: a retried put is stored once, same index
+
+
+def test_sdk_retries_5xx_but_never_4xx() -> None:
+    """A tiny server answering 503 then 200, or 404: count the attempts."""
+    hits: list[str] = []
+    plan: list[int] = []
+
+    def serve(sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            with conn:
+                buf = b""
+                while True:
+                    while b"\r\n\r\n" not in buf:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    if b"\r\n\r\n" not in buf:
+                        break
+                    head, _, buf = buf.partition(b"\r\n\r\n")
+                    hits.append(head.split(b" ")[0].decode())
+                    status = plan.pop(0) if plan else 200
+                    body = b"7"
+                    conn.sendall(
+                        f"HTTP/1.1 {status} X\r\nContent-Length: {len(body)}\r\n"
+                        f"X-Eas-Queueservice-Request-Id: r\r\n\r\n".encode()
+                        + body
+                    )
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    t = threading.Thread(target=serve, args=(sock,), daemon=True)
+    t.start()
+    try:
+        q = QueueClient(f"127.0.0.1:{sock.getsockname()[1]}", "q")
+        q.init()
+        plan[:] = [503, 503]
+        assert q.put(b"x") == ("7", "r") and len(hits) == 3
+        hits.clear()
+        plan[:] = [404]
+        with pytest.raises(Exception) as info:
+            q.commit(1)
+        assert getattr(info.value, "code", None) == 404 and len(hits) == 1
+        q.close()
+    finally:
+        sock.close()
+        t.join(5)
+
+
+def test_watcher_notices_silent_server_and_reconnects(make_client: Callable[..., QueueClient]) -> None:
+    """F9, client side: a server that stops answering pings is left after ping_interval + ping_timeout."""
+    import base64
+    import hashlib
+
+    accepted: list[socket.socket] = []
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            req = b""
+            while b"\r\n\r\n" not in req:
+                req += conn.recv(4096)
+            key = next(
+                line.split(b": ", 1)[1]
+                for line in req.split(b"\r\n")
+                if line.lower().startswith(b"sec-websocket-key")
+            )
+            digest = hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()  # noqa: S324 (RFC 6455)
+            accept = base64.b64encode(digest)
+            conn.sendall(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + b"\x82\x02\x08\x01"  # one frame: index 1
+            )
+            accepted.append(conn)  # then silence: no pongs, no data
+
+    threading.Thread(target=serve, daemon=True).start()
+    q = QueueClient(f"127.0.0.1:{sock.getsockname()[1]}", "q")
+    q.ping_interval = q.ping_timeout = 0.5
+    q.init()
+    watcher = q.watch(0, 1)
+    t0 = time.monotonic()
+    got = []
+    for df in watcher.run():
+        got.append(df.index)
+        if len(got) == 2:
+            break
+    elapsed = time.monotonic() - t0
+    watcher.close()
+    sock.close()
+    for c in accepted:
+        c.close()
+    assert got == [1, 1] and watcher.reconnects == 1
+    assert elapsed < 4.0
