@@ -81,7 +81,10 @@ def create_app(
     queue_factory: QueueFactory | None = None,
     worker_request: Callable[..., Any] | None = None,
     registry: CollectorRegistry | None = None,
+    cluster_serving: bool = False,
 ) -> web.Application:
+    """Build the application. ``cluster_serving`` also mounts the Cluster Serving REST
+    routes (``/api/cluster-serving/<svc>/predict``, ``/predict``); the CLI turns it on."""
     gw = config.gateway
     app = web.Application(
         middlewares=[gateway_middleware],
@@ -117,6 +120,10 @@ def create_app(
     admin.setup(app)
     discovery.setup(app)
     predict.setup(app)
+    if cluster_serving:
+        from gateway.routes import cluster_serving as cluster_serving_routes
+
+        cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
     if any(s.async_ for s in config.services):
         # Dispatchers feed async services' input queues to their pools; registered after

@@ -122,7 +122,7 @@ async def serve(cfg: Config) -> int:
         app[STATE_KEY].shutting_down = True  # /readyz turns 503 at once
         stop.set()
 
-    app = create_app(cfg)
+    app = create_app(cfg, cluster_serving=True)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
     runner = GatewayRunner(app)

@@ -238,6 +238,24 @@ def test_reference_client(gw: GatewayProcess, images: np.ndarray, expected: dict
         np.testing.assert_allclose(prob, expected["probabilities"], rtol=1e-5, atol=1e-6)
 
 
+def test_cluster_serving_rest_path(gw: GatewayProcess, images: np.ndarray, expected: dict) -> None:
+    doc = {"instances": [{"input": row.tolist()} for row in images]}
+    req = urllib.request.Request(
+        gw.url + "/api/cluster-serving/digits/predict",
+        data=json.dumps(doc).encode(),
+        headers={"Authorization": TOKEN, "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        preds = json.loads(r.read())["predictions"]
+    assert len(preds) == len(images)
+    _check(
+        np.array([p["label"] for p in preds]).reshape(expected["label"].shape),
+        np.array([p["probabilities"] for p in preds], dtype=np.float32),
+        expected,
+    )
+
+
 def test_services_listing_and_metrics(gw: GatewayProcess) -> None:
     services = gw.services()
     assert [w["state"] for w in services["digits"]["workers"]] == ["ready", "ready"]
