@@ -134,6 +134,7 @@ def test_sdk_retries_5xx_but_never_4xx() -> None:
         assert getattr(info.value, "code", None) == 404 and len(hits) == 1
         q.close()
     finally:
+        sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() of the serving thread
         sock.close()
         t.join(5)
 
