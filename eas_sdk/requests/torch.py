@@ -137,7 +137,12 @@ class TorchRequest(Request):
         if self._body is None or self._body_flag != flag:
             body = self._serialize()
             if flag:
-                import cramjam  # python-snappy's compress() is cramjam.snappy.compress_raw
+                try:
+                    import cramjam  # python-snappy's compress() is cramjam.snappy.compress_raw
+                except ImportError as exc:
+                    raise ImportError(
+                        "TorchRequest(flag=True) compresses with snappy: pip install 'easkit[snappy]'"
+                    ) from exc
 
                 body = bytes(cramjam.snappy.compress_raw(body))
             self._body, self._body_flag = body, flag
