@@ -1,0 +1,102 @@
+"""Watch options (index_only, tags), tag-filtered get, protobuf attributes, grace, groups."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from collections.abc import Callable
+
+from eas_sdk._proto.queue_pb2 import AttributesProto
+from eas_sdk.queue import QueueClient
+from gateway.config import QueueConfig
+from gateway.queue.store import MemoryBackend, Queue
+
+from .server_proc import TOKEN, QueueServer
+
+
+def first(q: QueueClient, n: int, **watch: object) -> list:  # type: ignore[type-arg]
+    out = []
+    with q.watch(0, 8, **watch) as watcher:  # type: ignore[arg-type]
+        frames = watcher.run()
+        for df in frames:
+            out.append(df)
+            if len(out) == n:
+                break
+        frames.close()
+    return out
+
+
+def test_index_only_and_tag_filters(make_client: Callable[..., QueueClient]) -> None:
+    q = make_client()
+    for i in range(6):
+        q.put(f"d{i}", tags={"color": "red" if i % 2 else "blue"})
+    frames = first(q, 3, index_only=True, auto_commit=True, tags={"color": "red"})
+    assert [f.index for f in frames] == [2, 4, 6]
+    assert all(f.data == b"" and f.tags["color"] == "red" and f.tags["requestId"] for f in frames)
+    got = q.get(index=0, length=10, auto_delete=False, timeout="0s", tags={"color": "blue"})
+    assert [(g.index, g.data) for g in got] == [(1, b"d0"), (3, b"d2"), (5, b"d4")]
+
+
+def test_groups_each_get_every_record(make_client: Callable[..., QueueClient]) -> None:
+    a, b = make_client(gid="ga"), make_client(gid="gb")
+    # A record is deleted only when both groups committed it.
+    wa, wb = a.watch(0, 4), b.watch(0, 4)
+    ra, rb = wa.run(), wb.run()
+    indexes = [int(a.put(f"r{i}")[0]) for i in range(3)]
+    got_a = [next(ra).index for _ in range(3)]
+    got_b = [next(rb).index for _ in range(3)]
+    assert got_a == got_b == indexes
+    a.commit(indexes)
+    assert a.attributes()["stream.length"] == "3"  # group gb still owes them
+    b.commit(indexes)
+    assert a.attributes()["stream.length"] == "0"
+    ra.close()
+    rb.close()
+
+
+def test_attributes_as_protobuf(queue_server: QueueServer, queue_name: str) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", queue_server.port, timeout=5)
+    conn.request(
+        "GET",
+        f"/api/predict/{queue_name}?_attrs_=true",
+        headers={"Authorization": TOKEN, "Accept": "application/vnd.google.protobuf"},
+    )
+    resp = conn.getresponse()
+    msg = AttributesProto()
+    msg.ParseFromString(resp.read())
+    conn.close()
+    assert resp.status == 200 and msg.attributes["meta.header.user"] == "X-EAS-QueueService-Redis-Uid"
+    assert msg.attributes["stream.length"] == "0"
+
+
+def test_grace_keeps_records_for_the_same_uid() -> None:
+    q = Queue("g", QueueConfig(), MemoryBackend(), grace_s=30)
+    for i in range(3):
+        q.put(f"r{i}".encode(), {}, None)
+    c, _ = q.connect("eas", "u1", 0, 2, False, {})
+    assert [r.idx for r, _ in q.take(c)[0]] == [1, 2]
+    q.disconnect(c)
+    other, _ = q.connect("eas", "u2", 0, 5, False, {})
+    assert [r.idx for r, _ in q.take(other)[0]] == [3]  # 1 and 2 wait for u1 during the grace
+    again, _ = q.connect("eas", "u1", 0, 2, False, {})
+    out, _ = q.take(again)
+    assert [(r.idx, n) for r, n in out] == [(1, 2), (2, 2)]  # resent, delivery count 2
+    q.disconnect(again)
+    q.release(again)  # grace over: the group gets them
+    assert sorted(r.idx for r, _ in q.take(other)[0]) == [1, 2]
+
+
+def test_search_and_wait_count(make_client: Callable[..., QueueClient]) -> None:
+    q = make_client(uid="s1")
+    idx = [int(q.put(f"r{i}")[0]) for i in range(4)]
+    assert q.search(idx[3]) == {"ConsumerId": "", "IsPending": False, "WaitCount": 3}
+    with q.watch(0, 1) as watcher:
+        frames = watcher.run()
+        assert next(frames).index == idx[0]
+        deadline = time.monotonic() + 5
+        while not q.search(idx[0]).get("IsPending") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert q.search(idx[0]) == {"ConsumerId": "eas.s1", "IsPending": True, "WaitCount": 0}
+        assert q.search(idx[3])["WaitCount"] == 2
+        frames.close()
+    assert q.search(10_000) == {}  # unknown index: 404, which the SDK turns into {}
