@@ -43,7 +43,7 @@ SERVER_CORE = "0"
 CLIENT_CORE = 1
 WINDOW = 1024
 COMMIT_EVERY = 100
-TOKEN = os.environ.get('BENCH_TOKEN', 'bench-token')
+TOKEN = os.environ.get("BENCH_TOKEN", "bench-token")
 
 
 def free_port() -> int:
@@ -164,18 +164,22 @@ class Redis:
 
 
 class Ours:
-    def __init__(self, tmp: str) -> None:
+    def __init__(self, tmp: str, via: str = "queue-server") -> None:
         self.port = free_port()
         cfg = Path(tmp) / "queue.yaml"
         cfg.write_text(
-            f"gateway: {{host: 127.0.0.1, port: {self.port}, data_dir: {Path(tmp) / 'data'}}}\n"
+            f"gateway: {{host: 127.0.0.1, port: {self.port}, data_dir: {Path(tmp) / 'data'}, "
+            "access_log: false, log_level: WARNING}\n"
             "services:\n"
             + "".join(
                 f"  - {{name: q{i}, processor: queue, token: {TOKEN}, queue: {{max_length: 1000000}}}}\n"
                 for i in range(1, 40)
             )
         )
-        cmd = [sys.executable, "-m", "gateway.queue.server", "--uvloop", "--config", str(cfg)]
+        if via == "gateway":  # the full gateway process (its middleware, routing and auth)
+            cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(cfg)]
+        else:  # the queue-only server: the same QueueManager behind a minimal route
+            cmd = [sys.executable, "-m", "gateway.queue.server", "--uvloop", "--config", str(cfg)]
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(pinned(cmd), stdout=subprocess.DEVNULL, env=env)
         wait_port(self.port, self.proc)
@@ -262,6 +266,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a smoke run (< 30 s)")
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument(
+        "--via",
+        choices=("queue-server", "gateway"),
+        default="queue-server",
+        help="the queue-only server (gateway.queue.server) or the full gateway (gateway serve)",
+    )
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     n_cycle = 300 if args.quick else 3000
@@ -272,7 +282,7 @@ def main() -> int:
         print("warning: could not pin the client to core 1")
     tmp = tempfile.mkdtemp(prefix="bench-queue-")
     redis_srv = Redis()
-    ours = Ours(tmp)
+    ours = Ours(tmp, args.via)
     res: dict[str, list[float]] = {
         k: []
         for k in (
@@ -326,7 +336,7 @@ def main() -> int:
     print()
     print(
         f"Scenario Q: queue vs Redis {redis_srv.version} (redis-py), 1 KB payloads, "
-        "servers on core 0, client on core 1"
+        f"servers on core 0, client on core 1; ours via {args.via}"
     )
     print(
         f"rounds: {rounds}; cycle N={n_cycle}; stream N={n_stream}, "
