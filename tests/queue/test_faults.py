@@ -251,3 +251,19 @@ def test_pending_records_redelivered_after_restart_and_watcher_resumes(tmp_path:
         server.kill()
         if "s" in holder:
             holder["s"].kill()
+
+
+def test_slow_consumer_is_not_robbed(make_client: Callable[..., QueueClient]) -> None:
+    """A consumer that holds its window for 3 heartbeats while its connection stays healthy
+    (pings answered) keeps its records: redelivery is for lost connections, not slowness."""
+    slow = make_client(uid="slow")
+    indexes = [int(slow.put(f"r{i}")[0]) for i in range(2)]
+    with slow.watch(0, 2) as watcher:
+        frames = watcher.run()
+        held = [next(frames).index, next(frames).index]
+        time.sleep(3.0)  # the server heartbeat is 1 s; our client answers pings in the background
+        assert slow.search(indexes[0])["ConsumerId"] == "eas.slow"
+        assert slow.attributes()["consumers.stats.connected"] == "1"
+        slow.commit(held)
+        frames.close()
+    assert held == indexes
