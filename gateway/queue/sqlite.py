@@ -1,19 +1,26 @@
-"""Embedded durable backend: SQLite in WAL mode, one writer thread, group commit.
+"""Embedded durable backend: SQLite in WAL mode with group commit.
 
-Every change the store journals becomes one op on a FIFO; the writer thread takes
-all ops waiting (up to ``MAX_BATCH``), runs them in one transaction, commits, and
-then completes their futures on the event loop in order. So "put answered" means
-"the transaction holding it committed":
+Every change the store journals becomes one op; ops are committed in batches, one
+transaction per batch, and their futures complete in order only after the COMMIT.
+So "put answered" means "the transaction holding it committed". One connection
+writes; two writer modes:
 
-* ``fsync: normal`` (default): ``synchronous=NORMAL`` in WAL mode. A commit is a
-  write() into the WAL file (the OS page cache), so an acknowledged put survives
-  ``kill -9`` of the gateway, but not a power loss or kernel crash.
-* ``fsync: always``: ``synchronous=FULL``; each group commit fsyncs the WAL, so an
+* ``fsync: normal`` (default): ``synchronous=NORMAL``. A commit is a write() into
+  the WAL file (the OS page cache) and never an fsync, so it runs in the event
+  loop: everything submitted during one loop iteration is one transaction. WAL
+  checkpoints (which do fsync) run on a background connection every second. An
+  acknowledged put survives ``kill -9`` of the gateway, not a power loss.
+* ``fsync: always``: ``synchronous=FULL``; a writer thread takes every waiting op
+  (up to ``MAX_BATCH``) per transaction and fsyncs the WAL on each commit, so an
   acknowledged put survives power loss too.
 
-Indexes never repeat: ``meta.next_idx`` is written in the same transaction as the
-records it allocated. Deliveries are not journalled: after a restart every
-consumer is gone, so whatever was outstanding is delivered again (at least once).
+(``EASGW_QUEUE_WRITER=thread|loop`` overrides the mode, for measurements.)
+
+Records live in one rowid table per queue (``r_<qid>``, rowid = index). Indexes
+never repeat: ``meta.next_idx`` reserves blocks of ``INDEX_RESERVE`` indexes in the
+transaction that first uses them, and a clean stop records the exact value.
+Deliveries are not journalled: after a restart every consumer is gone, so whatever
+was outstanding is delivered again (at least once).
 """
 
 from __future__ import annotations
