@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import http.client
 import os
 import signal
 import socket
@@ -198,6 +199,16 @@ def test_server_kill9_during_puts_then_restart(tmp_path: Path) -> None:
         assert len(indexes) == len(set(indexes)) == len(by_rid), "duplicate records"
         missing = [(i, r) for i, r in acked if by_rid.get(r) != i]
         assert not missing, f"{len(missing)} acknowledged puts lost, e.g. {missing[:3]}"
+        # F7: a put retried with the same X-Request-Id after the restart is stored once.
+        for idx, rid in acked[-5:]:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+            conn.request(
+                "POST", "/api/predict/burst", b"again", {"Authorization": TOKEN, "X-Request-Id": rid}
+            )
+            resp = conn.getresponse()
+            assert (resp.status, resp.read()) == (200, str(idx).encode())
+            conn.close()
+        assert q.attributes()["stream.length"] == str(len(stored))
         new_index = int(q.put(b"after")[0])
         assert new_index > max(indexes), "indexes must continue after a restart"
         q.close()
