@@ -197,3 +197,25 @@ def test_bad_enqueue_is_refused_client_side(queues: tuple[InputQueue, OutputQueu
         iq.enqueue("x", image={"b64": base64.b64encode(b"not an image").decode()})
     with pytest.raises(ValueError, match="at least one"):
         iq.enqueue("x")
+
+
+def test_sync_predict_through_the_real_gateway(gateway: GatewayProcess) -> None:
+    img = _image(4)
+    inst = {
+        "words": ["hello", "on"],
+        "image": base64.b64encode(_png(img)).decode(),
+        "tensor": [2, 3],
+        "sparse": {"shape": [5, 10], "data": [6.5], "indices": [[4, 9]]},
+    }
+    with InputQueue(sync=True, frontend_url=gateway.url, name="cs", token=TOKEN) as iq:
+        resp = iq.predict({"instances": [inst, inst]})
+        assert resp.status_code == 200, resp.text
+        preds = resp.json()["predictions"]
+        assert len(preds) == 2
+        assert preds[1]["word_ids"] == [1, 4] and preds[1]["tensor_x2"] == [4.0, 6.0]
+        assert preds[0]["sparse_dense"][4][9] == 6.5
+        bad = iq.predict('{"instances": [{"tensor": [1, 2]}]}')
+        assert bad.status_code == 400 and set(bad.json()) == {"error"}
+    # bare /predict: the only service is the default
+    with InputQueue(sync=True, frontend_url=gateway.url, token=TOKEN) as iq:
+        assert iq.predict({"instances": [inst]}).status_code == 200
