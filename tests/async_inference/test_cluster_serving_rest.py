@@ -16,7 +16,6 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.routes import cluster_serving as cs_route
 from tests.async_inference.inproc import InProcPool
 from tests.eas_reference import ROOT
 
@@ -57,8 +56,7 @@ async def client(model_path: str, tmp_path: Path) -> AsyncIterator[TestClient[An
             ],
         }
     )
-    app = create_app(config, pool_factory=InProcPool)
-    cs_route.setup(app)
+    app = create_app(config, pool_factory=InProcPool, cluster_serving=True)
     async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as c:
         yield c
 
