@@ -211,7 +211,7 @@ async def _get(mgr: QueueManager, q: Queue, request: web.Request, query: dict[st
             await _durable(dur)
             break
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or mgr.closing:
             break
         await mgr.wait_visible(q.name, remaining)
     out = DataFrameListProto()

@@ -63,6 +63,7 @@ class QueueManager:
         self._visible: dict[str, asyncio.Future[None]] = {}
         self._timers: set[asyncio.TimerHandle] = set()
         self._started = False
+        self.closing = False
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -88,14 +89,31 @@ class QueueManager:
         for t in list(self._timers):
             t.cancel()
         self._timers.clear()
-        for ws in list(self.watchers):
-            with contextlib.suppress(Exception):
-                await ws.close(code=1001, message=b"gateway shutting down")
+        await self.shutdown()
+        next_idx = {name: q.next_idx for name, q in self.queues.items()}
+        await asyncio.to_thread(self.backend.close, next_idx)
+
+    async def shutdown(self) -> None:
+        """End long-lived requests: pending long-poll gets answer now (empty) and every
+        watch is closed with 1001 (clients reconnect elsewhere); bounded to about 3 s.
+
+        Call it from the application's on_shutdown: aiohttp waits for open handlers
+        (a watch never ends by itself) before it runs cleanup contexts."""
+        self.closing = True
         for fut in self._visible.values():
             if not fut.done():
                 fut.set_result(None)
-        next_idx = {name: q.next_idx for name, q in self.queues.items()}
-        await asyncio.to_thread(self.backend.close, next_idx)
+        closing = [
+            asyncio.ensure_future(ws.close(code=1001, message=b"gateway shutting down"))
+            for ws in list(self.watchers)
+        ]
+        if closing:  # all at once, bounded: a peer that never answers the close frame cannot stall the stop
+            _done, pending = await asyncio.wait(closing, timeout=3.0)
+            for t in pending:
+                t.cancel()
+            for t in closing:
+                with contextlib.suppress(BaseException):
+                    await t
 
     # ------------------------------------------------------------------ seam
     def has(self, name: str) -> bool:
@@ -129,6 +147,8 @@ class QueueManager:
             fut.set_result(None)
 
     async def wait_visible(self, name: str, timeout: float) -> None:
+        if self.closing:
+            return
         fut = self._visible.get(name)
         if fut is None or fut.done():
             fut = asyncio.get_running_loop().create_future()

@@ -40,6 +40,11 @@ def build_app(config: Config, data_dir: str | None = None) -> web.Application:
 
     app.cleanup_ctx.append(lifecycle)
 
+    async def on_shutdown(app: web.Application) -> None:
+        await mgr.shutdown()
+
+    app.on_shutdown.append(on_shutdown)
+
     async def route(request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         svc = mgr.service_for(name)

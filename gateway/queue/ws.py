@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 # Clients only send control frames; anything bigger than this is hostile.
 CLIENT_MAX_MSG = 64 * 1024
 MAX_WINDOW_HARD = 1 << 20
+CLOSE_TIMEOUT_S = 2.0
 
 
 def encode(rec: Record, index_only: bool) -> bytes:
@@ -78,6 +79,7 @@ async def handle_watch(mgr: QueueManager, q: Queue, request: web.Request) -> web
         tags = split_tags(query, {*_WATCH_KEYS_SET})
         uid, gid = identity(request)
         ws = web.WebSocketResponse(
+            timeout=CLOSE_TIMEOUT_S,  # how long a close waits for the peer's close frame
             heartbeat=q.cfg.heartbeat_s or None,
             max_msg_size=CLIENT_MAX_MSG,
             compress=False,

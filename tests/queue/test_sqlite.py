@@ -118,3 +118,32 @@ async def test_failing_storage_answers_507_and_recovers(tmp_path: Path) -> None:
 
 def test_queue_config_defaults() -> None:
     assert QueueConfig().fsync == "normal"  # survives kill -9; "always" for power loss
+
+
+async def test_shutdown_with_a_silent_watcher_and_a_long_poll_is_bounded(tmp_path: Path) -> None:
+    import asyncio
+    import time
+
+    cfg = parse_config(queue_config(tmp_path / "data", ["a"]))
+    app = build_app(cfg)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(
+        b"GET /api/predict/a?_watch_=true&_window_=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        b"Authorization: " + TOKEN.encode() + b"\r\n\r\n"
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101")
+    client = AsyncQueueClient(f"127.0.0.1:{server.port}", "a")
+    client.set_token(TOKEN)
+    client.init()
+    long_poll = asyncio.ensure_future(client.get(timeout="30s"))
+    await asyncio.sleep(0.2)
+    t0 = time.monotonic()
+    await server.close()  # a watch whose peer never answers the close frame, and a 30 s long poll
+    assert time.monotonic() - t0 < 6.0
+    assert await long_poll == []
+    await client.close()
+    writer.close()
