@@ -11,6 +11,9 @@ Everything is built offline in a second or two:
   ``zneg`` float64[N,4] = -z, ``mask`` uint8[N,4] = (y > 0).
 * ``spin.onnx``: a Loop of ``n`` (int64 scalar input) additions; output ``count`` float32[1].
   Its run time is chosen by the caller (about 1 us per iteration).
+* ``mlp_1024x1024x4.onnx`` (not built by ``build_all``; :func:`build_mlp`, used by
+  benchmarks/bench_batching.py): input ``x`` float32[N,1024], four 1024x1024 MatMul+Add
+  layers with Relu between them (random weights, fixed seed); output ``y`` float32[N,1024].
 
 Usage: ``python samples/build_models.py [out_dir]`` (default ``samples/models``).
 Idempotent: an existing, loadable model is kept.
@@ -125,6 +128,39 @@ def build_spin(path: Path) -> Path:
             helper.make_tensor("cond", TensorProto.BOOL, [], [True]),
             helper.make_tensor("v0", TensorProto.FLOAT, [1], [0.0]),
         ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    _write_atomic(path, model.SerializeToString())
+    return path
+
+
+def build_mlp(path: Path, width: int = 1024, layers: int = 4, seed: int = 0) -> Path:
+    """An MLP with a dynamic batch dimension: input ``x`` float32[N,width], ``layers``
+    MatMul+Add layers (Relu between them), output ``y`` float32[N,width]. Weights are
+    random from ``seed`` (scaled so activations stay O(1)); about 16 MB at 1024x4."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    cur = "x"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width), dtype=np.float32) / np.sqrt(width)).astype(np.float32)
+        b = (rng.standard_normal(width, dtype=np.float32) * 0.01).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        last = i == layers - 1
+        nodes.append(helper.make_node("MatMul", [cur, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Add", [f"m{i}", f"b{i}"], ["y" if last else f"a{i}"]))
+        if not last:
+            nodes.append(helper.make_node("Relu", [f"a{i}"], [f"h{i}"]))
+            cur = f"h{i}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+        inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8

@@ -29,19 +29,24 @@ CLIENTS = [
     "direct_client.py",
     "async_client.py",
     "queue_client.py",
+    "cluster_serving_client.py",
 ]
 
 
 def build_models() -> None:
     subprocess.run([sys.executable, str(SAMPLES / "build_models.py")], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, str(SAMPLES / "build_cluster_serving_model.py")], check=True, cwd=ROOT)
 
 
-def start_gateway(port: int | None, port_file: Path) -> subprocess.Popen[bytes]:
+def start_gateway(port: int | None, port_file: Path, data_dir: Path | None) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(SAMPLES / "services.yaml")]
     if port is not None:
         cmd += ["--port", str(port)]
     cmd += ["--port-file", str(port_file)]
-    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+    env = dict(os.environ)
+    if data_dir is not None:  # the demo starts from empty queues; --serve keeps var/gateway
+        env["EASGW_DATA_DIR"] = str(data_dir)
+    return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)
 
 
 def wait_ready(proc: subprocess.Popen[bytes], port_file: Path, timeout: float = 120.0) -> str:
@@ -75,8 +80,11 @@ def main() -> int:
     args = ap.parse_args()
 
     build_models()
-    port_file = Path(tempfile.mkdtemp(prefix="easkit-demo-")) / "address"
-    proc = start_gateway(args.port if args.serve else (args.port or 0), port_file)
+    work = Path(tempfile.mkdtemp(prefix="easkit-demo-"))
+    port_file = work / "address"
+    proc = start_gateway(
+        args.port if args.serve else (args.port or 0), port_file, None if args.serve else work / "data"
+    )
     try:
         address = wait_ready(proc, port_file)
         endpoint = f"http://{address}"

@@ -26,5 +26,11 @@ def test_run_demo_succeeds() -> None:
     assert proc.returncode == 0, out[-4000:]
     assert "all sample clients succeeded" in out
     assert "gateway stopped (exit code 0)" in out
-    for client in ("string_client.py", "tf_client.py", "direct_client.py", "queue_client.py"):
+    for client in (
+        "string_client.py",
+        "tf_client.py",
+        "direct_client.py",
+        "queue_client.py",
+        "cluster_serving_client.py",
+    ):
         assert f"== {client}" in out
