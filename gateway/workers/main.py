@@ -17,6 +17,13 @@ Requests run on one compute thread fed by a queue, so health pings are answered
 while a model runs, and a request cancelled (or past its deadline) while still
 queued is dropped before the model runs (F16/F17); one cancelled while running is
 interrupted when the processor can do that (onnx: ONNX Runtime's terminate flag).
+
+Dynamic batching (opt-in, ``batching.max_batch_size > 1``, onnx only): the compute
+thread takes every compatible queued request, up to ``max_batch_size`` rows, and runs
+them as one model run (see gateway.workers.processors.onnx). With ``max_latency_ms == 0``
+it never waits (greedy: whatever is queued now); otherwise it waits at most that long
+for more. Each request is still dropped when cancelled or expired before its batch runs,
+and a running batch is interrupted only when every request in it was cancelled.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -41,31 +49,46 @@ log = logging.getLogger("gateway.worker")
 
 
 class _Job:
-    __slots__ = ("cancelled", "done", "req")
+    __slots__ = ("cancelled", "done", "prep", "req")
 
     def __init__(self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None]) -> None:
         self.req = req
         self.done = done
         self.cancelled = False
+        self.prep: Any = None  # the processor's prepared request (batching only)
 
 
 class ComputeQueue(RequestSink):
     """Runs requests on a compute thread; results come back to the event loop in batches."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, processor: Processor, threads: int = 1) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        processor: Processor,
+        threads: int = 1,
+        max_batch_size: int = 0,
+        max_latency_ms: float = 0.0,
+    ) -> None:
         self.loop = loop
         self.processor = processor
+        # Batching needs a processor that can prepare and run batches (onnx) and a model
+        # with a dynamic first dimension (the processor's ``batchable``); one thread only.
+        self.max_batch = max_batch_size if getattr(processor, "batchable", False) and threads == 1 else 0
+        self.max_wait_s = max(0.0, max_latency_ms) / 1000.0
         self._q: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._results: list[tuple[_Job, WorkerResponse | None]] = []
         self._lock = threading.Lock()
         self.runs = 0  # processor invocations (written by compute threads only)
         self.dropped = 0  # cancelled or expired before running
+        self.batches = 0  # model runs that served more than one request
+        self.batched = 0  # requests served by those runs
         self.outstanding = 0  # submitted, not yet answered (event loop only)
-        self._running: _Job | None = None
+        self._running: tuple[_Job, ...] = ()
         self.idle = asyncio.Event()
         self.idle.set()
+        target = self._work_batched if self.max_batch > 1 else self._work
         self._threads = [
-            threading.Thread(target=self._work, name=f"compute-{i}", daemon=True) for i in range(threads)
+            threading.Thread(target=target, name=f"compute-{i}", daemon=True) for i in range(threads)
         ]
         for t in self._threads:
             t.start()
@@ -80,8 +103,10 @@ class ComputeQueue(RequestSink):
 
     def cancel(self, job: _Job) -> None:
         job.cancelled = True
-        if job is self._running:
-            # Already running: let the processor interrupt it if it can (onnx can).
+        running = self._running
+        if job in running and all(j.cancelled for j in running):
+            # Already running (alone, or in a batch whose every request is now cancelled):
+            # let the processor interrupt it if it can (onnx can).
             self.processor.cancel_running()
 
     async def run(self, req: WorkerRequest) -> WorkerResponse:
@@ -103,6 +128,8 @@ class ComputeQueue(RequestSink):
         return {
             "runs": self.runs,
             "dropped": self.dropped,
+            "batches": self.batches,
+            "batched": self.batched,
             "outstanding": self.outstanding,
             "pid": os.getpid(),
         }
@@ -144,7 +171,7 @@ class ComputeQueue(RequestSink):
                 continue
             self.runs += 1
             t0 = time.perf_counter_ns()
-            self._running = job
+            self._running = (job,)
             try:
                 resp = self.processor.handle(req)
             except ProcessorError as exc:
@@ -153,8 +180,124 @@ class ComputeQueue(RequestSink):
                 log.exception("processor failed (request %s)", req.request_id)
                 resp = error_response(500, "InternalError", f"processor error: {type(exc).__name__}")
             finally:
-                self._running = None
+                self._running = ()
             resp.compute_us = (time.perf_counter_ns() - t0) // 1000
+            self._post(job, resp)
+
+    # batching (compute thread side)
+    def _admit(self, job: _Job) -> bool:
+        """False (and answered) when the job was cancelled or its deadline passed."""
+        if job.cancelled:
+            self.dropped += 1
+            self._post(job, None)
+            return False
+        req = job.req
+        if req.deadline and time.monotonic() >= req.deadline:
+            self.dropped += 1
+            msg = "the request's deadline passed while it was queued; it was not run"
+            self._post(job, error_response(504, "UpstreamTimeout", msg, req.request_id))
+            return False
+        return True
+
+    def _prepare(self, job: _Job) -> bool:
+        """Decode and check the job once (kept on the job); False when it was answered
+        with its own error, which never affects the requests batched around it."""
+        if job.prep is not None:
+            return True
+        try:
+            job.prep = self.processor.prepare(job.req)  # type: ignore[attr-defined]
+        except ProcessorError as exc:
+            self._post(job, error_response(exc.status, exc.code, exc.message, job.req.request_id))
+            return False
+        except Exception as exc:
+            log.exception("processor failed (request %s)", job.req.request_id)
+            self._post(job, error_response(500, "InternalError", f"processor error: {type(exc).__name__}"))
+            return False
+        return True
+
+    def _take(self, job: _Job, key: Any, rows: int, batch: list[_Job], keep: deque[_Job]) -> int:
+        """Add ``job`` to ``batch`` when compatible and it fits; else keep it for later."""
+        if not self._admit(job) or not self._prepare(job):
+            return rows
+        prep = job.prep
+        if prep.key == key and rows + prep.rows <= self.max_batch:
+            batch.append(job)
+            return rows + int(prep.rows)
+        keep.append(job)
+        return rows
+
+    def _work_batched(self) -> None:
+        pending: deque[_Job] = deque()  # taken off the queue, in arrival order
+        stopping = False
+        while True:
+            if not pending:
+                if stopping:
+                    return
+                first = self._q.get()
+                if first is None:
+                    return
+                pending.append(first)
+            head = pending.popleft()
+            if not self._admit(head) or not self._prepare(head):
+                continue
+            key = head.prep.key
+            batch = [head]
+            if key is not None and head.prep.rows < self.max_batch:
+                rows = int(head.prep.rows)
+                keep: deque[_Job] = deque()
+                # Greedy: whatever is queued now (already taken, then still in the queue).
+                while pending and rows < self.max_batch:
+                    rows = self._take(pending.popleft(), key, rows, batch, keep)
+                while rows < self.max_batch:
+                    try:
+                        job = self._q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is None:
+                        stopping = True
+                        break
+                    rows = self._take(job, key, rows, batch, keep)
+                if self.max_wait_s > 0 and not stopping:
+                    until = time.monotonic() + self.max_wait_s
+                    while rows < self.max_batch and (left := until - time.monotonic()) > 0:
+                        try:
+                            job = self._q.get(timeout=left)
+                        except queue.Empty:
+                            break
+                        if job is None:
+                            stopping = True
+                            break
+                        rows = self._take(job, key, rows, batch, keep)
+                keep.extend(pending)
+                pending = keep
+                # Cancelled while the batch was gathered: drop those now.
+                batch = [j for j in batch if j is head or self._admit(j)]
+            self._run_batch(batch)
+
+    def _run_batch(self, batch: list[_Job]) -> None:
+        self.runs += len(batch)
+        if len(batch) > 1:
+            self.batches += 1
+            self.batched += len(batch)
+        t0 = time.perf_counter_ns()
+        self._running = tuple(batch)
+        try:
+            results = self.processor.run_batch([j.prep for j in batch])  # type: ignore[attr-defined]
+        except Exception as exc:  # a bug in a processor must not kill the worker
+            log.exception("processor failed (batch of %d)", len(batch))
+            results = [ProcessorError(f"processor error: {type(exc).__name__}", 500, "InternalError")] * len(
+                batch
+            )
+        finally:
+            self._running = ()
+        us = (time.perf_counter_ns() - t0) // 1000
+        for job, res in zip(batch, results, strict=True):
+            job.prep = None  # release the inputs
+            if isinstance(res, ProcessorError):
+                resp = error_response(res.status, res.code, res.message, job.req.request_id)
+            else:
+                resp = res
+            resp.compute_us = us
             self._post(job, resp)
 
     def shutdown(self) -> None:
@@ -234,7 +377,12 @@ async def _serve(
         conn.send({"ok": False, "error": msg})
         return 3
 
-    compute = ComputeQueue(loop, processor)
+    compute = ComputeQueue(
+        loop,
+        processor,
+        max_batch_size=service.batching.max_batch_size,
+        max_latency_ms=service.batching.max_latency_ms,
+    )
     server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
     os.chmod(socket_path, 0o600)
 

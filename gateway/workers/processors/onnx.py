@@ -4,10 +4,18 @@ One session per worker process with ``intra_op_num_threads = service.intra_op_th
 (default 1), one inter-op thread and sequential execution, so several workers share a
 small machine without oversubscribing its cores. Inputs are checked against the
 model's declared dtypes and shapes before running; see docs/processors.md.
+
+Dynamic batching (``batching.max_batch_size > 1``, opt-in): the worker's compute thread
+calls :meth:`OnnxProcessor.prepare` on each queued request (decode + checks, so a bad
+request fails alone), groups prepared requests with equal :attr:`Prepared.key`, and runs
+them with :meth:`OnnxProcessor.run_batch`: inputs concatenated along axis 0, one session
+run, outputs split by each request's row count and encoded in each request's own format.
+Models whose inputs or outputs lack a dynamic first dimension are never batched.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,6 +47,30 @@ def _spec(arg: Any) -> eas.TensorSpec:
     return eas.TensorSpec(arg.name, ORT_DTYPES.get(arg.type), shape)
 
 
+def _dynamic_first(shape: tuple[Any, ...] | None) -> Any:
+    """The first dimension's symbol when it is dynamic (a name, or "" when unnamed);
+    None when the rank is unknown, zero, or the first dimension is fixed."""
+    if not shape:
+        return None
+    first = shape[0]
+    if isinstance(first, int) and first >= 0:
+        return None
+    return first if isinstance(first, str) else ""
+
+
+@dataclass(slots=True)
+class Prepared:
+    """One decoded, validated request, ready to run alone or in a batch."""
+
+    decoded: eas.DecodedRequest
+    feeds: dict[str, np.ndarray]
+    indices: list[int]
+    wanted: list[str]
+    rows: int
+    # Requests with equal keys can share one session run; None: always runs alone.
+    key: tuple[Any, ...] | None
+
+
 class OnnxProcessor(Processor):
     def load(self) -> None:
         import onnxruntime as ort
@@ -59,8 +91,23 @@ class OnnxProcessor(Processor):
         self._strings = {s.name for s in self.inputs if s.dtype == np.dtype(object)}
         self._ort = ort
         self._run_options: Any = None
+        self.batchable = self.service.batching.max_batch_size > 1 and self._batch_dims_ok()
+
+    def _batch_dims_ok(self) -> bool:
+        """Batch only models whose every input and output has a dynamic first dimension,
+        all with the same name when named (two named batch axes may differ in size)."""
+        specs = list(self.inputs) + [_spec(o) for o in self.session.get_outputs()]
+        firsts = [_dynamic_first(s.shape) for s in specs]
+        if any(f is None for f in firsts):
+            return False
+        named = {f for f in firsts if f}
+        return len(named) <= 1
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
+        return self._run_one(self.prepare(req))
+
+    def prepare(self, req: WorkerRequest) -> Prepared:
+        """Decode and check one request (raises ProcessorError); no model run."""
         try:
             decoded = eas.decode_request(
                 req.body, self.service.request_format, req.header("X-Eas-Request-Format")
@@ -75,6 +122,15 @@ class OnnxProcessor(Processor):
                 lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v), otypes=[object]
             )(arr)
         wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
+        rows, key = 0, None
+        if self.batchable:
+            arrays = [feeds[s.name] for s in self.inputs]
+            rows = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
+            if rows > 0 and all(a.ndim and a.shape[0] == rows for a in arrays):
+                key = (decoded.kind, tuple(wanted), tuple((a.dtype.str, a.shape[1:]) for a in arrays))
+        return Prepared(decoded, feeds, indices, wanted, rows, key)
+
+    def _run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         ro = self._ort.RunOptions()
         ro.log_severity_level = 4  # a terminated run is not an error worth logging
         self._run_options = ro
@@ -86,13 +142,57 @@ class OnnxProcessor(Processor):
             raise ProcessorError(f"model run failed: {str(exc).splitlines()[0][:300]}") from None
         finally:
             self._run_options = None
-        by_name = dict(zip(wanted, results, strict=True))
+        return list(results)
+
+    def _encode(self, p: Prepared, results: list[np.ndarray]) -> WorkerResponse:
+        by_name = dict(zip(p.wanted, results, strict=True))
         arrays = [by_name.get(n) for n in self.output_names]
         try:
-            body, ctype = eas.encode_response(decoded, self.output_names, arrays, indices)  # type: ignore[arg-type]
+            body, ctype = eas.encode_response(p.decoded, self.output_names, arrays, p.indices)  # type: ignore[arg-type]
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message, status=500, code="InternalError") from None
         return WorkerResponse(200, body, ctype)
+
+    def _run_one(self, p: Prepared) -> WorkerResponse:
+        return self._encode(p, self._run(p.wanted, p.feeds))
+
+    def _answer_each(self, batch: list[Prepared]) -> list[WorkerResponse | ProcessorError]:
+        out: list[WorkerResponse | ProcessorError] = []
+        for p in batch:
+            try:
+                out.append(self._run_one(p))
+            except ProcessorError as exc:
+                out.append(exc)
+        return out
+
+    def run_batch(self, batch: list[Prepared]) -> list[WorkerResponse | ProcessorError]:
+        """Run prepared requests with equal keys as one session run; one answer (or error)
+        per request, in order. If the joint run fails, or an output is not split along
+        the batch axis, every request is run on its own so one cannot fail the others."""
+        if len(batch) == 1:
+            return self._answer_each(batch)
+        first = batch[0]
+        names = list(first.feeds)
+        feeds = {n: np.concatenate([p.feeds[n] for p in batch]) for n in names}
+        total = sum(p.rows for p in batch)
+        try:
+            results = self._run(first.wanted, feeds)
+        except ProcessorError as exc:
+            if exc.code == "UpstreamTimeout":  # every member was cancelled
+                return [exc] * len(batch)
+            return self._answer_each(batch)
+        if any(r.ndim == 0 or r.shape[0] != total for r in results):
+            return self._answer_each(batch)
+        out: list[WorkerResponse | ProcessorError] = []
+        start = 0
+        for p in batch:
+            end = start + p.rows
+            try:
+                out.append(self._encode(p, [r[start:end] for r in results]))
+            except ProcessorError as exc:
+                out.append(exc)
+            start = end
+        return out
 
     def cancel_running(self) -> None:
         # ONNX Runtime checks this flag between nodes (and Loop iterations) and aborts the run.
