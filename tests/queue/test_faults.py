@@ -133,7 +133,8 @@ def test_dead_consumer_detected(
         s.close()
     assert sorted(got) == indexes
     if how == "silent":
-        assert elapsed < 3.5, f"silent consumer noticed after {elapsed:.1f}s (heartbeat 1 s)"
+        # Noticed by the 1 s heartbeat, not by TCP keep-alive (minutes): a generous bound.
+        assert elapsed < 10, f"silent consumer noticed after {elapsed:.1f}s (heartbeat 1 s)"
     assert producer.attributes()["stream.length"] == "0"
 
 

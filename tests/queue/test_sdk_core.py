@@ -188,4 +188,4 @@ def test_watcher_notices_silent_server_and_reconnects(make_client: Callable[...,
     for c in accepted:
         c.close()
     assert got == [1, 1] and watcher.reconnects == 1
-    assert elapsed < 4.0
+    assert elapsed < 15  # by the client's pings (0.5 s + 0.5 s), not by TCP keep-alive
