@@ -125,6 +125,8 @@ def create_app(
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    if qm is not None:
+        app.on_shutdown.append(_end_queue_streams)
     if any(s.async_ for s in config.services):
         # Dispatchers feed async services' input queues to their pools; registered after
         # _lifecycle so they start after pools/queues and stop before them.
@@ -132,6 +134,15 @@ def create_app(
 
         dispatcher.setup(app)
     return app
+
+
+async def _end_queue_streams(app: web.Application) -> None:
+    """Answer pending long polls and close watches (1001) so SIGTERM is not held up by them:
+    aiohttp waits for open handlers before it runs the cleanup contexts."""
+    qm = app[QUEUES_KEY]
+    shutdown = getattr(qm, "shutdown", None)
+    if shutdown is not None:
+        await shutdown()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
