@@ -1,18 +1,20 @@
 """Dynamic batching in an onnx worker: batching on vs off (Scenario B, docs benchmarking §5.3).
 
-One gateway (pinned to core 0, with its workers) serves four services of one worker
+One gateway (pinned to core 0, with its workers) serves six services of one worker
 each: ``mlp_on``/``mlp_off`` (mlp_1024x1024x4, built with samples/build_models.py's
-``build_mlp``) and ``digits_on``/``digits_off`` (the control: a model too small to
-gain), where ``*_on`` has ``batching: {max_batch_size: 32, max_latency_ms: 0}`` (the
-default greedy policy) unless ``--wait-ms`` says otherwise. wrk (core 1) POSTs raw TF
-PredictRequest bodies of one row **directly to each worker's HTTP port** (found by
-service discovery; ``--via gateway`` sends through the gateway instead). Targets are
-measured in interleaved rounds (on/off order alternating), ratios are taken within a
-round and the median over rounds is reported:
+``build_mlp``), ``digits_on``/``digits_off`` (the sample digits model) and
+``tok_on``/``tok_off`` (the control that cannot gain: a 2-layer 512-wide MLP applied to
+128 tokens per row, so every row already is a large matrix product of its own), where
+``*_on`` has ``batching: {max_batch_size: 32, max_latency_ms: 0}`` (the default greedy
+policy) unless ``--wait-ms`` says otherwise. wrk (core 1) POSTs raw TF PredictRequest
+bodies of one row **directly to each worker's HTTP port** (found by service discovery;
+``--via gateway`` sends through the gateway instead). Targets are measured in
+interleaved rounds (on/off order alternating); ratios are taken within a round and the
+median over rounds is reported:
 
   * mlp: req/s(on) / req/s(off) at c=32        (goal >= 2.5)
   * mlp: p50(on) / p50(off) at c=1             (goal <= 1.1)
-  * digits: req/s(on) / req/s(off) at c=32     (goal >= 0.9: batching must not lose > 10%)
+  * digits and tok: req/s(on) / req/s(off) at c=32 (goal >= 0.9: batching must not lose > 10%)
 
 Usage: python benchmarks/bench_batching.py [--rounds N] [--seconds S] [--quick]
        [--via direct|gateway] [--wait-ms MS] [--max-batch N]
@@ -37,12 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import PY, ROOT, Child, WrkResult, median, pin, run_wrk, tree_pids
 
 TOKEN = "bench-token-0123456789"
+SERVICES = ("mlp_on", "mlp_off", "digits_on", "digits_off", "tok_on", "tok_off")
 
 
-def build_body(path: Path, name: str, width: int) -> None:
+def build_body(path: Path, name: str, shape: tuple[int, ...]) -> None:
     from eas_sdk._proto import tf_predict_pb2 as tf
 
-    x = np.random.default_rng(0).random((1, width), dtype=np.float32)
+    x = np.random.default_rng(0).random(shape, dtype=np.float32)
     req = tf.PredictRequest(signature_name="predict")
     arr = req.inputs[name]
     arr.dtype = tf.DT_FLOAT
@@ -78,9 +81,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="easkit-bench-batching-"))
     digits = Path(build_models.build_all(work / "models")["digits"])
     mlp = build_models.build_mlp(work / "models" / "mlp_1024x1024x4.onnx")
-    bodies = {"mlp": work / "mlp.bin", "digits": work / "digits.bin"}
-    build_body(bodies["mlp"], "x", 1024)
-    build_body(bodies["digits"], build_models.DIGITS_INPUT, 64)
+    tok = build_models.build_mlp(work / "models" / "tok_128x512x2.onnx", width=512, layers=2, tokens=128)
+    bodies = {"mlp": work / "mlp.bin", "digits": work / "digits.bin", "tok": work / "tok.bin"}
+    build_body(bodies["mlp"], "x", (1, 1024))
+    build_body(bodies["digits"], build_models.DIGITS_INPUT, (1, 64))
+    build_body(bodies["tok"], "x", (1, 128, 512))
 
     cfg = work / "services.yaml"
     cfg.write_text(
@@ -91,6 +96,8 @@ def main() -> None:
         + _service("mlp_off", mlp, 0, 0)
         + _service("digits_on", digits, args.max_batch, args.wait_ms)
         + _service("digits_off", digits, 0, 0)
+        + _service("tok_on", tok, args.max_batch, args.wait_ms)
+        + _service("tok_off", tok, 0, 0)
     )
     port_file = work / "port"
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
@@ -105,7 +112,7 @@ def main() -> None:
             time.sleep(0.1)
         gw_addr = port_file.read_text().strip()
         urls: dict[str, str] = {}
-        for svc in ("mlp_on", "mlp_off", "digits_on", "digits_off"):
+        for svc in SERVICES:
             items: list = []
             for _ in range(300):  # workers may still be loading
                 with urllib.request.urlopen(f"http://{gw_addr}/api/v1/servicediscovery/upstreams/{svc}") as r:
@@ -131,13 +138,13 @@ def main() -> None:
         for svc in urls:  # warm-up
             wrk(svc, args.connections, 1)
 
-        res: dict[str, list[WrkResult]] = {k: [] for k in ("mlp_on", "mlp_off", "digits_on", "digits_off")}
+        res: dict[str, list[WrkResult]] = {k: [] for k in SERVICES}
         lat1: dict[str, list[WrkResult]] = {"mlp_on": [], "mlp_off": []}
-        speedup, lat_ratio, control = [], [], []
+        speedup, lat_ratio, control, control_tok = [], [], [], []
         for rnd in range(args.rounds):
             order = ("on", "off") if rnd % 2 == 0 else ("off", "on")
             got: dict[str, WrkResult] = {}
-            for model in ("mlp", "digits"):
+            for model in ("mlp", "digits", "tok"):
                 for mode in order:
                     svc = f"{model}_{mode}"
                     got[svc] = wrk(svc, args.connections, args.seconds)
@@ -150,9 +157,10 @@ def main() -> None:
             speedup.append(got["mlp_on"].rps / got["mlp_off"].rps)
             lat_ratio.append(one["mlp_on"].p50_us / one["mlp_off"].p50_us)
             control.append(got["digits_on"].rps / got["digits_off"].rps)
+            control_tok.append(got["tok_on"].rps / got["tok_off"].rps)
             print(
                 f"round {rnd + 1}/{args.rounds}: mlp on/off {speedup[-1]:.2f}x, c=1 p50 ratio"
-                f" {lat_ratio[-1]:.2f}, digits on/off {control[-1]:.2f}x",
+                f" {lat_ratio[-1]:.2f}, digits on/off {control[-1]:.2f}x, tok on/off {control_tok[-1]:.2f}x",
                 flush=True,
             )
 
@@ -169,7 +177,8 @@ def main() -> None:
         print("\nratios (median of per-round ratios):")
         print(f"  mlp throughput on/off (c={c}):    {median(speedup):.2f}x   goal >= 2.5")
         print(f"  mlp p50 on/off at c=1:            {median(lat_ratio):.2f}    goal <= 1.1")
-        print(f"  digits throughput on/off (c={c}): {median(control):.2f}x   goal >= 0.9 (control)")
+        print(f"  digits throughput on/off (c={c}): {median(control):.2f}x   goal >= 0.9")
+        print(f"  tok throughput on/off (c={c}):    {median(control_tok):.2f}x   goal >= 0.9 (control)")
     finally:
         gateway.stop()
 

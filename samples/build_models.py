@@ -135,10 +135,12 @@ def build_spin(path: Path) -> Path:
     return path
 
 
-def build_mlp(path: Path, width: int = 1024, layers: int = 4, seed: int = 0) -> Path:
+def build_mlp(path: Path, width: int = 1024, layers: int = 4, seed: int = 0, tokens: int = 0) -> Path:
     """An MLP with a dynamic batch dimension: input ``x`` float32[N,width], ``layers``
     MatMul+Add layers (Relu between them), output ``y`` float32[N,width]. Weights are
-    random from ``seed`` (scaled so activations stay O(1)); about 16 MB at 1024x4."""
+    random from ``seed`` (scaled so activations stay O(1)); about 16 MB at 1024x4.
+    ``tokens > 0`` makes every row a [tokens, width] matrix (x float32[N,tokens,width]):
+    each row is then a matrix product of its own, which batching cannot speed up much."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
@@ -155,11 +157,12 @@ def build_mlp(path: Path, width: int = 1024, layers: int = 4, seed: int = 0) -> 
         if not last:
             nodes.append(helper.make_node("Relu", [f"a{i}"], [f"h{i}"]))
             cur = f"h{i}"
+    dims: list[int | str] = ["N", tokens, width] if tokens > 0 else ["N", width]
     graph = helper.make_graph(
         nodes,
         "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", width])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", width])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
