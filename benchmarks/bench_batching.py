@@ -141,6 +141,8 @@ def main() -> None:
         res: dict[str, list[WrkResult]] = {k: [] for k in SERVICES}
         lat1: dict[str, list[WrkResult]] = {"mlp_on": [], "mlp_off": []}
         speedup, lat_ratio, control, control_tok = [], [], [], []
+        # CPU-µs per request (server side, off/on): steadier than req/s on a shared machine.
+        cpu_gain: dict[str, list[float]] = {m: [] for m in ("mlp", "digits", "tok")}
         for rnd in range(args.rounds):
             order = ("on", "off") if rnd % 2 == 0 else ("off", "on")
             got: dict[str, WrkResult] = {}
@@ -158,6 +160,8 @@ def main() -> None:
             lat_ratio.append(one["mlp_on"].p50_us / one["mlp_off"].p50_us)
             control.append(got["digits_on"].rps / got["digits_off"].rps)
             control_tok.append(got["tok_on"].rps / got["tok_off"].rps)
+            for m, gains in cpu_gain.items():
+                gains.append(got[f"{m}_off"].cpu_us_per_req / got[f"{m}_on"].cpu_us_per_req)
             print(
                 f"round {rnd + 1}/{args.rounds}: mlp on/off {speedup[-1]:.2f}x, c=1 p50 ratio"
                 f" {lat_ratio[-1]:.2f}, digits on/off {control[-1]:.2f}x, tok on/off {control_tok[-1]:.2f}x",
@@ -179,6 +183,8 @@ def main() -> None:
         print(f"  mlp p50 on/off at c=1:            {median(lat_ratio):.2f}    goal <= 1.1")
         print(f"  digits throughput on/off (c={c}): {median(control):.2f}x   goal >= 0.9")
         print(f"  tok throughput on/off (c={c}):    {median(control_tok):.2f}x   goal >= 0.9 (control)")
+        gains = ", ".join(f"{m} {median(g):.2f}x" for m, g in cpu_gain.items())
+        print(f"  server CPU per request, off/on:   {gains}")
     finally:
         gateway.stop()
 

@@ -270,8 +270,10 @@ class ComputeQueue(RequestSink):
                         rows = self._take(job, key, rows, batch, keep)
                 keep.extend(pending)
                 pending = keep
-                # Cancelled while the batch was gathered: drop those now.
-                batch = [j for j in batch if j is head or self._admit(j)]
+                # Cancelled (or expired) while the batch was gathered: drop those now.
+                batch = [j for j in batch if self._admit(j)]
+                if not batch:
+                    continue
             self._run_batch(batch)
 
     def _run_batch(self, batch: list[_Job]) -> None:
