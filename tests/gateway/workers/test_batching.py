@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eas_sdk._proto import tf_predict_pb2
+from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
 from gateway.config import BatchingConfig, ServiceConfig
 from gateway.errors import GatewayError
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
@@ -109,6 +109,25 @@ def _tf(x: np.ndarray, outputs: tuple[str, ...] = (), dtype: int = tf_predict_pb
     return req.SerializeToString()
 
 
+def _torch(x: np.ndarray) -> bytes:
+    req = torch_predict_pb2.PredictRequest()
+    a = req.inputs.add()
+    a.dtype = torch_predict_pb2.DT_FLOAT
+    a.array_shape.dim.extend(x.shape)
+    a.float_val.extend(x.ravel().tolist())
+    req.output_filter.extend([1, 0])  # s, then y
+    return req.SerializeToString()
+
+
+def _blade(x: np.ndarray) -> bytes:
+    req = blade_pb2.Request(tf_signature_name="s")
+    a = req.inputs.add(name_in_dl_model="x", blade_blob_name="x", batchsize=x.shape[0])
+    a.shape.dim.extend(x.shape)
+    a.float_val.extend(x.ravel().tolist())
+    req.output_info.add(name_in_dl_model="y", data_type=blade_pb2.DT_FLOAT)
+    return req.SerializeToString()
+
+
 def _json(x: np.ndarray) -> bytes:
     return json.dumps({"inputs": {"x": x.tolist()}}).encode()
 
@@ -165,13 +184,15 @@ def _rows(rng: np.random.Generator, n: int, d: int = 4) -> np.ndarray:
 
 
 async def test_batched_answers_equal_unbatched_for_many_callers(make_pool: MakePool, model: Path) -> None:
-    """40 concurrent callers, 1-6 rows each, TF and JSON bodies: a batched service answers
-    each exactly (byte for byte) as an unbatched one does; batching is off by default."""
+    """40 concurrent callers, 1-6 rows each, TF, JSON, Torch and Blade bodies: a batched
+    service answers each exactly (byte for byte) as an unbatched one does; batching is off
+    by default."""
     batched = await make_pool(_service(model, max_batch=16, name="on"))
     plain = await make_pool(_service(model, name="off"))
     rng = np.random.default_rng(1)
     inputs = [_rows(rng, int(rng.integers(1, 7))) for _ in range(40)]
-    bodies = [_json(x) if i % 3 == 2 else _tf(x) for i, x in enumerate(inputs)]
+    encoders = (_tf, _json, _tf, _torch, _tf, _blade)
+    bodies = [encoders[i % len(encoders)](x) for i, x in enumerate(inputs)]
 
     async def run_all(pool: WorkerPool) -> list[WorkerResponse]:
         blocker = await _block(pool)
@@ -185,12 +206,22 @@ async def test_batched_answers_equal_unbatched_for_many_callers(make_pool: MakeP
 
     on = await run_all(batched)
     off = await run_all(plain)
-    for x, a, b in zip(inputs, on, off, strict=True):
-        _check(a, x)
+    for i, (x, a, b) in enumerate(zip(inputs, on, off, strict=True)):
         assert (a.status, a.content_type, a.body) == (b.status, b.content_type, b.body)
+        kind = encoders[i % len(encoders)]
+        if kind is _torch:
+            pb = torch_predict_pb2.PredictResponse.FromString(a.body)
+            np.testing.assert_allclose(pb.outputs[0].float_val, x.sum(axis=1), rtol=1e-6)
+            np.testing.assert_array_equal(np.reshape(pb.outputs[1].float_val, x.shape), x * 2)
+        elif kind is _blade:
+            out = blade_pb2.Response.FromString(a.body).outputs
+            assert [o.name_in_dl_model for o in out] == ["y"] and out[0].batchsize == len(x)
+            np.testing.assert_array_equal(np.reshape(out[0].float_val, x.shape), x * 2)
+        else:
+            _check(a, x)
     s_on, s_off = await batched.worker_stats(0), await plain.worker_stats(0)
     assert s_off["batches"] == 0 and s_off["batched"] == 0 and s_off["runs"] == 41
-    # TF and JSON requests are separate families; within each, batches of <= 16 rows.
+    # Each format is its own family; within each, batches of <= 16 rows.
     # (a request that fits no batch's remaining rows may run alone)
     assert s_on["runs"] == 41 and s_on["batched"] >= 30
     assert 2 <= s_on["batches"] < 40 // 2
