@@ -5,7 +5,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -59,3 +62,18 @@ def _no_leaked_children() -> Iterator[None]:
             pass
     names = [f"{p.pid}:{' '.join(p.cmdline()[:4]) if p.is_running() else '?'}" for p in leftovers]
     assert not leftovers, f"tests leaked child processes: {names}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sample_models() -> None:
+    """Build the sample models (samples/models/, git-ignored) once, before any test needs them,
+    so no test depends on another having built them first. Idempotent: about a second."""
+    root = Path(__file__).resolve().parent.parent
+    for script in ("build_models.py", "build_cluster_serving_model.py"):
+        subprocess.run(
+            [sys.executable, str(root / "samples" / script)],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            timeout=180,
+        )
