@@ -13,8 +13,9 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from aiohttp import web
 from multidict import MultiMapping
@@ -35,6 +36,8 @@ HEADER_NAMES = {"user": C.HEADER_QUEUE_UID, "group": C.HEADER_QUEUE_GID, "priori
 
 # Query keys each operation understands; any other key starting with "_" is refused.
 _GET_KEYS = {C.Q_INDEX, C.Q_LENGTH, C.Q_TIMEOUT, C.Q_RAW, C.Q_AUTO_DELETE}
+_GET_RID_KEYS = frozenset(_GET_KEYS | {C.Q_REQUEST_ID})
+_NO_KEYS: frozenset[str] = frozenset()
 _WATCH_KEYS = {C.Q_WATCH, C.Q_INDEX, C.Q_WINDOW, C.Q_INDEX_ONLY, C.Q_AUTO_COMMIT}
 _UINT_RE = re.compile(r"[0-9]{1,20}")
 _DURATION_RE = re.compile(r"(?:([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+")
@@ -78,10 +81,22 @@ def parse_bool(value: str | None, param: str, default: bool) -> bool:
     raise bad(param, f"expected true or false, got {value[:40]!r}")
 
 
+_DURATIONS: dict[str, float] = {}  # the few distinct values clients send, parsed once
+
+
 def parse_duration(value: str | None, param: str = C.Q_TIMEOUT, default: float = 0.0) -> float:
     """Go duration (``5s``, ``500ms``, ``1m30s``; a bare ``0`` or integer means seconds), capped at 60 s."""
     if value is None:
         return default
+    secs = _DURATIONS.get(value)
+    if secs is None:
+        secs = _parse_duration(value, param)
+        if len(_DURATIONS) < 256:
+            _DURATIONS[value] = secs
+    return secs
+
+
+def _parse_duration(value: str, param: str) -> float:
     v = value.strip()
     if _UINT_RE.fullmatch(v):
         secs = float(int(v))
@@ -92,16 +107,16 @@ def parse_duration(value: str | None, param: str = C.Q_TIMEOUT, default: float =
     return min(secs, MAX_TIMEOUT_S)
 
 
-def query_dict(query: MultiMapping[str]) -> dict[str, str]:
+def query_dict(query: MultiMapping[str] | Iterable[tuple[str, str]]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for key, val in query.items():
+    for key, val in query.items() if isinstance(query, MultiMapping) else query:
         if key in out:
             raise bad(key, "given more than once")
         out[key] = val
     return out
 
 
-def split_tags(q: Mapping[str, str], known: set[str]) -> dict[str, str]:
+def split_tags(q: Mapping[str, str], known: AbstractSet[str]) -> dict[str, str]:
     """Tags are the query keys an operation does not use; names starting with '_' are reserved."""
     tags: dict[str, str] = {}
     for key, val in q.items():
@@ -115,7 +130,35 @@ def split_tags(q: Mapping[str, str], known: set[str]) -> dict[str, str]:
     return tags
 
 
-def identity(request: web.Request) -> tuple[str, str]:
+class RequestLike(Protocol):
+    """What the handlers read from a request: an aiohttp ``web.Request`` or the fast path's."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...  # case-insensitive
+    @property
+    def content_length(self) -> int | None: ...
+    async def read(self) -> bytes: ...
+
+
+class Reply(NamedTuple):
+    """An answer, independent of the server that writes it (aiohttp or the fast path)."""
+
+    status: int
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: Mapping[str, str] | None = None
+
+
+def to_response(reply: Reply) -> web.Response:
+    headers = {"Content-Type": reply.content_type}
+    if reply.headers:
+        headers.update(reply.headers)
+    return web.Response(status=reply.status, body=reply.body, headers=headers)
+
+
+def identity(request: RequestLike) -> tuple[str, str]:
     uid = request.headers.get(C.HEADER_QUEUE_UID) or str(uuid.uuid4())
     gid = request.headers.get(C.HEADER_QUEUE_GID) or C.DEFAULT_QUEUE_GROUP
     if len(uid) > 256:
@@ -125,21 +168,39 @@ def identity(request: web.Request) -> tuple[str, str]:
     return uid, gid
 
 
-def text(status: int, body: str, headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, text=body, headers=headers)
+def text(status: int, body: str, headers: Mapping[str, str] | None = None) -> Reply:
+    return Reply(status, body.encode("utf-8"), "text/plain; charset=utf-8", headers)
+
+
+_RETRY_AFTER = {"Retry-After": "1"}
+_OK = Reply(200, b"OK")
+JSON = "application/json; charset=utf-8"
+
+
+def error_reply(err: QueueError) -> Reply:
+    return text(err.status, err.message, _RETRY_AFTER if err.status in (429, 503, 507) else None)
 
 
 def error_response(err: QueueError) -> web.Response:
-    headers = {"Retry-After": "1"} if err.status in (429, 503, 507) else None
-    return text(err.status, err.message, headers)
+    return to_response(error_reply(err))
 
 
 # ---------------------------------------------------------------------- handlers
 
 
 async def handle_http(mgr: QueueManager, q: Queue, request: web.Request) -> web.StreamResponse:
+    return to_response(await dispatch(mgr, q, request, request.rel_url.query))
+
+
+async def dispatch(
+    mgr: QueueManager,
+    q: Queue,
+    request: RequestLike,
+    raw_query: MultiMapping[str] | Iterable[tuple[str, str]],
+) -> Reply:
+    """One plain (non-WebSocket) queue call; every refusal becomes its 4xx/5xx reply."""
     try:
-        query = query_dict(request.rel_url.query)
+        query = query_dict(raw_query)
         method = request.method
         if method == "POST":
             return await _put(mgr, q, request, query)
@@ -160,13 +221,13 @@ async def handle_http(mgr: QueueManager, q: Queue, request: web.Request) -> web.
                 below = parse_uint(query.get(C.Q_INDEX, ""), C.Q_INDEX, lo=1)
                 _, dur = q.truncate(below)
                 await _durable(dur)
-                return text(200, "OK")
+                return _OK
             dur = q.delete(parse_indexes(query.get(C.Q_INDEXES)))
             await _durable(dur)
-            return text(200, "OK")
+            return _OK
         return text(405, f"method {method} is not supported on a queue", {"Allow": "GET, POST, PUT, DELETE"})
     except QueueError as err:
-        return error_response(err)
+        return error_reply(err)
 
 
 async def _durable(dur: Any) -> None:
@@ -178,10 +239,10 @@ async def _durable(dur: Any) -> None:
         raise QueueError(507, f"queue storage unavailable: {exc}") from None
 
 
-async def _put(mgr: QueueManager, q: Queue, request: web.Request, query: dict[str, str]) -> web.Response:
+async def _put(mgr: QueueManager, q: Queue, request: RequestLike, query: dict[str, str]) -> Reply:
     if C.Q_PRIORITY in query or request.headers.get(C.HEADER_QUEUE_PRIORITY):
         raise bad(C.Q_PRIORITY, "priority records are not supported by this queue")
-    tags = split_tags(query, set())
+    tags = split_tags(query, _NO_KEYS)
     clen = request.content_length
     if clen is not None and clen > q.cfg.max_payload_bytes:
         raise bad(None, f"record of {clen} bytes exceeds maxPayloadBytes {q.cfg.max_payload_bytes}", 413)
@@ -191,10 +252,10 @@ async def _put(mgr: QueueManager, q: Queue, request: web.Request, query: dict[st
         raise bad(C.TAG_REQUEST_ID, "longer than 256 characters")
     idx, rid, dur = q.put(data, tags, rid)
     await _durable(dur)
-    return text(200, str(idx), {C.HEADER_QUEUE_REQUEST_ID: rid})
+    return Reply(200, str(idx).encode(), "text/plain; charset=utf-8", {C.HEADER_QUEUE_REQUEST_ID: rid})
 
 
-async def _get(mgr: QueueManager, q: Queue, request: web.Request, query: dict[str, str]) -> web.Response:
+async def _get(mgr: QueueManager, q: Queue, request: RequestLike, query: dict[str, str]) -> Reply:
     index = parse_uint(query.get(C.Q_INDEX, "0"), C.Q_INDEX)
     length = parse_uint(query.get(C.Q_LENGTH, "1"), C.Q_LENGTH, lo=1, hi=MAX_GET_LENGTH)
     timeout = parse_duration(query.get(C.Q_TIMEOUT), C.Q_TIMEOUT, 0.0)
@@ -202,7 +263,7 @@ async def _get(mgr: QueueManager, q: Queue, request: web.Request, query: dict[st
         raise bad(C.Q_RAW, "raw output is not supported; send _raw_=false")
     auto_delete = parse_bool(query.get(C.Q_AUTO_DELETE), C.Q_AUTO_DELETE, True)
     rid = query.get(C.Q_REQUEST_ID)
-    tags = split_tags(query, _GET_KEYS | {C.Q_REQUEST_ID})
+    tags = split_tags(query, _GET_RID_KEYS)
     # Answer a little before the client's own read timeout (which defaults to the same 5 s).
     deadline = time.monotonic() + max(0.0, timeout - min(0.25, timeout * 0.05))
     while True:
@@ -220,39 +281,35 @@ async def _get(mgr: QueueManager, q: Queue, request: web.Request, query: dict[st
         df.index = r.idx
         df.data = r.data
         df.tags.update(r.tags)
-    return web.Response(body=out.SerializeToString(), content_type=C.CONTENT_TYPE_PROTOBUF)
+    return Reply(200, out.SerializeToString(), C.CONTENT_TYPE_PROTOBUF)
 
 
-def _attributes(mgr: QueueManager, q: Queue, request: web.Request) -> web.Response:
+def _attributes(mgr: QueueManager, q: Queue, request: RequestLike) -> Reply:
     attrs = q.attributes(HEADER_NAMES, mgr.backend_name)
     if C.CONTENT_TYPE_PROTOBUF in request.headers.get("Accept", ""):
         msg = AttributesProto()
         msg.attributes.update(attrs)
-        return web.Response(body=msg.SerializeToString(), content_type=C.CONTENT_TYPE_PROTOBUF)
-    return web.Response(text=json.dumps(attrs), content_type="application/json")
+        return Reply(200, msg.SerializeToString(), C.CONTENT_TYPE_PROTOBUF)
+    return Reply(200, json.dumps(attrs).encode(), JSON)
 
 
-def _search(q: Queue, request: web.Request, query: dict[str, str]) -> web.Response:
+def _search(q: Queue, request: RequestLike, query: dict[str, str]) -> Reply:
     idx = parse_uint(query.get(C.Q_INDEX, ""), C.Q_INDEX, lo=1)
     _, gid = identity(request)
     found = q.search(gid, idx)
     if found is None:
-        return web.Response(
-            status=404,
-            text=json.dumps({"error": f"index {idx} is not in the queue"}),
-            content_type="application/json",
-        )
-    return web.Response(text=json.dumps(found), content_type="application/json")
+        return Reply(404, json.dumps({"error": f"index {idx} is not in the queue"}).encode(), JSON)
+    return Reply(200, json.dumps(found).encode(), JSON)
 
 
-async def _commit(q: Queue, request: web.Request, query: dict[str, str]) -> web.Response:
+async def _commit(q: Queue, request: RequestLike, query: dict[str, str]) -> Reply:
     for key in query:
         if key != C.Q_INDEXES:
             raise bad(key, "not understood by commit (only _indexes_)")
     idxs = parse_indexes(query.get(C.Q_INDEXES))
     _, gid = identity(request)
     await _durable(q.commit(gid, idxs))
-    return text(200, "OK")
+    return _OK
 
 
 async def wait_for(fut: asyncio.Future[None], timeout: float) -> None:

@@ -4,6 +4,10 @@ Used by the queue tests and the queue benchmark so they do not depend on the
 full gateway; the full gateway mounts the same QueueManager behind its own
 routes. ``python -m gateway.queue.server --config cfg.yaml [--port 0]
 [--port-file F]`` serves until SIGTERM/SIGINT.
+
+Plain queue calls are answered by a lean HTTP/1.1 protocol (fast.py) with the
+same handlers and token check; WebSocket watches and anything unusual go to the
+aiohttp application below (``--no-fast-path`` serves everything with aiohttp).
 """
 
 from __future__ import annotations
@@ -22,15 +26,20 @@ from eas_sdk._core.constants import PREDICT_PATH_PREFIX
 from gateway.auth import verify
 from gateway.config import Config, load_config
 
+from .fast import FastProtocol, FastRequest, Query, Serve, close_all
+from .http import Reply, dispatch, text
 from .manager import QueueManager
 
 MANAGER_KEY = web.AppKey("queue_manager", QueueManager)
 
 
+def max_body(mgr: QueueManager) -> int:
+    return max((c.max_payload_bytes for c in mgr.configs.values()), default=1 << 20) + 4096
+
+
 def build_app(config: Config, data_dir: str | None = None) -> web.Application:
     mgr = QueueManager(config, data_dir)
-    max_payload = max((c.max_payload_bytes for c in mgr.configs.values()), default=1 << 20)
-    app = web.Application(client_max_size=max_payload + 4096)
+    app = web.Application(client_max_size=max_body(mgr))
     app[MANAGER_KEY] = mgr
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -59,29 +68,74 @@ def build_app(config: Config, data_dir: str | None = None) -> web.Application:
     return app
 
 
+def fast_route(mgr: QueueManager) -> Serve:
+    """The fast path's twin of ``route`` above: the same lookups, token check and handlers."""
+    prefix_len = len(PREDICT_PATH_PREFIX)
+    # (queue, Authorization value) pairs that verified: a client sends the same raw token on
+    # every call, and two SHA-256 digests per call were a visible part of a call's CPU.
+    # Only successes are kept (bounded); a dict lookup compares strings only on a hash match.
+    verified: dict[tuple[str, str], None] = {}
+
+    async def serve(req: FastRequest, query: Query) -> Reply:
+        name = req.path[prefix_len:]
+        svc = mgr.service_for(name)
+        if svc is None:
+            return text(404, f"service {name!r} not found")
+        key = (name, req.headers.get("Authorization") or "")
+        if key not in verified:
+            result = verify(svc.tokens, req.headers, req.path, None)
+            if not result.ok:
+                return text(401, result.reason)
+            if len(verified) >= 1024:
+                verified.clear()
+            verified[key] = None
+        q = mgr.queues.get(name)
+        if q is None:
+            return text(404, f"queue {name!r} not found")
+        return await dispatch(mgr, q, req, query)
+
+    return serve
+
+
 def _write_port_file(path: str, text: str) -> None:
     tmp = path + ".tmp"
     Path(tmp).write_text(text)
     os.replace(tmp, path)  # atomic: a reader never sees half a line
 
 
-async def _serve(config: Config, host: str, port: int, port_file: str | None) -> None:
+async def _serve(config: Config, host: str, port: int, port_file: str | None, fast: bool = True) -> None:
     app = build_app(config)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    server = getattr(site, "_server", None)
-    sockets = getattr(server, "sockets", None) or []
+    loop = asyncio.get_running_loop()
+    conns: set[FastProtocol] = set()
+    listener: asyncio.AbstractServer | None = None
+    site: web.TCPSite | None = None
+    if fast:
+        aio = runner.server
+        assert aio is not None
+        serve = fast_route(app[MANAGER_KEY])
+        limit = max_body(app[MANAGER_KEY])
+        listener = await loop.create_server(
+            lambda: FastProtocol(serve, aio, conns, limit), host, port, reuse_address=True
+        )
+        sockets = list(listener.sockets)
+    else:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        sockets = list(getattr(getattr(site, "_server", None), "sockets", None) or [])
     bound = sockets[0].getsockname()[1] if sockets else port
     if port_file:
         _write_port_file(port_file, f"{host}:{bound}\n")
     print(f"queue server listening on {host}:{bound}", flush=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    if listener is not None:
+        listener.close()
+        await app[MANAGER_KEY].shutdown()  # long polls answer now, so busy connections finish
+        await close_all(conns, timeout=5.0)
     await runner.cleanup()
 
 
@@ -92,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=None)
     ap.add_argument("--port-file", default=None)
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--no-fast-path", action="store_true", help="serve every call with aiohttp")
     args = ap.parse_args(argv)
     config = load_config(args.config)
     host = args.host or config.gateway.host
@@ -100,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
 
         uvloop.install()
-    asyncio.run(_serve(config, host, port, args.port_file or config.gateway.port_file))
+    asyncio.run(_serve(config, host, port, args.port_file or config.gateway.port_file, not args.no_fast_path))
     return 0
 
 
