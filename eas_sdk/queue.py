@@ -146,6 +146,10 @@ class _StaleConnection(Exception):
     """A pooled keep-alive connection was closed by the server before this request."""
 
 
+def encode_headers(headers: Mapping[str, str]) -> bytes:
+    return "".join([f"{k}: {v}\r\n" for k, v in headers.items()]).encode("latin-1")
+
+
 class _RawConnection:
     """One keep-alive HTTP/1.1 connection spoken directly over a socket (plain http only).
 
@@ -161,6 +165,7 @@ class _RawConnection:
         self.hostport = f"{host}:{port}".encode("ascii")
         self.sock: socket.socket | None = None
         self._buf = b""
+        self._timeout: float | None = None
 
     def close(self) -> None:
         if self.sock is not None:
@@ -177,16 +182,25 @@ class _RawConnection:
         return chunk
 
     def roundtrip(
-        self, method: str, target: str, body: bytes | None, headers: Mapping[str, str], timeout: float
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float,
+        head: bytes = b"",
     ) -> tuple[int, dict[str, str], bytes, bool]:
+        """``head``: header lines already encoded (the client's fixed ones); ``headers``: the rest."""
         if self.sock is None:
             self.sock = socket.create_connection((self.host, self.port), timeout=timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        else:
+            self._timeout = timeout
+        elif timeout != self._timeout:
             self.sock.settimeout(timeout)
-        parts = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1"), b"Host: ", self.hostport, b"\r\n"]
-        for k, v in headers.items():
-            parts.append(f"{k}: {v}\r\n".encode("latin-1"))
+            self._timeout = timeout
+        parts = [f"{method} {target} HTTP/1.1\r\nHost: ".encode("latin-1"), self.hostport, b"\r\n", head]
+        if headers:
+            parts.append(encode_headers(headers))
         if body is not None or method in ("POST", "PUT"):
             parts.append(b"Content-Length: %d\r\n" % len(body or b""))
         parts.append(b"\r\n")
@@ -272,20 +286,30 @@ class _HTTPPool:
         body: bytes | None,
         headers: Mapping[str, str],
         timeout: float,
+        fixed: tuple[dict[str, str], bytes] | None,
     ) -> tuple[int, Mapping[str, str], bytes, bool]:
         if isinstance(conn, _RawConnection):
-            return conn.roundtrip(method, target, body, headers, timeout)
+            if fixed is None:
+                return conn.roundtrip(method, target, body, headers, timeout)
+            return conn.roundtrip(method, target, body, headers, timeout, fixed[1])
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
-        conn.request(method, target, body=body, headers=dict(headers))
+        conn.request(method, target, body=body, headers={**fixed[0], **headers} if fixed else dict(headers))
         resp = conn.getresponse()
         data = resp.read()
         return resp.status, resp.headers, data, bool(resp.will_close)
 
     def request(
-        self, method: str, target: str, body: bytes | None, headers: Mapping[str, str], timeout: float
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: Mapping[str, str],
+        timeout: float,
+        fixed: tuple[dict[str, str], bytes] | None = None,
     ) -> _Response:
+        """``fixed``: (headers, the same encoded) sent with every call; ``headers``: this call's."""
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         reused = conn is not None
@@ -295,7 +319,9 @@ class _HTTPPool:
             else:
                 conn = _RawConnection(self.host, self.port)
         try:
-            status, rh, data, will_close = self._roundtrip(conn, method, target, body, headers, timeout)
+            status, rh, data, will_close = self._roundtrip(
+                conn, method, target, body, headers, timeout, fixed
+            )
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
             conn.close()
             if reused:
@@ -332,6 +358,25 @@ class QueueClient(_Base):
         self._path = ""
         self.watch_lock = threading.Lock()
         self._watcher: Watcher | None = None
+        self._fixed: dict[tuple[Any, ...], tuple[dict[str, str], bytes]] = {}
+
+    def _fixed_headers(self, accept_protobuf: bool) -> tuple[dict[str, str], bytes]:
+        """The headers of every call, encoded once per distinct setting (they are re-read each call)."""
+        key = (
+            self.token,
+            self.uid,
+            self.gid,
+            self.content_type,
+            accept_protobuf,
+            *self.extra_headers.items(),
+        )
+        got = self._fixed.get(key)
+        if got is None:
+            if len(self._fixed) > 8:
+                self._fixed.clear()
+            h = self._headers(accept_protobuf)
+            got = self._fixed[key] = (h, encode_headers(h))
+        return got
 
     def init(
         self,
@@ -362,9 +407,8 @@ class QueueClient(_Base):
             self.init(self.uid, self.gid)
         assert self._http is not None
         target = core.build_url(self._path, query)
-        headers = self._headers(accept_protobuf)
-        if extra:
-            headers.update(extra)
+        fixed = self._fixed_headers(accept_protobuf)
+        headers = extra or {}
         t = self.timeout_ms / 1000.0
         attempt_timeout = max(t, read_timeout or 0.0)
         policy, budget = self.retry_policy, self.budget
@@ -375,7 +419,7 @@ class QueueClient(_Base):
         while True:
             remaining = deadline - time.monotonic()
             try:
-                resp = self._http.request(method, target, body, headers, attempt_timeout)
+                resp = self._http.request(method, target, body, headers, attempt_timeout, fixed)
             except _StaleConnection:
                 if stale > 0:  # an idle connection the server had closed: resend at once, free
                     stale -= 1

@@ -9,6 +9,7 @@ client (so ``,`` becomes ``%2C`` and a space ``+``), see the wire fact sheet §5
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -112,13 +113,30 @@ def base_url(endpoint: str, queue_name: str, custom_url: str = "", path_suffix: 
     return url
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _plain_qs(query: Mapping[str, Any]) -> str | None:
+    """The query string when no key or value needs quoting (what urlencode would give), else None."""
+    parts = []
+    for k, v in query.items():
+        if type(v) is int:
+            v = str(v)
+        if not (type(k) is str and type(v) is str and _PLAIN.fullmatch(k) and _PLAIN.fullmatch(v)):
+            return None
+        parts.append(f"{k}={v}")
+    return "&".join(parts)
+
+
 def build_url(base: str, query: Mapping[str, Any], websocket: bool = False) -> str:
     url = base
     if websocket:
         url = url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
         if not url.startswith(("ws://", "wss://")):
             url = "ws://" + url
-    qs = urllib.parse.urlencode(query)
+    qs = _plain_qs(query)
+    if qs is None:
+        qs = urllib.parse.urlencode(query)
     if qs:
         # Unlike the reference client, a base URL that already has a query is extended with '&'.
         url += ("&" if "?" in base else "?") + qs
