@@ -29,6 +29,8 @@ _LAZY: dict[str, str] = {
     "TorchResponse": "eas_sdk.requests",
     "BladeRequest": "eas_sdk.requests",
     "BladeResponse": "eas_sdk.requests",
+    "OnnxRequest": "eas_sdk.requests",
+    "OnnxResponse": "eas_sdk.requests",
     "PredictClient": "eas_sdk.predict",
     "AsyncPredictClient": "eas_sdk.predict",
     "QueueClient": "eas_sdk.queue",
@@ -54,7 +56,17 @@ if TYPE_CHECKING:  # pragma: no cover
     )
 
 
+_LAZY_MODULES: dict[str, str] = {
+    "OnnxDataHelper": "eas_sdk.onnx_data_helper",
+    "OnnxData": "eas_sdk._proto.onnx_data_pb2",
+}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _LAZY_MODULES:
+        value = importlib.import_module(_LAZY_MODULES[name])
+        globals()[name] = value
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'eas_sdk' has no attribute {name!r}")
@@ -64,7 +76,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))
 
 
 __all__ = [
@@ -77,6 +89,12 @@ __all__ = [
     "BladeRequest",
     "BladeResponse",
     "DataFrame",
+    "InputQueue",
+    "OnnxData",
+    "OnnxDataHelper",
+    "OnnxRequest",
+    "OnnxResponse",
+    "OutputQueue",
     "PredictClient",
     "PredictException",
     "QueueClient",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .base import InvalidInputError, InvalidInputTypeError, Request, Response, UnknownOutputError
 from .blade import BladeRequest, BladeResponse, BladeTFRequest, BladeTFResponse
+from .onnx import OnnxRequest, OnnxResponse
 from .string import StringRequest, StringResponse
 from .tf import TFRequest, TFResponse
 from .torch import TorchRequest, TorchResponse
@@ -23,6 +24,8 @@ __all__ = [
     "BladeTFResponse",
     "InvalidInputError",
     "InvalidInputTypeError",
+    "OnnxRequest",
+    "OnnxResponse",
     "Request",
     "Response",
     "StringRequest",
