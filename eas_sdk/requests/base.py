@@ -16,6 +16,33 @@ import numpy as np
 from .._core import tensor as _t
 
 
+class ArrayDataTypes:
+    """The 22 ``DT_*`` codes shared by TF and PyTorch requests (same values on the wire)."""
+
+    DT_INVALID = _t.DT_INVALID
+    DT_FLOAT = _t.DT_FLOAT
+    DT_DOUBLE = _t.DT_DOUBLE
+    DT_INT32 = _t.DT_INT32
+    DT_UINT8 = _t.DT_UINT8
+    DT_INT16 = _t.DT_INT16
+    DT_INT8 = _t.DT_INT8
+    DT_STRING = _t.DT_STRING
+    DT_COMPLEX64 = _t.DT_COMPLEX64
+    DT_INT64 = _t.DT_INT64
+    DT_BOOL = _t.DT_BOOL
+    DT_QINT8 = _t.DT_QINT8
+    DT_QUINT8 = _t.DT_QUINT8
+    DT_QINT32 = _t.DT_QINT32
+    DT_BFLOAT16 = _t.DT_BFLOAT16
+    DT_QINT16 = _t.DT_QINT16
+    DT_QUINT16 = _t.DT_QUINT16
+    DT_UINT16 = _t.DT_UINT16
+    DT_COMPLEX128 = _t.DT_COMPLEX128
+    DT_HALF = _t.DT_HALF
+    DT_RESOURCE = _t.DT_RESOURCE
+    DT_VARIANT = _t.DT_VARIANT
+
+
 class Request(abc.ABC):
     """A request body plus the way to read its response."""
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._core import tensor as _t
-from .base import Request, Response, prepare_feed
+from .base import ArrayDataTypes, Request, Response, prepare_feed
 from .tf import _Feed, _name
 
 _TORCH_KINDS = {v: k for k, v in _t.TORCH_FIELDS.items()}
@@ -31,31 +31,8 @@ def _index(value: Any, what: str) -> int:
     return int(value)
 
 
-class TorchRequest(Request):
+class TorchRequest(ArrayDataTypes, Request):
     """Request for PyTorch-style services (protobuf ``pytorch.eas.PredictRequest``)."""
-
-    DT_INVALID = _t.DT_INVALID
-    DT_FLOAT = _t.DT_FLOAT
-    DT_DOUBLE = _t.DT_DOUBLE
-    DT_INT32 = _t.DT_INT32
-    DT_UINT8 = _t.DT_UINT8
-    DT_INT16 = _t.DT_INT16
-    DT_INT8 = _t.DT_INT8
-    DT_STRING = _t.DT_STRING
-    DT_COMPLEX64 = _t.DT_COMPLEX64
-    DT_INT64 = _t.DT_INT64
-    DT_BOOL = _t.DT_BOOL
-    DT_QINT8 = _t.DT_QINT8
-    DT_QUINT8 = _t.DT_QUINT8
-    DT_QINT32 = _t.DT_QINT32
-    DT_BFLOAT16 = _t.DT_BFLOAT16
-    DT_QINT16 = _t.DT_QINT16
-    DT_QUINT16 = _t.DT_QUINT16
-    DT_UINT16 = _t.DT_UINT16
-    DT_COMPLEX128 = _t.DT_COMPLEX128
-    DT_HALF = _t.DT_HALF
-    DT_RESOURCE = _t.DT_RESOURCE
-    DT_VARIANT = _t.DT_VARIANT
 
     def __init__(self, flag: bool = False) -> None:
         self.flag = flag
