@@ -307,7 +307,9 @@ class IPCServerProtocol(FramedProtocol):
                 if resp is not None:
                     self.send(rid, RESPONSE, encode_response(resp))
 
-            self.jobs[rid] = self.sink.submit(req, done)
+            job = self.sink.submit(req, done)
+            if job is not None:  # None: answered already (the worker ran it inline)
+                self.jobs[rid] = job
         elif kind == CANCEL:
             job = self.jobs.pop(rid, None)
             if job is not None:

@@ -18,6 +18,14 @@ while a model runs, and a request cancelled (or past its deadline) while still
 queued is dropped before the model runs (F16/F17); one cancelled while running is
 interrupted when the processor can do that (onnx: ONNX Runtime's terminate flag).
 
+Inline fast path: handing every request to the compute thread and back costs two thread
+wake-ups and GIL hand-offs, more CPU than a small model run itself. So when the compute
+thread is idle and the processor can interrupt a run (onnx), the request runs right in
+the event loop. A watchdog thread, polling every few ms, interrupts an inline run that
+takes longer than ``INLINE_BUDGET_S``; that request then goes to the compute thread from
+the start (a model run has no side effects) and inline runs pause for ``INLINE_BACKOFF_S``.
+So the loop is never blocked for long: pings, cancels and deadlines work as before.
+
 Dynamic batching (opt-in, ``batching.max_batch_size > 1``, onnx only): the compute
 thread takes every compatible queued request, up to ``max_batch_size`` rows, and runs
 them as one model run (see gateway.workers.processors.onnx). With ``max_latency_ms == 0``
@@ -46,6 +54,12 @@ from gateway.workers.ipc import IPCServerProtocol, RequestSink, WorkerRequest, W
 from gateway.workers.processors.base import Processor, ProcessorError, create_processor, error_response
 
 log = logging.getLogger("gateway.worker")
+
+# An inline run (in the event loop) longer than this is interrupted and re-run on the
+# compute thread; inline runs then pause for INLINE_BACKOFF_S.
+INLINE_BUDGET_S = 0.010
+INLINE_BACKOFF_S = 1.0
+_WATCHDOG_PERIOD_S = 0.004
 
 
 class _Job:
@@ -92,14 +106,74 @@ class ComputeQueue(RequestSink):
         ]
         for t in self._threads:
             t.start()
+        # Inline fast path (see the module doc): only for processors that can interrupt a run.
+        self.inline = self.max_batch <= 1 and bool(getattr(processor, "interruptible", False))
+        self.inlined = 0  # requests answered by inline runs
+        self.preempted = 0  # inline runs interrupted and moved to the compute thread
+        self._inline_since = 0.0  # monotonic start of the inline run in progress (0: none)
+        self._inline_seq = 0
+        self._preempt_seq = -1  # the inline run the watchdog interrupted
+        self._inline_after = 0.0  # no inline runs before this monotonic time
+        self._stopping = threading.Event()
+        if self.inline:
+            threading.Thread(target=self._watchdog, name="inline-watchdog", daemon=True).start()
 
     # event loop side
-    def submit(self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None]) -> _Job:
+    def submit(self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None]) -> _Job | None:
+        """Queue ``req``; ``done`` gets its answer. None: already answered (ran inline)."""
         job = _Job(req, done)
+        if self.inline and self.outstanding == 0 and self._run_inline(job):
+            return None
         self.outstanding += 1
         self.idle.clear()
         self._q.put(job)
         return job
+
+    def _run_inline(self, job: _Job) -> bool:
+        """Run ``job`` in the event loop; False when it must go to the compute thread instead."""
+        now = time.monotonic()
+        if now < self._inline_after:
+            return False
+        req = job.req
+        if req.deadline and now >= req.deadline:
+            self.dropped += 1
+            msg = "the request's deadline passed while it was queued; it was not run"
+            job.done(error_response(504, "UpstreamTimeout", msg, req.request_id))
+            return True
+        self._inline_seq += 1
+        seq = self._inline_seq
+        t0 = time.perf_counter_ns()
+        self._inline_since = now
+        interrupted = False
+        try:
+            resp = self.processor.handle(req)
+        except ProcessorError as exc:
+            # Nothing can cancel an inline run but the watchdog (the loop is busy with it).
+            interrupted = exc.code == "UpstreamTimeout"
+            resp = error_response(exc.status, exc.code, exc.message, req.request_id)
+        except Exception as exc:  # a bug in a processor must not kill the worker
+            log.exception("processor failed (request %s)", req.request_id)
+            resp = error_response(500, "InternalError", f"processor error: {type(exc).__name__}")
+        finally:
+            self._inline_since = 0.0
+        if interrupted or self._preempt_seq == seq:
+            # Too slow for the loop: run it again on the compute thread, where pings and
+            # cancels are served while it runs.
+            self.preempted += 1
+            self._inline_after = time.monotonic() + INLINE_BACKOFF_S
+            return False
+        self.runs += 1
+        self.inlined += 1
+        resp.compute_us = (time.perf_counter_ns() - t0) // 1000
+        job.done(resp)
+        return True
+
+    def _watchdog(self) -> None:
+        while not self._stopping.wait(_WATCHDOG_PERIOD_S):
+            since, seq = self._inline_since, self._inline_seq
+            if since and time.monotonic() - since > INLINE_BUDGET_S and self._inline_since == since:
+                self._preempt_seq = seq
+                self.processor.cancel_running()
 
     def cancel(self, job: _Job) -> None:
         job.cancelled = True
@@ -117,6 +191,9 @@ class ComputeQueue(RequestSink):
                 fut.set_result(resp)
 
         job = self.submit(req, done)
+        if job is None:  # answered inline
+            resp = fut.result()
+            return resp or error_response(504, "UpstreamTimeout", "request expired", req.request_id)
         try:
             resp = await fut
         except asyncio.CancelledError:
@@ -130,6 +207,8 @@ class ComputeQueue(RequestSink):
             "dropped": self.dropped,
             "batches": self.batches,
             "batched": self.batched,
+            "inlined": self.inlined,
+            "preempted": self.preempted,
             "outstanding": self.outstanding,
             "pid": os.getpid(),
         }
@@ -303,6 +382,7 @@ class ComputeQueue(RequestSink):
             self._post(job, resp)
 
     def shutdown(self) -> None:
+        self._stopping.set()
         for _ in self._threads:
             self._q.put(None)
 

@@ -72,6 +72,9 @@ class Prepared:
 
 
 class OnnxProcessor(Processor):
+    # cancel_running() interrupts a run: the worker may run requests inline (workers.main).
+    interruptible = True
+
     def load(self) -> None:
         import onnxruntime as ort
 
