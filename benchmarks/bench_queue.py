@@ -180,6 +180,8 @@ class Ours:
             cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(cfg)]
         else:  # the queue-only server: the same QueueManager behind a minimal route
             cmd = [sys.executable, "-m", "gateway.queue.server", "--uvloop", "--config", str(cfg)]
+            if via == "queue-server-aiohttp":  # without its lean HTTP/1.1 front (fast.py)
+                cmd.append("--no-fast-path")
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(pinned(cmd), stdout=subprocess.DEVNULL, env=env)
         wait_port(self.port, self.proc)
@@ -282,9 +284,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument(
         "--via",
-        choices=("queue-server", "gateway"),
+        choices=("queue-server", "queue-server-aiohttp", "gateway"),
         default="queue-server",
-        help="the queue-only server (gateway.queue.server) or the full gateway (gateway serve)",
+        help="the queue-only server (gateway.queue.server), the same with aiohttp serving every call "
+        "(--no-fast-path), or the full gateway (gateway serve)",
     )
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)

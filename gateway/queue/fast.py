@@ -28,9 +28,8 @@ import logging
 import re
 import socket
 import sys
-import types
 import urllib.parse
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
 from eas_sdk._core.constants import PREDICT_PATH_PREFIX
@@ -47,7 +46,8 @@ _REASONS = {s.value: s.phrase for s in http.HTTPStatus}
 _HAND_OVER = ("transfer-encoding", "upgrade", "expect")
 
 _ERROR = Reply(500, b"500 Internal Server Error")  # a bug: answered like aiohttp, connection dropped
-# Python 3.12+ starts a task eagerly by itself; on 3.11 ``_resume`` carries a started coroutine on.
+# Python 3.12+ starts a task eagerly by itself (and its wait_for needs a current task);
+# on 3.11 FastProtocol._step drives the handler coroutine itself.
 _EAGER_TASKS = sys.version_info >= (3, 12)
 
 Query = list[tuple[str, str]]
@@ -177,7 +177,8 @@ class FastProtocol(asyncio.Protocol):
         self._buf = bytearray()
         self.busy = False
         self._closing = False
-        self.task: asyncio.Task[Reply] | None = None
+        self._task: asyncio.Task[Reply] | None = None
+        self.idle: asyncio.Future[None] | None = None  # set by close_all: resolved after the answer
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -230,30 +231,45 @@ class FastProtocol(asyncio.Protocol):
             self._start(self._serve(req, parse_query(qs)), close)
 
     def _start(self, coro: Coroutine[Any, Any, Reply], close: bool) -> None:
-        """Run the handler at once (no task hop); only one that has to wait becomes a task."""
+        """Run the handler at once, in this callback (no task hop)."""
         self.busy = True
         if _EAGER_TASKS:
             task: asyncio.Task[Reply] = asyncio.Task(coro, eager_start=True)  # type: ignore[call-arg]
             if task.done():
                 self._finish(task, close)
             else:
-                self.task = task
-                task.add_done_callback(lambda t: self._finish(t, close))
+                self._task = task  # keep it referenced while it waits
+                task.add_done_callback(lambda t: self._finish(t, close, resume=True))
             return
+        self._step(coro, close, False)
+
+    def _step(self, coro: Coroutine[Any, Any, Reply], close: bool, resume: bool) -> None:
+        """Python 3.11: drive the handler by hand. It awaits only futures (a commit, a long-poll
+        wake-up, a timer); each resumes it straight from the future's done callback, so an answer
+        is written one loop hop after the commit instead of three (task wake-up, task end,
+        done callback), and no Task object is made per call."""
         try:
             yielded = coro.send(None)
         except StopIteration as stop:
             self._answer(stop.value, close)
-            return
-        except Exception:
+        except (Exception, asyncio.CancelledError):
             log.exception("queue request failed")
             self._answer(_ERROR, True)
+        else:
+            if yielded is None:  # a bare yield (sleep(0)): run again on the next iteration
+                asyncio.get_running_loop().call_soon(self._step, coro, close, True)
+            elif getattr(yielded, "_asyncio_future_blocking", None) is None:
+                coro.close()  # not an asyncio future: nothing here awaits such a thing
+                log.error("queue handler awaited %r", type(yielded).__name__)
+                self._answer(_ERROR, True)
+            else:
+                yielded._asyncio_future_blocking = False
+                yielded.add_done_callback(lambda _f: self._step(coro, close, True))
             return
-        task = asyncio.get_running_loop().create_task(_resume(coro, yielded))
-        self.task = task
-        task.add_done_callback(lambda t: self._finish(t, close))
+        if resume and not self.busy:
+            self._next()
 
-    def _finish(self, task: asyncio.Task[Reply], close: bool) -> None:
+    def _finish(self, task: asyncio.Task[Reply], close: bool, resume: bool = False) -> None:
         if task.cancelled():
             self._answer(_ERROR, True)
             return
@@ -263,12 +279,14 @@ class FastProtocol(asyncio.Protocol):
             self._answer(_ERROR, True)
             return
         self._answer(task.result(), close)
-        if not self.busy:
+        if resume and not self.busy:
             self._next()
 
     def _answer(self, reply: Reply, close: bool) -> None:
         self.busy = False
-        self.task = None
+        self._task = None
+        if self.idle is not None and not self.idle.done():
+            self.idle.set_result(None)
         t = self.transport
         if t is None:
             return
@@ -293,35 +311,17 @@ class FastProtocol(asyncio.Protocol):
             proto.data_received(data)
 
 
-@types.coroutine
-def _continue(coro: Coroutine[Any, Any, Reply], yielded: Any) -> Generator[Any, Any, Reply]:
-    """Drive a coroutine that already ran up to its first await (whose future is ``yielded``)."""
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:  # cancellation and the like go into the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return cast(Reply, stop.value)
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as stop:
-                return cast(Reply, stop.value)
-
-
-async def _resume(coro: Coroutine[Any, Any, Reply], yielded: Any) -> Reply:
-    return await _continue(coro, yielded)
-
-
 async def close_all(conns: set[FastProtocol], timeout: float) -> None:
     """Let answers in progress finish (bounded), then close every fast-path connection."""
+    loop = asyncio.get_running_loop()
+    waits = []
     for c in list(conns):
+        if c.busy:
+            c.idle = loop.create_future()
+            waits.append(c.idle)
         c.close_when_idle()
-    tasks = [c.task for c in conns if c.task is not None]
-    if tasks:
-        await asyncio.wait(tasks, timeout=timeout)
+    if waits:
+        await asyncio.wait(waits, timeout=timeout)
     for c in list(conns):
         if c.transport is not None:
             c.transport.close()
