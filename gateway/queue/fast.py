@@ -102,8 +102,8 @@ def encode_reply(reply: Reply, close: bool) -> bytes:
 
 
 # One header line: a token name, a colon, the value without surrounding blanks.
-_HEADER = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*\r\n")
-_HEADER_BLOCK = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
+_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*\r\n")
+_HEADER_BLOCK = re.compile(r"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
 
 
 class Headers(dict[str, str]):
@@ -123,8 +123,8 @@ class Headers(dict[str, str]):
 
 def _parse_head(head: bytes, max_body: int) -> tuple[str, str, str, Headers, int, bool] | None:
     """(method, path, query string, headers, content length, close) of a simple request, else None."""
-    first, _, rest = head.partition(b"\r\n")
-    request_line = first.decode("latin-1").split(" ")
+    first, _, rest = head.decode("latin-1").partition("\r\n")
+    request_line = first.split(" ")
     if len(request_line) != 3:
         return None
     method, target, version = request_line
@@ -135,17 +135,20 @@ def _parse_head(head: bytes, max_body: int) -> tuple[str, str, str, Headers, int
         return None
     headers = Headers()
     if rest:
-        rest += b"\r\n"
+        rest += "\r\n"
         if _HEADER_BLOCK.fullmatch(rest) is None:
             return None  # a line that is not "name: value": let aiohttp judge it
         pairs = _HEADER.findall(rest)
-        for k, v in pairs:
-            name = k.decode("latin-1").lower()
-            if dict.__contains__(headers, name):
-                if name == "content-length":
-                    return None
-                continue
-            dict.__setitem__(headers, name, v.decode("latin-1"))
+        headers.update({k.lower(): v for k, v in pairs})
+        if len(headers) != len(pairs):  # a repeated name: the first value wins (like aiohttp's get)
+            headers.clear()
+            for k, v in pairs:
+                name = k.lower()
+                if dict.__contains__(headers, name):
+                    if name == "content-length":
+                        return None
+                    continue
+                dict.__setitem__(headers, name, v)
     for name in _HAND_OVER:
         if dict.__contains__(headers, name):
             return None

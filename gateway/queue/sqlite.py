@@ -80,6 +80,9 @@ class SqliteBackend:
         self.path = path
         self.fsync = fsync
         self._pending: list[tuple[_Op, asyncio.Future[None]]] = []
+        # The pending batch is one op of one statement: it runs as its own (autocommit)
+        # transaction, without the BEGIN/COMMIT round trips through the statement cache.
+        self._single = False
         self._qids: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
         self._acked: set[str] = set()
@@ -231,7 +234,7 @@ class SqliteBackend:
             except RuntimeError:  # loop closed during shutdown
                 break
 
-    def _submit(self, op: _Op) -> Durable:
+    def _submit(self, op: _Op, single: bool = False) -> Durable:
         if self._loop is None:
             # Not started (offline use, tests): write synchronously.
             conn = self._conn
@@ -244,6 +247,7 @@ class SqliteBackend:
         if self.writer == "thread":
             self._ops.put((op, fut))
             return fut
+        self._single = single and not self._pending
         self._pending.append((op, fut))
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -256,18 +260,24 @@ class SqliteBackend:
         batch, self._pending = self._pending, []
         if not batch:
             return
-        err = self._execute(self._conn, batch)
+        err = self._execute(self._conn, batch, self._single and len(batch) == 1)
         _complete([f for _, f in batch], err)
 
     def _execute(
-        self, conn: sqlite3.Connection, batch: list[tuple[_Op, asyncio.Future[None] | None]]
+        self,
+        conn: sqlite3.Connection,
+        batch: list[tuple[_Op, asyncio.Future[None] | None]],
+        single: bool = False,
     ) -> BaseException | None:
         err: BaseException | None = None
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for op, _ in batch:
-                op(conn)
-            conn.execute("COMMIT")
+            if single:  # one statement: autocommit is one transaction, committed when it ends
+                batch[0][0](conn)
+            else:
+                conn.execute("BEGIN IMMEDIATE")
+                for op, _ in batch:
+                    op(conn)
+                conn.execute("COMMIT")
         except sqlite3.Error as exc:
             err = exc
             self.errors += 1
@@ -292,7 +302,7 @@ class SqliteBackend:
         if len(records) == 1 and not setup and reserve is None:
             r = records[0]
             row = (r.idx, r.rid, json.dumps(r.tags), r.data)
-            return self._submit(lambda c: c.execute(sql, row))  # the common case, kept lean
+            return self._submit(lambda c: c.execute(sql, row), single=True)  # the common case, kept lean
         rows = [(r.idx, r.rid, json.dumps(r.tags), r.data) for r in records]
 
         def op(c: sqlite3.Connection) -> None:
@@ -313,6 +323,10 @@ class SqliteBackend:
         table = self._table(queue, setup)
         acked = queue in self._acked
         rows = [(i,) for i in idxs]
+        if len(rows) == 1 and not acked and not setup:
+            delete_sql = f"DELETE FROM {table} WHERE idx = ?"  # noqa: S608 (r_<int>)
+            row = rows[0]
+            return self._submit(lambda c: c.execute(delete_sql, row), single=True)
 
         def op(c: sqlite3.Connection) -> None:
             for s in setup:

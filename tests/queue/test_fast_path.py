@@ -131,6 +131,8 @@ def test_parse_head_hands_over_what_it_does_not_implement() -> None:
     method, path, qs, headers, clen, close = ok
     assert (method, path, qs, clen, close) == ("PUT", "/api/predict/q", "_indexes_=1", 0, False)
     assert isinstance(headers, Headers) and headers.get("x-a") == "b" and headers["CONTENT-LENGTH"] == "0"
+    dup = _parse_head(b"GET /api/predict/q HTTP/1.1\r\nX-A: first\r\nx-a: second\r\nHost: h", 100)
+    assert dup is not None and dup[3].get("X-A") == "first" and dup[3].get("host") == "h"
     for head in (
         b"GET /api/predict/q HTTP/1.0\r\nHost: x",
         b"PATCH /api/predict/q HTTP/1.1\r\nHost: x",
