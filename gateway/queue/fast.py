@@ -102,7 +102,7 @@ def encode_reply(reply: Reply, close: bool) -> bytes:
 
 
 # One header line: a token name, a colon, the value without surrounding blanks.
-_HEADER = re.compile(r"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*\r\n")
+_HEADER = re.compile(r"([^:\r\n]+):([^\r\n]*)\r\n")  # on a block that passed _HEADER_BLOCK
 _HEADER_BLOCK = re.compile(r"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\r\n]*\r\n)*")
 
 
@@ -139,7 +139,7 @@ def _parse_head(head: bytes, max_body: int) -> tuple[str, str, str, Headers, int
         if _HEADER_BLOCK.fullmatch(rest) is None:
             return None  # a line that is not "name: value": let aiohttp judge it
         pairs = _HEADER.findall(rest)
-        headers.update({k.lower(): v for k, v in pairs})
+        headers.update({k.lower(): v.strip(" \t") for k, v in pairs})
         if len(headers) != len(pairs):  # a repeated name: the first value wins (like aiohttp's get)
             headers.clear()
             for k, v in pairs:
@@ -148,7 +148,7 @@ def _parse_head(head: bytes, max_body: int) -> tuple[str, str, str, Headers, int
                     if name == "content-length":
                         return None
                     continue
-                dict.__setitem__(headers, name, v)
+                dict.__setitem__(headers, name, v.strip(" \t"))
     for name in _HAND_OVER:
         if dict.__contains__(headers, name):
             return None
