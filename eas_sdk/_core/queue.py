@@ -249,10 +249,22 @@ def search_query(index: object) -> dict[str, str]:
     return {C.Q_SEARCH: "true", C.Q_INDEX: str(index)}
 
 
+_DURATIONS: dict[str, float] = {}  # the few distinct values a program sends, parsed once
+
+
 def duration_seconds(timeout: str | int | float) -> float:
     """Seconds in a Go-style duration as sent in ``_timeout_`` (best effort; 0 when unknown)."""
     if isinstance(timeout, (int, float)):
         return float(timeout)
+    got = _DURATIONS.get(timeout)
+    if got is None:
+        got = _duration_seconds(timeout)
+        if len(_DURATIONS) < 256:
+            _DURATIONS[timeout] = got
+    return got
+
+
+def _duration_seconds(timeout: str) -> float:
     units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
     total, num = 0.0, ""
     i, s = 0, timeout.strip()
