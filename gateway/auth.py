@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import enum
+import functools
 import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
@@ -54,6 +55,12 @@ def _b(value: str) -> bytes:
 
 def _digest(value: str | bytes) -> bytes:
     return hashlib.sha256(value if isinstance(value, bytes) else _b(value)).digest()
+
+
+@functools.lru_cache(maxsize=256)
+def _token_digests(tokens: tuple[str, ...]) -> tuple[bytes, ...]:
+    # Configured tokens are fixed: hash them once, not on every request.
+    return tuple(_digest(t) for t in tokens)
 
 
 def _md5_equal(sent: str, body: bytes | bytearray | memoryview) -> bool:
@@ -114,10 +121,11 @@ def verify(
         # Fall through: an "EAS ..." value may still be someone's raw token.
 
     sent = _digest(auth)
+    digests = _token_digests(tokens) if isinstance(tokens, tuple) else tuple(_digest(t) for t in tokens)
     matched = False
-    for token in tokens:
+    for expected in digests:
         # Evaluate every token so timing does not reveal which one matched.
-        matched |= hmac.compare_digest(sent, _digest(token))
+        matched |= hmac.compare_digest(sent, expected)
     if matched:
         return OK
     return AuthResult(AuthStatus.INVALID, "invalid token or signature")

@@ -66,6 +66,23 @@ class _PoolCollector(Collector):
             yield length
 
 
+class _Inflight:
+    """The in-flight gauge as a plain counter (event loop only), read at scrape time:
+    no lock per request."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.value = 0
+        gauge.set_function(lambda: self.value)
+
+    def inc(self) -> None:
+        self.value += 1
+
+    def dec(self) -> None:
+        self.value -= 1
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry, service_names: Iterable[str]) -> None:
         self.registry = registry
@@ -102,10 +119,15 @@ class GatewayMetrics:
             "Requests naming a service that is not configured or not a valid name (never labelled)",
             registry=registry,
         )
-        self.inflight = Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
-        # Pre-create the label sets so every configured service shows up from the start.
-        for name in self.services:
-            self.latency.labels(name)
+        self.inflight = _Inflight(
+            Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
+        )
+        # labels() costs a lock and a tuple lookup per call: keep each child at hand
+        # (label values only ever come from the config, so these stay small).
+        self._latency = {name: self.latency.labels(name) for name in self.services}
+        self._queue_time = {name: self.queue_time.labels(name) for name in self.services}
+        self._compute_time = {name: self.compute_time.labels(name) for name in self.services}
+        self._requests: dict[tuple[str, int], Any] = {}
 
     def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
         self.registry.register(_PoolCollector(pools, queues))
@@ -114,15 +136,19 @@ class GatewayMetrics:
         if service not in self.services:  # defensive: labels only from config
             self.unknown_service.inc()
             return
-        self.requests.labels(service, str(status)).inc()
-        self.latency.labels(service).observe(seconds)
+        key = (service, status)
+        counter = self._requests.get(key)
+        if counter is None:
+            counter = self._requests[key] = self.requests.labels(service, str(status))
+        counter.inc()
+        self._latency[service].observe(seconds)
 
     def observe_dispatch(self, service: str, dispatch_s: float, compute_us: int) -> None:
         if service not in self.services:
             return
         compute_s = max(0.0, compute_us / 1e6)
-        self.compute_time.labels(service).observe(compute_s)
-        self.queue_time.labels(service).observe(max(0.0, dispatch_s - compute_s))
+        self._compute_time[service].observe(compute_s)
+        self._queue_time[service].observe(max(0.0, dispatch_s - compute_s))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

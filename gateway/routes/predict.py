@@ -75,6 +75,9 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float) -> b
     if length is not None and length > max_bytes:
         raise errors.PayloadTooLarge(f"request body exceeds {max_bytes} bytes", close=True)
     try:
+        if request.content.is_eof():
+            # Already received in full (small bodies): nothing to wait for, so no timer task.
+            return await request.read()
         return await asyncio.wait_for(request.read(), timeout_s)
     except asyncio.TimeoutError:
         raise errors.RequestTimeout(f"request body not received within {timeout_s:g} s", close=True) from None
