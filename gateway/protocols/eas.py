@@ -20,6 +20,7 @@ that names the input; nothing large is allocated before the counts are checked.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -656,9 +657,20 @@ def _raw_values(tag: int, arr: np.ndarray, layout: str) -> tuple[_Pieces, int]:
     return _wrap(tag, [data], data.nbytes)
 
 
+@functools.lru_cache(maxsize=1024)
+def _array_head(dt: int, shape: tuple[int, ...]) -> bytes:
+    # dtype and shape fields: the same few for every answer of a model, so built once.
+    return b"\x08" + _uvarint(dt) + _ld(0x12, _shape_bytes(shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _name_key(name: str) -> bytes:
+    return _ld(0x0A, name.encode())
+
+
 def _array_proto_pieces(arr: np.ndarray, torch: bool) -> tuple[_Pieces, int]:
     arr, dt = _tf_wire(np.asarray(arr), torch)
-    head = b"\x08" + _uvarint(dt) + _ld(0x12, _shape_bytes(arr.shape))
+    head = _array_head(dt, arr.shape)
     if dt == _TF.DT_FLOAT:
         pieces, size = _raw_values(0x1A, arr, "<f4")
     elif dt == _TF.DT_DOUBLE:
@@ -684,7 +696,7 @@ def encode_array_proto(arr: np.ndarray, torch: bool = False) -> bytes:
 
 
 def _map_entry(tag: int, name: str, arr: np.ndarray, torch: bool) -> _Pieces:
-    key = _ld(0x0A, name.encode())
+    key = _name_key(name)
     value, vsize = _wrap(0x12, *_array_proto_pieces(arr, torch))
     return _wrap(tag, [key, *value], len(key) + vsize)[0]
 
