@@ -8,12 +8,16 @@ and queue figures are read from the pools/queue manager at scrape time.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -66,6 +70,39 @@ class _PoolCollector(Collector):
             yield length
 
 
+class _ServiceHistogram(Collector):
+    """A histogram labelled by service, kept as plain per-service bucket counts.
+
+    Observed on the event loop only, so an observation is a bisect and two additions,
+    without prometheus_client's lock per bucket and sum; exposed at scrape time as a
+    regular histogram (``_bucket``/``_count``/``_sum``).
+    """
+
+    def __init__(self, name: str, doc: str, services: Iterable[str], registry: CollectorRegistry) -> None:
+        self.name = name
+        self.doc = doc
+        self._bounds = list(_LATENCY_BUCKETS)
+        self._les = [floatToGoString(b) for b in (*_LATENCY_BUCKETS, math.inf)]
+        # Every configured service shows up from the start.
+        self._counts = {s: [0] * len(self._les) for s in services}
+        self._sums = dict.fromkeys(self._counts, 0.0)
+        registry.register(self)
+
+    def observe(self, service: str, value: float) -> None:
+        counts = self._counts.get(service)
+        if counts is None:
+            return
+        counts[bisect.bisect_left(self._bounds, value)] += 1  # "le" buckets: value <= bound
+        self._sums[service] += value
+
+    def collect(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(self.name, self.doc, labels=["service"])
+        for service, counts in self._counts.items():
+            buckets = list(zip(self._les, itertools.accumulate(counts), strict=True))
+            family.add_metric([service], buckets, self._sums[service])
+        yield family
+
+
 class _Inflight:
     """The in-flight gauge as a plain counter (event loop only), read at scrape time:
     no lock per request."""
@@ -93,26 +130,20 @@ class GatewayMetrics:
             ["service", "status"],
             registry=registry,
         )
-        self.latency = Histogram(
+        self.latency = _ServiceHistogram(
             "easgw_request_duration_seconds",
             "Gateway time per request, from routing to the last response byte handed to aiohttp",
-            ["service"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            self.services,
+            registry,
         )
-        self.queue_time = Histogram(
+        self.queue_time = _ServiceHistogram(
             "easgw_queue_time_seconds",
             "Time a request spent waiting and in transit (dispatch time minus worker compute time)",
-            ["service"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+            self.services,
+            registry,
         )
-        self.compute_time = Histogram(
-            "easgw_compute_seconds",
-            "Worker compute time reported by the worker",
-            ["service"],
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
+        self.compute_time = _ServiceHistogram(
+            "easgw_compute_seconds", "Worker compute time reported by the worker", self.services, registry
         )
         self.unknown_service = Counter(
             "easgw_unknown_service_requests",
@@ -123,10 +154,7 @@ class GatewayMetrics:
             Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
         )
         # labels() costs a lock and a tuple lookup per call: keep each child at hand
-        # (label values only ever come from the config, so these stay small).
-        self._latency = {name: self.latency.labels(name) for name in self.services}
-        self._queue_time = {name: self.queue_time.labels(name) for name in self.services}
-        self._compute_time = {name: self.compute_time.labels(name) for name in self.services}
+        # (label values only ever come from the config, so this stays small).
         self._requests: dict[tuple[str, int], Any] = {}
 
     def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
@@ -141,14 +169,14 @@ class GatewayMetrics:
         if counter is None:
             counter = self._requests[key] = self.requests.labels(service, str(status))
         counter.inc()
-        self._latency[service].observe(seconds)
+        self.latency.observe(service, seconds)
 
     def observe_dispatch(self, service: str, dispatch_s: float, compute_us: int) -> None:
         if service not in self.services:
             return
         compute_s = max(0.0, compute_us / 1e6)
-        self._compute_time[service].observe(compute_s)
-        self._queue_time[service].observe(max(0.0, dispatch_s - compute_s))
+        self.compute_time.observe(service, compute_s)
+        self.queue_time.observe(service, max(0.0, dispatch_s - compute_s))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
