@@ -183,7 +183,9 @@ class Ours:
             if via == "queue-server-aiohttp":  # without its lean HTTP/1.1 front (fast.py)
                 cmd.append("--no-fast-path")
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen(pinned(cmd), stdout=subprocess.DEVNULL, env=env)
+        # cwd: "python -m" puts the working directory first on sys.path, ahead of PYTHONPATH,
+        # so the server would import whatever tree the benchmark was started from.
+        self.proc = subprocess.Popen(pinned(cmd), stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
         wait_port(self.port, self.proc)
         self.n = 0
         self.endpoint = f"127.0.0.1:{self.port}"
