@@ -34,6 +34,8 @@ _META_LEN = struct.Struct("!I")
 _RESP_HEAD = struct.Struct("!HQH")  # status, compute_us, content-type length
 
 REQUEST, RESPONSE, CANCEL, PING, PONG = 1, 2, 3, 4, 5
+# A connection with this many corked parts (a few small frames) takes no more this iteration.
+_COALESCE_PARTS = 64
 # A frame larger than this is a protocol error (bodies are capped far below by the gateway).
 MAX_FRAME = 1 << 30
 
@@ -232,7 +234,13 @@ class IPCClient:
     def _pick(self) -> _ClientProtocol:
         best: _ClientProtocol | None = None
         for c in self._conns:
-            if not c.closed and (best is None or len(c.pending) < len(best.pending)):
+            if c.closed:
+                continue
+            if c._flush_scheduled and len(c._out) < _COALESCE_PARTS:
+                # Frames already corked for this loop iteration: join them, so the
+                # iteration costs one write here and one wake-up in the worker.
+                return c
+            if best is None or len(c.pending) < len(best.pending):
                 best = c
         if best is None:
             raise WorkerConnectionError("no open connection to the worker")
