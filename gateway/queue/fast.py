@@ -17,6 +17,13 @@ protocol. This protocol answers the common case itself with the same handlers
 
 Requests on one connection are answered in order (pipelining is fine); each
 answer is written with one ``write`` (TCP_NODELAY is set, so no Nagle delay).
+
+The full gateway puts this protocol in front of its listener too (gateway/fast_front.py):
+there ``accept`` narrows the fast path to plain calls on configured queues, and the
+optional timers give a fast-path connection the gateway's limits: a request head
+must arrive within ``header_timeout`` (slowloris), an idle kept-alive connection is
+closed after ``keepalive_timeout``, and a body still incomplete after
+``body_timeout`` is handed to aiohttp (which answers 408 as it does for any slow body).
 """
 
 from __future__ import annotations
@@ -52,21 +59,32 @@ _EAGER_TASKS = sys.version_info >= (3, 12)
 
 Query = list[tuple[str, str]]
 Serve = Callable[["FastRequest", Query], Coroutine[Any, Any, Reply]]
+# (path, headers, content length) of a simple request -> answer it here (else aiohttp does)
+Accept = Callable[[str, "Headers", int], bool]
+# What a connection's timer waits for (see FastProtocol._rearm).
+_NO_TIMER, _IDLE, _HEAD, _BODY = 0, 1, 2, 3
 
 
 class FastRequest:
     """The parts of a request that the queue handlers read (see ``http.RequestLike``)."""
 
-    __slots__ = ("body", "content_length", "headers", "method", "path")
+    __slots__ = ("body", "content_length", "headers", "method", "path", "remote")
 
     def __init__(
-        self, method: str, path: str, headers: Headers, content_length: int | None, body: bytes
+        self,
+        method: str,
+        path: str,
+        headers: Headers,
+        content_length: int | None,
+        body: bytes,
+        remote: str | None = None,
     ) -> None:
         self.method = method
         self.path = path
         self.headers = headers
         self.content_length = content_length
         self.body = body
+        self.remote = remote
 
     async def read(self) -> bytes:
         return self.body
@@ -171,11 +189,23 @@ class FastProtocol(asyncio.Protocol):
         fallback: Callable[[], asyncio.Protocol],
         conns: set[FastProtocol],
         max_body: int,
+        *,
+        accept: Accept | None = None,
+        header_timeout: float = 0.0,
+        keepalive_timeout: float = 0.0,
+        body_timeout: float = 0.0,
     ) -> None:
         self._serve = serve
         self._fallback = fallback
         self._conns = conns
         self._max_body = max_body
+        self._accept = accept
+        # 0 = no limit (the queue-only server); the gateway passes its own limits.
+        self._delays = {_IDLE: keepalive_timeout, _HEAD: header_timeout, _BODY: body_timeout}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_kind = _NO_TIMER
+        self._remote: str | None = None
+        self._active = 0.0  # loop time of the last answer (the keep-alive timer counts from it)
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self.busy = False
@@ -190,10 +220,16 @@ class FastProtocol(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, (tuple, list)) and peer:
+            self._remote = str(peer[0])
         self._conns.add(self)
+        self._active = asyncio.get_running_loop().time()
+        self._arm(_HEAD)  # the first request head is due within header_timeout too
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.transport = None
+        self._disarm()
         self._conns.discard(self)
 
     def data_received(self, data: bytes) -> None:
@@ -211,7 +247,65 @@ class FastProtocol(asyncio.Protocol):
         if not self.busy and self.transport is not None:
             self.transport.close()
 
+    # ------------------------------------------------------------------ timers
+    def _arm(self, kind: int) -> None:
+        """Start the timer for ``kind`` unless it already runs: more bytes never extend it."""
+        if self._timer_kind == kind:
+            return
+        self._disarm()
+        delay = self._delays[kind]
+        if delay > 0:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._expired)
+            self._timer_kind = kind
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_kind = _NO_TIMER
+
+    def _rearm(self) -> None:
+        """After the buffer was worked through: time whatever the connection now waits for.
+        While a handler works nothing is timed (a timer that fires then does nothing, and
+        the next call here starts the right one afresh)."""
+        if self.transport is None:
+            self._disarm()
+        elif self.busy:
+            return
+        elif not self._buf:
+            self._arm(_IDLE)  # runs on across requests: _expired checks the last answer's time
+        elif self._buf.find(b"\r\n\r\n") < 0:
+            self._arm(_HEAD)
+        else:
+            self._arm(_BODY)
+
+    def _expired(self) -> None:
+        kind, self._timer, self._timer_kind = self._timer_kind, None, _NO_TIMER
+        t = self.transport
+        if t is None or self.busy:
+            return
+        if kind == _IDLE:
+            left = self._active + self._delays[_IDLE] - asyncio.get_running_loop().time()
+            if left > 0:  # answered something since it was armed: wait the rest
+                self._timer = asyncio.get_running_loop().call_later(left, self._expired)
+                self._timer_kind = _IDLE
+                return
+        elif kind == _BODY:
+            self._hand_over()  # aiohttp times the body out with its usual 408
+            return
+        else:
+            delay = self._delays[kind]
+            log.info("closing connection from %s: no request head within %.3g s", self._remote, delay)
+        self.transport = None
+        self._conns.discard(self)
+        t.close()
+
+    # ------------------------------------------------------------------ requests
     def _next(self) -> None:
+        self._drain()
+        self._rearm()
+
+    def _drain(self) -> None:
         """Answer every complete request in the buffer, in order, until one has to wait."""
         buf = self._buf
         while buf and self.transport is not None and not self.busy:
@@ -225,12 +319,19 @@ class FastProtocol(asyncio.Protocol):
                 self._hand_over()
                 return
             method, path, qs, headers, clen, close = parsed
+            if self._accept is not None and not self._accept(path, headers, clen):
+                self._hand_over()
+                return
             total = end + 4 + clen
             if len(buf) < total:
                 return  # the body is still arriving
             body = bytes(buf[end + 4 : total])
             del buf[:total]
-            req = FastRequest(method, path, headers, clen if "Content-Length" in headers else None, body)
+            if self._timer_kind >= _HEAD:
+                self._disarm()  # the request is complete: its head/body deadline is met
+            req = FastRequest(
+                method, path, headers, clen if "Content-Length" in headers else None, body, self._remote
+            )
             self._start(self._serve(req, parse_query(qs)), close)
 
     def _start(self, coro: Coroutine[Any, Any, Reply], close: bool) -> None:
@@ -293,6 +394,8 @@ class FastProtocol(asyncio.Protocol):
         t = self.transport
         if t is None:
             return
+        if self._timer_kind == _IDLE:
+            self._active = asyncio.get_running_loop().time()
         close = close or self._closing
         t.write(encode_reply(reply, close))
         if close:
@@ -305,6 +408,7 @@ class FastProtocol(asyncio.Protocol):
         if t is None:
             return
         self.transport = None
+        self._disarm()
         self._conns.discard(self)
         data, self._buf = bytes(self._buf), bytearray()
         proto = self._fallback()
