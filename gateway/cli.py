@@ -105,7 +105,7 @@ def _url_host(host: str) -> str:
 async def serve(cfg: Config) -> int:
     from aiohttp import web
 
-    from gateway.app import POOLS_KEY, STATE_KEY, create_app
+    from gateway.app import POOLS_KEY, QUEUES_KEY, STATE_KEY, create_app
     from gateway.server import GatewayRunner, bound_port
 
     gw = cfg.gateway
@@ -134,7 +134,13 @@ async def serve(cfg: Config) -> int:
             await runner.cleanup()
         return 1
     try:
-        site = web.TCPSite(runner, gw.host, gw.port, backlog=1024)
+        site: web.TCPSite
+        if gw.queue_fast_path and app[QUEUES_KEY] is not None:
+            from gateway.fast_front import QueueFastSite
+
+            site = QueueFastSite(runner, gw.host, gw.port, conns=runner.fast_conns, backlog=1024)
+        else:
+            site = web.TCPSite(runner, gw.host, gw.port, backlog=1024)
         try:
             await site.start()
         except OSError as exc:

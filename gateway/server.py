@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMethod
@@ -28,6 +28,9 @@ from gateway.app import CONFIG_KEY
 from gateway.errors import HTTP_STATUS_CODES
 from gateway.logging import ACCESS_LOGGER, GatewayAccessLogger
 from gateway.middleware import error_response, new_request_id
+
+if TYPE_CHECKING:
+    from gateway.queue.fast import FastProtocol
 
 log = logging.getLogger("gateway.server")
 
@@ -133,6 +136,16 @@ class GatewayRunner(web.AppRunner):
         kwargs.setdefault("access_log", logging.getLogger(ACCESS_LOGGER) if gw.access_log else None)
         super().__init__(app, **kwargs)
         self._header_timeout = gw.header_timeout_s
+        # Connections still on the queue fast path (fast_front.QueueFastSite); the ones it
+        # handed to aiohttp are the web.Server's, closed by its own shutdown.
+        self.fast_conns: set[FastProtocol] = set()
+
+    async def shutdown(self) -> None:
+        await super().shutdown()  # on_shutdown: the queues answer their long polls now
+        if self.fast_conns:
+            from gateway.queue.fast import close_all
+
+            await close_all(self.fast_conns, timeout=self._shutdown_timeout)
 
     async def _make_server(self) -> web.Server:
         base = await super()._make_server()
