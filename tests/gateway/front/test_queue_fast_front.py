@@ -115,6 +115,11 @@ async def test_queue_calls_fast_and_the_rest_handed_over_on_one_connection(tmp_p
             )
             assert (status, body, "server" in h) == (200, b"OK", False)
             assert len(h["x-request-id"]) == 32
+            # A token that verified before does not let another one through.
+            wrong = "POST /api/predict/q HTTP/1.1\r\nHost: x\r\nAuthorization: wrong\r\n"
+            wrong += "Content-Length: 1\r\n\r\nz"
+            status, h, body = await c.call(wrong)
+            assert (status, "server" in h, json.loads(body)["code"]) == (401, False, "Unauthorized")
             # Not a queue call: aiohttp answers it, on the same connection, with its middleware.
             status, h, body = await c.call("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert status == 200 and "server" in h and h["x-request-id"]
