@@ -1,4 +1,4 @@
-"""The gateway's listener with the queue's lean HTTP/1.1 front (gateway/queue/fast.py).
+"""The gateway's listener with the queue's lean HTTP/1.1 front (gateway/lean_http.py).
 
 Plain queue calls (put/get/commit/delete/truncate/attributes/search on a queue
 service, or on an async service's input queue or ``/sink``) are answered by
@@ -29,9 +29,9 @@ from gateway import errors
 from gateway.app import CONFIG_KEY, METRICS_KEY, QUEUES_KEY
 from gateway.auth import AuthStatus, verify
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
 from gateway.logging import ACCESS_LOGGER
 from gateway.middleware import pick_request_id
-from gateway.queue.fast import FastProtocol, FastRequest, Headers, Query
 from gateway.queue.http import Reply, dispatch
 
 _JSON = "application/json; charset=utf-8"

@@ -30,7 +30,7 @@ from gateway.logging import ACCESS_LOGGER, GatewayAccessLogger
 from gateway.middleware import error_response, new_request_id
 
 if TYPE_CHECKING:
-    from gateway.queue.fast import FastProtocol
+    from gateway.lean_http import FastProtocol
 
 log = logging.getLogger("gateway.server")
 
@@ -143,7 +143,7 @@ class GatewayRunner(web.AppRunner):
     async def shutdown(self) -> None:
         await super().shutdown()  # on_shutdown: the queues answer their long polls now
         if self.fast_conns:
-            from gateway.queue.fast import close_all
+            from gateway.lean_http import close_all
 
             await close_all(self.fast_conns, timeout=self._shutdown_timeout)
 

@@ -15,13 +15,14 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 from multidict import MultiMapping
 
 from eas_sdk._core import constants as C
 from eas_sdk._proto.queue_pb2 import AttributesProto, DataFrameListProto
+from gateway.lean_http import Reply
 
 from .sqlite import StorageError
 from .store import MAX_GET_LENGTH, Queue, QueueError
@@ -140,15 +141,6 @@ class RequestLike(Protocol):
     @property
     def content_length(self) -> int | None: ...
     async def read(self) -> bytes: ...
-
-
-class Reply(NamedTuple):
-    """An answer, independent of the server that writes it (aiohttp or the fast path)."""
-
-    status: int
-    body: bytes
-    content_type: str = "text/plain; charset=utf-8"
-    headers: Mapping[str, str] | None = None
 
 
 def to_response(reply: Reply) -> web.Response:

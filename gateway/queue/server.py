@@ -25,8 +25,8 @@ from aiohttp import web
 from eas_sdk._core.constants import PREDICT_PATH_PREFIX
 from gateway.auth import verify
 from gateway.config import Config, load_config
+from gateway.lean_http import FastProtocol, FastRequest, Query, Serve, close_all
 
-from .fast import FastProtocol, FastRequest, Query, Serve, close_all
 from .http import Reply, dispatch, text
 from .manager import QueueManager
 

@@ -1,4 +1,4 @@
-"""The queue server's lean HTTP/1.1 front (gateway/queue/fast.py) against the real server.
+"""The queue server's lean HTTP/1.1 front (gateway/lean_http.py) against the real server.
 
 Plain calls are answered by the fast path; anything unusual must reach aiohttp on the
 same connection with every byte intact, and answers must keep the request order.
@@ -11,7 +11,7 @@ import socket
 import pytest
 from yarl import URL
 
-from gateway.queue.fast import Headers, _parse_head, parse_query
+from gateway.lean_http import Headers, _parse_head, parse_query
 
 from .server_proc import TOKEN, QueueServer
 

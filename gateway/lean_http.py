@@ -1,11 +1,13 @@
-"""A lean HTTP/1.1 front for the queue-only server's plain queue calls.
+"""A lean HTTP/1.1 front that answers simple requests itself and hands the rest to aiohttp.
 
-Why: a one-record put -> get -> commit cycle is three tiny requests, and most of
-each one's server CPU went into aiohttp's generic machinery (request and
-response objects, header multidicts, routing, task per message), about 120 us
-per request on the benchmark machine against about 20 us for a bare asyncio
-protocol. This protocol answers the common case itself with the same handlers
-(``http.dispatch``) and hands everything else to aiohttp, unchanged:
+Why: most of a small request's server CPU went into aiohttp's generic machinery
+(request and response objects, header multidicts, routing, a task per message):
+about 120 us per request on the benchmark machine against about 20 us for a bare
+asyncio protocol. Users: the queue-only server (gateway/queue/server.py), the
+gateway's listener (gateway/fast_front.py: plain queue and predict calls) and the
+worker's direct-mode HTTP port (gateway/workers/main.py). Each passes ``serve``
+(the handler, same checks as its aiohttp route) and hands everything else to
+aiohttp, unchanged:
 
 * simple = ``HTTP/1.1``, method GET/POST/PUT/DELETE, origin-form target under
   ``/api/predict/`` without ``%`` or ``#`` in the path, a ``Content-Length`` body
@@ -18,8 +20,8 @@ protocol. This protocol answers the common case itself with the same handlers
 Requests on one connection are answered in order (pipelining is fine); each
 answer is written with one ``write`` (TCP_NODELAY is set, so no Nagle delay).
 
-The full gateway puts this protocol in front of its listener too (gateway/fast_front.py):
-there ``accept`` narrows the fast path to plain calls on configured queues, and the
+In the gateway (gateway/fast_front.py) ``accept`` narrows the fast path to plain calls
+on configured services, and the
 optional timers give a fast-path connection the gateway's limits: a request head
 must arrive within ``header_timeout`` (slowloris), an idle kept-alive connection is
 closed after ``keepalive_timeout``, and a body still incomplete after
@@ -36,12 +38,10 @@ import re
 import socket
 import sys
 import urllib.parse
-from collections.abc import Callable, Coroutine
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, NamedTuple, cast
 
 from eas_sdk._core.constants import PREDICT_PATH_PREFIX
-
-from .http import Reply
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +52,21 @@ _REASONS = {s.value: s.phrase for s in http.HTTPStatus}
 # A request with any of these goes to aiohttp (it implements them; we do not).
 _HAND_OVER = ("transfer-encoding", "upgrade", "expect")
 
+
+class Reply(NamedTuple):
+    """An answer, independent of the server that writes it (aiohttp or the fast path)."""
+
+    status: int
+    body: bytes
+    content_type: str = "text/plain; charset=utf-8"
+    headers: Mapping[str, str] | None = None
+
+
 _ERROR = Reply(500, b"500 Internal Server Error")  # a bug: answered like aiohttp, connection dropped
 # Python 3.12+ starts a task eagerly by itself (and its wait_for needs a current task);
 # on 3.11 FastProtocol._step drives the handler coroutine itself.
 _EAGER_TASKS = sys.version_info >= (3, 12)
+
 
 Query = list[tuple[str, str]]
 Serve = Callable[["FastRequest", Query], Coroutine[Any, Any, Reply]]
