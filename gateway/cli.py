@@ -135,10 +135,10 @@ async def serve(cfg: Config) -> int:
         return 1
     try:
         site: web.TCPSite
-        if gw.queue_fast_path and app[QUEUES_KEY] is not None:
-            from gateway.fast_front import QueueFastSite
+        if gw.predict_fast_path or (gw.queue_fast_path and app[QUEUES_KEY] is not None):
+            from gateway.fast_front import FastSite
 
-            site = QueueFastSite(runner, gw.host, gw.port, conns=runner.fast_conns, backlog=1024)
+            site = FastSite(runner, gw.host, gw.port, conns=runner.fast_conns, backlog=1024)
         else:
             site = web.TCPSite(runner, gw.host, gw.port, backlog=1024)
         try:

@@ -95,9 +95,11 @@ class GatewayConfig:
     worker_start_timeout_s: float = 60.0
     health_interval_s: float = 1.0
     access_log: bool = True
-    # Plain queue calls answered by the queue's lean HTTP/1.1 front (gateway/fast_front.py);
-    # everything else still goes to aiohttp on the same connection. Off: aiohttp serves all.
+    # Plain queue calls / plain predict calls answered by the lean HTTP/1.1 front
+    # (gateway/fast_front.py); everything else still goes to aiohttp on the same
+    # connection. Both off: aiohttp serves all.
     queue_fast_path: bool = True
+    predict_fast_path: bool = True
     log_level: str = "INFO"
     log_format: str = "text"
     discovery_requires_token: bool = False

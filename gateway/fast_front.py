@@ -1,17 +1,25 @@
-"""The gateway's listener with the queue's lean HTTP/1.1 front (gateway/lean_http.py).
+"""The gateway's listener with a lean HTTP/1.1 front (gateway/lean_http.py).
 
-Plain queue calls (put/get/commit/delete/truncate/attributes/search on a queue
-service, or on an async service's input queue or ``/sink``) are answered by
-``FastProtocol`` with the same checks as routes/predict.py's queue branch: the
-missing-token 401, the token/signature check, the queue's own handlers
-(``queue.http.dispatch``), the ``X-Request-Id`` header, the request metrics and
-the access log line. Everything else (predict, discovery, admin, metrics, a
-WebSocket watch, a chunked or oversized body, Content-Encoding, a percent-encoded
-path, HTTP/1.0, ...) is handed over untouched to aiohttp's protocol on the same
-connection, so it meets the full middleware exactly as before. The connection
-keeps the gateway's header deadline (slowloris), keep-alive and body timeouts.
+Two kinds of plain calls are answered by ``FastProtocol`` without aiohttp's request
+machinery (about 100 us of CPU per call on the benchmark machine, most of a small
+predict's gateway cost):
 
-Switch: ``gateway.queue_fast_path`` (default on); off serves everything with aiohttp.
+* queue calls (``gateway.queue_fast_path``): put/get/commit/delete/truncate/attributes/
+  search on a queue service, or on an async service's input queue or ``/sink``, with the
+  same checks as routes/predict.py's queue branch and the queue's own handlers
+  (``queue.http.dispatch``);
+* predict calls (``gateway.predict_fast_path``): a ``POST`` to the exact path of a
+  synchronous service, with the same checks and dispatch as routes/predict.py's
+  ``_predict`` (its shared helpers: deadline header, token/signature, worker request,
+  pool errors).
+
+Both get the missing-token 401, the ``X-Request-Id`` header, the request metrics, the
+access log line and cancellation when the client leaves (F16), like the aiohttp route.
+Everything else (sub-paths, discovery, admin, metrics, a WebSocket watch, a chunked or
+oversized body, Content-Encoding, a percent-encoded path, HTTP/1.0, ...) is handed over
+untouched to aiohttp's protocol on the same connection, so it meets the full middleware
+exactly as before. The connection keeps the gateway's header deadline (slowloris),
+keep-alive and body timeouts.
 """
 
 from __future__ import annotations
@@ -21,18 +29,27 @@ import json
 import logging
 import time
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from aiohttp import web
 
-from eas_sdk._core.constants import HEADER_AUTHORIZATION, HEADER_REQUEST_ID, PREDICT_PATH_PREFIX, SINK_SUFFIX
+from eas_sdk._core.constants import (
+    DEFAULT_CONTENT_TYPE,
+    HEADER_AUTHORIZATION,
+    HEADER_REQUEST_ID,
+    PREDICT_PATH_PREFIX,
+    SINK_SUFFIX,
+)
 from gateway import errors
-from gateway.app import CONFIG_KEY, METRICS_KEY, QUEUES_KEY
-from gateway.auth import AuthStatus, verify
+from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
 from gateway.logging import ACCESS_LOGGER
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
+from gateway.routes.predict import call_workers, caller_deadline_s, check_auth, timeout_s, worker_request
+
+log = logging.getLogger("gateway.request")  # the middleware's logger
 
 _JSON = "application/json; charset=utf-8"
 
@@ -43,77 +60,117 @@ def _error(exc: errors.GatewayError, rid: str) -> Reply:
     return Reply(exc.status, body.encode(), _JSON, {**exc.headers, HEADER_REQUEST_ID: rid})
 
 
-class QueueFront:
+class _Route(NamedTuple):
+    svc: ServiceConfig
+    queue: str | None  # the queue's name; None: a synchronous predict
+    limit: int  # body bytes answered here (a larger body goes to aiohttp, which says 413)
+
+
+class Front:
     """``accept`` and ``serve`` for FastProtocol, built from the gateway application."""
 
     def __init__(self, app: web.Application) -> None:
+        self.app = app
         config = app[CONFIG_KEY]
         gw = config.gateway
         self.qm = app[QUEUES_KEY]
         self.metrics = app[METRICS_KEY]
         self.access = logging.getLogger(ACCESS_LOGGER) if gw.access_log else None
-        # raw path -> (service, queue name, body limit): only exact paths of configured queues,
-        # so everything the predict route would refuse or route elsewhere goes to aiohttp.
-        self.paths: dict[str, tuple[ServiceConfig, str, int]] = {}
+        # raw path -> route: only exact paths of configured services, so everything the
+        # predict route would refuse or route elsewhere goes to aiohttp.
+        self.paths: dict[str, _Route] = {}
         qm = self.qm
         queues = getattr(qm, "queues", None)  # a QueueManager's (a test double may have none)
+        pools = app[POOLS_KEY]
         for svc in config.services:
-            if not (svc.processor == "queue" or svc.async_) or not SERVICE_NAME_RE.fullmatch(svc.name):
-                continue
-            if config.service(svc.name) is not svc:
+            if not SERVICE_NAME_RE.fullmatch(svc.name) or config.service(svc.name) is not svc:
                 continue  # a duplicate name: the first one wins in the predict route
-            limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
-            for name in (svc.name, f"{svc.name}/{SINK_SUFFIX}"):
-                if isinstance(queues, dict) and name in queues and qm.has(name):
-                    self.paths[PREDICT_PATH_PREFIX + name] = (svc, name, limit)
-        self.max_body = max((entry[2] for entry in self.paths.values()), default=0)
-        # (queue, raw token) pairs that verified (a client sends the same token on every call;
-        # tokens come from the config, so a success stays one). Successes only, bounded.
+            if svc.processor == "queue" or svc.async_:
+                if not gw.queue_fast_path:
+                    continue
+                limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
+                for name in (svc.name, f"{svc.name}/{SINK_SUFFIX}"):
+                    if isinstance(queues, dict) and name in queues and qm.has(name):
+                        self.paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
+            elif gw.predict_fast_path and svc.name in pools:
+                self.paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
+        self.max_body = max((r.limit for r in self.paths.values()), default=0)
+        # (service or queue, raw token) pairs that verified (a client sends the same token on
+        # every call; tokens come from the config, so a success stays one). Successes only, bounded.
         self.verified: dict[tuple[str, str], None] = {}
 
-    def accept(self, path: str, headers: Headers, clen: int) -> bool:
-        entry = self.paths.get(path)
-        if entry is None or clen > entry[2]:
-            return False  # not a queue, or a body aiohttp refuses with its 413
+    def accept(self, method: str, path: str, headers: Headers, clen: int) -> bool:
+        route = self.paths.get(path)
+        if route is None or clen > route.limit:
+            return False  # not ours, or a body aiohttp refuses with its 413
+        if route.queue is None and method != "POST":
+            return False  # aiohttp's 405
         encoding = headers.get("Content-Encoding")
         return encoding is None or encoding.strip().lower() in ("", "identity")
 
     async def serve(self, req: FastRequest, query: Query) -> Reply:
-        svc, name, _limit = self.paths[req.path]
+        route = self.paths[req.path]
         rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
         metrics = self.metrics
         started = time.perf_counter()
         status = 500
         metrics.inflight.inc()
         try:
-            reply = await self._call(svc, name, req, query, rid)
+            if route.queue is None:
+                reply = await self._predict(route.svc, req, rid)
+            else:
+                reply = await self._queue(route.svc, route.queue, req, query, rid)
             status = reply.status
+        except asyncio.CancelledError:
+            status = 499  # nginx/EAS convention: client closed the request
+            raise
+        except Exception:  # as the middleware: logged with its traceback, a bare 500 answered
+            log.exception("unhandled error in %s %s", req.method, req.path, extra={"request_id": rid})
+            reply = _error(errors.GatewayError("internal error"), rid)
         finally:
             metrics.inflight.dec()
             elapsed = time.perf_counter() - started
-            metrics.observe(svc.name, status, elapsed)
+            metrics.observe(route.svc.name, status, elapsed)
         if self.access is not None and self.access.isEnabledFor(logging.INFO):
             self._log(req, reply, elapsed, rid)
         return reply
 
-    async def _call(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
+    def _check_token(self, svc: ServiceConfig, key: str, req: FastRequest, body: bytes | None) -> None:
+        """routes.predict.check_auth, remembering raw tokens that verified."""
+        auth = req.headers.get(HEADER_AUTHORIZATION)
+        if not auth:
+            raise errors.Unauthorized("invalid or missing token")
+        if (key, auth) in self.verified:
+            return
+        check_auth(svc, req.headers, req.path, body)
+        if not auth.startswith("EAS "):  # a raw token (a signature covers this call only)
+            if len(self.verified) >= 1024:
+                self.verified.clear()
+            self.verified[(key, auth)] = None
+
+    async def _predict(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
+        """routes.predict._predict for a POST to the service's own path (the body is in)."""
+        try:
+            arrived = time.monotonic()
+            deadline = caller_deadline_s(req.headers)
+            if svc.tokens:
+                self._check_token(svc, svc.name, req, req.body)
+            timeout = timeout_s(svc, deadline, arrived)
+            wreq = worker_request(self.app, svc, "", req.headers, req.body, rid, timeout)
+            wresp = await call_workers(self.app, svc, wreq, timeout)
+        except errors.GatewayError as exc:
+            return _error(exc, rid)
+        ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
+        return Reply(int(wresp.status), wresp.body, ctype, {HEADER_REQUEST_ID: rid})
+
+    async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
         if svc.tokens:
-            if not req.headers.get(HEADER_AUTHORIZATION):
-                return _error(errors.Unauthorized("invalid or missing token"), rid)
-            auth = req.headers.get(HEADER_AUTHORIZATION)
-            key = (name, auth)
-            if key not in self.verified:
-                # aiohttp's can_read_body: only a POST with a non-empty body hands its bytes to verify.
-                body = req.body if req.method == "POST" and req.body else None
-                result = verify(svc.tokens, req.headers, req.path, body)
-                if not result.ok:
-                    if result.status is AuthStatus.BAD_DIGEST:
-                        return _error(errors.BadDigest("Content-MD5 does not match the body"), rid)
-                    return _error(errors.Unauthorized("invalid or missing token"), rid)
-                if not auth.startswith("EAS "):  # a raw token (a signature covers this call only)
-                    if len(self.verified) >= 1024:
-                        self.verified.clear()
-                    self.verified[key] = None
+            # aiohttp's can_read_body: only a POST with a non-empty body hands its bytes to verify.
+            body = req.body if req.method == "POST" and req.body else None
+            try:
+                self._check_token(svc, name, req, body)
+            except errors.GatewayError as exc:
+                return _error(exc, rid)
         q = self.qm.queues.get(name)
         if q is None:
             return _error(errors.ServiceNotFound(f"queue {name!r} not found"), rid)
@@ -138,7 +195,7 @@ class QueueFront:
         )  # fmt: skip
 
 
-class QueueFastSite(web.TCPSite):
+class FastSite(web.TCPSite):
     """A TCPSite whose connections start on FastProtocol (see the module docstring)."""
 
     def __init__(
@@ -152,7 +209,7 @@ class QueueFastSite(web.TCPSite):
         server = self._runner.server
         app = getattr(self._runner, "app", None)
         assert server is not None and isinstance(app, web.Application)
-        front = QueueFront(app)
+        front = Front(app)
         gw = app[CONFIG_KEY].gateway
         conns = self._conns
 
@@ -166,6 +223,7 @@ class QueueFastSite(web.TCPSite):
                 header_timeout=gw.header_timeout_s,
                 keepalive_timeout=gw.keepalive_timeout_s,
                 body_timeout=gw.body_timeout_s,
+                cancel_on_lost=True,  # as aiohttp's handler_cancellation=True (server.py)
             )
 
         loop = asyncio.get_running_loop()

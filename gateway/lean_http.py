@@ -46,6 +46,8 @@ from eas_sdk._core.constants import PREDICT_PATH_PREFIX
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
+# aiohttp refuses (400) a request line or a header line longer than this: hand such heads over.
+_MAX_LINE = 8190
 _METHODS = frozenset(("GET", "POST", "PUT", "DELETE"))
 _PREFIX = PREDICT_PATH_PREFIX
 _REASONS = {s.value: s.phrase for s in http.HTTPStatus}
@@ -70,8 +72,8 @@ _EAGER_TASKS = sys.version_info >= (3, 12)
 
 Query = list[tuple[str, str]]
 Serve = Callable[["FastRequest", Query], Coroutine[Any, Any, Reply]]
-# (path, headers, content length) of a simple request -> answer it here (else aiohttp does)
-Accept = Callable[[str, "Headers", int], bool]
+# (method, path, headers, content length) of a simple request -> answer it here (else aiohttp does)
+Accept = Callable[[str, str, "Headers", int], bool]
 # What a connection's timer waits for (see FastProtocol._rearm).
 _NO_TIMER, _IDLE, _HEAD, _BODY = 0, 1, 2, 3
 
@@ -152,7 +154,10 @@ class Headers(dict[str, str]):
 
 def _parse_head(head: bytes, max_body: int) -> tuple[str, str, str, Headers, int, bool] | None:
     """(method, path, query string, headers, content length, close) of a simple request, else None."""
-    first, _, rest = head.decode("latin-1").partition("\r\n")
+    text = head.decode("latin-1")
+    if len(text) > _MAX_LINE and any(len(line) > _MAX_LINE for line in text.split("\r\n")):
+        return None
+    first, _, rest = text.partition("\r\n")
     request_line = first.split(" ")
     if len(request_line) != 3:
         return None
@@ -205,6 +210,7 @@ class FastProtocol(asyncio.Protocol):
         header_timeout: float = 0.0,
         keepalive_timeout: float = 0.0,
         body_timeout: float = 0.0,
+        cancel_on_lost: bool = False,
     ) -> None:
         self._serve = serve
         self._fallback = fallback
@@ -222,6 +228,11 @@ class FastProtocol(asyncio.Protocol):
         self.busy = False
         self._closing = False
         self._task: asyncio.Task[Reply] | None = None
+        # Python < 3.12: the handler coroutine driven by _step and the future it awaits.
+        self._coro: Coroutine[Any, Any, Reply] | None = None
+        self._waiting: Any = None
+        # The client left: cancel its handler (like aiohttp's handler_cancellation=True).
+        self._cancel_on_lost = cancel_on_lost
         self.idle: asyncio.Future[None] | None = None  # set by close_all: resolved after the answer
 
     # ------------------------------------------------------------------ asyncio callbacks
@@ -242,6 +253,14 @@ class FastProtocol(asyncio.Protocol):
         self.transport = None
         self._disarm()
         self._conns.discard(self)
+        if self.busy and self._cancel_on_lost:
+            if self._task is not None:
+                self._task.cancel()
+            elif self._coro is not None and self._waiting is not None:
+                # Throw into the handler at its await; the future it awaited is left alone
+                # (it may be shared, e.g. a batch commit) and its late callback is ignored.
+                self._waiting = None
+                self._step(self._coro, True, False, asyncio.CancelledError())
 
     def data_received(self, data: bytes) -> None:
         self._buf += data
@@ -330,7 +349,7 @@ class FastProtocol(asyncio.Protocol):
                 self._hand_over()
                 return
             method, path, qs, headers, clen, close = parsed
-            if self._accept is not None and not self._accept(path, headers, clen):
+            if self._accept is not None and not self._accept(method, path, headers, clen):
                 self._hand_over()
                 return
             total = end + 4 + clen
@@ -358,31 +377,47 @@ class FastProtocol(asyncio.Protocol):
             return
         self._step(coro, close, False)
 
-    def _step(self, coro: Coroutine[Any, Any, Reply], close: bool, resume: bool) -> None:
+    def _step(
+        self,
+        coro: Coroutine[Any, Any, Reply],
+        close: bool,
+        resume: bool,
+        throw: BaseException | None = None,
+    ) -> None:
         """Python 3.11: drive the handler by hand. It awaits only futures (a commit, a long-poll
         wake-up, a timer); each resumes it straight from the future's done callback, so an answer
         is written one loop hop after the commit instead of three (task wake-up, task end,
         done callback), and no Task object is made per call."""
+        self._coro = coro
         try:
-            yielded = coro.send(None)
+            yielded = coro.send(None) if throw is None else coro.throw(throw)
         except StopIteration as stop:
             self._answer(stop.value, close)
-        except (Exception, asyncio.CancelledError):
-            log.exception("queue request failed")
+        except asyncio.CancelledError:
+            self._answer(_ERROR, True)  # the client left (connection_lost): nobody to answer
+        except Exception:
+            log.exception("request failed")
             self._answer(_ERROR, True)
         else:
             if yielded is None:  # a bare yield (sleep(0)): run again on the next iteration
-                asyncio.get_running_loop().call_soon(self._step, coro, close, True)
+                self._waiting = True
+                asyncio.get_running_loop().call_soon(self._resume, coro, close, True)
             elif getattr(yielded, "_asyncio_future_blocking", None) is None:
                 coro.close()  # not an asyncio future: nothing here awaits such a thing
-                log.error("queue handler awaited %r", type(yielded).__name__)
+                log.error("request handler awaited %r", type(yielded).__name__)
                 self._answer(_ERROR, True)
             else:
                 yielded._asyncio_future_blocking = False
-                yielded.add_done_callback(lambda _f: self._step(coro, close, True))
+                self._waiting = yielded
+                yielded.add_done_callback(lambda f: self._resume(coro, close, f))
             return
         if resume and not self.busy:
             self._next()
+
+    def _resume(self, coro: Coroutine[Any, Any, Reply], close: bool, waited: Any) -> None:
+        if self._coro is coro and self._waiting is waited:  # else: cancelled meanwhile
+            self._waiting = None
+            self._step(coro, close, True)
 
     def _finish(self, task: asyncio.Task[Reply], close: bool, resume: bool = False) -> None:
         if task.cancelled():
@@ -390,7 +425,7 @@ class FastProtocol(asyncio.Protocol):
             return
         exc = task.exception()
         if exc is not None:
-            log.error("queue request failed", exc_info=exc)
+            log.error("request failed", exc_info=exc)
             self._answer(_ERROR, True)
             return
         self._answer(task.result(), close)
@@ -400,6 +435,7 @@ class FastProtocol(asyncio.Protocol):
     def _answer(self, reply: Reply, close: bool) -> None:
         self.busy = False
         self._task = None
+        self._coro = self._waiting = None
         if self.idle is not None and not self.idle.done():
             self.idle.set_result(None)
         t = self.transport

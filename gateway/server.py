@@ -136,7 +136,7 @@ class GatewayRunner(web.AppRunner):
         kwargs.setdefault("access_log", logging.getLogger(ACCESS_LOGGER) if gw.access_log else None)
         super().__init__(app, **kwargs)
         self._header_timeout = gw.header_timeout_s
-        # Connections still on the queue fast path (fast_front.QueueFastSite); the ones it
+        # Connections still on the queue fast path (fast_front.FastSite); the ones it
         # handed to aiohttp are the web.Server's, closed by its own shutdown.
         self.fast_conns: set[FastProtocol] = set()
 

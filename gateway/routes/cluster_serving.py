@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +28,7 @@ from gateway.protocols.cluster_serving import (
     parse_request,
     predictions_from_reply,
 )
-from gateway.routes.predict import _map_pool_error, _timeout_s, check_auth, read_body
+from gateway.routes.predict import caller_deadline_s, check_auth, map_pool_error, read_body, timeout_s
 
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
@@ -52,9 +53,10 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     if svc.tokens and not request.headers.get(HEADER_AUTHORIZATION):
         return _error(401, "invalid or missing token")
     try:
+        arrived = time.monotonic()
         body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
-        check_auth(svc, request, body)
-        timeout = _timeout_s(svc, request)
+        check_auth(svc, request.headers, request.rel_url.raw_path, body)
+        timeout = timeout_s(svc, caller_deadline_s(request.headers), arrived)
     except errors.GatewayError as exc:
         resp = _error(exc.status, exc.message)
         if exc.close:
@@ -77,7 +79,7 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     except asyncio.TimeoutError:
         return _error(504, "the worker did not answer in time")
     except Exception as exc:
-        mapped = _map_pool_error(exc)
+        mapped = map_pool_error(exc)
         if mapped is None:
             raise
         return _error(mapped.status, mapped.message)

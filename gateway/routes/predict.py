@@ -6,6 +6,11 @@ service name (400) -> existence (404) -> method (405) -> Content-Encoding (415)
 -> body within body_timeout_s (408) and max_body_bytes (413 while reading)
 -> token / signature (401, 400 BadDigest) -> deadline -> dispatch to the pool
 (450 / 503 / 504). The worker's status, content type and body pass through.
+
+The checks after the body and the dispatch are plain functions over a header mapping
+(``check_auth``, ``caller_deadline_s``, ``worker_request``, ``call_workers``), shared with
+the gateway's lean front (gateway/fast_front.py), which answers plain predict calls
+without aiohttp's request machinery.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -31,6 +37,7 @@ from gateway.auth import AuthStatus, verify
 from gateway.config import ServiceConfig
 from gateway.middleware import request_id
 from gateway.routes import lookup_service, raw_tail, split_service
+from gateway.workers.ipc import WorkerRequest, WorkerResponse
 
 log = logging.getLogger("gateway.predict")
 
@@ -56,7 +63,7 @@ _DEFAULT_POOL_MESSAGES = {
 }
 
 
-def _map_pool_error(exc: BaseException) -> errors.GatewayError | None:
+def map_pool_error(exc: BaseException) -> errors.GatewayError | None:
     # Matched by class name along the MRO so the front does not import the worker
     # package (multiprocessing, onnxruntime) just to name its exceptions.
     for cls in type(exc).__mro__:
@@ -87,10 +94,10 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float) -> b
         raise errors.BadRequest("malformed request body", close=True) from None
 
 
-def check_auth(svc: ServiceConfig, request: web.Request, body: bytes | None) -> None:
+def check_auth(svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None) -> None:
     if not svc.tokens:
         return
-    result = verify(svc.tokens, request.headers, request.rel_url.raw_path, body)
+    result = verify(svc.tokens, headers, raw_path, body)
     if result.ok:
         return
     if result.status is AuthStatus.BAD_DIGEST:
@@ -98,9 +105,9 @@ def check_auth(svc: ServiceConfig, request: web.Request, body: bytes | None) -> 
     raise errors.Unauthorized("invalid or missing token")
 
 
-def caller_deadline_s(request: web.Request) -> float | None:
+def caller_deadline_s(headers: Mapping[str, str]) -> float | None:
     """The caller's remaining budget (X-Eas-Deadline-Ms) in seconds, or None without one."""
-    raw = request.headers.get(HEADER_DEADLINE_MS)
+    raw = headers.get(HEADER_DEADLINE_MS)
     if raw is None:
         return None
     try:
@@ -112,10 +119,64 @@ def caller_deadline_s(request: web.Request) -> float | None:
     return deadline_ms / 1000.0
 
 
-def _timeout_s(svc: ServiceConfig, request: web.Request) -> float:
-    deadline = caller_deadline_s(request)
-    budget = svc.timeout_ms / 1000.0
-    return budget if deadline is None else min(budget, deadline)
+def timeout_s(svc: ServiceConfig, deadline: float | None, arrived: float) -> float:
+    """The request's budget: the service's timeout, or less when the caller's deadline
+    (which also paid for the upload since ``arrived``, monotonic) leaves less."""
+    timeout = svc.timeout_ms / 1000.0
+    if deadline is not None:
+        timeout = min(timeout, deadline - (time.monotonic() - arrived))
+        if timeout < MIN_DEADLINE_MS / 1000.0:
+            raise errors.DeadlineExceeded("the caller's deadline passed while the body was read")
+    return timeout
+
+
+def worker_request(
+    app: web.Application,
+    svc: ServiceConfig,
+    subpath: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    rid: str,
+    timeout: float,
+) -> WorkerRequest:
+    make_request: Any = app[WORKER_REQUEST_KEY]
+    wreq: WorkerRequest = make_request(
+        body=body,
+        subpath=subpath,
+        content_type=headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
+        request_id=rid,
+        # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
+        headers={str(k): str(v) for k, v in headers.items() if k.lower() not in _DROP_HEADERS},
+        # The worker drops the request unrun once this passes (F17).
+        deadline=time.monotonic() + timeout,
+    )
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "dispatch %s subpath=%r bytes=%d timeout=%.3fs",
+            svc.name, subpath, len(body), timeout, extra={"request_id": rid},
+        )  # fmt: skip
+    return wreq
+
+
+async def call_workers(
+    app: web.Application, svc: ServiceConfig, wreq: WorkerRequest, timeout: float
+) -> WorkerResponse:
+    """Dispatch to the service's pool; pool failures become the gateway's errors."""
+    t0 = time.perf_counter()
+    try:
+        wresp: WorkerResponse = await app[POOLS_KEY][svc.name].dispatch(wreq, timeout)
+    except asyncio.TimeoutError:
+        raise errors.UpstreamTimeout("the worker did not answer in time") from None
+    except errors.GatewayError:
+        raise
+    except Exception as exc:
+        mapped = map_pool_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from None
+    compute_us = int(getattr(wresp, "compute_us", 0))
+    app[METRICS_KEY].observe_dispatch(svc.name, time.perf_counter() - t0, compute_us)
+    return wresp
 
 
 async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
@@ -130,7 +191,7 @@ async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.
     if request.method == "POST" and request.can_read_body:
         limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
         body = await read_body(request, limit, gw.body_timeout_s)
-    check_auth(svc, request, body)
+    check_auth(svc, request.headers, request.rel_url.raw_path, body)
     resp: web.StreamResponse = await qm.handle(request, name)
     return resp
 
@@ -176,47 +237,12 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
     if svc.tokens and not request.headers.get(HEADER_AUTHORIZATION):
         raise errors.Unauthorized("invalid or missing token")
     arrived = time.monotonic()
-    deadline = caller_deadline_s(request)  # checked before reading the body
+    deadline = caller_deadline_s(request.headers)  # checked before reading the body
     body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
-    check_auth(svc, request, body)
-    timeout = svc.timeout_ms / 1000.0
-    if deadline is not None:
-        # The caller's budget also paid for the upload.
-        timeout = min(timeout, deadline - (time.monotonic() - arrived))
-        if timeout < MIN_DEADLINE_MS / 1000.0:
-            raise errors.DeadlineExceeded("the caller's deadline passed while the body was read")
-    pool = app[POOLS_KEY][svc.name]
-    # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
-    headers = {str(k): str(v) for k, v in request.headers.items() if k.lower() not in _DROP_HEADERS}
-    make_request: Any = app[WORKER_REQUEST_KEY]
-    wreq = make_request(
-        body=body,
-        subpath=subpath,
-        content_type=request.headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
-        request_id=request_id(request),
-        headers=headers,
-        # The worker drops the request unrun once this passes (F17).
-        deadline=time.monotonic() + timeout,
-    )
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug(
-            "dispatch %s subpath=%r bytes=%d timeout=%.3fs",
-            svc.name, subpath, len(body), timeout, extra={"request_id": request_id(request)},
-        )  # fmt: skip
-    t0 = time.perf_counter()
-    try:
-        wresp = await pool.dispatch(wreq, timeout)
-    except asyncio.TimeoutError:
-        raise errors.UpstreamTimeout("the worker did not answer in time") from None
-    except errors.GatewayError:
-        raise
-    except Exception as exc:
-        mapped = _map_pool_error(exc)
-        if mapped is None:
-            raise
-        raise mapped from None
-    compute_us = int(getattr(wresp, "compute_us", 0))
-    app[METRICS_KEY].observe_dispatch(svc.name, time.perf_counter() - t0, compute_us)
+    check_auth(svc, request.headers, request.rel_url.raw_path, body)
+    timeout = timeout_s(svc, deadline, arrived)
+    wreq = worker_request(app, svc, subpath, request.headers, body, request_id(request), timeout)
+    wresp = await call_workers(app, svc, wreq, timeout)
     return web.Response(
         status=int(wresp.status),
         body=wresp.body,

@@ -12,7 +12,12 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import Config, GatewayConfig, ServiceConfig, parse_config
+from gateway.fast_front import FastSite
 from gateway.server import GatewayRunner, bound_port
+
+# The listener live_gateway starts: "fast" (FastSite, as `gateway serve` does) or "aiohttp"
+# (web.TCPSite only). Set per test by the ``front`` fixture (conftest.py).
+SITE = "fast"
 
 
 # Same class names as gateway.workers.pool: the predict route maps them by name.
@@ -168,7 +173,11 @@ async def live_gateway(config: Config | None = None, **gateway: Any) -> AsyncIte
     runner = GatewayRunner(app)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site: web.TCPSite
+        if SITE == "fast":
+            site = FastSite(runner, "127.0.0.1", 0, conns=runner.fast_conns)
+        else:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         yield Live(app, runner, bound_port(runner), pools, queues)
     finally:

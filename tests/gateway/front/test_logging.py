@@ -7,9 +7,12 @@ import json
 import logging
 
 import aiohttp
+import pytest
 
 from gateway.logging import JsonFormatter, TextFormatter, escape, setup_logging
 from tests.gateway.front.fakes import TOKEN, live_gateway, raw_request
+
+pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py
 
 
 def _record(msg: str, *args: object, **extra: object) -> logging.LogRecord:

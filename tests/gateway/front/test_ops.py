@@ -8,10 +8,13 @@ import os
 import time
 
 import aiohttp
+import pytest
 
 from gateway.app import STATE_KEY
 from gateway.config import parse_config
 from tests.gateway.front.fakes import TOKEN, close_writer, live_gateway, make_config
+
+pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py
 
 
 async def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:

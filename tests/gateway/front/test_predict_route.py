@@ -22,6 +22,8 @@ from tests.gateway.front.fakes import (
     raw_request,
 )
 
+pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py
+
 
 async def _post(
     url: str, data: bytes = b"x", headers: dict[str, str] | None = None

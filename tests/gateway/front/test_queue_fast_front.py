@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.fast_front import QueueFastSite
+from gateway.fast_front import FastSite
 from gateway.server import GatewayRunner, bound_port
 
 TOKEN = "fast-front-token"
@@ -35,7 +35,7 @@ async def live(tmp_path: Path, fast: bool = True, **gateway: Any) -> AsyncIterat
     try:
         site: web.TCPSite
         if fast:
-            site = QueueFastSite(runner, "127.0.0.1", 0, conns=runner.fast_conns)
+            site = FastSite(runner, "127.0.0.1", 0, conns=runner.fast_conns)
         else:
             site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
