@@ -49,7 +49,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_DEADLINE_MS, HEADER_REQUEST_ID
+from gateway.auth import AuthStatus, verify
 from gateway.config import GatewayConfig, ServiceConfig
+from gateway.lean_http import FastProtocol, FastRequest, Reply, close_all
 from gateway.workers.ipc import IPCServerProtocol, RequestSink, WorkerRequest, WorkerResponse
 from gateway.workers.processors.base import Processor, ProcessorError, create_processor, error_response
 
@@ -391,58 +394,80 @@ class ComputeQueue(RequestSink):
             self._q.put(None)
 
 
-def _make_http_app(service: ServiceConfig, gateway: GatewayConfig, compute: ComputeQueue) -> Any:
-    from aiohttp import web
+class _DirectHTTP:
+    """The worker's direct-mode predict: the gateway's auth and deadline checks, then the
+    compute queue. Served by the lean protocol (gateway/lean_http.py) for plain calls and
+    by aiohttp (``app``) for everything else, both through :meth:`answer`."""
 
-    from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_DEADLINE_MS, HEADER_REQUEST_ID
-    from gateway.auth import AuthStatus, verify
+    def __init__(self, service: ServiceConfig, gateway: GatewayConfig, compute: ComputeQueue) -> None:
+        self.service = service
+        self.gateway = gateway
+        self.compute = compute
+        self.prefix = f"/api/predict/{service.name}"
 
-    prefix = f"/api/predict/{service.name}"
-
-    async def predict(request: web.Request) -> web.StreamResponse:
-        rid = request.headers.get(HEADER_REQUEST_ID, "")[:128]
-        body = await request.read()
+    async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes) -> WorkerResponse:
+        service = self.service
+        rid = headers.get(HEADER_REQUEST_ID, "")[:128]
         # Same checks and messages as the gateway's predict route.
-        result = verify(service.tokens, request.headers, request.rel_url.raw_path, body)
+        result = verify(service.tokens, headers, raw_path, body)
         if not result.ok:
             if result.status is AuthStatus.BAD_DIGEST:
-                return _error(400, "BadDigest", "Content-MD5 does not match the body", rid)
-            return _error(401, "Unauthorized", "invalid or missing token", rid)
-        tail = request.match_info.get("tail", "")
+                return error_response(400, "BadDigest", "Content-MD5 does not match the body", rid)
+            return error_response(401, "Unauthorized", "invalid or missing token", rid)
         budget_s = service.timeout_ms / 1000.0
-        raw = request.headers.get(HEADER_DEADLINE_MS)
+        raw = headers.get(HEADER_DEADLINE_MS)
         if raw is not None:
             # The caller's remaining budget (our SDK sends it): never run past it.
             try:
                 deadline_ms = int(raw.strip())
             except ValueError:
-                return _error(400, "BadRequest", f"{HEADER_DEADLINE_MS} must be an integer", rid)
+                return error_response(400, "BadRequest", f"{HEADER_DEADLINE_MS} must be an integer", rid)
             if deadline_ms < 10:
-                return _error(408, "DeadlineExceeded", "the caller's deadline has already passed", rid)
+                msg = "the caller's deadline has already passed"
+                return error_response(408, "DeadlineExceeded", msg, rid)
             budget_s = min(budget_s, deadline_ms / 1000.0)
         req = WorkerRequest(
             body=body,
             subpath=tail,
-            content_type=request.headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
+            content_type=headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
             request_id=rid,
-            headers={k: v for k, v in request.headers.items() if k.lower().startswith("x-")},
+            headers={k: v for k, v in headers.items() if k.lower().startswith("x-")},
             deadline=time.monotonic() + max(0.0, budget_s),
         )
-        resp = await compute.run(req)
-        return web.Response(status=resp.status, body=resp.body, headers={"Content-Type": resp.content_type})
+        return await self.compute.run(req)
 
-    def _error(status: int, code: str, message: str, rid: str) -> web.Response:
-        err = error_response(status, code, message, rid)
-        return web.Response(status=status, body=err.body, headers={"Content-Type": err.content_type})
+    # the lean protocol's hooks
+    def accept(self, method: str, path: str, headers: Any, clen: int) -> bool:
+        if method != "POST" or clen > self.gateway.max_body_bytes:
+            return False  # aiohttp's 405 / 413
+        if not (path == self.prefix or path.startswith(self.prefix + "/")):
+            return False
+        encoding = headers.get("Content-Encoding")
+        return encoding is None or encoding.strip().lower() in ("", "identity")
 
-    async def healthz(request: web.Request) -> web.StreamResponse:
-        return web.json_response({"status": "ok", **compute.stats()})
+    async def serve(self, req: FastRequest, query: Any) -> Reply:
+        tail = req.path[len(self.prefix) + 1 :]
+        resp = await self.answer(req.headers, req.path, tail, req.body)
+        return Reply(resp.status, resp.body, resp.content_type)
 
-    app = web.Application(client_max_size=gateway.max_body_bytes)
-    app.router.add_post(prefix, predict)
-    app.router.add_post(prefix + "/{tail:.*}", predict)
-    app.router.add_get("/healthz", healthz)
-    return app
+    def app(self) -> Any:
+        from aiohttp import web
+
+        async def predict(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            tail = request.match_info.get("tail", "")
+            resp = await self.answer(request.headers, request.rel_url.raw_path, tail, body)
+            ctype = {"Content-Type": resp.content_type}
+            return web.Response(status=resp.status, body=resp.body, headers=ctype)
+
+        async def healthz(request: web.Request) -> web.StreamResponse:
+            return web.json_response({"status": "ok", **self.compute.stats()})
+
+        app = web.Application(client_max_size=self.gateway.max_body_bytes)
+        app.router.add_post(self.prefix, predict)
+        app.router.add_post(self.prefix + "/{tail:.*}", predict)
+        app.router.add_get("/healthz", healthz)
+        return app
 
 
 async def _serve(
@@ -474,11 +499,20 @@ async def _serve(
 
     from aiohttp import web
 
-    runner = web.AppRunner(_make_http_app(service, gateway, compute), access_log=None)
+    # Direct mode's HTTP port: plain predict calls on the lean protocol, the rest on aiohttp.
+    direct = _DirectHTTP(service, gateway, compute)
+    runner = web.AppRunner(direct.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    fallback = runner.server
+    assert fallback is not None
+    conns: set[FastProtocol] = set()
+    http_server = await loop.create_server(
+        lambda: FastProtocol(direct.serve, fallback, conns, gateway.max_body_bytes, accept=direct.accept),
+        "127.0.0.1",
+        0,
+        backlog=1024,
+    )
+    port = http_server.sockets[0].getsockname()[1]
 
     # The pipe to the gateway: EOF means the gateway died, so stop too.
     def _parent_event() -> None:
@@ -496,9 +530,11 @@ async def _serve(
     await stop.wait()
     # Drain: no new connections, finish what is queued, then leave.
     server.close()
+    http_server.close()
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(compute.idle.wait(), drain_s)
-    await runner.cleanup()
+    await close_all(conns, timeout=1.0)
+    await runner.cleanup()  # the connections handed to aiohttp
     compute.shutdown()
     with contextlib.suppress(Exception):
         processor.close()
