@@ -48,7 +48,7 @@ def test_sigint_stops_cleanly(gateway_factory: Any) -> None:
 
 def test_json_logs(gateway_factory: Any) -> None:
     gw = gateway_factory(QUEUE_ONLY, extra_args=("--log-format", "json"))
-    with urllib.request.urlopen(gw.url + "/healthz?token=abc", timeout=5) as r:
+    with urllib.request.urlopen(gw.url + "/healthz?token=query-secret-xyz", timeout=5) as r:
         assert r.status == 200
     assert gw.stop() == 0
 
@@ -57,7 +57,7 @@ def test_json_logs(gateway_factory: Any) -> None:
     ]
     access = [rec for rec in lines if rec["logger"] == "gateway.access"]
     assert access and access[0]["path"] == "/healthz"  # no query string in the log
-    assert "abc" not in (gw.workdir / "stderr.log").read_text()
+    assert "query-secret-xyz" not in (gw.workdir / "stderr.log").read_text()
 
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
