@@ -8,7 +8,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +229,33 @@ async def test_worker_http_endpoint_enforces_auth(make_pool: MakePool) -> None:
             assert r.status == 200 and (await r.json())["status"] == "ok"
         async with s.post(f"http://{host}:{port}/api/predict/other", data=b"x") as r:
             assert r.status == 404
+
+
+async def test_worker_http_lean_path_and_aiohttp_fallback_agree(make_pool: MakePool) -> None:
+    """The worker's port answers plain POSTs on the lean protocol (no Server header) and hands
+    anything else (a chunked body, another method) to aiohttp on the same connection."""
+    token = "lean-path-token-0123456789"
+    pool = await make_pool(echo_service(name="lean", token=token))
+    host, port = pool.ready_endpoints()[0]
+    url = f"http://{host}:{port}/api/predict/lean"
+    auth = {"Authorization": token}
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"hel"
+        yield b"lo"
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as s:
+        async with s.post(url, data=b"hello", headers=auth) as r:
+            assert (r.status, await r.read(), "Server" in r.headers) == (200, b"hello", False)
+        async with s.post(url, data=b"x", headers={"Authorization": "wrong"}) as r:
+            assert (r.status, (await r.json())["code"], "Server" in r.headers) == (401, "Unauthorized", False)
+        async with s.post(url, data=chunks(), headers=auth) as r:  # chunked: aiohttp from now on
+            assert (r.status, await r.read(), "Server" in r.headers) == (200, b"hello", True)
+        async with s.get(url, headers=auth) as r:
+            assert r.status == 405
+        # The connection handed to aiohttp keeps working.
+        async with s.post(url, data=b"again", headers=auth) as r:
+            assert (r.status, await r.read()) == (200, b"again")
 
 
 async def test_stop_drains_in_flight_requests(models: dict[str, Path]) -> None:
