@@ -833,16 +833,28 @@ def _read_varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
 
 def _fields(buf: Any, pos: int, end: int) -> Iterable[tuple[int, int, int, int]]:
     """Yield (field, wire_type, a, b): varint -> (value, 0); LEN/I32/I64 -> byte span [a, b)."""
+    # One-byte varints (keys of fields 1-15, lengths < 128, small values) are read inline:
+    # most of a small message's varints, and a function call each saved.
     while pos < end:
-        key, pos = _read_varint(buf, pos, end)
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(buf, pos, end)
         field, wt = key >> 3, key & 7
         if field == 0:
             raise CodecError("field number 0")
         if wt == 0:
-            value, pos = _read_varint(buf, pos, end)
+            if pos < end and (value := buf[pos]) < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(buf, pos, end)
             yield field, 0, value, 0
         elif wt == 2:
-            n, pos = _read_varint(buf, pos, end)
+            if pos < end and (n := buf[pos]) < 0x80:
+                pos += 1
+            else:
+                n, pos = _read_varint(buf, pos, end)
             stop = pos + n
             if stop > end:
                 raise CodecError("length-delimited field runs past the end")

@@ -139,7 +139,11 @@ def scan_fields(buf: bytes, start: int = 0, end: int | None = None) -> list[tupl
     i = start
     out: list[tuple[int, int, int, int]] = []
     while i < n:
-        key, i = _varint(buf, i, n)
+        key = buf[i]
+        if key < 0x80:  # one-byte varints inline (see eas_sdk._core.tensor._fields)
+            i += 1
+        else:
+            key, i = _varint(buf, i, n)
         if key <= 0:
             return None
         fno, wt = key >> 3, key & 7
@@ -152,7 +156,10 @@ def scan_fields(buf: bytes, start: int = 0, end: int | None = None) -> list[tupl
                 return None
             out.append((fno, 0, s, i))
         elif wt == 2:
-            ln, i = _varint(buf, i, n)
+            if i < n and (ln := buf[i]) < 0x80:
+                i += 1
+            else:
+                ln, i = _varint(buf, i, n)
             if ln < 0 or i + ln > n:
                 return None
             out.append((fno, 2, i, i + ln))
@@ -677,16 +684,20 @@ def _array_proto_pieces(arr: np.ndarray, torch: bool) -> tuple[_Pieces, int]:
         pieces, size = _raw_values(0x22, arr, "<f8")
     elif dt == _TF.DT_BOOL:
         pieces, size = _raw_values(0x42, arr.astype(np.uint8), "u1")  # packed varints 0/1
-    else:
+    elif dt == _TF.DT_STRING:
         m = _TF.ArrayProto()
-        if dt == _TF.DT_STRING:
-            m.string_val.extend(_as_bytes_list(arr))
-        elif dt == _TF.DT_INT64:
-            m.int64_val.extend(arr.ravel().tolist())
-        else:
-            m.int_val.extend(arr.ravel().tolist())
+        m.string_val.extend(_as_bytes_list(arr))
         rest = m.SerializeToString()
         pieces, size = [rest], len(rest)
+    elif arr.size == 0:
+        pieces, size = [], 0  # an empty packed field is not written
+    else:
+        # Packed varints of int64_val (7) or int_val (5), sign-extended as protobuf does.
+        if arr.size <= 16:  # a few values: a Python loop beats numpy's set-up cost
+            packed = b"".join([_codec.varint(v) for v in arr.ravel().tolist()])
+        else:
+            packed = _codec.encode_varints(arr)
+        pieces, size = _wrap(0x3A if dt == _TF.DT_INT64 else 0x2A, [packed], len(packed))
     return [head, *pieces], len(head) + size
 
 
