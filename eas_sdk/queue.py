@@ -538,6 +538,23 @@ def _failure_kind(exc: BaseException) -> FailureKind:
     return FailureKind.DISCONNECTED
 
 
+def _connect_options(client: Any, headers: Any) -> dict[str, Any]:
+    """``websockets`` connect() options shared by the sync and the async watcher."""
+    return {
+        "additional_headers": headers,
+        "compression": None,
+        "max_size": None,
+        # Frames are small and many: a deep receive queue keeps the socket drained
+        # instead of pausing reads every 16 messages.
+        "max_queue": WATCH_MAX_QUEUE,
+        "proxy": None,
+        "open_timeout": max(1.0, client.timeout_ms / 1000.0),
+        "ping_interval": client.ping_interval,
+        "ping_timeout": client.ping_timeout,
+        "close_timeout": 1.0,
+    }
+
+
 def _handshake_error(exc: BaseException) -> PredictException | None:
     """A 4xx answer to the upgrade is final (raised); anything else is worth a reconnect."""
     from websockets.exceptions import InvalidStatus
@@ -579,17 +596,7 @@ class Watcher:
                 try:
                     ws = connect(
                         self.url,
-                        additional_headers=self.headers,
-                        compression=None,
-                        max_size=None,
-                        # Frames are small and many: a deep receive queue keeps the socket
-                        # drained instead of pausing reads every 16 messages.
-                        max_queue=WATCH_MAX_QUEUE,
-                        proxy=None,
-                        open_timeout=max(1.0, self.client.timeout_ms / 1000.0),
-                        ping_interval=self.client.ping_interval,
-                        ping_timeout=self.client.ping_timeout,
-                        close_timeout=1.0,
+                        **_connect_options(self.client, self.headers),
                         legacy=True,  # one direct connection: this class does its own reconnects
                     )
                 except (OSError, WebSocketException, TimeoutError) as exc:
@@ -820,18 +827,7 @@ class AsyncWatcher:
         failures = 0
         while not self.closed:
             try:
-                ws = await connect(
-                    self.url,
-                    additional_headers=self.headers,
-                    compression=None,
-                    max_size=None,
-                    max_queue=WATCH_MAX_QUEUE,
-                    proxy=None,
-                    open_timeout=max(1.0, self.client.timeout_ms / 1000.0),
-                    ping_interval=self.client.ping_interval,
-                    ping_timeout=self.client.ping_timeout,
-                    close_timeout=1.0,
-                )
+                ws = await connect(self.url, **_connect_options(self.client, self.headers))
             except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
                 final = _handshake_error(exc)
                 if final is not None:
