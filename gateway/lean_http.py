@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import http
 import logging
 import re
 import socket
 import sys
+import time
 import urllib.parse
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, NamedTuple, cast
@@ -117,11 +119,25 @@ def parse_query(qs: str) -> Query:
     return out
 
 
+_date_second = 0
+_date_line = ""
+
+
+def _date() -> str:
+    """The ``Date`` header line (RFC 9110 asks servers with a clock to send one), built once a second."""
+    global _date_second, _date_line
+    now = int(time.time())
+    if now != _date_second:
+        _date_second = now
+        _date_line = f"Date: {email.utils.formatdate(now, usegmt=True)}\r\n"
+    return _date_line
+
+
 def encode_reply(reply: Reply, close: bool) -> bytes:
     status = reply.status
     parts = [
         f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
-        f"Content-Type: {reply.content_type}\r\nContent-Length: {len(reply.body)}\r\n"
+        f"Content-Type: {reply.content_type}\r\nContent-Length: {len(reply.body)}\r\n{_date()}"
     ]
     if reply.headers:
         for k, v in reply.headers.items():

@@ -95,6 +95,7 @@ async def test_queue_calls_fast_and_the_rest_handed_over_on_one_connection(tmp_p
             status, h, body = await c.call(*put(b"hello", f"X-Request-Id: {rid}\r\n"))
             assert (status, body) == (200, b"1")
             assert "server" not in h  # answered by the fast path
+            assert h["date"].endswith(" GMT")
             assert h["x-request-id"] == rid
             assert h["x-eas-queueservice-request-id"]
             # The head and body in separate writes (as urllib3 sends them) still take the fast path.
