@@ -258,7 +258,9 @@ async def test_client_disconnect_cancels_dispatch() -> None:
         await asyncio.sleep(0.3)
         assert len(pool.calls) == 1
         assert pool.completed == 0
-        assert b"\neasgw_inflight_requests 0.0\n" in gw.app[METRICS_KEY].render()
+        rendered = gw.app[METRICS_KEY].render()
+        assert b"\neasgw_inflight_requests 0.0\n" in rendered
+        assert b'easgw_requests_total{service="echo",status="499"} 1.0' in rendered
 
 
 async def test_queue_services_go_to_queue_manager_after_auth() -> None:
