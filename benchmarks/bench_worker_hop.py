@@ -131,7 +131,10 @@ if __name__ == "__main__":
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--echo", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="1 round x 1 s (smoke run)")
     a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.seconds = 1, 1.0
     try:
         import uvloop
     except ImportError:
