@@ -516,12 +516,21 @@ async def _serve(
     fallback = runner.server
     assert fallback is not None
     conns: set[FastProtocol] = set()
-    http_server = await loop.create_server(
-        lambda: FastProtocol(direct.serve, fallback, conns, gateway.max_body_bytes, accept=direct.accept),
-        "127.0.0.1",
-        0,
-        backlog=1024,
-    )
+
+    def http_protocol() -> FastProtocol:
+        return FastProtocol(
+            direct.serve,
+            fallback,
+            conns,
+            gateway.max_body_bytes,
+            accept=direct.accept,
+            # The gateway's connection limits apply on the worker's port too.
+            header_timeout=gateway.header_timeout_s,
+            keepalive_timeout=gateway.keepalive_timeout_s,
+            body_timeout=gateway.body_timeout_s,
+        )
+
+    http_server = await loop.create_server(http_protocol, "127.0.0.1", 0, backlog=1024)
     port = http_server.sockets[0].getsockname()[1]
 
     # The pipe to the gateway: EOF means the gateway died, so stop too.

@@ -258,6 +258,28 @@ async def test_worker_http_lean_path_and_aiohttp_fallback_agree(make_pool: MakeP
             assert (r.status, await r.read()) == (200, b"again")
 
 
+async def test_worker_http_port_keeps_the_gateways_connection_limits(make_pool: MakePool) -> None:
+    """An idle kept-alive connection and a head that never completes are closed on the
+    worker's port too (keepalive_timeout_s, header_timeout_s)."""
+    pool = await make_pool(echo_service(), fast_gateway(keepalive_timeout_s=0.4, header_timeout_s=0.4))
+    host, port = pool.ready_endpoints()[0]
+
+    async def closed_after(data: bytes, expect_answer: bool) -> float:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(data)
+            t0 = time.monotonic()
+            got = await asyncio.wait_for(reader.read(), 5.0)  # until the worker closes
+            assert (b"HTTP/1.1 200" in got) is expect_answer
+            return time.monotonic() - t0
+        finally:
+            writer.close()
+
+    req = b"POST /api/predict/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+    assert 0.2 < await closed_after(req, expect_answer=True) < 3.0  # answered, then idle
+    assert 0.2 < await closed_after(b"POST /api/predict/echo HTTP/1.1\r\nHo", expect_answer=False) < 3.0
+
+
 async def test_stop_drains_in_flight_requests(models: dict[str, Path]) -> None:
     pool = WorkerPool(echo_service(), fast_gateway())
     await pool.start()
