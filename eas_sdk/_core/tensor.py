@@ -1025,6 +1025,16 @@ class RawArray:
         return Tensor(arr.reshape(dims), dt)
 
 
+def _add_values(out: RawArray, kind: str, buf: Any, wt: int, x: int, y: int) -> None:
+    """Append one occurrence of a value field (TF/Torch ArrayProto or Blade Array) to ``out``."""
+    if kind == KIND_BYTES:
+        if wt != 2:
+            raise CodecError("string_val must be length-delimited")
+        out._values.setdefault(kind, []).append([bytes(buf[x:y])])
+    else:
+        out._values.setdefault(kind, []).append(_numeric_piece(buf, kind, wt, x, y))
+
+
 def _decode_array_proto(buf: Any, a: int, b: int, family: str) -> RawArray:
     kinds = _TF_FIELD_KINDS if family == "tf" else _TORCH_FIELD_KINDS
     out = RawArray(family)
@@ -1036,13 +1046,7 @@ def _decode_array_proto(buf: Any, a: int, b: int, family: str) -> RawArray:
             dims += _decode_dims(buf, x, y)
             out.dims = dims
         elif field in kinds:
-            kind = kinds[field]
-            if kind == KIND_BYTES:
-                if wt != 2:
-                    raise CodecError("string_val must be length-delimited")
-                out._values.setdefault(kind, []).append([bytes(buf[x:y])])
-            else:
-                out._values.setdefault(kind, []).append(_numeric_piece(buf, kind, wt, x, y))
+            _add_values(out, kinds[field], buf, wt, x, y)
         # unknown fields are skipped, as protobuf does
     return out
 
@@ -1227,13 +1231,7 @@ def _decode_blade_array(buf: Any, a: int, b: int) -> RawArray:
         elif field == 4 and wt == 2:
             out.dims = (out.dims or []) + _decode_dims(buf, x, y)
         elif field in _BLADE_FIELD_KINDS:
-            kind = _BLADE_FIELD_KINDS[field]
-            if kind == KIND_BYTES:
-                if wt != 2:
-                    raise CodecError("string_val must be length-delimited")
-                out._values.setdefault(kind, []).append([bytes(buf[x:y])])
-            else:
-                out._values.setdefault(kind, []).append(_numeric_piece(buf, kind, wt, x, y))
+            _add_values(out, _BLADE_FIELD_KINDS[field], buf, wt, x, y)
     return out
 
 

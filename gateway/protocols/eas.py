@@ -599,24 +599,13 @@ def select_outputs(req: DecodedRequest, output_names: Sequence[str]) -> list[int
 # --- encoding ------------------------------------------------------------------------
 
 
-def _uvarint(n: int) -> bytes:
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _ld(tag: int, payload: bytes) -> bytes:
     """A length-delimited field with a one-byte tag (field numbers < 16)."""
-    return bytes((tag,)) + _uvarint(len(payload)) + payload
+    return bytes((tag,)) + _codec.varint(len(payload)) + payload
 
 
 def _shape_bytes(shape: Sequence[int]) -> bytes:
-    dims = b"".join(_uvarint(int(d)) for d in shape)
+    dims = b"".join(_codec.varint(int(d)) for d in shape)
     return _ld(0x0A, dims) if dims else b""
 
 
@@ -655,7 +644,7 @@ _Pieces = list[Any]
 
 
 def _wrap(tag: int, pieces: _Pieces, size: int) -> tuple[_Pieces, int]:
-    prefix = bytes((tag,)) + _uvarint(size)
+    prefix = bytes((tag,)) + _codec.varint(size)
     return [prefix, *pieces], len(prefix) + size
 
 
@@ -667,7 +656,7 @@ def _raw_values(tag: int, arr: np.ndarray, layout: str) -> tuple[_Pieces, int]:
 @functools.lru_cache(maxsize=1024)
 def _array_head(dt: int, shape: tuple[int, ...]) -> bytes:
     # dtype and shape fields: the same few for every answer of a model, so built once.
-    return b"\x08" + _uvarint(dt) + _ld(0x12, _shape_bytes(shape))
+    return b"\x08" + _codec.varint(dt) + _ld(0x12, _shape_bytes(shape))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -753,7 +742,7 @@ def _blade_array_pieces(name: str, arr: np.ndarray, data_type: int = 0) -> _Piec
         _ld(0x0A, nb)
         + _ld(0x12, nb)
         + b"\x18"
-        + _uvarint(batch & 0xFFFFFFFF)
+        + _codec.varint(batch & 0xFFFFFFFF)
         + _ld(0x22, _shape_bytes(arr.shape))
     )
     if k.kind == "f":
