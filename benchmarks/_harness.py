@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -160,22 +161,27 @@ class Child:
         return self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(5)
+        stop_group(self.proc)
 
     def __enter__(self) -> Child:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL if stuck."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(5)
 
 
 def median(values: Sequence[float]) -> float:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._harness import free_port, median, pin, wait_port  # noqa: E402
+from benchmarks._harness import free_port, median, pin, stop_group, wait_port  # noqa: E402
 from eas_sdk._core import tensor as codec  # noqa: E402
 from eas_sdk.requests import StringRequest, TFRequest  # noqa: E402
 
@@ -177,16 +176,7 @@ class Proc:
     def close(self) -> None:
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.proc.wait(5)
+        stop_group(self.proc)
 
 
 def time_calls(fn: Callable[[], Any], n: int) -> list[list[float]]:
