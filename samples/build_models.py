@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "models"
 # Tensor names clients need.
@@ -96,10 +97,9 @@ def build_multi(path: Path) -> Path:
     return path
 
 
-def build_spin(path: Path) -> Path:
-    """``spin.onnx``: input ``n`` int64 scalar; a Loop adds 1.0 ``n`` times; output ``count``
-    float32[1]. About 1 us per iteration: a model whose run time the caller chooses
-    (timeout and cancellation tests)."""
+def spin_loop_body() -> Any:
+    """The body of a Loop that adds 1.0 to a float32[1] per iteration (about 1 us each):
+    a run time the caller chooses, for timeout and cancellation tests."""
     from onnx import TensorProto, helper
 
     body = helper.make_graph(
@@ -119,6 +119,16 @@ def build_spin(path: Path) -> Path:
         ],
         [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
     )
+    return body
+
+
+def build_spin(path: Path) -> Path:
+    """``spin.onnx``: input ``n`` int64 scalar; a Loop adds 1.0 ``n`` times; output ``count``
+    float32[1]. About 1 us per iteration: a model whose run time the caller chooses
+    (timeout and cancellation tests)."""
+    from onnx import TensorProto, helper
+
+    body = spin_loop_body()
     graph = helper.make_graph(
         [helper.make_node("Loop", ["n", "cond", "v0"], ["count"], body=body)],
         "spin",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,29 +28,19 @@ from gateway.workers.pool import WorkerPool
 from gateway.workers.processors.onnx import OnnxProcessor
 
 MakePool = Callable[..., Any]
+ROOT = Path(__file__).resolve().parents[3]
 BLOCK = 1e9  # loop iterations of the blocking request: it only ends by being cancelled
 
 
 def _build_model(path: Path) -> Path:
     from onnx import TensorProto, helper
 
-    body = helper.make_graph(
-        [
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-            helper.make_node("Add", ["v_in", "one"], ["v_out"]),
-        ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [1]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [1]),
-        ],
-        [helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])],
-    )
+    sys.path.insert(0, str(ROOT / "samples"))
+    try:
+        from build_models import spin_loop_body
+    finally:
+        sys.path.remove(str(ROOT / "samples"))
+    body = spin_loop_body()
     nodes = [
         helper.make_node("ReduceMax", ["x"], ["mx"], keepdims=0),
         helper.make_node("Cast", ["mx"], ["n"], to=TensorProto.INT64),
