@@ -464,6 +464,13 @@ class _DirectHTTP:
         from aiohttp import web
 
         async def predict(request: web.Request) -> web.StreamResponse:
+            encoding = request.headers.get("Content-Encoding", "").strip().lower()
+            if encoding not in ("", "identity"):
+                # As the gateway: no compressed bodies (aiohttp would inflate them unasked).
+                rid = request.headers.get(HEADER_REQUEST_ID, "")[:128]
+                msg = f"Content-Encoding {encoding[:32]!r} is not supported"
+                err = error_response(415, "UnsupportedMediaType", msg, rid)
+                return web.Response(status=415, body=err.body, headers={"Content-Type": err.content_type})
             body = await request.read()
             tail = request.match_info.get("tail", "")
             resp = await self.answer(request.headers, request.rel_url.raw_path, tail, body)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import random
@@ -253,6 +254,9 @@ async def test_worker_http_lean_path_and_aiohttp_fallback_agree(make_pool: MakeP
             assert (r.status, await r.read(), "Server" in r.headers) == (200, b"hello", True)
         async with s.get(url, headers=auth) as r:
             assert r.status == 405
+        gz = {**auth, "Content-Encoding": "gzip"}
+        async with s.post(url, data=gzip.compress(b"hello"), headers=gz) as r:
+            assert (r.status, (await r.json())["code"]) == (415, "UnsupportedMediaType")  # as the gateway
         # The connection handed to aiohttp keeps working.
         async with s.post(url, data=b"again", headers=auth) as r:
             assert (r.status, await r.read()) == (200, b"again")
