@@ -103,6 +103,26 @@ class _ServiceHistogram(Collector):
         yield family
 
 
+class _RequestCounts(Collector):
+    """``easgw_requests_total{service, status}`` as plain per-(service, status) counts:
+    incremented on the event loop without prometheus_client's lock and call chain per request,
+    exposed at scrape time as a regular counter."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.counts: dict[tuple[str, int], int] = {}
+        registry.register(self)
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "easgw_requests",
+            "Predict/queue requests by service and HTTP status",
+            labels=["service", "status"],
+        )
+        for (service, status), n in sorted(self.counts.items()):
+            family.add_metric([service, str(status)], float(n))
+        yield family
+
+
 class _Inflight:
     """The in-flight gauge as a plain counter (event loop only), read at scrape time:
     no lock per request."""
@@ -124,12 +144,7 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry, service_names: Iterable[str]) -> None:
         self.registry = registry
         self.services = frozenset(service_names)
-        self.requests = Counter(
-            "easgw_requests",
-            "Predict/queue requests by service and HTTP status",
-            ["service", "status"],
-            registry=registry,
-        )
+        self.requests = _RequestCounts(registry)
         self.latency = _ServiceHistogram(
             "easgw_request_duration_seconds",
             "Gateway time per request, from routing to the last response byte handed to aiohttp",
@@ -153,9 +168,6 @@ class GatewayMetrics:
         self.inflight = _Inflight(
             Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
         )
-        # labels() costs a lock and a tuple lookup per call: keep each child at hand
-        # (label values only ever come from the config, so this stays small).
-        self._requests: dict[tuple[str, int], Any] = {}
 
     def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
         self.registry.register(_PoolCollector(pools, queues))
@@ -164,11 +176,9 @@ class GatewayMetrics:
         if service not in self.services:  # defensive: labels only from config
             self.unknown_service.inc()
             return
-        key = (service, status)
-        counter = self._requests.get(key)
-        if counter is None:
-            counter = self._requests[key] = self.requests.labels(service, str(status))
-        counter.inc()
+        counts = self.requests.counts
+        key = (service, status)  # label values only ever come from the config: stays small
+        counts[key] = counts.get(key, 0) + 1
         self.latency.observe(service, seconds)
 
     def observe_dispatch(self, service: str, dispatch_s: float, compute_us: int) -> None:
