@@ -115,11 +115,12 @@ def create_app(
     app[WORKER_REQUEST_KEY] = worker_request or _default_worker_request()
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, predict
+    from gateway.routes import admin, discovery, kserve, predict
 
     admin.setup(app)
     discovery.setup(app)
     predict.setup(app)
+    kserve.setup(app)
     if cluster_serving:
         from gateway.routes import cluster_serving as cluster_serving_routes
 

@@ -1,0 +1,239 @@
+"""KServe REST endpoints: the V2 Open Inference Protocol and V1, for onnx services.
+
+V2: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models``,
+``/v2/models/<name>[/versions/1]`` (metadata), ``.../ready`` and ``POST .../infer``.
+V1: ``GET /v1/models``, ``/v1/models/<name>`` and ``POST /v1/models/<name>:predict``.
+A model is an onnx service (the service name is the model name); its calls run on the
+service's workers like an EAS predict, with the service's token checked (plain or
+``EAS`` signature over the request path). Errors are ``{"error": "..."}`` with a
+4xx/5xx status and the gateway's ``X-Request-Id``. See gateway.protocols.kserve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+
+from gateway import __version__, errors
+from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, WORKER_REQUEST_KEY, all_ready, service_ready
+from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.middleware import request_id
+from gateway.protocols import kserve as proto
+from gateway.routes.predict import caller_deadline_s, check_auth, map_pool_error, read_body, timeout_s
+
+SIGNATURES_KEY = web.AppKey("kserve_signatures", dict)
+_LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
+
+
+def _json(status: int, body: bytes) -> web.Response:
+    return web.Response(status=status, body=body, content_type=proto.JSON_TYPE)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json(status, proto.error_body(message))
+
+
+def _models(request: web.Request) -> list[ServiceConfig]:
+    pools = request.app[POOLS_KEY]
+    return [s for s in request.app[CONFIG_KEY].services if s.processor == "onnx" and s.name in pools]
+
+
+def _model(request: web.Request) -> ServiceConfig:
+    name = request.match_info["model"]
+    if not SERVICE_NAME_RE.fullmatch(name):
+        raise proto.KServeRequestError("invalid model name")
+    version = request.match_info.get("version")
+    for svc in _models(request):
+        if svc.name == name:
+            if version is not None and version != "1":
+                raise proto.KServeRequestError(f"model {name!r} has no version {version[:32]!r}", 404)
+            return svc
+    raise proto.KServeRequestError(f"model {name!r} not found", 404)
+
+
+def _signature(app: web.Application, svc: ServiceConfig) -> proto.ModelSignature:
+    cache: dict[str, proto.ModelSignature] = app[SIGNATURES_KEY]
+    sig = cache.get(svc.name)
+    if sig is None:
+        assert svc.model is not None
+        sig = cache[svc.name] = proto.onnx_signature(svc.model)
+    return sig
+
+
+def _authorize(request: web.Request, svc: ServiceConfig, body: bytes | None) -> None:
+    check_auth(svc, request.headers, request.rel_url.raw_path, body)
+
+
+def _handler(fn: Any) -> Any:
+    """Map protocol and gateway errors onto ``{"error"}`` bodies."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await fn(request)
+        except proto.KServeRequestError as exc:
+            return _error(exc.status, str(exc))
+        except errors.GatewayError as exc:
+            resp = _error(exc.status, exc.message)
+            for k, v in (exc.headers or {}).items():
+                resp.headers[k] = v
+            if exc.close:
+                resp.force_close()
+            return resp
+
+    return wrapped
+
+
+# ----------------------------------------------------------------------------- health
+
+
+async def server_metadata(request: web.Request) -> web.Response:
+    return _json(200, proto.dumps({"name": "easkit-gateway", "version": __version__, "extensions": []}))
+
+
+async def live(request: web.Request) -> web.Response:
+    return _json(200, proto.dumps({"live": True}))
+
+
+async def ready(request: web.Request) -> web.Response:
+    ok = all_ready(request.app)
+    return _json(200 if ok else 503, proto.dumps({"ready": ok}))
+
+
+async def list_models(request: web.Request) -> web.Response:
+    return _json(200, proto.dumps({"models": [s.name for s in _models(request)]}))
+
+
+async def model_ready(request: web.Request) -> web.Response:
+    svc = _model(request)
+    _authorize(request, svc, b"")
+    ok = service_ready(request.app, svc.name)
+    return _json(200 if ok else 503, proto.dumps({"name": svc.name, "ready": ok}))
+
+
+async def model_metadata(request: web.Request) -> web.Response:
+    svc = _model(request)
+    _authorize(request, svc, b"")
+    return _json(200, proto.v2_metadata(svc.name, _signature(request.app, svc)))
+
+
+async def v1_model(request: web.Request) -> web.Response:
+    svc = _model(request)
+    _authorize(request, svc, b"")
+    return _json(200, proto.dumps({"name": svc.name, "ready": service_ready(request.app, svc.name)}))
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+async def _run(request: web.Request, svc: ServiceConfig, body: bytes, arrived: float) -> Any:
+    """Dispatch a processor JSON request; -> the worker's reply body, or an error Response."""
+    app = request.app
+    timeout = timeout_s(svc, caller_deadline_s(request.headers), arrived)
+    wreq = app[WORKER_REQUEST_KEY](
+        body=body,
+        subpath="",
+        content_type=proto.JSON_TYPE,
+        request_id=request_id(request),
+        headers={"Content-Type": proto.JSON_TYPE, "X-Eas-Request-Format": "json"},
+    )
+    try:
+        wresp = await app[POOLS_KEY][svc.name].dispatch(wreq, timeout)
+    except asyncio.TimeoutError:
+        return _error(504, "the worker did not answer in time")
+    except Exception as exc:
+        mapped = map_pool_error(exc)
+        if mapped is None:
+            raise
+        return _error(mapped.status, mapped.message)
+    if int(wresp.status) != 200:
+        text = bytes(wresp.body).decode("utf-8", "replace")
+        try:  # the processor's JSON error -> its message
+            doc = proto.loads(bytes(wresp.body))
+            text = str(doc.get("message", text)) if isinstance(doc, dict) else text
+        except proto.KServeRequestError:
+            pass
+        return _error(int(wresp.status), text)
+    return bytes(wresp.body)
+
+
+async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
+    if request.headers.get(proto.BINARY_HEADER) is not None:
+        raise proto.KServeRequestError("the binary tensor data extension is not supported; send JSON")
+    gw = request.app[CONFIG_KEY].gateway
+    if svc.tokens and not request.headers.get("Authorization"):
+        raise errors.Unauthorized("invalid or missing token")
+    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
+    _authorize(request, svc, body)
+    return body
+
+
+async def _parse(body: bytes, parse: Any, *args: Any) -> Any:
+    if len(body) > _LARGE_BODY:
+        return await asyncio.to_thread(parse, body, *args)
+    return parse(body, *args)
+
+
+def _observed(fn: Any) -> Any:
+    """Count inference calls in the gateway's per-service metrics."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        resp = await fn(request)
+        svc_name = request.match_info.get("model", "")
+        if any(s.name == svc_name for s in _models(request)):
+            request.app[METRICS_KEY].observe(svc_name, resp.status, time.perf_counter() - started)
+        return resp
+
+    return wrapped
+
+
+async def v2_infer(request: web.Request) -> web.Response:
+    arrived = time.monotonic()
+    svc = _model(request)
+    body = await _read(request, svc)
+    req = await _parse(body, proto.parse_v2_infer)
+    reply = await _run(request, svc, req.body, arrived)
+    if isinstance(reply, web.Response):
+        return reply
+    try:
+        return _json(200, proto.v2_response(svc.name, req, reply))
+    except (ValueError, KeyError, TypeError) as exc:
+        return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
+
+
+async def v1_predict(request: web.Request) -> web.Response:
+    arrived = time.monotonic()
+    svc = _model(request)
+    body = await _read(request, svc)
+    req = await _parse(body, proto.parse_v1_predict, _signature(request.app, svc))
+    reply = await _run(request, svc, req.body, arrived)
+    if isinstance(reply, web.Response):
+        return reply
+    try:
+        return _json(200, proto.v1_predictions(req, reply))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
+
+
+def setup(app: web.Application) -> None:
+    app[SIGNATURES_KEY] = {}
+    model = "/v2/models/{model}"
+    versioned = "/v2/models/{model}/versions/{version}"
+    r = app.router
+    r.add_get("/v2", _handler(server_metadata))
+    r.add_get("/v2/health/live", _handler(live))
+    r.add_get("/v2/health/ready", _handler(ready))
+    r.add_get("/v2/models", _handler(list_models))
+    for base in (model, versioned):
+        r.add_get(base, _handler(model_metadata))
+        r.add_get(base + "/ready", _handler(model_ready))
+        r.add_post(base + "/infer", _observed(_handler(v2_infer)))
+    r.add_get("/v1/models", _handler(list_models))
+    r.add_get("/v1/models/{model:[^/:]+}", _handler(v1_model))
+    r.add_post("/v1/models/{model:[^/:]+}:predict", _observed(_handler(v1_predict)))
+
+
+__all__ = ["setup"]

@@ -1,0 +1,229 @@
+"""KServe V2 / V1 REST against the real gateway and real ONNX Runtime workers; results are
+compared with ONNX Runtime run in this process."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from eas_sdk._core.auth import content_md5, eas_authorization, http_date
+from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
+
+TOKEN = "kserve-token-3b9d1e7a0c5f4e21"
+MULTI = ROOT / "samples" / "models" / "multi.onnx"
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator[GatewayProcess]:
+    config = {
+        "services": [
+            {"name": "digits", "processor": "onnx", "model": str(digits_model), "token": TOKEN, "workers": 1},
+            {"name": "multi", "processor": "onnx", "model": str(MULTI), "workers": 1},
+            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1},
+        ]
+    }
+    proc = GatewayProcess.start(config, tmp_path_factory.mktemp("kserve"))
+    try:
+        for svc in ("digits", "multi"):
+            proc.wait_workers_ready(svc, 1)
+        yield proc
+    finally:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def rows() -> np.ndarray:
+    from sklearn.datasets import load_digits
+
+    return (load_digits().data[:4] / 16.0).astype(np.float32)
+
+
+def call(
+    gw: GatewayProcess,
+    path: str,
+    doc: Any = None,
+    headers: dict[str, str] | None = None,
+    raw: bytes | None = None,
+) -> tuple[int, Any, dict[str, str]]:
+    data = raw if raw is not None else (None if doc is None else json.dumps(doc).encode())
+    req = urllib.request.Request(gw.url + path, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read()), dict(r.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null"), dict(exc.headers)
+
+
+AUTH = {"Authorization": TOKEN}
+
+
+def test_health_and_server_metadata(gw: GatewayProcess) -> None:
+    assert call(gw, "/v2/health/live")[:2] == (200, {"live": True})
+    assert call(gw, "/v2/health/ready")[:2] == (200, {"ready": True})
+    status, meta, _ = call(gw, "/v2")
+    assert status == 200 and meta["name"] and meta["version"]
+    assert call(gw, "/v2/models")[1] == {"models": ["digits", "multi"]}  # onnx services only
+    assert call(gw, "/v1/models")[1] == {"models": ["digits", "multi"]}
+
+
+def test_model_metadata_is_the_model_files(gw: GatewayProcess, digits_model: Path) -> None:
+    sess = ort.InferenceSession(str(MULTI))
+    status, meta, _ = call(gw, "/v2/models/multi")
+    assert status == 200 and meta["name"] == "multi" and meta["platform"] == "onnxruntime_onnx"
+    assert [i["name"] for i in meta["inputs"]] == [i.name for i in sess.get_inputs()]
+    assert [(i["datatype"], i["shape"]) for i in meta["inputs"]] == [
+        ("FP32", [-1, 4]),
+        ("INT64", [-1, 4]),
+        ("FP64", [-1, 4]),
+    ]
+    assert [(o["name"], o["datatype"]) for o in meta["outputs"]] == [
+        ("sum", "FP32"),
+        ("yy", "INT64"),
+        ("zneg", "FP64"),
+        ("mask", "UINT8"),
+    ]
+    assert call(gw, "/v2/models/multi/versions/1")[1] == meta
+    assert call(gw, "/v2/models/multi/ready")[:2] == (200, {"name": "multi", "ready": True})
+    # A token-protected model answers its metadata to its token only.
+    assert call(gw, "/v2/models/digits")[0] == 401
+    status, meta, _ = call(gw, "/v2/models/digits", headers=AUTH)
+    assert status == 200 and meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}]
+
+
+def test_v2_infer_matches_onnx_runtime(gw: GatewayProcess, digits_model: Path, rows: np.ndarray) -> None:
+    label, probs = ort.InferenceSession(str(digits_model)).run(None, {"input": rows})
+    doc = {"id": "req-42", "inputs": [{"name": "input", "shape": list(rows.shape), "datatype": "FP32",
+                                       "data": rows.ravel().tolist()}]}  # fmt: skip
+    status, body, headers = call(gw, "/v2/models/digits/infer", doc, AUTH)
+    assert status == 200, body
+    assert body["model_name"] == "digits" and body["id"] == "req-42"
+    assert headers.get("X-Request-Id")
+    out = {o["name"]: o for o in body["outputs"]}
+    assert out["label"]["datatype"] == "INT64" and out["label"]["shape"] == [4]
+    assert out["label"]["data"] == label.tolist()
+    assert out["probabilities"]["shape"] == [4, 10]
+    np.testing.assert_allclose(np.array(out["probabilities"]["data"]).reshape(4, 10), probs, rtol=1e-6)
+    # Selected outputs, nested data, the versioned path.
+    doc = {"inputs": [{"name": "input", "shape": [4, 64], "datatype": "FP32", "data": rows.tolist()}],
+           "outputs": [{"name": "label"}]}  # fmt: skip
+    status, body, _ = call(gw, "/v2/models/digits/versions/1/infer", doc, AUTH)
+    assert status == 200, body
+    assert [o["name"] for o in body["outputs"]] == ["label"] and body["outputs"][0]["data"] == label.tolist()
+
+
+def test_v2_infer_with_several_dtypes(gw: GatewayProcess) -> None:
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 4
+    y = np.array([[1, -2, 0, 3], [4, 0, -1, 2]], dtype=np.int64)
+    z = np.linspace(-1, 1, 8).reshape(2, 4)
+    expected = dict(
+        zip(
+            ["sum", "yy", "zneg", "mask"],
+            ort.InferenceSession(str(MULTI)).run(None, {"x": x, "y": y, "z": z}),
+            strict=True,
+        )
+    )
+    doc = {"inputs": [
+        {"name": "x", "shape": [2, 4], "datatype": "FP32", "data": x.ravel().tolist()},
+        {"name": "y", "shape": [2, 4], "datatype": "INT64", "data": y.ravel().tolist()},
+        {"name": "z", "shape": [2, 4], "datatype": "FP64", "data": z.ravel().tolist()},
+    ]}  # fmt: skip
+    status, body, _ = call(gw, "/v2/models/multi/infer", doc)
+    assert status == 200, body
+    got = {o["name"]: o for o in body["outputs"]}
+    assert {n: o["datatype"] for n, o in got.items()} == {
+        "sum": "FP32",
+        "yy": "INT64",
+        "zneg": "FP64",
+        "mask": "UINT8",
+    }
+    for name, want in expected.items():
+        np.testing.assert_allclose(np.array(got[name]["data"]).reshape(want.shape), want, rtol=1e-6)
+
+
+def test_v1_predict_matches_onnx_runtime(gw: GatewayProcess, digits_model: Path, rows: np.ndarray) -> None:
+    label, probs = ort.InferenceSession(str(digits_model)).run(None, {"input": rows})
+    status, body, _ = call(gw, "/v1/models/digits:predict", {"instances": rows.tolist()}, AUTH)
+    assert status == 200, body
+    preds = body["predictions"]
+    assert [p["label"] for p in preds] == label.tolist()
+    np.testing.assert_allclose(np.array([p["probabilities"] for p in preds]), probs, rtol=1e-6)
+    assert call(gw, "/v1/models/digits", headers=AUTH)[1] == {"name": "digits", "ready": True}
+
+
+def test_v1_named_instances(gw: GatewayProcess) -> None:
+    inst = [{"x": [0.5, 1, 2, 3], "y": [1, 2, 3, 4], "z": [1.0, 2, 3, 4]}] * 2
+    status, body, _ = call(gw, "/v1/models/multi:predict", {"instances": inst})
+    assert status == 200, body
+    assert body["predictions"][1] == {"sum": [1.5, 3, 5, 7], "yy": [2, 4, 6, 8], "zneg": [-1, -2, -3, -4],
+                                      "mask": [1, 1, 1, 1]}  # fmt: skip
+
+
+def test_the_eas_signature_works_on_the_infer_path(gw: GatewayProcess, rows: np.ndarray) -> None:
+    body = json.dumps({"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
+                                   "data": rows[0].tolist()}]}).encode()  # fmt: skip
+    path = "/v2/models/digits/infer"
+    md5, date, ctype = content_md5(body), http_date(), "application/json"
+    headers = {"Content-MD5": md5, "Date": date, "Content-Type": ctype,
+               "Authorization": eas_authorization(TOKEN.encode(), md5, ctype, date, path)}  # fmt: skip
+    status, doc, _ = call(gw, path, headers=headers, raw=body)
+    assert status == 200, doc
+    headers["Authorization"] = headers["Authorization"][:-4] + "AAA="
+    assert call(gw, path, headers=headers, raw=body)[0] == 401
+
+
+def _digits(datatype: str = "FP32", shape: tuple[int, ...] = (1, 64), n: int = 64, **extra: Any) -> Any:
+    data = [1 if datatype == "INT64" else 0.0] * n
+    return {"inputs": [{"name": "input", "shape": list(shape), "datatype": datatype, "data": data}], **extra}
+
+
+DIGITS = "/v2/models/digits/infer"
+BAD_REQUESTS = [
+    ("/v2/models/nope/infer", {"inputs": []}, {}, 404, "model 'nope' not found"),
+    ("/v2/models/echo/infer", {"inputs": []}, {}, 404, "model 'echo' not found"),
+    (DIGITS, {"inputs": []}, {}, 401, "invalid or missing token"),
+    (DIGITS, {"inputs": []}, {"Authorization": "wrong"}, 401, "invalid or missing token"),
+    ("/v2/models/digits/versions/2/infer", {"inputs": []}, AUTH, 404, "no version '2'"),
+    (DIGITS, _digits("INT64"), AUTH, 400, "input 'input': expected float32[N,64], got int64[1,64]"),
+    (DIGITS, _digits(shape=(1, 63), n=63), AUTH, 400, "expected float32[N,64]"),
+    (DIGITS, {"inputs": [{"name": "pixels", "shape": [1], "datatype": "FP32", "data": [0.0]}]}, AUTH, 400,
+     "pixels"),
+    (DIGITS, _digits(outputs=[{"name": "nope"}]), AUTH, 400, "nope"),
+    (DIGITS, _digits(n=60), AUTH, 400, "needs 64 values, got 60"),
+    (DIGITS, _digits(), {**AUTH, "Inference-Header-Content-Length": "10"}, 400, "binary tensor data"),
+    ("/v1/models/multi:predict", {"instances": [[1, 2, 3, 4]]}, {}, 400, "each instance must be an object"),
+    ("/v2/models/bad%2Fname/infer", {"inputs": []}, {}, 400, "invalid model name"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "doc", "headers", "status", "message"), BAD_REQUESTS)
+def test_bad_requests_get_a_clear_error_and_the_gateway_stays_up(
+    gw: GatewayProcess, path: str, doc: Any, headers: dict[str, str], status: int, message: str
+) -> None:
+    got, body, resp_headers = call(gw, path, doc, {"Content-Type": "application/json", **headers})
+    assert got == status, body
+    assert message in body["error"], body
+    assert resp_headers.get("X-Request-Id")
+    assert call(gw, "/v2/models/multi/ready")[0] == 200
+
+
+def test_malformed_json_is_400(gw: GatewayProcess) -> None:
+    status, body, _ = call(gw, "/v2/models/multi/infer", raw=b'{"inputs": [')
+    assert status == 400 and "not valid JSON" in body["error"]
+    status, body, _ = call(gw, "/v2/models/multi/infer", raw=b"[" * 50_000 + b"]" * 50_000)
+    assert status == 400, body
+
+
+def test_inference_calls_are_counted_in_metrics(gw: GatewayProcess) -> None:
+    call(gw, "/v2/models/multi/infer", raw=b"{}")
+    with urllib.request.urlopen(gw.url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    counted = [line for line in text.splitlines() if line.startswith("easgw_requests_total{")]
+    assert any('service="multi"' in line and 'status="400"' in line for line in counted), counted
