@@ -21,6 +21,13 @@ never repeat: ``meta.next_idx`` reserves blocks of ``INDEX_RESERVE`` indexes in 
 transaction that first uses them, and a clean stop records the exact value.
 Deliveries are not journalled: after a restart every consumer is gone, so whatever
 was outstanding is delivered again (at least once).
+
+Removed records leave a tombstone ``(idx, rid)`` in ``d_<qid>``, written by a trigger on
+the record table, so inside the removal's own statement and transaction (no extra
+statement per commit). The store loads the newest ``RECENT_LIMIT`` on start: a commit
+repeated after a restart is still OK and a put retried with a consumed record's request
+id still returns its index. Every ``PRUNE_EVERY`` removals of a queue, the removal's
+transaction also drops the tombstones beyond the newest ``RECENT_LIMIT``.
 """
 
 from __future__ import annotations
@@ -35,12 +42,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .store import Durable, Record
+from .store import RECENT_LIMIT, Durable, Record
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024
 CHECKPOINT_INTERVAL_S = 1.0
+
+# Tombstones beyond the newest RECENT_LIMIT are pruned once per this many removals.
+PRUNE_EVERY = 4096
 
 # Reserve index blocks in meta so that a put does not rewrite the meta row each time:
 # after a crash the indexes continue above the reservation (a gap, never a reuse).
@@ -58,6 +68,16 @@ CREATE TABLE IF NOT EXISTS acks (
 """
 
 _Op = Callable[[sqlite3.Connection], None]
+
+
+def _tombstones(c: sqlite3.Connection, qid: int) -> None:
+    """The tombstone table of a queue and the trigger that fills it (idempotent: also
+    migrates a database written before tombstones existed)."""
+    c.execute(f"CREATE TABLE IF NOT EXISTS d_{qid} (idx INTEGER PRIMARY KEY, rid TEXT NOT NULL)")
+    c.execute(
+        f"CREATE TRIGGER IF NOT EXISTS r_{qid}_gone AFTER DELETE ON r_{qid} BEGIN "  # noqa: S608 (<int>)
+        f"INSERT OR REPLACE INTO d_{qid} (idx, rid) VALUES (old.idx, old.rid); END"
+    )
 
 
 class StorageError(Exception):
@@ -86,6 +106,7 @@ class SqliteBackend:
         self._qids: dict[str, int] = {}
         self._reserved: dict[str, int] = {}
         self._acked: set[str] = set()
+        self._removals: dict[str, int] = {}  # removals since the last tombstone prune
         self._flush_scheduled = False
         self._ckpt_stop = threading.Event()
         self._ckpt_thread: threading.Thread | None = None
@@ -108,6 +129,12 @@ class SqliteBackend:
             # Checkpoints fsync; they run on a background connection instead of inside a commit.
             conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.executescript(_SCHEMA)
+        qids = [int(qid) for (qid,) in conn.execute("SELECT qid FROM qmap")]
+        if qids:
+            conn.execute("BEGIN IMMEDIATE")
+            for qid in qids:
+                _tombstones(conn, qid)
+            conn.execute("COMMIT")
         return conn
 
     # ------------------------------------------------------------------ lifecycle
@@ -115,7 +142,9 @@ class SqliteBackend:
         out: dict[str, dict[str, Any]] = {}
 
         def q(name: str) -> dict[str, Any]:
-            return out.setdefault(name, {"next_idx": 1, "records": [], "groups": [], "acks": []})
+            return out.setdefault(
+                name, {"next_idx": 1, "records": [], "groups": [], "acks": [], "removed": []}
+            )
 
         c = self._conn
         for name, nxt in c.execute("SELECT queue, next_idx FROM meta"):
@@ -129,6 +158,11 @@ class SqliteBackend:
                 recs.append((idx, rid, json.loads(tags), bytes(data)))
             if recs:
                 q(name)["next_idx"] = max(q(name)["next_idx"], recs[-1][0] + 1)
+            sql = (
+                f"SELECT idx, rid FROM (SELECT idx, rid FROM d_{int(qid)} "  # noqa: S608 (d_<int>)
+                "ORDER BY idx DESC LIMIT ?) ORDER BY idx"
+            )
+            q(name)["removed"] = c.execute(sql, (RECENT_LIMIT,)).fetchall()
         for name, gid, start, tags in c.execute("SELECT queue, gid, start, tags FROM groups"):
             q(name)["groups"].append((gid, start, json.loads(tags)))
         for name, gid, idx in c.execute("SELECT queue, gid, idx FROM acks"):
@@ -148,6 +182,7 @@ class SqliteBackend:
                     f"CREATE TABLE IF NOT EXISTS r_{qid} "
                     "(idx INTEGER PRIMARY KEY, rid TEXT NOT NULL, tags TEXT NOT NULL, data BLOB NOT NULL)"
                 )
+                _tombstones(c, qid)
 
             setup.append(create)
         return f"r_{qid}"
@@ -319,14 +354,19 @@ class SqliteBackend:
         return self._submit(op)
 
     def delete(self, queue: str, idxs: list[int]) -> Durable:
+        """Remove records; the trigger leaves their tombstones in the same statement."""
         setup: list[_Op] = []
         table = self._table(queue, setup)
         acked = queue in self._acked
         rows = [(i,) for i in idxs]
-        if len(rows) == 1 and not acked and not setup:
+        removals = self._removals.get(queue, 0) + len(rows)
+        prune = removals >= PRUNE_EVERY
+        self._removals[queue] = 0 if prune else removals
+        if len(rows) == 1 and not acked and not setup and not prune:
             delete_sql = f"DELETE FROM {table} WHERE idx = ?"  # noqa: S608 (r_<int>)
             row = rows[0]
             return self._submit(lambda c: c.execute(delete_sql, row), single=True)
+        tomb = "d_" + table[2:]
 
         def op(c: sqlite3.Connection) -> None:
             for s in setup:
@@ -334,6 +374,12 @@ class SqliteBackend:
             c.executemany(f"DELETE FROM {table} WHERE idx = ?", rows)  # noqa: S608 (r_<int>)
             if acked:
                 c.executemany("DELETE FROM acks WHERE queue = ? AND idx = ?", [(queue, i) for i in idxs])
+            if prune:  # keep the newest RECENT_LIMIT tombstones (the store remembers as many)
+                c.execute(
+                    f"DELETE FROM {tomb} WHERE idx < "  # noqa: S608 (d_<int>)
+                    f"(SELECT idx FROM {tomb} ORDER BY idx DESC LIMIT 1 OFFSET ?)",
+                    (RECENT_LIMIT - 1,),
+                )
 
         return self._submit(op)
 
@@ -347,10 +393,15 @@ class SqliteBackend:
         return self._submit(op)
 
     def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        """Register a group, or record its new tag filter (its start never changes)."""
         row = (queue, gid, start, json.dumps(tags))
 
         def op(c: sqlite3.Connection) -> None:
-            c.execute("INSERT OR IGNORE INTO groups (queue, gid, start, tags) VALUES (?, ?, ?, ?)", row)
+            c.execute(
+                "INSERT INTO groups (queue, gid, start, tags) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(queue, gid) DO UPDATE SET tags = excluded.tags",
+                row,
+            )
 
         return self._submit(op)
 

@@ -14,11 +14,24 @@ Model (per queue):
 * groups (the gid header): a ``cursor`` (next never-delivered index), a heap of
   ``returned`` indexes (delivered to a consumer that left), ``pending``
   (index -> uid) and ``committed`` (live indexes this group already committed,
-  only non-empty while another group still needs the record).
+  only non-empty while another group still needs the record). Groups are created
+  by a watch only (never by a commit or a get).
 * consumers (uid within a group): a window, auto_commit, a tag filter and the
   indexes outstanding at it. A record is outstanding at one consumer per group.
+  The connected consumers of a group share one tag filter (the group's); a watch
+  with other tags while none is connected changes the group's filter, and the
+  group then scans its records again from its start, so a record an old filter
+  skipped is delivered once a filter matches it.
 * A commit acknowledges for the caller's group; the record is deleted once every
   group it is relevant to (start <= index, tag filter matches) has committed it.
+  A commit from a gid that has no group acknowledges outside any group: it deletes
+  a record that no group still needs and is refused (404) for one a group needs.
+* removed records (committed, deleted, truncated, read by a get with auto_delete)
+  are remembered, the last ``RECENT_LIMIT`` of them, by index and request id: a
+  commit of such an index is OK (idempotent) and a put with such a request id
+  returns the old index and stores nothing. The backend keeps this memory across
+  restarts (sqlite.py: a tombstone row per removed record, written by a trigger in
+  the same transaction as the removal).
 """
 
 from __future__ import annotations
@@ -35,8 +48,9 @@ from gateway.config import QueueConfig
 
 Durable = Awaitable[Any] | None
 
-# Bounded memories of removed records, so that a repeated commit stays idempotent and a
-# retried put (same request id) returns the same index after its record was consumed.
+# Bounded memory of removed records (index -> request id, kept durable by the backend), so
+# that a repeated commit stays idempotent and a retried put (same request id) returns the
+# same index after its record was consumed, across restarts too.
 RECENT_LIMIT = 100_000
 MAX_GET_LENGTH = 10_000
 # With auto_commit the window does not limit; records are handed out in slices this big.
@@ -113,13 +127,19 @@ class Backend(Protocol):
 
     def recover(self) -> dict[str, dict[str, Any]]:
         """Per queue: next_idx, records [(idx, rid, tags, data)], groups [(gid, start, tags)],
-        acks [(gid, idx)]."""
+        acks [(gid, idx)], removed [(idx, rid)] (the most recently removed records, by index)."""
         ...
 
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
-    def delete(self, queue: str, idxs: list[int]) -> Durable: ...
+    def delete(self, queue: str, idxs: list[int]) -> Durable:
+        """Remove records; the backend remembers their (index, request id) durably."""
+        ...
+
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
-    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable: ...
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        """Register a group, or record its new tag filter (its start never changes)."""
+        ...
+
     def close(self, next_idx: dict[str, int] | None = None) -> None: ...
 
 
@@ -160,8 +180,9 @@ class Queue:
         self.by_rid: dict[str, int] = {}
         self.inflight = 0  # puts allocated but not yet durable
         self.inflight_rids: dict[str, tuple[int, Durable]] = {}
-        self.recent_committed: OrderedDict[int, None] = OrderedDict()
-        self.recent_rids: OrderedDict[str, int] = OrderedDict()
+        # Removed records (committed, deleted, truncated, consumed by get), oldest first.
+        self.recent: OrderedDict[int, str] = OrderedDict()  # idx -> rid
+        self.recent_rids: dict[str, int] = {}
         self.groups: dict[str, Group] = {}
         self.recovered_below = 0
         self._conn_seq = 0
@@ -179,6 +200,10 @@ class Queue:
             self.records[idx] = rec
             self.by_rid[rid] = idx
             self.next_idx = max(self.next_idx, idx + 1)
+        for idx, rid in state.get("removed", ()):
+            if idx not in self.records:
+                self._remember(idx, rid)
+                self.next_idx = max(self.next_idx, idx + 1)
         self.visible_next = self.next_idx
         self.min_live = min(self.records, default=self.next_idx)
         # Deliveries are not journalled: a record recovered here may have been delivered
@@ -209,12 +234,15 @@ class Queue:
         # The highest index ever allocated and made visible (0 before the first put).
         return self.visible_next - 1
 
-    def _remember(self, rec: Record) -> None:
-        self.recent_rids[rec.rid] = rec.idx
-        if len(self.recent_rids) > RECENT_LIMIT:
-            self.recent_rids.popitem(last=False)
+    def _remember(self, idx: int, rid: str) -> None:
+        self.recent[idx] = rid
+        self.recent_rids[rid] = idx
+        if len(self.recent) > RECENT_LIMIT:
+            old_idx, old_rid = self.recent.popitem(last=False)
+            if self.recent_rids.get(old_rid) == old_idx:
+                del self.recent_rids[old_rid]
 
-    def _remove(self, idxs: Iterable[int], committed: bool) -> list[int]:
+    def _remove(self, idxs: Iterable[int]) -> list[int]:
         removed: list[int] = []
         for idx in idxs:
             rec = self.records.pop(idx, None)
@@ -222,11 +250,7 @@ class Queue:
                 continue
             removed.append(idx)
             self.by_rid.pop(rec.rid, None)
-            self._remember(rec)
-            if committed:
-                self.recent_committed[idx] = None
-                if len(self.recent_committed) > RECENT_LIMIT:
-                    self.recent_committed.popitem(last=False)
+            self._remember(idx, rec.rid)
             for g in self.groups.values():
                 g.committed.discard(idx)
                 g.deliveries.pop(idx, None)
@@ -337,7 +361,7 @@ class Queue:
 
     # ------------------------------------------------------------------ delete / truncate
     def delete(self, idxs: list[int]) -> Durable:
-        removed = self._remove(idxs, committed=False)
+        removed = self._remove(idxs)
         return self.backend.delete(self.name, removed) if removed else None
 
     def truncate(self, below: int) -> tuple[int, Durable]:
@@ -359,6 +383,59 @@ class Queue:
         self.groups[gid] = g
         return g, self.backend.add_group(self.name, gid, start, dict(tags))
 
+    def _refilter(self, g: Group, tags: dict[str, str]) -> Durable:
+        """The group's tag filter changes (no consumer of it is connected).
+
+        The group scans its records again from its start: records the old filter skipped
+        (or handed back) are delivered once they match, and committed or still pending
+        ones are skipped as usual. Records the group no longer needs and every other
+        group has committed are deleted."""
+        g.tags = dict(tags)
+        self._advance_min_live()
+        g.cursor = max(g.start, self.min_live)
+        g.returned = []  # the rescan covers them
+        durs = [self.backend.add_group(self.name, g.gid, g.start, dict(tags)), self._settle(self._acked())]
+        return _last(durs)
+
+    def _acked(self) -> list[int]:
+        """Live records some group committed (and some other group has not)."""
+        out: set[int] = set()
+        for g in self.groups.values():
+            out.update(g.committed)
+        return sorted(out)
+
+    def _needed_by(self, rec: Record, but: Group | None = None) -> list[str]:
+        """The groups (other than ``but``) that still owe this record a commit."""
+        return [
+            other.gid
+            for other in self.groups.values()
+            if other is not but and rec.idx not in other.committed and other.relevant(rec)
+        ]
+
+    def _owed_elsewhere(self, rec: Record, g: Group) -> bool:
+        """Whether a group other than ``g`` still needs the record (the commit hot path)."""
+        if len(self.groups) == 1:
+            return False
+        idx = rec.idx
+        return any(
+            other is not g and idx not in other.committed and other.relevant(rec)
+            for other in self.groups.values()
+        )
+
+    def _settle(self, idxs: Iterable[int]) -> Durable:
+        """Delete the records among ``idxs`` that some group committed and no group needs."""
+        gone = [
+            idx
+            for idx in idxs
+            if (rec := self.records.get(idx)) is not None
+            and any(idx in g.committed for g in self.groups.values())
+            and not self._needed_by(rec)
+        ]
+        if not gone:
+            return None
+        self._remove(gone)
+        return self.backend.delete(self.name, gone)
+
     def connect(
         self, gid: str, uid: str, index: int, window: int, auto_commit: bool, tags: dict[str, str]
     ) -> tuple[Consumer, Durable]:
@@ -367,7 +444,8 @@ class Queue:
         live_others = [c for c in g.consumers.values() if c.connected and c.uid != uid]
         if any(c.tags != tags for c in live_others):
             raise QueueError(409, f"consumers of group {gid} must use identical tags", "tags")
-        g.tags = dict(tags)
+        if g.tags != tags:
+            dur = _last([dur, self._refilter(g, tags)])
         self._conn_seq += 1
         c = Consumer(gid, uid, window, auto_commit, dict(tags), self._conn_seq)
         old = g.consumers.get(uid)
@@ -380,13 +458,20 @@ class Queue:
                 keep, excess = keep[:window], keep[window:]
                 for idx in excess:
                     g.pending.pop(idx, None)
-                    if idx in self.records:
-                        heapq.heappush(g.returned, idx)
+                    self._hand_back(g, idx)
             c.pending = dict.fromkeys(keep)
             c.resend = list(keep)
             c.delivered = old.delivered
         g.consumers[uid] = c
         return c, dur
+
+    def _hand_back(self, g: Group, idx: int) -> None:
+        """A record left its consumer: the group delivers it again if its filter still wants it
+        (if not, a later filter change rescans it). Indexes at or above the cursor (after a
+        filter change) are left to the scan, so the heap only holds indexes below it."""
+        rec = self.records.get(idx)
+        if rec is not None and idx < g.cursor and g.relevant(rec) and idx not in g.committed:
+            heapq.heappush(g.returned, idx)
 
     def disconnect(self, c: Consumer) -> None:
         """The consumer's connection is gone; with no grace its records go back to the group at once."""
@@ -404,12 +489,14 @@ class Queue:
         g = self.groups.get(c.gid)
         if g is None or g.consumers.get(c.uid) is not c or c.connected:
             return
-        for idx in c.pending:
-            if g.pending.pop(idx, None) is not None and idx in self.records:
-                heapq.heappush(g.returned, idx)
+        back = [idx for idx in c.pending if g.pending.pop(idx, None) is not None]
+        for idx in back:
+            self._hand_back(g, idx)
         c.pending.clear()
         c.resend.clear()
         del g.consumers[c.uid]
+        # Held through a filter change, some may be needed by no group any more.
+        self._settle(back)
         self._wake_group(g)
 
     def take(self, c: Consumer, limit: int | None = None) -> tuple[list[tuple[Record, int]], Durable]:
@@ -435,14 +522,22 @@ class Queue:
         if room <= 0:
             return [], None
         fresh: list[Record] = []
-        # 2. records returned by consumers that left
+        # 2. records returned by consumers that left (only ones the group's filter wants are
+        # handed back, and a filter change empties the heap; one that does not match this
+        # consumer is kept for another, never dropped)
+        skipped: list[int] = []
         while g.returned and len(fresh) < room:
             idx = heapq.heappop(g.returned)
             rec = self.records.get(idx)
-            if rec is None or idx in g.pending or idx in g.committed or not _matches(c.tags, rec.tags):
+            if rec is None or idx in g.pending or idx in g.committed:
+                continue
+            if not _matches(c.tags, rec.tags) or not g.relevant(rec):
+                skipped.append(idx)
                 continue
             fresh.append(rec)
             self.redeliveries_total += 1
+        for idx in skipped:
+            heapq.heappush(g.returned, idx)
         # 3. never-delivered records, in index order
         while len(fresh) < room and g.cursor < self.visible_next:
             idx = g.cursor
@@ -475,23 +570,37 @@ class Queue:
 
     # ------------------------------------------------------------------ commit
     def commit(self, gid: str, idxs: list[int]) -> Durable:
-        """Acknowledge for ``gid``. Validates everything first: an error changes nothing."""
+        """Acknowledge for ``gid``. Validates everything first: an error changes nothing.
+
+        An index no longer in the queue but remembered as removed is OK (idempotent). A gid
+        that has no group (it never watched) acknowledges outside any group: a record read
+        by a get (or recovered) is deleted if no group needs it, else refused naming the
+        groups; no group is created."""
         g = self.groups.get(gid)
+        live: list[int] = []
         for idx in idxs:
             rec = self.records.get(idx)
             if rec is None:
-                if idx in self.recent_committed:
-                    continue  # already committed and deleted: idempotent
-                raise QueueError(404, f"index {idx} is not in the queue (deleted or never put)", "_indexes_")
+                if idx in self.recent:
+                    continue  # committed, deleted or consumed already: idempotent
+                raise QueueError(404, f"index {idx} is not in the queue (never put)", "_indexes_")
+            live.append(idx)
             if g is not None and (idx in g.pending or idx in g.committed or idx in g.deliveries):
                 continue  # delivered to this group (even if its consumer has left since)
-            if rec.fetched or idx < self.recovered_below:
-                continue
-            raise QueueError(404, f"index {idx} was never delivered to group {gid}", "_indexes_")
+            if not (rec.fetched or idx < self.recovered_below):
+                raise QueueError(404, f"index {idx} was never delivered to group {gid}", "_indexes_")
+            if g is None and (owed := self._needed_by(rec)):
+                raise QueueError(
+                    404,
+                    f"group {gid} has never watched queue {self.name}, and index {idx} is still owed "
+                    f"to group {', '.join(owed)}: commit with the gid that received it",
+                    "_indexes_",
+                )
         if g is None:
-            g, _ = self._group(gid, 1, {})
-            # a group born from a commit: its registration rides with the ack below
-        return self._commit_group(g, idxs)
+            removed = self._remove(live)  # nobody needs them: the commit deletes
+            self.commits_total += len(removed)
+            return self.backend.delete(self.name, removed) if removed else None
+        return self._commit_group(g, live)
 
     def _commit_group(self, g: Group, idxs: Iterable[int]) -> Durable:
         to_delete: list[int] = []
@@ -507,22 +616,18 @@ class Queue:
                     c.pending.pop(idx, None)
                     self._wake(c)
             self.commits_total += 1
-            if all(
-                other is g or idx in other.committed or not other.relevant(rec)
-                for other in self.groups.values()
-            ):
+            if not self._owed_elsewhere(rec, g):
                 to_delete.append(idx)
             else:
                 g.committed.add(idx)
                 to_ack.append(idx)
         durs: list[Durable] = []
         if to_delete:
-            self._remove(to_delete, committed=True)
+            self._remove(to_delete)
             durs.append(self.backend.delete(self.name, to_delete))
         if to_ack:
             durs.append(self.backend.ack(self.name, g.gid, to_ack))
-        durs = [d for d in durs if d is not None]
-        return durs[-1] if durs else None  # the backend completes in order: the last covers all
+        return _last(durs)
 
     # ------------------------------------------------------------------ search / attributes
     def search(self, gid: str, idx: int) -> dict[str, Any] | None:
@@ -600,3 +705,9 @@ class Queue:
             "commits_total": self.commits_total,
             "redeliveries_total": self.redeliveries_total,
         }
+
+
+def _last(durs: Iterable[Durable]) -> Durable:
+    """The backend completes its writes in order: the last handle covers all before it."""
+    real = [d for d in durs if d is not None]
+    return real[-1] if real else None

@@ -279,3 +279,43 @@ def test_slow_consumer_is_not_robbed(make_client: Callable[..., QueueClient]) ->
         slow.commit(held)
         frames.close()
     assert held == indexes
+
+
+def _raw(port: int, method: str, path: str, body: bytes | None = None, **headers: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, body, {"Authorization": TOKEN, **headers})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_commit_and_put_dedupe_survive_kill9(tmp_path: Path) -> None:
+    """After SIGKILL and a restart, a retried commit of a committed record is still OK and a
+    put retried with the X-Request-Id of a record consumed before the crash stores nothing."""
+    server = QueueServer.start(queue_config(tmp_path / "data", ["d"]), tmp_path)
+    try:
+        path = "/api/predict/d"
+        for i in range(3):
+            put = _raw(server.port, "POST", path, f"r{i}".encode(), **{"X-Request-Id": f"rid-{i}"})
+            assert put == (200, str(i + 1).encode())
+        q = QueueClient(server.endpoint, "d")
+        q.set_token(TOKEN)
+        q.init(uid="w")
+        got = collect(q, 1, window=1, commit=True)  # 1 committed by a watcher
+        assert got == [1]
+        assert [d.index for d in q.get(index=2, timeout="0s")] == [2]  # 2 consumed by a get
+        q.close()
+        server.kill()
+        server = server.restart()
+        assert _raw(server.port, "PUT", f"{path}?_indexes_=1", b"") == (200, b"OK")
+        assert _raw(server.port, "PUT", f"{path}?_indexes_=2", b"") == (200, b"OK")
+        for i in range(3):
+            status, body = _raw(server.port, "POST", path, b"again", **{"X-Request-Id": f"rid-{i}"})
+            assert (status, body) == (200, str(i + 1).encode())
+        status, body = _raw(server.port, "GET", f"{path}?_count_=true")
+        assert (status, body) == (200, b"1")  # only record 3, once
+        assert _raw(server.port, "PUT", f"{path}?_indexes_=9", b"")[0] == 404
+    finally:
+        server.kill()

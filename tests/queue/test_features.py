@@ -100,3 +100,49 @@ def test_search_and_wait_count(make_client: Callable[..., QueueClient]) -> None:
         assert q.search(idx[3])["WaitCount"] == 2
         frames.close()
     assert q.search(10_000) == {}  # unknown index: 404, which the SDK turns into {}
+
+
+def test_commit_from_a_gid_that_never_watched_creates_no_group(
+    make_client: Callable[..., QueueClient],
+) -> None:
+    """The reference client's get() then commit() with the default gid on a queue nobody
+    watches deletes the record, and leaves no group behind that later records would wait
+    for: a group that does watch and commits everything empties the queue."""
+    q = make_client()  # gid eas
+    index, _ = q.put(b"read")
+    assert [d.index for d in q.get(index=index, auto_delete=False, timeout="0s")] == [int(index)]
+    q.commit(int(index))
+    assert q.attributes()["stream.length"] == "0"
+    assert q.attributes()["groups.stats.total"] == "0"
+    w = make_client(gid="workers")
+    indexes = [int(q.put(f"r{i}")[0]) for i in range(3)]
+    assert [df.index for df in first(w, 3, auto_commit=True)] == indexes
+    assert q.attributes()["stream.length"] == "0"
+
+
+def test_commit_from_an_unknown_gid_of_a_record_a_group_needs_is_refused(
+    queue_server: QueueServer, make_client: Callable[..., QueueClient], queue_name: str
+) -> None:
+    w = make_client(gid="workers")
+    with w.watch(0, 1) as watcher:  # the group exists and is owed every record
+        index, _ = w.put(b"x")
+        frames = watcher.run()
+        assert next(frames).index == int(index)
+        other = make_client(gid="reader")
+        assert [d.index for d in other.get(index=index, auto_delete=False, timeout="0s")] == [int(index)]
+        conn = http.client.HTTPConnection("127.0.0.1", queue_server.port, timeout=5)
+        conn.request(
+            "PUT",
+            f"/api/predict/{queue_name}?_indexes_={index}",
+            b"",
+            {"Authorization": TOKEN, "X-EAS-QueueService-Redis-Gid": "reader"},
+        )
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        assert resp.status == 404 and "reader" in text and "workers" in text, text
+        assert w.attributes()["stream.length"] == "1"
+        w.commit(int(index))
+        frames.close()
+    assert w.attributes()["stream.length"] == "0"
+    assert w.attributes()["groups.stats.total"] == "1"

@@ -14,6 +14,7 @@ from gateway.config import QueueConfig, parse_config
 from gateway.queue.manager import QueueManager
 from gateway.queue.server import MANAGER_KEY, build_app
 from gateway.queue.sqlite import SqliteBackend
+from gateway.queue.store import QueueError
 
 from .server_proc import TOKEN, queue_config
 
@@ -146,3 +147,110 @@ async def test_shutdown_with_a_silent_watcher_and_a_long_poll_is_bounded(tmp_pat
     assert frame[0] == 0x88 and int.from_bytes(frame[2:4], "big") == 1001  # "going away" from shutdown()
     await client.close()
     writer.close()
+
+
+def _crash(m: QueueManager) -> None:
+    """Stop writing without a clean stop, as a kill -9 would (what is committed stays)."""
+    m.backend._ckpt_stop.set()
+    m.backend._conn.close()
+
+
+async def test_removed_records_are_remembered_across_a_crash(tmp_path: Path) -> None:
+    """A commit repeated after a restart is OK and a put retried with the request id of a
+    consumed record returns its index without storing it again."""
+    m = manager(tmp_path)
+    await m.start()
+    q = m.queue("a")
+    for i in range(4):
+        await q.put(f"r{i}".encode(), {}, f"rid-{i}")[2]
+    c, _ = q.connect("g", "u", 0, 5, False, {})
+    q.take(c)
+    await q.commit("g", [1])  # committed
+    _recs, dur = q.get(2, 1, True, None, {})  # consumed by a get
+    await dur
+    await q.delete([3])  # deleted
+    _crash(m)
+
+    m2 = manager(tmp_path)
+    await m2.start()
+    q2 = m2.queue("a")
+    assert sorted(q2.records) == [4]
+    assert q2.commit("g", [1]) is None  # OK, nothing to do
+    assert q2.commit("g", [2, 3]) is None
+    for i, rid in enumerate(["rid-0", "rid-1", "rid-2"]):
+        idx, _rid, dur = q2.put(b"again", {}, rid)
+        assert (idx, dur) == (i + 1, None)
+    assert sorted(q2.records) == [4]
+    with pytest.raises(QueueError) as info:
+        q2.commit("g", [99])  # never put
+    assert info.value.status == 404
+    await m2.stop()
+
+
+async def test_tombstones_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.queue.sqlite as sqlite_mod
+    import gateway.queue.store as store_mod
+
+    monkeypatch.setattr(sqlite_mod, "RECENT_LIMIT", 10)
+    monkeypatch.setattr(sqlite_mod, "PRUNE_EVERY", 8)
+    monkeypatch.setattr(store_mod, "RECENT_LIMIT", 10)
+    m = manager(tmp_path)
+    await m.start()
+    q = m.queue("a")
+    for i in range(40):
+        await q.put(b"x", {}, f"r{i}")[2]
+        await q.delete([i + 1])
+    assert len(q.recent) == 10 and next(iter(q.recent)) == 31
+    await m.stop()
+    with sqlite3.connect(tmp_path / "data" / "queues.sqlite3") as conn:
+        kept = conn.execute("SELECT count(*), min(idx) FROM d_1").fetchone()
+    conn.close()
+    assert kept[0] <= 10 + 8 and kept[1] >= 40 - 10 - 8 + 1
+    m2 = manager(tmp_path)
+    await m2.start()
+    assert list(m2.queue("a").recent) == list(range(31, 41))
+    await m2.stop()
+
+
+async def test_database_without_tombstones_is_migrated(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    await m.start()
+    await m.queue("a").put(b"x", {}, "old")[2]
+    await m.stop()
+    with sqlite3.connect(tmp_path / "data" / "queues.sqlite3") as conn:  # as an older version wrote it
+        conn.execute("DROP TRIGGER r_1_gone")
+        conn.execute("DROP TABLE d_1")
+    conn.close()
+    m2 = manager(tmp_path)
+    await m2.start()
+    q = m2.queue("a")
+    await q.delete([1])
+    _crash(m2)
+    m3 = manager(tmp_path)
+    await m3.start()
+    assert list(m3.queue("a").recent.items()) == [(1, "old")]
+    await m3.stop()
+
+
+async def test_group_filter_change_is_kept(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    await m.start()
+    q = m.queue("a")
+    for color in ("red", "blue", "red"):
+        await q.put(color.encode(), {"color": color}, None)[2]
+    c, dur = q.connect("g", "u", 0, 5, True, {"color": "red"})
+    await dur
+    out, dur = q.take(c)
+    await dur
+    assert [r.idx for r, _ in out] == [1, 3]
+    q.disconnect(c)
+    # Another filter while nobody is connected: the blue record the red filter skipped comes.
+    c, dur = q.connect("g", "u", 0, 5, False, {"color": "blue"})
+    await dur
+    assert [r.idx for r, _ in q.take(c)[0]] == [2]
+    _crash(m)
+    m2 = manager(tmp_path)
+    await m2.start()
+    q2 = m2.queue("a")
+    assert q2.groups["g"].tags == {"color": "blue"}
+    await m2.stop()
