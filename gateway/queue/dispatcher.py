@@ -2,10 +2,12 @@
 
 One ``Dispatcher`` per predict service with ``async: true``. It is a consumer of the input
 queue ``<svc>`` (group ``eas``, uid ``gateway-dispatcher``) holding at most ``window``
-records, the service's worker capacity, and for each record:
+records, the service's worker capacity (see ``worker_capacity``), and for each record:
 
-1. sends the record's data to a worker exactly as a synchronous predict of that body
-   would be sent (``WorkerPool.dispatch``);
+1. sends the record's data to a worker as a synchronous predict of that body would be
+   sent (``WorkerPool.dispatch``), the record's tags as its headers (``requestId`` and
+   ``status`` excepted; only tags that are valid header names and values), so a
+   ``Content-Type`` or ``X-Eas-Request-Format`` tag acts as the header of a sync call;
 2. writes the worker's reply to the sink ``<svc>/sink`` under the input's request id
    (the store dedupes puts by request id, so a redelivered record never yields a second
    result), with the input's tags copied and ``status`` = the reply's status code;
@@ -13,11 +15,14 @@ records, the service's worker capacity, and for each record:
 
 A crash anywhere before 3 leaves the input uncommitted, so it is delivered again after a
 restart (work may repeat, results are never lost or doubled). A processor error (any
-reply status) is a result like any other; an empty reply body writes nothing (EAS: the
-way to bypass the sink). Pool trouble that a restarted worker cures (no ready worker,
-overload, a dead connection) is retried with backoff for ``retry_for_s`` before an error
-result is written; a timeout is retried ``timeout_attempts`` times. When the sink is full
-the dispatcher takes no new input until it has room again.
+reply status) is a result like any other, an empty error reply too (with a message as
+its data); only a 200 with an empty body writes nothing (EAS: the way to bypass the
+sink). While the service has no ready worker (booting after a restart, a slow model)
+the dispatcher takes no input and in-flight records wait for one, without spending their
+retry budget. Pool trouble while workers are up (overload, a dead connection) is retried
+with backoff for ``retry_for_s`` before an error result is written; a timeout is retried
+``timeout_attempts`` times. When the sink is full the dispatcher takes no new input until
+it has room again.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -44,11 +50,41 @@ DISPATCH_UID = "gateway-dispatcher"
 # between replies.
 PER_WORKER_INFLIGHT = 2
 SINK_FULL_POLL_S = 0.05
+READY_POLL_S = 0.25
 
 
 def worker_capacity(service: ServiceConfig) -> int:
-    """The dispatcher's window: what the service's workers can hold at once."""
-    return max(1, min(service.workers * PER_WORKER_INFLIGHT, service.max_pending, service.queue.max_window))
+    """The dispatcher's window: what the service's workers can hold at once.
+
+    Per worker one request computing and one waiting; with dynamic batching one full batch
+    computing and the next one filling (``2 x max_batch_size``), so batches can fill. Never
+    more than ``max_pending`` (the pool refuses beyond it) or the queue's ``max_window``."""
+    per_worker = PER_WORKER_INFLIGHT
+    if service.batching.max_batch_size > 1:
+        per_worker = max(per_worker, 2 * service.batching.max_batch_size)
+    return max(1, min(service.workers * per_worker, service.max_pending, service.queue.max_window))
+
+
+# Input tags that are not handed to the worker as headers: the reserved queue tags (the
+# request id travels as the request's own id) and what the predict route drops too.
+_NOT_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        TAG_REQUEST_ID, TAG_STATUS, "Authorization", "Content-MD5", "Date", "Host", "Connection",
+        "Content-Length", "Transfer-Encoding", "Keep-Alive", "Cookie", "Upgrade", "Proxy-Authorization",
+    )
+)  # fmt: skip
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def tag_headers(tags: Mapping[str, str]) -> dict[str, str]:
+    """An input record's tags as the headers of the worker request (a sync predict's view)."""
+    return {
+        k: v
+        for k, v in tags.items()
+        if k.lower() not in _NOT_HEADERS and _HEADER_NAME.fullmatch(k) and not _BAD_VALUE.search(v)
+    }
 
 
 # WorkerPool errors by class name (as the predict route maps them), so this module does not
@@ -109,6 +145,7 @@ class Dispatcher:
         self.empty_total = 0
         self.retries_total = 0
         self.sink_full_waits = 0
+        self.ready_waits = 0
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -149,7 +186,30 @@ class Dispatcher:
             "empty_total": self.empty_total,
             "retries_total": self.retries_total,
             "sink_full_waits": self.sink_full_waits,
+            "ready_waits": self.ready_waits,
         }
+
+    # ---------------------------------------------------------------- readiness
+    def _ready(self) -> bool:
+        """Whether the pool has a ready worker (a pool that cannot tell counts as ready)."""
+        probe = getattr(self.pool, "ready_endpoints", None)
+        if probe is None:
+            return True
+        try:
+            return bool(probe())
+        except Exception:
+            return True
+
+    async def _wait_ready(self) -> None:
+        """Until a worker is ready (workers booting after a restart, a slow model loading)."""
+        self.ready_waits += 1
+        wait = getattr(self.pool, "wait_ready", None)
+        while not self._ready():
+            if wait is not None:
+                with contextlib.suppress(Exception):
+                    if await wait(READY_POLL_S):
+                        continue
+            await asyncio.sleep(READY_POLL_S)
 
     # ---------------------------------------------------------------- main loop
     def _sink_full(self) -> bool:
@@ -159,6 +219,10 @@ class Dispatcher:
     async def _run(self) -> None:
         c = self._consumer
         while not self._stopping:
+            if not self._ready():
+                # No worker to run anything: leave the input in the queue until one is up.
+                await self._wait_ready()
+                continue
             if self._sink_full():
                 # Backpressure: hold the input until consumers drain the sink.
                 # (The store has no drain notification: poll.)
@@ -182,18 +246,20 @@ class Dispatcher:
         self._wake.set()
 
     # ---------------------------------------------------------------- one record
-    async def _infer(self, rid: str, data: bytes) -> tuple[int, bytes]:
+    async def _infer(self, rid: str, data: bytes, tags: Mapping[str, str]) -> tuple[int, bytes]:
         timeout = self.service.timeout_ms / 1000.0
         deadline = time.monotonic() + self.retry_for_s
         timeouts = 0
         delay = 0.05
+        headers = tag_headers(tags)
+        ctype = next((v for k, v in headers.items() if k.lower() == "content-type"), DEFAULT_CONTENT_TYPE)
         while True:
             req = self.make_request(
                 body=data,
                 subpath="",
-                content_type=DEFAULT_CONTENT_TYPE,
+                content_type=ctype,
                 request_id=rid,
-                headers={},
+                headers=dict(headers),
                 # The worker drops the request unrun once this passes, as for a sync predict.
                 deadline=time.monotonic() + timeout,
             )
@@ -208,6 +274,12 @@ class Dispatcher:
                     timeouts += 1
                     if timeouts >= self.timeout_attempts:
                         return 504, f"inference timed out after {timeouts} attempts".encode()
+                elif not self._ready():
+                    # No worker is up: wait for one; the retry budget starts again after.
+                    await self._wait_ready()
+                    deadline = time.monotonic() + self.retry_for_s
+                    delay = 0.05
+                    continue
                 elif time.monotonic() >= deadline:
                     return status, f"no worker could take the request: {type(exc).__name__}".encode()
                 self.retries_total += 1
@@ -232,12 +304,14 @@ class Dispatcher:
                 delay = min(delay * 2, 5.0)
 
     async def _handle(self, idx: int, rid: str, tags: Mapping[str, str], data: bytes) -> None:
-        status, body = await self._infer(rid, data)
-        if body:
+        status, body = await self._infer(rid, data, tags)
+        if body or status != 200:
+            if not body and status >= 400:
+                body = f"the processor answered {status} with an empty body".encode()
             out_tags = {k: v for k, v in tags.items() if k not in (TAG_REQUEST_ID, TAG_STATUS)}
             out_tags[TAG_STATUS] = str(status)
             await self._put_sink(rid, out_tags, body, status)
-        else:
+        else:  # a 200 with an empty body: no result (EAS)
             self.empty_total += 1
         await _durable(self.input_q.commit(DISPATCH_GROUP, [idx]))
 
@@ -303,7 +377,14 @@ def setup(app: Any) -> None:
             await d.start()
             dispatchers.append(d)
             running[svc.name] = d
+            registry = getattr(qm, "dispatchers", None)
+            if isinstance(registry, dict):  # the queue manager's snapshot (/api/services, /metrics)
+                registry[svc.name] = d
         yield
+        registry = getattr(qm, "dispatchers", None)
+        if isinstance(registry, dict):
+            for d in dispatchers:
+                registry.pop(d.service.name, None)
         await asyncio.gather(
             *(d.stop(config.gateway.shutdown_timeout_s) for d in dispatchers), return_exceptions=True
         )

@@ -287,3 +287,138 @@ async def test_a_store_failure_is_retried_not_stranded(
     await _wait(lambda: rid in _sink(qm) and qm.queue("asvc").length == 0)
     await d.stop()
     assert failures["n"] == 2 and len(_sink(qm)) == 1
+
+
+async def test_an_empty_error_reply_is_still_a_result(qm: QueueManager) -> None:
+    replies = {b"fail": Resp(503, b""), b"skip": Resp(200, b""), b"bad": Resp(400, b"")}
+    pool = FakePool(lambda b: replies[b])
+    d = await _dispatcher(qm, pool)
+    rids = {k: await _put(qm, k) for k in replies}
+    await _wait(lambda: qm.queue("asvc").length == 0 and len(_sink(qm)) == 2)
+    await d.stop()
+    sink = _sink(qm)
+    assert rids[b"skip"] not in sink  # only a 200 with an empty body writes nothing
+    for key, status in ((b"fail", "503"), (b"bad", "400")):
+        rec = sink[rids[key]]
+        assert rec.tags["status"] == status and b"empty body" in rec.data
+    assert d.snapshot()["empty_total"] == 1 and d.snapshot()["errors_total"] == 2
+
+
+@dataclass
+class BootingPool(FakePool):
+    """No worker is ready until ``ready`` is set (as WorkerPool: ready_endpoints, NoReadyWorker)."""
+
+    ready: bool = False
+
+    def ready_endpoints(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", 1)] if self.ready else []
+
+    async def dispatch(self, req: Req, timeout: float) -> Resp:
+        if not self.ready:
+            self.calls.append(req.request_id)
+            raise NoReadyWorker("no ready worker")
+        return await super().dispatch(req, timeout)
+
+
+async def test_waits_for_a_ready_worker_instead_of_writing_503s(qm: QueueManager) -> None:
+    """Workers still booting (after a restart, a slow model): the backlog waits for them
+    instead of spending the retry budget and turning into 503 results."""
+    pool = BootingPool(_echo)
+    d = await _dispatcher(qm, pool, retry_for_s=0.1)
+    rids = [await _put(qm, f"r{i}".encode()) for i in range(5)]
+    await asyncio.sleep(0.6)
+    assert not _sink(qm) and qm.queue("asvc").length == 5
+    pool.ready = True
+    await _wait(lambda: len(_sink(qm)) == 5 and qm.queue("asvc").length == 0)
+    await d.stop()
+    assert {r.tags["status"] for r in _sink(qm).values()} == {"200"} and set(_sink(qm)) == set(rids)
+    assert d.snapshot()["ready_waits"] >= 1
+
+
+async def test_a_record_in_flight_when_workers_go_down_waits_for_them(qm: QueueManager) -> None:
+    pool = BootingPool(_echo, ready=True)
+    loop = asyncio.get_running_loop()
+
+    def down_once(body: bytes) -> Resp | BaseException:
+        if not pool.calls[:-1]:  # the first call: every worker went away, back in 0.5 s
+            pool.ready = False
+            loop.call_later(0.5, setattr, pool, "ready", True)
+            return NoReadyWorker("no ready worker")
+        return _echo(body)
+
+    pool.reply = down_once
+    d = await _dispatcher(qm, pool, retry_for_s=0.1)
+    rid = await _put(qm, b"a")
+    await _wait(lambda: rid in _sink(qm))
+    await d.stop()
+    assert _sink(qm)[rid].tags["status"] == "200"
+
+
+async def test_tags_reach_the_worker_as_headers(qm: QueueManager) -> None:
+    seen: list[Req] = []
+
+    class Recording(FakePool):
+        async def dispatch(self, req: Req, timeout: float) -> Resp:
+            seen.append(req)
+            return _echo(req.body)
+
+    d = await _dispatcher(qm, Recording(_echo))
+    tags = {
+        "uri": "u1",
+        "Content-Type": "application/json",
+        "X-Eas-Request-Format": "json",
+        "bad name": "x",
+        "newline": "a\nb",
+    }
+    rid = await _put(qm, b"{}", tags)
+    plain = await _put(qm, b"x")
+    await _wait(lambda: len(_sink(qm)) == 2)
+    await d.stop()
+    by_rid = {r.request_id: r for r in seen}
+    forwarded = {"uri": "u1", "Content-Type": "application/json", "X-Eas-Request-Format": "json"}
+    assert by_rid[rid].headers == forwarded
+    assert by_rid[rid].content_type == "application/json"
+    assert by_rid[plain].headers == {} and by_rid[plain].content_type == "application/octet-stream"
+    assert _sink(qm)[rid].tags["bad name"] == "x"  # every tag still reaches the result
+
+
+def test_window_fills_batches() -> None:
+    from gateway.config import BatchingConfig
+
+    assert worker_capacity(_svc(workers=2)) == 4
+    batched = ServiceConfig(
+        name="b", processor="onnx", model="m.onnx", workers=2, batching=BatchingConfig(max_batch_size=8)
+    )
+    assert worker_capacity(batched) == 2 * 2 * 8  # a batch computing and the next one filling, per worker
+    big = ServiceConfig(
+        name="b", processor="onnx", model="m.onnx", workers=4, batching=BatchingConfig(max_batch_size=32)
+    )
+    assert worker_capacity(big) == big.max_pending  # the pool refuses more than max_pending
+
+
+async def test_a_result_consumed_before_a_crash_is_not_written_again(tmp_path: Path) -> None:
+    """The sink write is durable, a reader consumes the result, the gateway dies before the
+    input commit: after the restart the input is redelivered and its work repeats, but the
+    sink remembers the request id and takes no second result."""
+    m = QueueManager([_svc()], str(tmp_path))
+    await m.start()
+    rid = await _put(m, b"x")
+    _i, _r, dur = m.queue("asvc/sink").put(b"out:x", {"status": "200"}, rid)
+    await dur
+    recs, dur = m.queue("asvc/sink").get(0, 10, True, None, {})  # consumed by a reader
+    await dur
+    assert [r.rid for r in recs] == [rid]
+    m.backend._ckpt_stop.set()
+    m.backend._conn.close()  # kill -9: the input commit never happens
+
+    m2 = QueueManager([_svc()], str(tmp_path))
+    await m2.start()
+    try:
+        pool = FakePool(_echo)
+        d = await _dispatcher(m2, pool)
+        await _wait(lambda: m2.queue("asvc").length == 0)
+        await d.stop()
+        assert pool.calls == [rid]
+        assert m2.queue("asvc/sink").length == 0
+    finally:
+        await m2.stop()
