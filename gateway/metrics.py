@@ -58,16 +58,62 @@ class _PoolCollector(Collector):
             return
         queues = snap.get("queues", snap) if isinstance(snap, dict) else {}
         length = GaugeMetricFamily("easgw_queue_length", "Items held by a queue", labels=["queue"])
+        consumers = GaugeMetricFamily(
+            "easgw_queue_consumers", "Watchers connected to a queue (all groups)", labels=["queue"]
+        )
+        pending = GaugeMetricFamily(
+            "easgw_queue_pending", "Records delivered to a watcher and not yet committed", labels=["queue"]
+        )
         found = False
         if isinstance(queues, dict):
             for qname, figures in queues.items():
-                if isinstance(figures, dict):
-                    value = figures.get("length", figures.get("size"))
+                if not isinstance(figures, dict):
+                    continue
+                value = figures.get("length", figures.get("size"))
+                if isinstance(value, (int, float)):
+                    length.add_metric([str(qname)], float(value))
+                    found = True
+                for family, key in ((consumers, "consumers"), (pending, "pending")):
+                    value = figures.get(key)
                     if isinstance(value, (int, float)):
-                        length.add_metric([str(qname)], float(value))
-                        found = True
+                        family.add_metric([str(qname)], float(value))
         if found:
-            yield length
+            yield from (length, consumers, pending)
+        dispatchers = snap.get("dispatchers") if isinstance(snap, dict) else None
+        if isinstance(dispatchers, dict) and dispatchers:
+            yield from _dispatcher_families(dispatchers)
+
+
+# Asynchronous services' dispatcher figures (Dispatcher.snapshot()): name, key, help.
+_DISPATCHER_COUNTERS = (
+    ("easgw_async_results", "results_total", "Results written to the sink (errors included)"),
+    ("easgw_async_errors", "errors_total", "Results with an error status (>= 400)"),
+    ("easgw_async_empty", "empty_total", "Replies with an empty body (200): no result written"),
+    ("easgw_async_retries", "retries_total", "Worker calls retried (overload, dead connection, timeout)"),
+    ("easgw_async_sink_full_waits", "sink_full_waits", "Times the dispatcher waited for room in the sink"),
+    ("easgw_async_ready_waits", "ready_waits", "Times the dispatcher waited for a ready worker"),
+)
+
+
+def _dispatcher_families(dispatchers: Mapping[str, Any]) -> Iterable[Metric]:
+    counters = [
+        (CounterMetricFamily(name, doc, labels=["service"]), key) for name, key, doc in _DISPATCHER_COUNTERS
+    ]
+    inflight = GaugeMetricFamily(
+        "easgw_async_inflight", "Input records at the workers or on their way to the sink", labels=["service"]
+    )
+    for service, figures in dispatchers.items():
+        if not isinstance(figures, dict):
+            continue
+        for family, key in counters:
+            value = figures.get(key)
+            if isinstance(value, (int, float)):
+                family.add_metric([str(service)], float(value))
+        value = figures.get("inflight")
+        if isinstance(value, (int, float)):
+            inflight.add_metric([str(service)], float(value))
+    yield from (family for family, _ in counters)
+    yield inflight
 
 
 class _ServiceHistogram(Collector):

@@ -64,6 +64,9 @@ class QueueManager:
         self._timers: set[asyncio.TimerHandle] = set()
         self._started = False
         self.closing = False
+        # Async services' dispatchers (service name -> Dispatcher), registered by
+        # gateway.queue.dispatcher.setup: their figures join the snapshot.
+        self.dispatchers: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -138,6 +141,7 @@ class QueueManager:
             "backend": self.backend_name,
             "fsync": getattr(self.backend, "fsync", "n/a"),
             "queues": {name: q.snapshot() for name, q in self.queues.items()},
+            "dispatchers": {name: d.snapshot() for name, d in self.dispatchers.items()},
         }
 
     # ------------------------------------------------------------------ helpers for http/ws

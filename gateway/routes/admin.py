@@ -78,6 +78,9 @@ async def services(request: web.Request) -> web.Response:
             entry["restarts"] = getattr(pool, "restarts_total", 0)
         if qsnap is not None and (svc.processor == "queue" or svc.async_):
             entry["queues"] = _queue_figures(qsnap, [svc.name, f"{svc.name}/sink"])
+            dispatchers = qsnap.get("dispatchers") if isinstance(qsnap, dict) else None
+            if isinstance(dispatchers, dict) and svc.name in dispatchers:
+                entry["dispatcher"] = dispatchers[svc.name]
         out.append(entry)
     state = app[STATE_KEY]
     return web.json_response(

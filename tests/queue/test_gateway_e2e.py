@@ -60,6 +60,8 @@ def test_sdk_figures_and_restart(gateway: GatewayProcess, tmp_path: Path) -> Non
     with urllib.request.urlopen(gateway.url + "/metrics", timeout=5) as r:
         metrics = r.read().decode()
     assert 'easgw_queue_length{queue="jobs"} 4.0' in metrics
+    assert 'easgw_queue_consumers{queue="jobs"} 1.0' in metrics
+    assert 'easgw_queue_pending{queue="jobs"} 4.0' in metrics
     watcher.close()
     frames.close()
     assert got == ids
