@@ -5,20 +5,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eas_sdk.queue import QueueClient
 
-from .server_proc import TOKEN, QueueServer, queue_config
+from .server_proc import TOKEN, GatewayServer, QueueServer, queue_config
 
-NAMES = [f"q{i}" for i in range(1, 121)]
+NAMES = [f"q{i}" for i in range(1, 241)]
 _counter = itertools.count()
 
 
-@pytest.fixture(scope="session")
-def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueueServer]:
-    workdir: Path = tmp_path_factory.mktemp("queue-server")
+def _shared_config(workdir: Path) -> dict[str, Any]:
     cfg = queue_config(workdir / "data", NAMES, max_length=1000, max_payload_bytes=65536, heartbeat_s=1.0)
     cfg["services"].append(
         {
@@ -28,9 +27,32 @@ def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueueServ
             "queue": {"max_length": 3, "max_payload_bytes": 16},
         }
     )
-    server = QueueServer.start(cfg, workdir)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueueServer]:
+    workdir: Path = tmp_path_factory.mktemp("queue-server")
+    server = QueueServer.start(_shared_config(workdir), workdir)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    """The same queues served by the full gateway (``python -m gateway serve``)."""
+    workdir: Path = tmp_path_factory.mktemp("gateway-server")
+    server = GatewayServer.start(_shared_config(workdir), workdir)
+    yield server
+    server.kill()
+
+
+@pytest.fixture(params=["queue-server", "gateway"])
+def any_server(request: pytest.FixtureRequest) -> QueueServer | GatewayServer:
+    """Each test that takes it runs against the queue-only server and the full gateway."""
+    name = "queue_server" if request.param == "queue-server" else "gateway_server"
+    server: QueueServer | GatewayServer = request.getfixturevalue(name)
+    return server
 
 
 @pytest.fixture
@@ -47,6 +69,25 @@ def make_client(queue_server: QueueServer, queue_name: str) -> Iterator[Callable
 
     def make(uid: str | None = None, gid: str = "eas", name: str | None = None) -> QueueClient:
         c = QueueClient(queue_server.endpoint, name or queue_name)
+        c.set_token(TOKEN)
+        c.init(uid=uid, gid=gid)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+@pytest.fixture
+def any_client(
+    any_server: QueueServer | GatewayServer, queue_name: str
+) -> Iterator[Callable[..., QueueClient]]:
+    """``make_client`` for ``any_server``."""
+    clients: list[QueueClient] = []
+
+    def make(uid: str | None = None, gid: str = "eas", name: str | None = None) -> QueueClient:
+        c = QueueClient(any_server.endpoint, name or queue_name)
         c.set_token(TOKEN)
         c.init(uid=uid, gid=gid)
         clients.append(c)

@@ -1,4 +1,5 @@
-"""The queue-only server (``python -m gateway.queue.server``) as a subprocess for tests."""
+"""The queue-only server (``python -m gateway.queue.server``) as a subprocess for tests, and
+the full gateway (``python -m gateway serve``) behind the same interface."""
 
 from __future__ import annotations
 
@@ -110,3 +111,46 @@ class QueueServer:
             except subprocess.TimeoutExpired:
                 self._kill(self.proc)
         return self.proc.returncode
+
+
+class GatewayServer:
+    """The full gateway (``python -m gateway serve``: its lean front, the predict route's queue
+    checks, then the same QueueManager) with QueueServer's interface."""
+
+    def __init__(self, proc: Any, config: Mapping[str, Any], workdir: Path) -> None:
+        self.proc = proc
+        self.config = config
+        self.workdir = workdir
+
+    @classmethod
+    def start(cls, config: Mapping[str, Any], workdir: Path) -> GatewayServer:
+        from tests.e2e.gateway_proc import GatewayProcess
+
+        cfg = dict(config)
+        cfg["gateway"] = {**cfg.get("gateway", {}), "access_log": False}
+        return cls(GatewayProcess.start(cfg, workdir), cfg, workdir)
+
+    def restart(self) -> GatewayServer:
+        """A new process on the same config and data directory."""
+        return GatewayServer.start(self.config, self.workdir)
+
+    @property
+    def port(self) -> int:
+        return int(self.proc.port)
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def stop(self) -> int | None:
+        return int(self.proc.stop())
+
+
+SERVERS = {"queue-server": QueueServer, "gateway": GatewayServer}

@@ -13,12 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eas_sdk.queue import QueueClient
 
-from .server_proc import ROOT, TOKEN, QueueServer, queue_config
+from .server_proc import ROOT, SERVERS, TOKEN, QueueServer, queue_config
 
 pytestmark = pytest.mark.fault
 
@@ -156,8 +157,11 @@ def test_reconnect_same_uid_gets_its_records_back(
     assert got[:2] == indexes[:2] and sorted(got) == indexes
 
 
-def test_server_kill9_during_puts_then_restart(tmp_path: Path) -> None:
-    server = QueueServer.start(queue_config(tmp_path / "data", ["burst"]), tmp_path)
+@pytest.mark.parametrize("kind", sorted(SERVERS))
+def test_server_kill9_during_puts_then_restart(tmp_path: Path, kind: str) -> None:
+    """SIGKILL of the queue-only server, or of the full gateway (its lean front and predict
+    route's queue path in front of the same store), in the middle of a burst of puts."""
+    server: Any = SERVERS[kind].start(queue_config(tmp_path / "data", ["burst"]), tmp_path)
     acked: list[tuple[int, str]] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -317,5 +321,64 @@ def test_commit_and_put_dedupe_survive_kill9(tmp_path: Path) -> None:
         status, body = _raw(server.port, "GET", f"{path}?_count_=true")
         assert (status, body) == (200, b"1")  # only record 3, once
         assert _raw(server.port, "PUT", f"{path}?_indexes_=9", b"")[0] == 404
+    finally:
+        server.kill()
+
+
+def _ws_watch(port: int, name: str, uid: str, window: int) -> Any:
+    from websockets.sync.client import connect
+
+    url = f"ws://127.0.0.1:{port}/api/predict/{name}?_watch_=true&_window_={window}&_index_=0"
+    headers = {"Authorization": TOKEN, "X-EAS-QueueService-Redis-Uid": uid}
+    return connect(url, additional_headers=headers, proxy=None, compression=None, legacy=True)
+
+
+def _frames(ws: Any, timeout: float) -> list[int]:
+    """Indexes of the frames that arrive within ``timeout`` s."""
+    from eas_sdk._proto.queue_pb2 import DataFrameProto
+
+    out: list[int] = []
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            raw = ws.recv(timeout=left)
+        except TimeoutError:
+            break
+        df = DataFrameProto()
+        df.ParseFromString(raw)
+        out.append(df.index)
+    return out
+
+
+def test_restart_during_grace_loses_nothing(tmp_path: Path) -> None:
+    """grace_s on the SQLite store: a watcher that left keeps its records for its uid during
+    the grace; a kill -9 then (which forgets who held what) redelivers them once after the
+    restart, without waiting for the grace, and committed records never come back."""
+    cfg = queue_config(tmp_path / "data", ["grace"], grace_s=30.0, heartbeat_s=1.0)
+    server = QueueServer.start(cfg, tmp_path)
+    try:
+        path = "/api/predict/grace"
+        indexes = [int(_raw(server.port, "POST", path, f"r{i}".encode())[1]) for i in range(6)]
+        a = _ws_watch(server.port, "grace", "a", 3)
+        assert _frames(a, 1.0) == indexes[:3]
+        assert _raw(server.port, "PUT", f"{path}?_indexes_={indexes[0]}", b"") == (200, b"OK")
+        assert _frames(a, 1.0) == indexes[3:4]  # the commit freed a slot
+        a.close()  # a leaves holding 2, 3 and 4: they wait for it for 30 s
+        b = _ws_watch(server.port, "grace", "b", 10)
+        assert _frames(b, 1.0) == indexes[4:]  # not a's records
+        for idx in indexes[4:]:
+            assert _raw(server.port, "PUT", f"{path}?_indexes_={idx}", b"") == (200, b"OK")
+        b.close()
+        server.kill()
+        server = server.restart()
+        b = _ws_watch(server.port, "grace", "b", 10)
+        t0 = time.monotonic()
+        got = _frames(b, 2.0)
+        assert got == indexes[1:4], got  # once each, the committed ones never
+        assert time.monotonic() - t0 < 3.0
+        for idx in got:
+            assert _raw(server.port, "PUT", f"{path}?_indexes_={idx}", b"") == (200, b"OK")
+        assert _raw(server.port, "GET", f"{path}?_count_=true") == (200, b"0")
+        b.close()
     finally:
         server.kill()
