@@ -57,7 +57,7 @@ from .constants import (
     HEADER_REQUEST_ID,
 )
 from .endpoints import Endpoint, EndpointSet, normalize_gateway_endpoint, predict_url
-from .retry import FailureKind, RetryBudget, RetryDecision, RetryPolicy
+from .retry import NO_RETRY, FailureKind, RetryBudget, RetryDecision, RetryPolicy
 
 DEFAULT_TIMEOUT_MS = 5000
 DEFAULT_MAX_CONNECTIONS = 100
@@ -384,16 +384,32 @@ class PredictCall:
             return Step(delay=decision.delay)
         return Step(error=error_for_status(status, body, headers, self.request_id))
 
-    def on_failure(self, kind: FailureKind, reason: str, now: float) -> Step:
-        """An attempt ended without an HTTP response."""
-        if kind is FailureKind.DISCONNECTED and self.stale_left > 0 and self.remaining(now) > 0:
-            # Most likely a pooled keep-alive connection the server had closed: re-send
-            # at once; this does not count as a retry (F5).
+    def on_failure(
+        self, kind: FailureKind, reason: str, now: float, *, reused: bool = False, started: bool = False
+    ) -> Step:
+        """An attempt ended without a complete HTTP response.
+
+        ``reused``: the attempt went out on a keep-alive connection taken from the pool
+        (not one opened for it). ``started``: the status line had arrived and the body
+        then failed. Only failures before any response byte are retried (D4); a
+        response that started is final, a timeout raising TimeoutError and anything
+        else TransportError.
+        """
+        if started:
+            if kind is not FailureKind.TIMEOUT:
+                kind = FailureKind.BROKEN
+            decision = NO_RETRY
+        elif kind is FailureKind.DISCONNECTED and reused and self.stale_left > 0 and self.remaining(now) > 0:
+            # A pooled keep-alive connection the server closed while it sat idle (the
+            # request raced the close, F5/C7): re-send at once; this is not a retry.
+            # Only for a reused connection: one opened for this attempt that drops is
+            # an ordinary failure, so retry_count=0 still means one attempt (C1).
             self.stale_left -= 1
             if self.endpoints is not None and self.tried:
                 self.tried.pop()  # the endpoint itself is not suspect
             return Step(delay=0.0)
-        decision = self.policy.after_failure(kind, self.retries, self.remaining(now), self.rng)
+        else:
+            decision = self.policy.after_failure(kind, self.retries, self.remaining(now), self.rng)
         if self._retry(decision, now):
             return Step(delay=decision.delay)
         message = f"url: {redact_url(self.last_target)}, error: {_sanitize(reason)}"

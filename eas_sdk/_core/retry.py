@@ -8,10 +8,11 @@ predict clients and the queue client all drive the same objects:
   reference ``eas-prediction`` client counts total attempts instead). Full-jitter
   exponential back-off: the delay before retry ``n`` (0-based) is uniform in
   ``[0, min(cap, base * 2**n))`` with base 50 ms and cap 2 s.
-* Retryable: transport errors before any response (connect refused/reset, a stale
-  keep-alive connection, an attempt timeout), and the statuses 450, 500 (EAS
-  parity, switchable), 502, 503, 504. 429 only when the server sent a
-  ``Retry-After`` no longer than ``retry_after_cap``. Other 4xx never.
+* Retryable: transport errors before any response byte (connect refused/reset, a
+  stale keep-alive connection, an attempt timeout), and the statuses 450, 500
+  (EAS parity, switchable), 502, 503, 504. 429 only when the server sent a
+  ``Retry-After`` no longer than ``retry_after_cap``. Other 4xx never. A response
+  that started and was then cut off (:attr:`FailureKind.BROKEN`) is final (D4).
 * :class:`RetryBudget`: a token bucket shared by every call of one client, so a
   broken backend sees at most about ``(1 + ratio)`` times the normal traffic plus
   ``min_per_second`` retries, instead of ``(1 + retries)`` times.
@@ -50,7 +51,7 @@ class FailureKind(enum.Enum):
     CONNECT = "connect"  # could not connect: nothing was sent
     DISCONNECTED = "disconnected"  # connection closed/reset before any response byte
     TIMEOUT = "timeout"  # the attempt ran out of time (connect, pool wait or read)
-    BROKEN = "broken"  # a response started but was cut off or malformed
+    BROKEN = "broken"  # a response started but was cut off or malformed: never retried
     FATAL = "fatal"  # never retried (an invalid URL, a TLS set-up error)
 
 
@@ -117,8 +118,9 @@ class RetryPolicy:
     # Longest Retry-After we are willing to wait for; a longer one surfaces the error.
     retry_after_cap: float = DEFAULT_BACKOFF_CAP
     max_total: float = DEFAULT_MAX_TOTAL
-    # Immediate re-sends of a request whose pooled connection turned out dead
-    # (F5 stale keep-alive): they cost no attempt, no back-off and no budget.
+    # Immediate re-sends of a request whose *reused* pooled connection turned out dead
+    # before any response byte (F5/C7 stale keep-alive): they cost no attempt, no
+    # back-off and no budget. A fresh connection that fails is an ordinary retry.
     stale_connection_retries: int = 1
 
     def __post_init__(self) -> None:
@@ -200,8 +202,8 @@ class RetryPolicy:
         """Decide about an attempt that got no HTTP response."""
         if retry_index >= self.retries:
             return NO_RETRY
-        if kind is FailureKind.FATAL:
-            return NO_RETRY
+        if kind is FailureKind.FATAL or kind is FailureKind.BROKEN:
+            return NO_RETRY  # BROKEN: the server answered (part of) it; only pre-response failures retry (D4)
         if kind is FailureKind.TIMEOUT and not self.retry_on_timeout:
             return NO_RETRY
         delay = self.backoff(retry_index, rng)

@@ -33,6 +33,7 @@ from eas_sdk.errors import (
     PredictException,
     ServiceUnavailableError,
     TimeoutError,
+    TransportError,
 )
 from gateway.auth import verify
 
@@ -345,12 +346,38 @@ def test_stale_disconnect_is_resent_once_for_free() -> None:
     cfg = ClientConfig(endpoint="h", service_name="s", retry=RetryPolicy(retries=0))
     call = PredictCall(cfg, b"x", now=0.0, url="http://h/api/predict/s")
     call.next_attempt(0.0)
-    step = call.on_failure(FailureKind.DISCONNECTED, "reset", 0.0)
+    step = call.on_failure(FailureKind.DISCONNECTED, "reset", 0.0, reused=True)
     assert step.error is None and step.delay == 0.0
+    call.next_attempt(0.0)
+    step = call.on_failure(FailureKind.DISCONNECTED, "reset", 0.0, reused=True)
+    assert isinstance(step.error, ConnectError)
+    assert call.attempts == 2
+
+
+def test_fresh_connection_drop_is_an_ordinary_failure() -> None:
+    # C1: retries=0 is one attempt; only a *reused* pooled connection gets the free re-send.
+    cfg = ClientConfig(endpoint="h", service_name="s", retry=RetryPolicy(retries=0))
+    call = PredictCall(cfg, b"x", now=0.0, url="http://h/api/predict/s")
     call.next_attempt(0.0)
     step = call.on_failure(FailureKind.DISCONNECTED, "reset", 0.0)
     assert isinstance(step.error, ConnectError)
-    assert call.attempts == 2
+    assert call.attempts == 1
+
+
+def test_a_started_response_is_never_retried() -> None:
+    # D4: only failures before any response byte are retried.
+    cfg = ClientConfig(endpoint="h", service_name="s", retry=RetryPolicy(retries=3))
+    assert not cfg.retry.after_failure(FailureKind.BROKEN, 0, 10.0).retry
+    for kind, cls in (
+        (FailureKind.BROKEN, TransportError),
+        (FailureKind.DISCONNECTED, TransportError),
+        (FailureKind.TIMEOUT, TimeoutError),
+    ):
+        call = PredictCall(cfg, b"x", now=0.0, url="http://h/api/predict/s", budget=UnlimitedBudget())
+        call.next_attempt(0.0)
+        step = call.on_failure(kind, "cut off", 0.0, reused=True, started=True)
+        assert type(step.error) is cls, kind
+        assert call.attempts == 1
 
 
 # --- headers and signing (C8) -----------------------------------------------------------------
