@@ -21,20 +21,29 @@ differences:
   a shared dict, so e.g. an old Authorization survived ``set_token('')``).
 * ``Date`` is real GMT; https endpoints work; direct-mode URLs carry ``http://``;
   discovery has a timeout and keeps the last good list on failure.
-* ``set_timeout`` stays in milliseconds (per attempt).
+* ``set_timeout`` stays in milliseconds (per attempt) and bounds the whole attempt:
+  the wait for a pooled connection, connect, send and the complete response (the
+  original bounded each socket read alone, so a trickling server could hold a call
+  for ever). Nothing is retried once a response has started (D4).
 * ``ENDPOINT_TYPE_VIPSERVER`` (an Alibaba-internal naming service reachable only
   inside Alibaba's network) is accepted as a constant but ``init()`` rejects it.
 * The library adds no logging handlers; ``set_log_level`` sets the level of the
   ``eas_sdk.predict`` logger (shared by all clients).
 * The connection pool blocks when full (``max_connection_count`` connections per
-  endpoint, never more) instead of opening throw-away extra connections.
+  endpoint, never more, in both clients) instead of opening throw-away extra
+  connections; a connection idle for ``keepalive_expiry`` (10 s) is not reused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import http.client
 import logging
+import math
 import random
+import socket
 import ssl
 import threading
 import time
@@ -142,20 +151,192 @@ class _CoalescingSend:
         super().send(data)  # type: ignore[misc]
 
 
-class _HTTPConnection(_CoalescingSend, urllib3.connection.HTTPConnection):
+class _DeadlineSocketIO(socket.SocketIO):
+    """The socket reader of one response: every recv waits only for what is left of the attempt.
+
+    urllib3 applies its read timeout to each ``recv`` alone, so a server trickling a
+    byte every so often could hold an attempt for ever. Here each read first sets the
+    socket's timeout to the time left until the attempt's deadline, and raises
+    ``TimeoutError`` (socket.timeout) once none is left: headers and body together take at most
+    the attempt's budget. (One ``settimeout`` per ``recv``; a small answer is one.)
+    """
+
+    _deadline = math.inf
+
+    def readinto(self, b: Any) -> int | None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out (attempt deadline)")
+        self._sock.settimeout(left)  # type: ignore[attr-defined]
+        return super().readinto(b)
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """http.client's response reading through a :class:`_DeadlineSocketIO`."""
+
+    def __init__(
+        self, sock: Any, deadline: float, debuglevel: int = 0, method: str | None = None, url: Any = None
+    ) -> None:
+        super().__init__(sock, debuglevel, method, url)
+        if deadline < math.inf:
+            raw = self.fp.raw  # the SocketIO that sock.makefile() made: make it deadline-aware
+            raw.__class__ = _DeadlineSocketIO
+            raw._deadline = deadline
+
+
+class _AttemptConnection(_CoalescingSend):
+    """Connection mixin: bounds a whole response read by a deadline, and knows if it was reused.
+
+    * urllib3 sets ``self.timeout`` to the read timeout just before ``getresponse()``;
+      with :class:`_AttemptTimeout` that is the time left of the attempt, so the
+      deadline is now + timeout and every read of the response waits at most for
+      what is left of it (see :class:`_DeadlineSocketIO`).
+    * ``_reused`` is False on a connection opened for this request and True once it
+      has carried a response: a failure before any response byte on a reused
+      connection is most likely a keep-alive connection the server closed while it
+      sat in the pool (the exception is marked with ``eas_reused_connection``).
+    """
+
+    _deadline = math.inf
+    _reused = False
+    _idle_since = math.inf  # set when returned to the pool (see _IdleExpiryPool)
+
+    def connect(self) -> None:
+        self._reused = False
+        super().connect()  # type: ignore[misc]
+
+    def getresponse(self) -> Any:
+        timeout = self.timeout  # type: ignore[attr-defined]
+        self._deadline = time.monotonic() + timeout if isinstance(timeout, (int, float)) else math.inf
+        try:
+            response = super().getresponse()  # type: ignore[misc]
+        except OSError as exc:
+            if self._reused:
+                exc.eas_reused_connection = True  # type: ignore[attr-defined]
+            raise
+        self._reused = True
+        return response
+
+    # http.client builds the response with ``self.response_class(sock, method=...)``.
+    def response_class(
+        self, sock: Any, debuglevel: int = 0, method: str | None = None, url: str | None = None
+    ) -> _DeadlineResponse:
+        return _DeadlineResponse(sock, self._deadline, debuglevel, method, url)
+
+
+class _HTTPConnection(_AttemptConnection, urllib3.connection.HTTPConnection):
     pass
 
 
-class _HTTPSConnection(_CoalescingSend, urllib3.connection.HTTPSConnection):
+class _HTTPSConnection(_AttemptConnection, urllib3.connection.HTTPSConnection):
     pass
 
 
-class _HTTPConnectionPool(urllib3.HTTPConnectionPool):
+class _IdleExpiryPool:
+    """Pool mixin: a connection idle in the pool longer than ``keepalive_expiry`` is not reused (C7).
+
+    Servers close idle keep-alive connections (uvicorn after 5 s, aiohttp after 75 s);
+    reusing one that the server is closing right now fails the request. Dropping
+    ours first (default 10 s) avoids most of those races; the rest are re-sent
+    once (see ``PredictCall.on_failure``).
+    """
+
+    def __init__(self, *args: Any, keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        self.keepalive_expiry = keepalive_expiry
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        conn = super()._get_conn(timeout)  # type: ignore[misc]
+        if conn.sock is not None and time.monotonic() - conn._idle_since > self.keepalive_expiry:
+            conn.close()  # urllib3 opens it again, as it does for a dropped one
+        return conn
+
+    def _put_conn(self, conn: Any) -> None:
+        if conn is not None:
+            conn._idle_since = time.monotonic()
+        super()._put_conn(conn)  # type: ignore[misc]
+
+
+class _HTTPConnectionPool(_IdleExpiryPool, urllib3.HTTPConnectionPool):
     ConnectionCls = _HTTPConnection
 
 
-class _HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
+class _HTTPSConnectionPool(_IdleExpiryPool, urllib3.HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
+
+
+class _AttemptTimeout(urllib3.Timeout):
+    """urllib3 timeout of one attempt: connect, send and read share one deadline.
+
+    ``urllib3.Timeout(total=t)`` starts its clock only after the wait for a pooled
+    connection and bounds each socket read on its own; here both the connect and
+    the read timeout are the time left until ``deadline`` (a ``time.monotonic()``
+    value) when urllib3 asks, and the response reader enforces the rest.
+    """
+
+    def __init__(self, deadline: float) -> None:  # no super().__init__(): nothing to validate
+        self.deadline = deadline
+        self._connect = self._read = self.total = None
+        self._start_connect: float | None = None
+
+    def clone(self) -> _AttemptTimeout:
+        return self  # one attempt's object, never shared: its deadline is all the state there is
+
+    def start_connect(self) -> float:
+        self._start_connect = now = time.monotonic()
+        return now
+
+    @property
+    def connect_timeout(self) -> float:  # type: ignore[override]
+        return max(self.deadline - time.monotonic(), 0.001)
+
+    @property
+    def read_timeout(self) -> float:  # type: ignore[override]
+        return max(self.deadline - time.monotonic(), 0.0)  # 0: urllib3 raises ReadTimeoutError
+
+    def __repr__(self) -> str:
+        return f"_AttemptTimeout(left={self.deadline - time.monotonic():.3f}s)"
+
+
+def _pool_classes(keepalive_expiry: float) -> dict[str, Any]:
+    return {
+        "http": functools.partial(_HTTPConnectionPool, keepalive_expiry=keepalive_expiry),
+        "https": functools.partial(_HTTPSConnectionPool, keepalive_expiry=keepalive_expiry),
+    }
+
+
+# Whether the connection of the attempt running in this task had carried a request
+# before (a pooled keep-alive connection): set by _TrackingConnector.connect, which
+# runs in the task (and so the context) of the predict() call that awaits it.
+_REUSED_CONNECTION: contextvars.ContextVar[bool] = contextvars.ContextVar("eas_reused", default=False)
+
+
+@functools.cache
+def _tracking_connector() -> Any:
+    """aiohttp.TCPConnector that records whether each connection it hands out is a reused one."""
+    import aiohttp
+
+    class _TrackingConnector(aiohttp.TCPConnector):
+        async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+            conn = await super().connect(req, traces, timeout)
+            proto = conn.protocol
+            if proto is not None:
+                _REUSED_CONNECTION.set(getattr(proto, "_eas_used", False))
+                try:
+                    proto._eas_used = True
+                except AttributeError:  # a protocol without a __dict__: never "reused", no free re-send
+                    pass
+            return conn
+
+    return _TrackingConnector
+
+
+def _on_reused_connection(exc: BaseException) -> bool:
+    """Whether a urllib3 error came from a reused connection (see _AttemptConnection)."""
+    for cause in (*exc.args[1:2], exc.__cause__, exc.__context__):
+        if getattr(cause, "eas_reused_connection", False):
+            return True
+    return False
 
 
 # What ``retries=False, redirect=False`` becomes inside urllib3, built once: urllib3
@@ -186,6 +367,8 @@ def urllib3_failure_kind(exc: BaseException) -> FailureKind:
         return FailureKind.TIMEOUT
     if isinstance(exc, u3.ProtocolError):
         cause = exc.args[1] if len(exc.args) > 1 else None
+        if isinstance(cause, TimeoutError):
+            return FailureKind.TIMEOUT  # a send that timed out
         if isinstance(cause, (ConnectionError, OSError)) and not isinstance(cause, u3.HTTPError):
             return FailureKind.DISCONNECTED  # RemoteDisconnected, reset, broken pipe
         return FailureKind.BROKEN
@@ -489,14 +672,15 @@ def _sync_discovery_loop(
     ca_certs = client._ca_certs
     del client
     http = urllib3.PoolManager(num_pools=1, maxsize=1, retries=False, ca_certs=ca_certs)
+    http.pool_classes_by_scheme = _pool_classes(DEFAULT_KEEPALIVE_EXPIRY)
     try:
         while not stop.is_set():
             status: int | None = None
             data, error = b"", None
             try:
-                resp = http.request(
-                    "GET", url, timeout=urllib3.Timeout(total=timeout), retries=False, redirect=False
-                )
+                # A hanging or trickling discovery server costs at most `timeout` per round.
+                deadline = _AttemptTimeout(time.monotonic() + timeout)
+                resp = http.request("GET", url, timeout=deadline, retries=False, redirect=False)
                 status, data = resp.status, resp.data
             except Exception as exc:  # any failure keeps the last list
                 error = _reason(exc)
@@ -569,8 +753,6 @@ class PredictClient(_ClientBase):
         # Fixed-URL modes: (the URL's connection pool, its request path), looked up once
         # at init() instead of parsing the URL and keying the manager on every attempt.
         self._route: tuple[urllib3.HTTPConnectionPool, str] | None = None
-        # (per-attempt timeout in s, its urllib3.Timeout): the same on nearly every attempt.
-        self._timeout_cache: tuple[float, urllib3.Timeout] = (-1.0, urllib3.Timeout(total=1.0))
         self._lock = threading.RLock()
         self._stop: threading.Event | None = None
         self._ready: threading.Event | None = None
@@ -583,12 +765,12 @@ class PredictClient(_ClientBase):
             cfg = self._prepare()
             self._pool = urllib3.PoolManager(
                 num_pools=64,
-                maxsize=cfg.max_connection_count,
+                maxsize=cfg.max_connection_count,  # per endpoint, as the async client's limit_per_host
                 block=True,  # C11: never more sockets than the pool size
                 retries=False,
                 ca_certs=self._ca_certs,
             )
-            self._pool.pool_classes_by_scheme = {"http": _HTTPConnectionPool, "https": _HTTPSConnectionPool}
+            self._pool.pool_classes_by_scheme = _pool_classes(self._keepalive_expiry)
             if self._url is not None:
                 self._route = _fixed_route(self._pool, self._url)
             if cfg.direct:
@@ -645,8 +827,11 @@ class PredictClient(_ClientBase):
             rng=self._rng,
         )
         while True:
-            attempt = call.next_attempt(time.monotonic())
-            timeout = self._urllib3_timeout(attempt.timeout)
+            now = time.monotonic()
+            attempt = call.next_attempt(now)
+            # One deadline for the whole attempt: pool wait, connect, send and every
+            # read of the response (urllib3's own timeouts bound each step alone).
+            timeout = _AttemptTimeout(now + attempt.timeout)
             try:
                 if route is not None:
                     # The same as pool.request(), minus re-parsing the URL, the manager's
@@ -661,6 +846,7 @@ class PredictClient(_ClientBase):
                         assert_same_host=False,
                         timeout=timeout,
                         pool_timeout=attempt.timeout,
+                        preload_content=False,
                     )
                 else:
                     resp = pool.urlopen(
@@ -672,6 +858,7 @@ class PredictClient(_ClientBase):
                         redirect=False,
                         timeout=timeout,
                         pool_timeout=attempt.timeout,
+                        preload_content=False,
                     )
             except Exception as exc:
                 if route is not None and isinstance(exc, u3.ClosedPoolError):
@@ -679,26 +866,29 @@ class PredictClient(_ClientBase):
                     # manager from now on, which opens a pool again as before.
                     route = None
                     continue
-                step = call.on_failure(urllib3_failure_kind(exc), _reason(exc), time.monotonic())
+                step = call.on_failure(
+                    urllib3_failure_kind(exc),
+                    _reason(exc),
+                    time.monotonic(),
+                    reused=_on_reused_connection(exc),
+                )
                 self._log_step(attempt, step, type(exc).__name__)
             else:
-                step = call.on_response(resp.status, resp.headers, resp.data, time.monotonic(), time.time())
-                if step.body is not None:
-                    return _parse(request, step.body)
-                self._log_step(attempt, step, f"HTTP {resp.status}")
+                try:
+                    data = resp.data  # the body, read within the attempt's deadline
+                except Exception as exc:  # the response had started: final (D4)
+                    step = call.on_failure(
+                        urllib3_failure_kind(exc), _reason(exc), time.monotonic(), started=True
+                    )
+                else:
+                    step = call.on_response(resp.status, resp.headers, data, time.monotonic(), time.time())
+                    if step.body is not None:
+                        return _parse(request, step.body)
+                    self._log_step(attempt, step, f"HTTP {resp.status}")
             if step.error is not None:
                 raise step.error
             if step.delay > 0:
                 time.sleep(step.delay)
-
-    def _urllib3_timeout(self, seconds: float) -> urllib3.Timeout:
-        """``urllib3.Timeout(total=seconds)``, reused while the value repeats (urllib3 clones it)."""
-        cached = self._timeout_cache
-        if cached[0] == seconds:
-            return cached[1]
-        timeout = urllib3.Timeout(total=seconds)
-        self._timeout_cache = (seconds, timeout)
-        return timeout
 
     def close(self) -> None:
         """Stop discovery and close pooled connections. ``init()`` may be called again."""
@@ -740,8 +930,10 @@ class AsyncPredictClient(_ClientBase):
 
         await self._shutdown()
         cfg = self._prepare()
-        connector = aiohttp.TCPConnector(
-            limit=cfg.max_connection_count,
+        connector = _tracking_connector()(
+            # max_connection_count per endpoint (as the sync client's pool per host), no
+            # total cap: in direct mode every worker gets its own N connections.
+            limit=0,
             limit_per_host=cfg.max_connection_count,
             keepalive_timeout=self._keepalive_expiry,
             ssl=self._ssl_context(),
@@ -790,7 +982,10 @@ class AsyncPredictClient(_ClientBase):
         call = self._new_call(body)
         while True:
             attempt = call.next_attempt(time.monotonic())
+            _REUSED_CONNECTION.set(False)
+            started = False
             try:
+                # total: pool wait, connect, send and the whole response, as the sync client.
                 async with session.post(
                     attempt.url,
                     data=attempt.body,
@@ -798,12 +993,19 @@ class AsyncPredictClient(_ClientBase):
                     timeout=aiohttp.ClientTimeout(total=attempt.timeout),
                     allow_redirects=False,
                 ) as resp:
+                    started = True  # status line and headers are in
                     data = await resp.read()
                     status, headers = resp.status, resp.headers
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                step = call.on_failure(aiohttp_failure_kind(exc), _reason(exc), time.monotonic())
+                step = call.on_failure(
+                    aiohttp_failure_kind(exc),
+                    _reason(exc),
+                    time.monotonic(),
+                    reused=_REUSED_CONNECTION.get(),
+                    started=started,
+                )
                 self._log_step(attempt, step, type(exc).__name__)
             else:
                 step = call.on_response(status, headers, data, time.monotonic(), time.time())

@@ -61,7 +61,23 @@ class Drop:
     """Close the connection without any response byte."""
 
 
-Action = Reply | Delay | Drop
+@dataclass(frozen=True)
+class Trickle:
+    """Send the headers at once, then a ``length``-byte body one byte every ``interval`` seconds."""
+
+    length: int = 10
+    interval: float = 0.15
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """Announce ``Content-Length: declared``, send ``sent`` bytes of it, then close the connection."""
+
+    declared: int = 10
+    sent: int = 3
+
+
+Action = Reply | Delay | Drop | Trickle | Truncate
 
 
 def _tf_echo(body: bytes) -> bytes:
@@ -125,6 +141,7 @@ class FakeEAS:
         self.script: deque[Action] = deque()
         self.default: Action | None = None  # used when the script is empty
         self.discovery: Callable[[], tuple[int, bytes]] | None = None
+        self.discovery_hang = False  # accept discovery requests and never answer
         self.active = 0
         self.max_active = 0
         self._lock = threading.Lock()
@@ -186,6 +203,8 @@ class FakeEAS:
                 assert request.transport is not None
                 request.transport.abort()
                 raise asyncio.CancelledError
+            if isinstance(action, (Trickle, Truncate)):
+                return await self._partial(request, action)
             if isinstance(action, Delay):
                 await asyncio.sleep(action.seconds)
             service = request.match_info["service"]
@@ -194,8 +213,29 @@ class FakeEAS:
             with self._lock:
                 self.active -= 1
 
+    async def _partial(self, request: web.Request, action: Trickle | Truncate) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        resp.content_length = action.length if isinstance(action, Trickle) else action.declared
+        await resp.prepare(request)
+        try:
+            if isinstance(action, Truncate):
+                await resp.write(b"x" * action.sent)
+                await asyncio.sleep(0.05)  # let the bytes leave before the close
+                assert request.transport is not None
+                request.transport.close()
+                raise asyncio.CancelledError
+            for _ in range(action.length):
+                await resp.write(b"x")
+                await asyncio.sleep(action.interval)
+            await resp.write_eof()
+        except ConnectionError:
+            pass  # the client gave up
+        return resp
+
     async def _discovery(self, request: web.Request) -> web.Response:
         self.discovery_hits.append(time.monotonic())
+        if self.discovery_hang:
+            await asyncio.sleep(3600)  # cancelled when the client goes away or the server stops
         if self.discovery is None:
             return web.Response(status=404, text="no discovery configured")
         status, body = self.discovery()

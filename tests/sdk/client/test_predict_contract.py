@@ -35,10 +35,11 @@ from eas_sdk.errors import (
     ServiceUnavailableError,
     TimeoutError,
     TooManyRequestsError,
+    TransportError,
 )
 
 from .conftest import FAST, TOKEN, Raw
-from .fake_eas import Delay, Drop, FakeEAS, Reply
+from .fake_eas import Delay, Drop, FakeEAS, Reply, Trickle, Truncate
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -276,11 +277,30 @@ async def test_overall_deadline_caps_the_call(server: FakeEAS, make_client: Any)
     assert int(server.predicts[0].headers["X-Eas-Deadline-Ms"]) <= 400
 
 
-async def test_dropped_connection_is_resent_without_using_a_retry(server: FakeEAS, make_client: Any) -> None:
+async def test_dropped_fresh_connection_is_one_attempt_with_no_retries(
+    server: FakeEAS, make_client: Any
+) -> None:
+    # C1: retry_count=0 is exactly one attempt, also when a new connection is dropped.
     server.push(Drop())
     h = make_client(server.url, "echo", token=TOKEN, retry_count=0)
+    with pytest.raises(ConnectError):
+        await h.predict(Raw(b"once"))
+    assert len(server.predicts) == 1
+
+
+async def test_dropped_reused_connection_is_resent_without_using_a_retry(
+    server: FakeEAS, make_client: Any
+) -> None:
+    # C7/F5: a pooled keep-alive connection that dies before any response byte (the
+    # request raced the server's idle close) is re-sent at once on a new one.
+    h = make_client(server.url, "echo", token=TOKEN, retry_count=0)
+    assert await h.predict(Raw(b"first")) == b"first"
+    server.push(Drop())
     assert await h.predict(Raw(b"again")) == b"again"
-    assert len(server.predicts) == 2
+    first, dropped, resent = server.predicts
+    assert dropped.peer_port == first.peer_port  # the dropped attempt reused the pooled connection
+    assert resent.peer_port != dropped.peer_port
+    assert resent.headers["X-Request-Id"] == dropped.headers["X-Request-Id"]
 
 
 async def test_stale_keepalive_connections_cause_no_errors(servers: Any, make_client: Any) -> None:
@@ -292,6 +312,65 @@ async def test_stale_keepalive_connections_cause_no_errors(servers: Any, make_cl
         assert await h.predict(Raw(b"k%d" % i)) == b"k%d" % i
         await asyncio.sleep(0.1)
     assert len({r.peer_port for r in s.predicts}) > 1  # the server really closed idle connections
+
+
+@pytest.mark.parametrize("limit", ["attempt", "deadline"])
+async def test_slow_trickle_is_bounded_by_the_timeout(server: FakeEAS, make_client: Any, limit: str) -> None:
+    # Headers at once, then a byte every 150 ms: the whole attempt (not each read) is
+    # bounded by the per-attempt timeout, and the call by its overall deadline.
+    server.push(Trickle(length=10, interval=0.15))
+    if limit == "attempt":
+        h = make_client(server.url, "echo", token=TOKEN, timeout=300, retry_count=2, retry_policy=FAST)
+    else:
+        policy = RetryPolicy(retries=2, backoff_base=0.001, max_total=0.3)
+        h = make_client(server.url, "echo", token=TOKEN, timeout=5000, retry_policy=policy)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await h.predict(Raw(b"x"))
+    assert time.monotonic() - t0 <= 0.3 + 0.2
+    assert len(server.predicts) == 1  # the response had started: not retried (D4)
+
+
+async def test_truncated_response_is_final(server: FakeEAS, make_client: Any) -> None:
+    # D4: Content-Length 10, 3 bytes, then the connection closes: the server answered,
+    # so this is not retried, and the error says so (not a connect error).
+    server.push(Truncate(declared=10, sent=3))
+    h = make_client(server.url, "echo", token=TOKEN, retry_count=2, retry_policy=FAST)
+    with pytest.raises(TransportError) as info:
+        await h.predict(Raw(b"x"))
+    assert not isinstance(info.value, (ConnectError, TimeoutError))
+    assert len(server.predicts) == 1
+
+
+async def test_pool_wait_counts_against_the_attempt_timeout(
+    server: FakeEAS, make_client: Any, kind: str
+) -> None:
+    # With one connection busy for 0.4 s, a second call with a 0.5 s timeout must give
+    # up 0.5 s after it started, not 0.4 s of pool wait plus a fresh 0.5 s.
+    server.push(Delay(0.4), Delay(2.0))
+    h = make_client(server.url, "echo", token=TOKEN, max_connection_count=1, timeout=500, retry_count=0)
+    await h.init()
+    first = asyncio.create_task(h.predict(Raw(b"a")))
+    deadline = time.monotonic() + 5
+    while server.active < 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await h.predict(Raw(b"b"))
+    assert time.monotonic() - t0 <= 0.5 + 0.15
+    assert await first == b"a"
+
+
+@pytest.mark.parametrize("expiry", [0.2, 10.0])
+async def test_idle_pooled_connection_expires(server: FakeEAS, make_client: Any, expiry: float) -> None:
+    # C7: a connection idle longer than keepalive_expiry is not reused (the server's
+    # keep-alive here is 75 s, so only the client's expiry can close it).
+    h = make_client(server.url, "echo", token=TOKEN, keepalive_expiry=expiry)
+    assert await h.predict(Raw(b"1")) == b"1"
+    await asyncio.sleep(0.4)
+    assert await h.predict(Raw(b"2")) == b"2"
+    first, second = server.predicts
+    assert (first.peer_port == second.peer_port) is (expiry > 0.4)
 
 
 # --- connection pool limit (C11) -------------------------------------------------------------
@@ -337,6 +416,26 @@ async def test_pool_limit_bounds_open_sockets(server: FakeEAS, make_client: Any,
     assert server.max_active <= limit
     assert len({r.peer_port for r in server.predicts}) <= limit
     assert 0 < peak <= limit
+
+
+async def test_pool_limit_is_per_endpoint(servers: Any, make_client: Any, kind: str) -> None:
+    # max_connection_count bounds the connections to each endpoint, in both clients.
+    disc, a, b = servers(), servers(tokens=[TOKEN]), servers(tokens=[TOKEN])
+    a.default = b.default = Delay(0.3)
+    disc.set_endpoints([_ep(a, 1), _ep(b, 1)])
+    h = make_client(disc.url, "echo", token=TOKEN, endpoint_type=ENDPOINT_TYPE_DIRECT, max_connection_count=2)
+    await h.init()
+    calls = 8
+    if kind == "sync":
+        with concurrent.futures.ThreadPoolExecutor(calls) as ex:
+            results = await asyncio.gather(
+                *(asyncio.wrap_future(ex.submit(h.client.predict, Raw(b"%d" % i))) for i in range(calls))
+            )
+    else:
+        results = await asyncio.gather(*(h.predict(Raw(b"%d" % i)) for i in range(calls)))
+    assert sorted(results) == sorted(b"%d" % i for i in range(calls))
+    assert a.max_active == 2 and b.max_active == 2
+    assert len({r.peer_port for r in a.predicts}) <= 2 and len({r.peer_port for r in b.predicts}) <= 2
 
 
 # --- direct mode (C6, C9, F10, F11) ------------------------------------------------------------
@@ -432,6 +531,58 @@ async def test_direct_mode_without_endpoints_raises_no_endpoint(servers: Any, ma
         await asyncio.sleep(0.02)
     with pytest.raises(NoEndpointError, match="No backend"):
         await h.predict(Raw(b"x"))
+
+
+async def test_hanging_discovery_on_first_use_raises_no_endpoint_in_time(
+    servers: Any, make_client: Any
+) -> None:
+    # Discovery accepts the request and never answers: the first call fails with the
+    # clear no-endpoint error after first_discovery_wait, and every discovery round
+    # is abandoned after discovery_timeout (so rounds keep coming).
+    disc = servers()
+    disc.discovery_hang = True
+    h = make_client(
+        disc.url,
+        "echo",
+        endpoint_type=ENDPOINT_TYPE_DIRECT,
+        discovery_interval=0.05,
+        discovery_timeout=0.2,
+        first_discovery_wait=0.5,
+    )
+    t0 = time.monotonic()
+    with pytest.raises(NoEndpointError, match="timeout"):
+        await h.predict(Raw(b"x"))
+    assert time.monotonic() - t0 <= 0.5 + 0.3
+    deadline = time.monotonic() + 5
+    while len(disc.discovery_hits) < 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert len(disc.discovery_hits) >= 3
+
+
+async def test_hanging_discovery_keeps_the_last_endpoints(servers: Any, make_client: Any) -> None:
+    disc, w = servers(), servers(tokens=[TOKEN])
+    disc.set_endpoints([_ep(w, 1)])
+    h = make_client(
+        disc.url,
+        "echo",
+        token=TOKEN,
+        endpoint_type=ENDPOINT_TYPE_DIRECT,
+        discovery_interval=0.05,
+        discovery_timeout=0.2,
+    )
+    assert await h.predict(Raw(b"0")) == b"0"
+    disc.discovery_hang = True
+    hits = len(disc.discovery_hits)
+    end = time.monotonic() + 1.0
+    i = 0
+    while time.monotonic() < end:
+        i += 1
+        assert await h.predict(Raw(b"%d" % i)) == b"%d" % i
+        await asyncio.sleep(0.05)
+    assert len(disc.discovery_hits) >= hits + 3  # each hung round gave up after 0.2 s
+    t0 = time.monotonic()
+    await h.close()
+    assert time.monotonic() - t0 < 1.0
 
 
 # --- secrets and API surface (C10) -------------------------------------------------------------
