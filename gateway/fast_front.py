@@ -15,6 +15,9 @@ predict's gateway cost):
 
 Both get the missing-token 401, the ``X-Request-Id`` header, the request metrics, the
 access log line and cancellation when the client leaves (F16), like the aiohttp route.
+While a body is still arriving, a request without a token, or with a wrong raw token, is
+answered 401 at once (``early``), and a body not complete ``body_timeout_s`` after its
+head is answered 408 (``late``); both close the connection after a lingering close.
 Everything else (sub-paths, discovery, admin, metrics, a WebSocket watch, a chunked or
 oversized body, Content-Encoding, a percent-encoded path, HTTP/1.0, ...) is handed over
 untouched to aiohttp's protocol on the same connection, so it meets the full middleware
@@ -47,7 +50,14 @@ from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
 from gateway.logging import ACCESS_LOGGER
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
-from gateway.routes.predict import call_workers, caller_deadline_s, check_auth, timeout_s, worker_request
+from gateway.routes.predict import (
+    call_workers,
+    caller_deadline_s,
+    check_auth,
+    timeout_s,
+    token_refused_early,
+    worker_request,
+)
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
 
@@ -131,6 +141,35 @@ class Front:
             metrics.inflight.dec()
             elapsed = time.perf_counter() - started
             metrics.observe(route.svc.name, status, elapsed)
+        if self.access is not None and self.access.isEnabledFor(logging.INFO):
+            self._log(req, reply, elapsed, rid)
+        return reply
+
+    def early(self, req: FastRequest) -> Reply | None:
+        """The 401 due before the body is read (FastProtocol's ``early``; the body is still
+        arriving): a token is required and none is sent, or a raw token is wrong."""
+        route = self.paths[req.path]
+        svc = route.svc
+        if not svc.tokens:
+            return None
+        auth = req.headers.get(HEADER_AUTHORIZATION)
+        if auth and (route.queue or svc.name, auth) in self.verified:
+            return None
+        if not token_refused_early(svc, req.headers):
+            return None
+        return self._refusal(route, req, errors.Unauthorized("invalid or missing token"), 0.0)
+
+    def late(self, req: FastRequest) -> Reply:
+        """The 408 for a body not complete within body_timeout_s (FastProtocol's ``late``)."""
+        timeout = self.app[CONFIG_KEY].gateway.body_timeout_s
+        exc = errors.RequestTimeout(f"request body not received within {timeout:g} s", close=True)
+        return self._refusal(self.paths[req.path], req, exc, timeout)
+
+    def _refusal(self, route: _Route, req: FastRequest, exc: errors.GatewayError, elapsed: float) -> Reply:
+        """An error answered by the protocol itself: counted and logged like ``serve``'s."""
+        rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
+        reply = _error(exc, rid)
+        self.metrics.observe(route.svc.name, exc.status, elapsed)
         if self.access is not None and self.access.isEnabledFor(logging.INFO):
             self._log(req, reply, elapsed, rid)
         return reply
@@ -224,6 +263,8 @@ class FastSite(web.TCPSite):
                 keepalive_timeout=gw.keepalive_timeout_s,
                 body_timeout=gw.body_timeout_s,
                 cancel_on_lost=True,  # as aiohttp's handler_cancellation=True (server.py)
+                early=front.early,
+                late=front.late,
             )
 
         loop = asyncio.get_running_loop()

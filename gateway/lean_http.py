@@ -24,8 +24,11 @@ In the gateway (gateway/fast_front.py) ``accept`` narrows the fast path to plain
 on configured services, and the
 optional timers give a fast-path connection the gateway's limits: a request head
 must arrive within ``header_timeout`` (slowloris), an idle kept-alive connection is
-closed after ``keepalive_timeout``, and a body still incomplete after
-``body_timeout`` is handed to aiohttp (which answers 408 as it does for any slow body).
+closed after ``keepalive_timeout``, and a body still incomplete ``body_timeout`` after
+its head is answered by ``late`` (a 408; without ``late`` the connection goes to
+aiohttp, which then times the body on its own). ``early`` may refuse a request whose
+head is in but whose body is not (a missing token: no body can fix it). Both answers
+close the connection after a lingering close (see ``_Linger``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ _PREFIX = PREDICT_PATH_PREFIX
 _REASONS = {s.value: s.phrase for s in http.HTTPStatus}
 # A request with any of these goes to aiohttp (it implements them; we do not).
 _HAND_OVER = ("transfer-encoding", "upgrade", "expect")
+# After an answer given before the body was in: how long the rest is read and dropped
+# before the connection closes (as the gateway's aiohttp ``lingering_time``).
+LINGER_S = 2.0
 
 
 class Reply(NamedTuple):
@@ -76,6 +82,10 @@ Query = list[tuple[str, str]]
 Serve = Callable[["FastRequest", Query], Coroutine[Any, Any, Reply]]
 # (method, path, headers, content length) of a simple request -> answer it here (else aiohttp does)
 Accept = Callable[[str, str, "Headers", int], bool]
+# An accepted request whose head is in, its body not (``body`` is empty) -> an answer that
+# cannot wait for the body (early), or the answer to a body that missed body_timeout (late).
+Early = Callable[["FastRequest"], "Reply | None"]
+Late = Callable[["FastRequest"], "Reply"]
 # What a connection's timer waits for (see FastProtocol._rearm).
 _NO_TIMER, _IDLE, _HEAD, _BODY = 0, 1, 2, 3
 
@@ -227,12 +237,16 @@ class FastProtocol(asyncio.Protocol):
         keepalive_timeout: float = 0.0,
         body_timeout: float = 0.0,
         cancel_on_lost: bool = False,
+        early: Early | None = None,
+        late: Late | None = None,
     ) -> None:
         self._serve = serve
         self._fallback = fallback
         self._conns = conns
         self._max_body = max_body
         self._accept = accept
+        self._early = early
+        self._late = late
         # 0 = no limit (the queue-only server); the gateway passes its own limits.
         self._delays = {_IDLE: keepalive_timeout, _HEAD: header_timeout, _BODY: body_timeout}
         self._timer: asyncio.TimerHandle | None = None
@@ -337,7 +351,14 @@ class FastProtocol(asyncio.Protocol):
                 self._timer_kind = _IDLE
                 return
         elif kind == _BODY:
-            self._hand_over()  # aiohttp times the body out with its usual 408
+            late = self._late
+            waiting = self._waiting_request() if late is not None else None
+            if late is None or waiting is None:
+                self._hand_over()  # aiohttp times the body out with its own timer
+            else:
+                # One body_timeout from the head, answered here: handing over would start
+                # aiohttp's timer afresh and double the wait.
+                self._refuse(late(waiting[0]), waiting[1])
             return
         else:
             delay = self._delays[kind]
@@ -370,7 +391,14 @@ class FastProtocol(asyncio.Protocol):
                 return
             total = end + 4 + clen
             if len(buf) < total:
-                return  # the body is still arriving
+                # The body is still arriving. The first time (its timer is not running yet),
+                # ask whether the request can be refused without it.
+                if self._early is not None and self._timer_kind != _BODY:
+                    req = FastRequest(method, path, headers, clen, b"", self._remote)
+                    reply = self._early(req)
+                    if reply is not None:
+                        self._refuse(reply, total - len(buf))
+                return
             body = bytes(buf[end + 4 : total])
             del buf[:total]
             if self._timer_kind >= _HEAD:
@@ -465,6 +493,33 @@ class FastProtocol(asyncio.Protocol):
             t.close()
             self.transport = None
 
+    def _waiting_request(self) -> tuple[FastRequest, int] | None:
+        """The buffered request whose body is still arriving (body empty), and how many body
+        bytes are missing; None when the buffer holds no such request."""
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n")
+        parsed = _parse_head(bytes(buf[:end]), self._max_body) if end >= 0 else None
+        if parsed is None:
+            return None
+        method, path, _, headers, clen, _ = parsed
+        missing = end + 4 + clen - len(buf)
+        if missing <= 0:
+            return None
+        return FastRequest(method, path, headers, clen, b"", self._remote), missing
+
+    def _refuse(self, reply: Reply, missing: int) -> None:
+        """Answer the request whose body is still arriving, then close the connection once
+        the ``missing`` body bytes are read and dropped (a lingering close, ``_Linger``)."""
+        t = self.transport
+        if t is None:
+            return
+        self.transport = None
+        self._disarm()
+        self._conns.discard(self)
+        self._buf = bytearray()
+        t.write(encode_reply(reply, True))
+        t.set_protocol(_Linger(t, missing, self._conns))
+
     def _hand_over(self) -> None:
         """Give the connection, with every unconsumed byte, to aiohttp's protocol."""
         t = self.transport
@@ -479,6 +534,45 @@ class FastProtocol(asyncio.Protocol):
         proto.connection_made(t)
         if data:
             proto.data_received(data)
+
+
+class _Linger(asyncio.Protocol):
+    """A connection answered before its body was in: read and drop what the client still
+    sends until the body is complete, the client closes, or ``LINGER_S`` pass; then close.
+    Closing a socket that holds unread data sends a TCP RST, and a client still uploading
+    (urllib3 writes the whole body before it reads) would get a reset instead of the answer.
+    It stays in the server's connection set, so shutdown (``close_all``) closes it too."""
+
+    busy = False
+    idle: asyncio.Future[None] | None = None
+
+    def __init__(self, transport: asyncio.Transport, missing: int, conns: set[Any]) -> None:
+        self.transport: asyncio.Transport | None = transport
+        self._missing = missing
+        self._conns = conns
+        conns.add(self)
+        self._timer = asyncio.get_running_loop().call_later(LINGER_S, self.close_when_idle)
+
+    def data_received(self, data: bytes) -> None:
+        self._missing -= len(data)
+        if self._missing <= 0:
+            self.close_when_idle()
+
+    def eof_received(self) -> bool | None:
+        self.close_when_idle()
+        return None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._timer.cancel()
+        self._conns.discard(self)
+        self.transport = None
+
+    def close_when_idle(self) -> None:
+        self._timer.cancel()
+        self._conns.discard(self)
+        t, self.transport = self.transport, None
+        if t is not None:
+            t.close()
 
 
 async def close_all(conns: set[FastProtocol], timeout: float) -> None:

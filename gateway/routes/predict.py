@@ -2,7 +2,8 @@
 
 Order of checks, cheapest first, so hostile input costs nothing:
 service name (400) -> existence (404) -> method (405) -> Content-Encoding (415)
--> Content-Length (413, before reading) -> missing token (401, before reading)
+-> Content-Length (413, before reading) -> missing token, or a wrong raw token while
+the body is still arriving (401, before reading; ``token_refused_early``)
 -> body within body_timeout_s (408) and max_body_bytes (413 while reading)
 -> token / signature (401, 400 BadDigest) -> deadline -> dispatch to the pool
 (450 / 503 / 504). The worker's status, content type and body pass through.
@@ -94,6 +95,18 @@ async def read_body(request: web.Request, max_bytes: int, timeout_s: float) -> b
         raise errors.BadRequest("malformed request body", close=True) from None
 
 
+def token_refused_early(svc: ServiceConfig, headers: Mapping[str, str]) -> bool:
+    """True when a request to ``svc`` (a service with tokens) fails auth whatever its body
+    holds: no ``Authorization``, or a raw token that matches none of the service's tokens.
+    An ``EAS`` signature covers the body's MD5, so it is only checked once the body is in."""
+    auth = headers.get(HEADER_AUTHORIZATION)
+    if not auth:
+        return True
+    if auth.startswith("EAS "):
+        return False
+    return not verify(svc.tokens, headers, "", None).ok
+
+
 def check_auth(svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None) -> None:
     if not svc.tokens:
         return
@@ -179,13 +192,21 @@ async def call_workers(
     return wresp
 
 
+def _refused_before_body(svc: ServiceConfig, request: web.Request) -> bool:
+    """No token at all; or, while the body is still arriving, a raw token that is wrong (a
+    body already in costs nothing to read, and check_auth then looks at the token once)."""
+    if not request.headers.get(HEADER_AUTHORIZATION):
+        return True
+    return not request.content.is_eof() and token_refused_early(svc, request.headers)
+
+
 async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
     qm = request.app[QUEUES_KEY]
     name = svc.name if not subpath else f"{svc.name}/{subpath}"
     if qm is None or subpath not in ("", SINK_SUFFIX) or not qm.has(name):
         raise errors.ServiceNotFound(f"queue {name!r} not found")
     gw = request.app[CONFIG_KEY].gateway
-    if svc.tokens and not request.headers.get(HEADER_AUTHORIZATION):
+    if svc.tokens and _refused_before_body(svc, request):
         raise errors.Unauthorized("invalid or missing token")
     body: bytes | None = None
     if request.method == "POST" and request.can_read_body:
@@ -234,7 +255,7 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         raise errors.MethodNotAllowed(f"method {request.method} is not allowed; use POST", allow="POST")
     if any(ord(c) < 0x21 or ord(c) > 0x7E for c in subpath):
         raise errors.BadRequest("invalid characters in the request path")
-    if svc.tokens and not request.headers.get(HEADER_AUTHORIZATION):
+    if svc.tokens and _refused_before_body(svc, request):
         raise errors.Unauthorized("invalid or missing token")
     arrived = time.monotonic()
     deadline = caller_deadline_s(request.headers)  # checked before reading the body

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 
 import aiohttp
 import pytest
@@ -150,15 +151,88 @@ async def test_chunked_body_over_limit_is_413() -> None:
 
 
 async def test_slow_body_is_408_and_closed() -> None:
+    """One body_timeout_s from the head, on both listeners (the lean front used to wait one
+    timeout, then hand the connection to aiohttp, which waited a second one)."""
+    async with live_gateway(body_timeout_s=1.0) as gw:
+        for path in ("/api/predict/echo", "/api/predict/q"):  # a predict and a queue put
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            t0 = time.monotonic()
+            head = f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\nContent-Length: 100\r\n\r\n"
+            writer.write(head.encode() + b"abc")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), 5.0)
+            elapsed = time.monotonic() - t0
+            data = line + await asyncio.wait_for(reader.read(), 5.0)  # until the server closes
+            await close_writer(writer)
+            assert data.startswith(b"HTTP/1.1 408"), data[:200]
+            assert b"\r\nConnection: close\r\n" in data
+            assert _err(data.partition(b"\r\n\r\n")[2])["code"] == "RequestTimeout"
+            assert 0.9 < elapsed < 1.5, elapsed
+        assert not gw.pools["echo"].calls
+        assert not gw.queues.handled
+        rendered = gw.app[METRICS_KEY].render()
+        assert b'easgw_requests_total{service="echo",status="408"} 1.0' in rendered
+
+
+async def test_slow_body_still_arriving_is_read_and_dropped_after_the_408() -> None:
+    """The 408 comes while the client still sends; what it sends next is read and dropped
+    (lingering close), so the client reads the answer rather than a reset."""
     async with live_gateway(body_timeout_s=0.3) as gw:
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
-        writer.write(b"POST /api/predict/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        writer.write(b"POST /api/predict/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 300000\r\n\r\nabc")
         await writer.drain()
-        data = await asyncio.wait_for(reader.read(), 5.0)  # until the server closes
+        line = await asyncio.wait_for(reader.readline(), 3.0)
+        assert line.startswith(b"HTTP/1.1 408"), line
+        writer.write(b"z" * 299_997)  # the rest of the body, after the answer
+        await writer.drain()
+        assert (await asyncio.wait_for(reader.read(), 5.0)).endswith(b"}")
         await close_writer(writer)
-        assert data.startswith(b"HTTP/1.1 408"), data[:200]
-        assert _err(data.partition(b"\r\n\r\n")[2])["code"] == "RequestTimeout"
-        assert not gw.pools["echo"].calls
+
+
+@pytest.mark.parametrize(
+    ("service", "auth"),
+    [("digits", None), ("digits", "wrong-token"), ("digits", OTHER_TOKEN), ("q", None), ("q", "nope")],
+)
+async def test_missing_or_wrong_raw_token_is_401_before_the_body(service: str, auth: str | None) -> None:
+    """No body can make such a request pass: it is answered at once, not after the upload
+    (or the body timeout). An EAS signature needs the body (its MD5), so it waits."""
+    async with live_gateway(body_timeout_s=3.0) as gw:
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        head = f"POST /api/predict/{service} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+        if auth is not None:
+            head += f"Authorization: {auth}\r\n"
+        t0 = time.monotonic()
+        writer.write(head.encode() + b"\r\nabc")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 5.0)
+        assert line.startswith(b"HTTP/1.1 401"), line
+        assert time.monotonic() - t0 < 1.0
+        writer.write(b"z" * 97)  # the rest, after the answer: read and dropped
+        await writer.drain()
+        head_rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+        length = int(re.search(rb"Content-Length: (\d+)", head_rest).group(1))  # type: ignore[union-attr]
+        err = await asyncio.wait_for(reader.readexactly(length), 5.0)
+        await close_writer(writer)
+        assert _err(err)["code"] == "Unauthorized"
+        assert not gw.pools["digits"].calls and not gw.queues.handled
+        # The right raw token and a signature wait for the body, then pass.
+        body = b"y" * 100
+        for headers in ({"Authorization": TOKEN}, signed_headers(TOKEN, body, service)):
+            reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+            lines = [
+                f"POST /api/predict/{service} HTTP/1.1",
+                "Host: x",
+                "Content-Length: 100",
+                "Connection: close",
+            ]
+            lines += [f"{k}: {v}" for k, v in headers.items()]
+            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body[:3])
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.write(body[3:])
+            data = await asyncio.wait_for(reader.read(), 5.0)
+            await close_writer(writer)
+            assert data.startswith(b"HTTP/1.1 200"), data[:200]
 
 
 async def test_content_encoding_is_refused() -> None:
