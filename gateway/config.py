@@ -59,6 +59,9 @@ class ServiceConfig:
     intra_op_threads: int = 1
     request_format: str = "auto"
     batching: BatchingConfig = field(default_factory=BatchingConfig)
+    # A worker whose compute thread has spent longer than this on one run while other
+    # requests wait (a processor stuck in process()) reports unhealthy and is restarted (0: never).
+    stall_timeout_s: float = 60.0
     # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
     async_: bool = False
     queue: QueueConfig = field(default_factory=QueueConfig)
@@ -230,7 +233,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env",
+        "config", "env", "stall_timeout_s",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -287,6 +290,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         intra_op_threads=_int(raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64),
         request_format=request_format,
         batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
+        stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
         queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
         config=dict(cfg),

@@ -18,6 +18,12 @@ while a model runs, and a request cancelled (or past its deadline) while still
 queued is dropped before the model runs (F16/F17); one cancelled while running is
 interrupted when the processor can do that (onnx: ONNX Runtime's terminate flag).
 
+Health: a processor's BaseException (SystemExit, KeyboardInterrupt, ...) is answered like any
+exception, so nothing a request does ends the compute thread. Should the thread die anyway,
+or one run go on for longer than the service's ``stall_timeout_s`` while other requests wait
+behind it, the health ping says so (``unhealthy``) and the pool restarts the worker: the
+event loop alone, which answers pings, does not make a worker healthy.
+
 Inline fast path: handing every request to the compute thread and back costs two thread
 wake-ups and GIL hand-offs, more CPU than a small model run itself. So when the compute
 thread is idle and the processor can interrupt a run (onnx), the request runs right in
@@ -52,7 +58,8 @@ from typing import Any
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_DEADLINE_MS, HEADER_REQUEST_ID
 from gateway.auth import AuthStatus, verify
 from gateway.config import GatewayConfig, ServiceConfig
-from gateway.lean_http import FastProtocol, FastRequest, Reply, close_all
+from gateway.lean_http import LINGER_S, FastProtocol, FastRequest, Reply, close_all
+from gateway.middleware import pick_request_id
 from gateway.workers.ipc import IPCServerProtocol, RequestSink, WorkerRequest, WorkerResponse
 from gateway.workers.processors.base import Processor, ProcessorError, create_processor, error_response
 
@@ -75,6 +82,16 @@ class _Job:
         self.prep: Any = None  # the processor's prepared request (batching only)
 
 
+def _failure(exc: BaseException, what: str, request_id: str = "") -> WorkerResponse:
+    """The answer to a processor that raised something unexpected (a bug): 500, logged with
+    its traceback. BaseExceptions too (SystemExit, KeyboardInterrupt, GeneratorExit): they
+    must not end the compute thread. Only a real interpreter shutdown goes on up."""
+    if not isinstance(exc, Exception) and sys.is_finalizing():
+        raise exc
+    log.error("processor failed (%s)", what, exc_info=exc)
+    return error_response(500, "InternalError", f"processor error: {type(exc).__name__}", request_id)
+
+
 class ComputeQueue(RequestSink):
     """Runs requests on a compute thread; results come back to the event loop in batches."""
 
@@ -85,9 +102,13 @@ class ComputeQueue(RequestSink):
         threads: int = 1,
         max_batch_size: int = 0,
         max_latency_ms: float = 0.0,
+        stall_s: float = 0.0,
     ) -> None:
         self.loop = loop
         self.processor = processor
+        # A run older than this while other requests wait makes the worker unhealthy (0: never).
+        self.stall_s = stall_s
+        self._run_started = 0  # perf_counter_ns() when the compute thread's run began (0: idle)
         # Batching needs a processor that can prepare and run batches (onnx) and a model
         # with a dynamic first dimension (the processor's ``batchable``); one thread only.
         self.max_batch = max_batch_size if getattr(processor, "batchable", False) and threads == 1 else 0
@@ -156,9 +177,8 @@ class ComputeQueue(RequestSink):
             # Nothing can cancel an inline run but the watchdog (the loop is busy with it).
             interrupted = exc.code == "UpstreamTimeout"
             resp = error_response(exc.status, exc.code, exc.message, req.request_id)
-        except Exception as exc:  # a bug in a processor must not kill the worker
-            log.exception("processor failed (request %s)", req.request_id)
-            resp = error_response(500, "InternalError", f"processor error: {type(exc).__name__}")
+        except BaseException as exc:  # a bug in a processor must not kill the worker
+            resp = _failure(exc, f"request {req.request_id}", req.request_id)
         finally:
             self._inline_since = 0.0
         if interrupted or self._preempt_seq == seq:
@@ -208,8 +228,24 @@ class ComputeQueue(RequestSink):
             raise
         return resp or error_response(504, "UpstreamTimeout", "request expired before it ran", req.request_id)
 
+    def health(self) -> str | None:
+        """None while the compute side works; else what is wrong (the health ping carries it,
+        and the pool restarts a worker that reports a problem)."""
+        if self._stopping.is_set():
+            return None
+        if not all(t.is_alive() for t in self._threads):
+            return "the compute thread died"
+        started = self._run_started
+        if started and self.stall_s > 0 and self.outstanding > len(self._running):
+            busy_s = (time.perf_counter_ns() - started) / 1e9
+            if busy_s > self.stall_s:
+                waiting = self.outstanding - len(self._running)
+                return f"one run has taken {busy_s:.1f} s while {waiting} request(s) wait"
+        return None
+
     def stats(self) -> dict[str, Any]:
         return {
+            "unhealthy": self.health(),
             "runs": self.runs,
             "dropped": self.dropped,
             "batches": self.batches,
@@ -258,15 +294,16 @@ class ComputeQueue(RequestSink):
             self.runs += 1
             t0 = time.perf_counter_ns()
             self._running = (job,)
+            self._run_started = t0
             try:
                 resp = self.processor.handle(req)
             except ProcessorError as exc:
                 resp = error_response(exc.status, exc.code, exc.message, req.request_id)
-            except Exception as exc:  # a bug in a processor must not kill the worker
-                log.exception("processor failed (request %s)", req.request_id)
-                resp = error_response(500, "InternalError", f"processor error: {type(exc).__name__}")
+            except BaseException as exc:  # a bug in a processor must not kill the compute thread
+                resp = _failure(exc, f"request {req.request_id}", req.request_id)
             finally:
                 self._running = ()
+                self._run_started = 0
             resp.compute_us = (time.perf_counter_ns() - t0) // 1000
             self._post(job, resp)
 
@@ -295,9 +332,8 @@ class ComputeQueue(RequestSink):
         except ProcessorError as exc:
             self._post(job, error_response(exc.status, exc.code, exc.message, job.req.request_id))
             return False
-        except Exception as exc:
-            log.exception("processor failed (request %s)", job.req.request_id)
-            self._post(job, error_response(500, "InternalError", f"processor error: {type(exc).__name__}"))
+        except BaseException as exc:
+            self._post(job, _failure(exc, f"request {job.req.request_id}", job.req.request_id))
             return False
         return True
 
@@ -369,15 +405,16 @@ class ComputeQueue(RequestSink):
             self.batched += len(batch)
         t0 = time.perf_counter_ns()
         self._running = tuple(batch)
+        self._run_started = t0
         try:
             results = self.processor.run_batch([j.prep for j in batch])  # type: ignore[attr-defined]
-        except Exception as exc:  # a bug in a processor must not kill the worker
-            log.exception("processor failed (batch of %d)", len(batch))
-            results = [ProcessorError(f"processor error: {type(exc).__name__}", 500, "InternalError")] * len(
-                batch
-            )
+        except BaseException as exc:  # a bug in a processor must not kill the compute thread
+            _failure(exc, f"batch of {len(batch)}")  # logged (re-raised at interpreter shutdown)
+            error = ProcessorError(f"processor error: {type(exc).__name__}", 500, "InternalError")
+            results = [error] * len(batch)
         finally:
             self._running = ()
+            self._run_started = 0
         us = (time.perf_counter_ns() - t0) // 1000
         for job, res in zip(batch, results, strict=True):
             job.prep = None  # release the inputs
@@ -397,7 +434,9 @@ class ComputeQueue(RequestSink):
 class _DirectHTTP:
     """The worker's direct-mode predict: the gateway's auth and deadline checks, then the
     compute queue. Served by the lean protocol (gateway/lean_http.py) for plain calls and
-    by aiohttp (``app``) for everything else, both through :meth:`answer`."""
+    by aiohttp (``app``) for everything else, both through :meth:`answer`. Every reply
+    carries ``X-Request-Id`` (the caller's when well-formed, else a fresh one), as the
+    gateway's do."""
 
     def __init__(self, service: ServiceConfig, gateway: GatewayConfig, compute: ComputeQueue) -> None:
         self.service = service
@@ -409,9 +448,13 @@ class _DirectHTTP:
         # signature covers one call only and is always checked). Successes only, bounded.
         self._verified: set[str] = set()
 
-    async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes) -> WorkerResponse:
+    def _remember(self, auth: str) -> None:
+        if len(self._verified) >= 1024:
+            self._verified.clear()
+        self._verified.add(auth)
+
+    async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes, rid: str) -> WorkerResponse:
         service = self.service
-        rid = headers.get(HEADER_REQUEST_ID, "")[:128]
         # Same checks and messages as the gateway's predict route.
         if self.tokens and headers.get("Authorization") not in self._verified:
             result = verify(self.tokens, headers, raw_path, body)
@@ -421,9 +464,7 @@ class _DirectHTTP:
                 return error_response(401, "Unauthorized", "invalid or missing token", rid)
             auth = headers.get("Authorization", "")
             if not auth.startswith("EAS "):
-                if len(self._verified) >= 1024:
-                    self._verified.clear()
-                self._verified.add(auth)
+                self._remember(auth)
         budget_s = service.timeout_ms / 1000.0
         raw = headers.get(HEADER_DEADLINE_MS)
         if raw is not None:
@@ -446,6 +487,20 @@ class _DirectHTTP:
         )
         return await self.compute.run(req)
 
+    def refused_before_body(self, headers: Any) -> bool:
+        """A token is required and none is sent, or a raw token is wrong: 401 whatever the
+        body holds, so it is answered before the body is read. (An ``EAS`` signature covers
+        the body's MD5: it waits for the body.)"""
+        auth = headers.get("Authorization")
+        if not auth:
+            return True
+        if auth.startswith("EAS ") or auth in self._verified:
+            return False
+        if verify(self.tokens, headers, "", None).ok:
+            self._remember(auth)
+            return False
+        return True
+
     # the lean protocol's hooks
     def accept(self, method: str, path: str, headers: Any, clen: int) -> bool:
         if method != "POST" or clen > self.gateway.max_body_bytes:
@@ -456,31 +511,85 @@ class _DirectHTTP:
         return encoding is None or encoding.strip().lower() in ("", "identity")
 
     async def serve(self, req: FastRequest, query: Any) -> Reply:
+        rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
         tail = req.path[len(self.prefix) + 1 :]
-        resp = await self.answer(req.headers, req.path, tail, req.body)
-        return Reply(resp.status, resp.body, resp.content_type)
+        resp = await self.answer(req.headers, req.path, tail, req.body, rid)
+        return Reply(resp.status, resp.body, resp.content_type, {HEADER_REQUEST_ID: rid})
+
+    def early(self, req: FastRequest) -> Reply | None:
+        """The lean protocol's ``early``: the 401 due before the body (still arriving)."""
+        if not self.tokens or not self.refused_before_body(req.headers):
+            return None
+        return self._error(req.headers, 401, "Unauthorized", "invalid or missing token")
+
+    def late(self, req: FastRequest) -> Reply:
+        """The lean protocol's ``late``: a body not complete within body_timeout_s."""
+        return self._error(req.headers, 408, "RequestTimeout", self._late_message())
+
+    def _late_message(self) -> str:
+        return f"request body not received within {self.gateway.body_timeout_s:g} s"
+
+    def _error(self, headers: Any, status: int, code: str, message: str) -> Reply:
+        rid = pick_request_id(headers.get(HEADER_REQUEST_ID))
+        err = error_response(status, code, message, rid)
+        return Reply(status, err.body, err.content_type, {HEADER_REQUEST_ID: rid})
 
     def app(self) -> Any:
         from aiohttp import web
+        from aiohttp.web_protocol import RequestPayloadError
+
+        def reply(resp: WorkerResponse, rid: str, close: bool = False) -> web.Response:
+            out = web.Response(
+                status=resp.status,
+                body=resp.body,
+                headers={"Content-Type": resp.content_type, HEADER_REQUEST_ID: rid},
+            )
+            if close:
+                out.force_close()
+            return out
 
         async def predict(request: web.Request) -> web.StreamResponse:
+            rid = pick_request_id(request.headers.get(HEADER_REQUEST_ID))
             encoding = request.headers.get("Content-Encoding", "").strip().lower()
             if encoding not in ("", "identity"):
                 # As the gateway: no compressed bodies (aiohttp would inflate them unasked).
-                rid = request.headers.get(HEADER_REQUEST_ID, "")[:128]
                 msg = f"Content-Encoding {encoding[:32]!r} is not supported"
-                err = error_response(415, "UnsupportedMediaType", msg, rid)
-                return web.Response(status=415, body=err.body, headers={"Content-Type": err.content_type})
-            body = await request.read()
+                return reply(error_response(415, "UnsupportedMediaType", msg, rid), rid)
+            if self.tokens and not request.content.is_eof() and self.refused_before_body(request.headers):
+                return reply(error_response(401, "Unauthorized", "invalid or missing token", rid), rid)
+            try:
+                if request.content.is_eof():
+                    body = await request.read()
+                else:
+                    # The gateway's body deadline (a chunked body, or one the lean protocol
+                    # handed over): 408, and the connection closes.
+                    body = await asyncio.wait_for(request.read(), self.gateway.body_timeout_s)
+            except asyncio.TimeoutError:
+                err = error_response(408, "RequestTimeout", self._late_message(), rid)
+                return reply(err, rid, close=True)
+            except RequestPayloadError:
+                err = error_response(400, "BadRequest", "malformed request body", rid)
+                return reply(err, rid, close=True)
+            except ConnectionError:
+                # The client left mid-body: nobody to answer, nothing worth a traceback.
+                log.debug("client left before its body was complete (request %s)", rid)
+                return reply(error_response(400, "BadRequest", "incomplete body", rid), rid, close=True)
             tail = request.match_info.get("tail", "")
-            resp = await self.answer(request.headers, request.rel_url.raw_path, tail, body)
-            ctype = {"Content-Type": resp.content_type}
-            return web.Response(status=resp.status, body=resp.body, headers=ctype)
+            resp = await self.answer(request.headers, request.rel_url.raw_path, tail, body, rid)
+            return reply(resp, rid)
 
         async def healthz(request: web.Request) -> web.StreamResponse:
-            return web.json_response({"status": "ok", **self.compute.stats()})
+            stats = self.compute.stats()
+            if stats["unhealthy"]:
+                return web.json_response({"status": "unhealthy", **stats}, status=503)
+            return web.json_response({"status": "ok", **stats})
 
-        app = web.Application(client_max_size=self.gateway.max_body_bytes)
+        app = web.Application(
+            client_max_size=self.gateway.max_body_bytes,
+            # As the gateway: an answer given before the body was read (401, 408) drains the
+            # rest for this long, then the connection closes (aiohttp's default is 10 s).
+            handler_args={"lingering_time": LINGER_S},
+        )
         app.router.add_post(self.prefix, predict)
         app.router.add_post(self.prefix + "/{tail:.*}", predict)
         app.router.add_get("/healthz", healthz)
@@ -510,6 +619,7 @@ async def _serve(
         processor,
         max_batch_size=service.batching.max_batch_size,
         max_latency_ms=service.batching.max_latency_ms,
+        stall_s=service.stall_timeout_s,
     )
     server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
     os.chmod(socket_path, 0o600)
@@ -535,6 +645,8 @@ async def _serve(
             header_timeout=gateway.header_timeout_s,
             keepalive_timeout=gateway.keepalive_timeout_s,
             body_timeout=gateway.body_timeout_s,
+            early=direct.early,
+            late=direct.late,
         )
 
     http_server = await loop.create_server(http_protocol, "127.0.0.1", 0, backlog=1024)

@@ -7,7 +7,9 @@
 * Health: process exit (a pidfd, and EOF on the socketpair: noticed at once), a lost RPC connection
   (removed from routing at once), and a ping every ``health_interval_s``: two missed
   pings eject the worker from routing until a ping succeeds again (a hung or stopped
-  worker, F3); a worker ejected for ``HANG_KILL_S`` is killed and restarted.
+  worker, F3); a worker ejected for ``HANG_KILL_S`` is killed and restarted. A worker
+  whose pong reports a problem (``unhealthy``: its compute thread died, or one run has
+  stalled while requests wait, gateway.workers.main) is restarted at once.
 * Restarts use exponential back-off per worker (0.1 s after a first crash, then up to
   5 s), so a model that never loads restarts at most once per 5 s (F14).
 * Dispatch picks the ready worker with the fewest outstanding requests; a connection
@@ -331,6 +333,11 @@ class WorkerPool:
                     return
                 else:
                     missed = 0
+                    problem = w.last_stats.get("unhealthy")
+                    if problem:
+                        # The event loop answers pings; the compute side cannot serve.
+                        w.last_error = f"unhealthy: {problem}"[:300]
+                        return
                     if w.state == "ejected":
                         log.info("service %s: worker %d answers again", self.service.name, w.index)
                         self._set_state(w, "ready")

@@ -5,7 +5,9 @@ instantiated without arguments, given ``config`` (the service's ``config`` mappi
 and ``model_path`` (the service's ``model`` or None), then ``initialize()`` is called
 once. ``process(data: bytes)`` returns a body (bytes or str) or a ``(body, status)``
 pair; status 0 means 200 (allspark samples return 0 for success). An exception in
-``process`` is answered 400 with its message and the worker keeps serving.
+``process`` is answered 400 with its message and the worker keeps serving; so is a
+SystemExit, KeyboardInterrupt or other BaseException (it would otherwise end the worker's
+compute thread), unless the interpreter itself is shutting down.
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ class PythonProcessor(Processor):
         except Exception as exc:
             log.info("processor raised %s (request %s)", type(exc).__name__, req.request_id)
             raise ProcessorError(str(exc) or type(exc).__name__, code="ProcessorError") from None
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit, ...
+            if sys.is_finalizing():
+                raise
+            name = type(exc).__name__
+            log.warning("processor raised %s (request %s)", name, req.request_id)
+            detail = str(exc)
+            msg = f"process() raised {name}: {detail}" if detail else f"process() raised {name}"
+            raise ProcessorError(msg, code="ProcessorError") from None
         status = 200
         if isinstance(result, tuple):
             if len(result) != 2:
