@@ -4,7 +4,9 @@ Strings may reference environment variables as ``${NAME}`` (an unset variable
 is an error naming the field). A few top-level settings can be overridden by
 environment variables: EASGW_HOST, EASGW_PORT, EASGW_DATA_DIR, EASGW_LOG_LEVEL.
 Relative file paths (model, entry file) are resolved against the working
-directory first and then against the config file's directory.
+directory first and then against the config file's directory; an onnx service's
+``model`` and a python service's ``entry`` file (the ``path/to/file.py:Class`` form)
+must exist.
 """
 
 from __future__ import annotations
@@ -226,6 +228,14 @@ def _resolve_path(value: str, base: Path | None, where: str) -> str:
     return str(alt.resolve() if alt.exists() else p.resolve())
 
 
+def _check_file(path: str, where: str) -> None:
+    """A missing model or entry file is a config error (exit 2) rather than a worker that
+    never loads (the service answering 503 with the reason only in the log)."""
+    if not Path(path).is_file():
+        what = "not a file" if Path(path).exists() else "file not found"
+        raise ConfigError(f"{where}: {what}: {path}")
+
+
 def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     where = f"services[{i}]"
     if not isinstance(raw, dict):
@@ -255,6 +265,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     if processor == "onnx":
         model = _str(model, f"{where}.model")
         model = _resolve_path(model, base, f"{where}.model")
+        _check_file(model, f"{where}.model")
     elif model is not None:
         model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
     if processor == "python":
@@ -264,6 +275,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         target, _, cls_name = entry.rpartition(":")
         if target.endswith(".py"):
             target = _resolve_path(target, base, f"{where}.entry")
+            _check_file(target, f"{where}.entry")
         entry = f"{target}:{cls_name}"
     request_format = raw.get("request_format", "auto")
     if request_format not in REQUEST_FORMATS:

@@ -71,6 +71,19 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     [
         ({"gateway": {"port": "eighty"}, "services": []}, "gateway.port"),
         ({"services": [{"name": "x", "processor": "onnx"}]}, "services[0] (x).model"),
+        (
+            {"services": [{"name": "x", "processor": "onnx", "model": "no/such/model.onnx"}]},
+            "services[0] (x).model: file not found: ",
+        ),
+        (
+            {
+                "services": [
+                    {"name": "q", "processor": "queue"},
+                    {"name": "p", "processor": "python", "entry": "no/such/processor.py:Cls"},
+                ]
+            },
+            "services[1] (p).entry: file not found: ",
+        ),
         ({"services": [{"name": "bad/name", "processor": "queue"}]}, "services[0].name"),
         ({"gateway": {"colour": "blue"}}, "gateway: unknown key(s) colour"),
     ],

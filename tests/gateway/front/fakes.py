@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -124,6 +125,11 @@ class FakeQueues:
         return {"queues": {n: {"length": 3} for n in self.names}}
 
 
+# The config must name files that exist (the pools are fakes and never load them).
+SAMPLES = Path(__file__).resolve().parents[3] / "samples"
+DIGITS_MODEL = str(SAMPLES / "models" / "digits.onnx")  # built by the suite's conftest
+ECHO_ENTRY = f"{SAMPLES / 'processors' / 'echo.py'}:EchoProcessor"
+
 TOKEN = "digits-token-0123456789abcdef"
 OTHER_TOKEN = "other-token-fedcba9876543210"
 
@@ -135,9 +141,9 @@ def make_config(**gateway: Any) -> Config:
         {
             "gateway": gw,
             "services": [
-                {"name": "digits", "processor": "onnx", "model": "digits.onnx", "token": TOKEN, "workers": 2},
-                {"name": "echo", "processor": "python", "entry": "echo.py:EchoProcessor"},
-                {"name": "other", "processor": "python", "entry": "e.py:Echo", "token": OTHER_TOKEN},
+                {"name": "digits", "processor": "onnx", "model": DIGITS_MODEL, "token": TOKEN, "workers": 2},
+                {"name": "echo", "processor": "python", "entry": ECHO_ENTRY},
+                {"name": "other", "processor": "python", "entry": ECHO_ENTRY, "token": OTHER_TOKEN},
                 {"name": "q", "processor": "queue", "workers": 0, "token": TOKEN},
             ],
         }
