@@ -11,21 +11,26 @@ Everything is built offline in a second or two:
   ``zneg`` float64[N,4] = -z, ``mask`` uint8[N,4] = (y > 0).
 * ``spin.onnx``: a Loop of ``n`` (int64 scalar input) additions; output ``count`` float32[1].
   Its run time is chosen by the caller (about 1 us per iteration).
+* ``cluster_serving.onnx``: the async ``cs`` service's model in ``services.yaml``, one input
+  of each Cluster Serving kind (built by ``build_cluster_serving_model.py``, reused here).
 * ``mlp_1024x1024x4.onnx`` (not built by ``build_all``; :func:`build_mlp`, used by
   benchmarks/bench_batching.py): input ``x`` float32[N,1024], four 1024x1024 MatMul+Add
   layers with Relu between them (random weights, fixed seed); output ``y`` float32[N,1024].
 
-Usage: ``python samples/build_models.py [out_dir]`` (default ``samples/models``).
-Idempotent: an existing, loadable model is kept.
+Usage: ``python samples/build_models.py [out_dir]`` (default ``samples/models``): every
+model ``samples/services.yaml`` names. Idempotent: an existing, loadable model is kept
+(``cluster_serving.onnx`` is rewritten only when its bytes differ).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DIR = Path(__file__).resolve().parent / "models"
+HERE = Path(__file__).resolve().parent
+DEFAULT_DIR = HERE / "models"
 # Tensor names clients need.
 DIGITS_INPUT = "input"
 DIGITS_OUTPUTS = ("label", "probabilities")
@@ -181,6 +186,19 @@ def build_mlp(path: Path, width: int = 1024, layers: int = 4, seed: int = 0, tok
     return path
 
 
+def build_cluster_serving(out_dir: Path) -> Path:
+    """``cluster_serving.onnx`` in ``out_dir``, by ``build_cluster_serving_model.build`` (loaded
+    from its file, so this works whatever ``sys.path`` holds)."""
+    spec = importlib.util.spec_from_file_location(
+        "_easkit_build_cluster_serving_model", HERE / "build_cluster_serving_model.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path: Path = module.build(out_dir)
+    return path
+
+
 BUILDERS = {"digits.onnx": build_digits, "multi.onnx": build_multi, "spin.onnx": build_spin}
 
 
@@ -206,6 +224,7 @@ def build_all(out_dir: str | Path | None = None) -> dict[str, Path]:
         if not _loadable(path):
             builder(path)
         paths[name.removesuffix(".onnx")] = path
+    paths["cluster_serving"] = build_cluster_serving(out)
     return paths
 
 

@@ -34,8 +34,8 @@ CLIENTS = [
 
 
 def build_models() -> None:
+    # Every model services.yaml names (digits.onnx, cluster_serving.onnx, ...).
     subprocess.run([sys.executable, str(SAMPLES / "build_models.py")], check=True, cwd=ROOT)
-    subprocess.run([sys.executable, str(SAMPLES / "build_cluster_serving_model.py")], check=True, cwd=ROOT)
 
 
 def start_gateway(port: int | None, port_file: Path, data_dir: Path | None) -> subprocess.Popen[bytes]:

@@ -2,13 +2,41 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from gateway.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(180)
+def test_build_models_builds_every_model_services_yaml_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README "Try it" on a fresh checkout: build_models.py, then services.yaml loads (config
+    validation checks that every model file exists)."""
+    raw = yaml.safe_load((ROOT / "samples" / "services.yaml").read_text())
+    needed = {Path(s["model"]).name for s in raw["services"] if s.get("processor") == "onnx"}
+    assert "cluster_serving.onnx" in needed  # the async cs service
+    fresh = tmp_path / "checkout"
+    shutil.copytree(ROOT / "samples" / "processors", fresh / "samples" / "processors")
+    shutil.copy(ROOT / "samples" / "services.yaml", fresh / "samples" / "services.yaml")
+    out = fresh / "samples" / "models"
+    subprocess.run(
+        [sys.executable, str(ROOT / "samples" / "build_models.py"), str(out)],
+        cwd=ROOT, check=True, capture_output=True, timeout=170,
+    )  # fmt: skip
+    assert needed <= {p.name for p in out.glob("*.onnx")}
+    monkeypatch.chdir(fresh)  # relative paths resolve here, not in this (already built) tree
+    config = load_config("samples/services.yaml")
+    models = {Path(s.model).name for s in config.services if s.processor == "onnx" and s.model}
+    assert models == needed
 
 
 @pytest.mark.slow
