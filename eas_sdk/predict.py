@@ -49,7 +49,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any
 
 import urllib3
@@ -405,6 +405,29 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class _NotCarriedOver:
+    """An eas-prediction client attribute with no counterpart here: reading or assigning it raises."""
+
+    def __init__(self, hint: str) -> None:
+        self.hint = hint
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def _error(self, owner: type) -> AttributeError:
+        what = f"{owner.__name__}.{self.name}"
+        return AttributeError(f"{what} is not carried over from eas-prediction: {self.hint}")
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        raise self._error(type(obj))
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        raise self._error(type(obj))
+
+
 class _ClientBase:
     """Settings, setters and per-call planning shared by both clients."""
 
@@ -529,9 +552,116 @@ class _ClientBase:
             self._cached = cfg
         return cfg
 
+    # -- the original's public attributes -------------------------------------------
+    # eas-prediction kept its settings in plain attributes that programs assign
+    # (``client.timeout = 3000`` before ``init()``). Each one here routes to its
+    # setter, so an assignment takes effect exactly like the setter call; the
+    # attributes with no counterpart raise instead of being silently ignored.
     @property
     def retry_count(self) -> int:
+        """Retries after the first attempt (``set_retry_count``)."""
         return self._retry_policy.retries
+
+    @retry_count.setter
+    def retry_count(self, value: int) -> None:
+        self.set_retry_count(value)
+
+    @property
+    def timeout(self) -> float:
+        """Per-attempt timeout in milliseconds (``set_timeout``)."""
+        return self._timeout_ms
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self.set_timeout(value)
+
+    @property
+    def max_connection_count(self) -> int:
+        """Connections per endpoint (``set_max_connection_count``; needs ``init()``)."""
+        return self._max_connection_count
+
+    @max_connection_count.setter
+    def max_connection_count(self, value: int) -> None:
+        self.set_max_connection_count(value)
+
+    @property
+    def token(self) -> str:
+        """The service token (``set_token``); never shown by ``repr()``."""
+        return self._token
+
+    @token.setter
+    def token(self, value: str) -> None:
+        self.set_token(value)
+
+    @property
+    def endpoint_name(self) -> str:
+        """The gateway (or discovery) address (``set_endpoint``; needs ``init()``)."""
+        return self._endpoint
+
+    @endpoint_name.setter
+    def endpoint_name(self, value: str) -> None:
+        self.set_endpoint(value)
+
+    @property
+    def service_name(self) -> str:
+        return self._service_name
+
+    @service_name.setter
+    def service_name(self, value: str) -> None:
+        self.set_service_name(value)
+
+    @property
+    def endpoint_type(self) -> str:
+        return self._endpoint_type
+
+    @endpoint_type.setter
+    def endpoint_type(self, value: str) -> None:
+        self.set_endpoint_type(value)
+
+    @property
+    def custom_url(self) -> str:
+        return self._custom_url
+
+    @custom_url.setter
+    def custom_url(self, value: str) -> None:
+        self._custom_url = value or ""
+        self._changed()
+
+    @property
+    def content_type(self) -> str:
+        return self._content_type
+
+    @content_type.setter
+    def content_type(self, value: str) -> None:
+        self.set_content_type(value)
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The extra headers (read-only view; assign a dict or use ``add_extra_headers``)."""
+        return MappingProxyType(self._extra_headers)
+
+    @headers.setter
+    def headers(self, value: Mapping[str, str]) -> None:
+        self._extra_headers = {}
+        self.add_extra_headers(dict(value))
+
+    @property
+    def logger(self) -> logging.Logger:
+        """The ``eas_sdk.predict`` logger, shared by all clients (no per-client logger)."""
+        return logger
+
+    @logger.setter
+    def logger(self, value: Any) -> None:
+        raise AttributeError(
+            f"{type(self).__name__}.logger cannot be replaced: every client logs to "
+            "logging.getLogger('eas_sdk.predict'); configure that logger or call set_log_level()"
+        )
+
+    endpoint = _NotCarriedOver(
+        "use endpoint_name (or set_endpoint()) for the address; the direct-mode set is .endpoints"
+    )
+    connection_pool = _NotCarriedOver("the pool is internal; set max_connection_count before init()")
+    stop = _NotCarriedOver("call close() (or destroy()) to stop the client")
 
     @property
     def endpoints(self) -> EndpointSet | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import http.client
 import logging
 import random
@@ -98,7 +99,26 @@ class _Base:
         self.logger = logger
 
     def set_retry_count(self, retries: int) -> None:
-        self.retry_policy = RetryPolicy(retries=retries)
+        self.retry_policy = dataclasses.replace(self.retry_policy, retries=int(retries))
+
+    # The reference's plain attributes that programs assign, routed to the settings.
+    @property
+    def timeout(self) -> float:
+        """Per-attempt timeout in milliseconds (``set_timeout``)."""
+        return self.timeout_ms
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self.set_timeout(value)
+
+    @property
+    def retry_count(self) -> int:
+        """Retries after the first attempt (``set_retry_count``)."""
+        return self.retry_policy.retries
+
+    @retry_count.setter
+    def retry_count(self, value: int) -> None:
+        self.set_retry_count(value)
 
     def set_content_type(self, content_type: str) -> None:
         self.content_type = content_type
@@ -359,6 +379,15 @@ class QueueClient(_Base):
         self.watch_lock = threading.Lock()
         self._watcher: Watcher | None = None
         self._fixed: dict[tuple[Any, ...], tuple[dict[str, str], bytes]] = {}
+
+    @property
+    def max_connection_count(self) -> int:
+        """Pooled keep-alive connections (``max_connections``); takes effect at ``init()``."""
+        return self.max_connections
+
+    @max_connection_count.setter
+    def max_connection_count(self, value: int) -> None:
+        self.max_connections = int(value)
 
     def _fixed_headers(self, accept_protobuf: bool) -> tuple[dict[str, str], bytes]:
         """The headers of every call, encoded once per distinct setting (they are re-read each call)."""
