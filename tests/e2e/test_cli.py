@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from gateway.cli import main, write_port_file
-from tests.e2e.gateway_proc import ROOT
+from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT
 
 QUEUE_ONLY = {
     "gateway": {"shutdown_timeout_s": 5},
@@ -44,6 +44,28 @@ def test_start_announce_and_sigterm(gateway_factory: Any) -> None:
 def test_sigint_stops_cleanly(gateway_factory: Any) -> None:
     gw = gateway_factory(QUEUE_ONLY)
     assert gw.stop(signal.SIGINT) == 0
+
+
+def test_ctrl_c_stops_a_gateway_with_workers_and_leaves_no_orphans(gateway_factory: Any) -> None:
+    """Ctrl-C in a terminal signals the whole process group: the workers ignore SIGINT and the
+    gateway stops them in order; none outlives it (not even re-parented to init)."""
+    config = {
+        "gateway": {"shutdown_timeout_s": 5},
+        "services": [
+            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 2},
+            {"name": "q", "processor": "queue", "workers": 0},
+        ],
+    }
+    gw = gateway_factory(config)
+    gw.wait_workers_ready("echo", 2)
+    workers = [psutil.Process(pid) for pid in gw.worker_pids("echo")]
+    assert len(workers) == 2 and all(w.ppid() == gw.pid for w in workers)
+    os.killpg(gw.pid, signal.SIGINT)  # the gateway runs in its own session: pgid == pid
+    assert gw.proc.wait(20) == 0, gw.output()[-2000:]
+    _, alive = psutil.wait_procs(workers, timeout=1)  # reaped by the gateway before it exits
+    assert not alive, [p.pid for p in alive]
+    assert "SIGINT received" in gw.output()
+    assert "Traceback" not in gw.output()
 
 
 def test_json_logs(gateway_factory: Any) -> None:

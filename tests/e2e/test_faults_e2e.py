@@ -109,12 +109,13 @@ def test_all_workers_down_gives_fast_503_then_recovers(gateway_factory: Any, dig
     for w in workers:
         os.kill(w["pid"], signal.SIGKILL)
     statuses: list[int] = []
-    slowest = 0.0
+    slowest_503 = 0.0
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(statuses) < 400:
         t0 = time.monotonic()
         status, body = _post(gw.url + "/api/predict/echo", b"ping", timeout=5)
-        slowest = max(slowest, time.monotonic() - t0)
+        if status == 503:
+            slowest_503 = max(slowest_503, time.monotonic() - t0)
         statuses.append(status)
         if status == 200:
             assert body == b"ping"
@@ -123,7 +124,10 @@ def test_all_workers_down_gives_fast_503_then_recovers(gateway_factory: Any, dig
     assert 503 in statuses, statuses[:10]
     assert set(statuses) <= {200, 503}, set(statuses)
     assert statuses[-1] == 200, "the service did not recover"
-    assert slowest < 3.0, "a request hung instead of failing fast"  # hang detector, not a benchmark
+    # F2: every 503 within 1 s (no hang). They take milliseconds (the gateway learns of the
+    # deaths from pidfds and closed sockets, and answers without queueing); 1 s leaves room
+    # for a loaded 2-core machine.
+    assert slowest_503 < 1.0, f"a 503 took {slowest_503:.2f} s"
     # Other services were unaffected, and the gateway is the same process.
     body = _tf().to_string()
     assert _post(gw.url + "/api/predict/digits", body, signed_headers(TOKEN, body, "digits"))[0] == 200

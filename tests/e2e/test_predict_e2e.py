@@ -183,7 +183,7 @@ async def test_async_sdk(gw: GatewayProcess, images: np.ndarray, expected: dict)
 
 REFERENCE_CODE = r"""
 import json, sys
-from eas_prediction import PredictClient, StringRequest, TFRequest
+from eas_prediction import BladeRequest, PredictClient, StringRequest, TFRequest, TorchRequest
 endpoint, token, mode, values = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 client = PredictClient(endpoint, "digits")
 client.set_token(token)
@@ -191,12 +191,31 @@ if mode == "direct":
     client.set_endpoint_type("DIRECT")
 client.init()
 out = []
+flat, n = [v for row in values for v in row], len(values)
 for _ in range(3):
     req = TFRequest("serving_default")
-    req.add_feed("input", [len(values), 64], TFRequest.DT_FLOAT, [v for row in values for v in row])
+    req.add_feed("input", [n, 64], TFRequest.DT_FLOAT, flat)
     resp = client.predict(req)
     out.append({"label": list(resp.get_values("label")),
                 "probabilities": list(resp.get_values("probabilities"))})
+# The other request types against the same model: Torch (by position; flag=True sends the
+# body snappy-compressed), Blade (by name, outputs fetched with their types), and JSON text.
+formats = {}
+for name, flag in (("torch", False), ("torch_snappy", True)):
+    treq = TorchRequest(flag)
+    treq.add_feed(0, [n, 64], TorchRequest.DT_FLOAT, flat)
+    tresp = client.predict(treq)
+    formats[name] = {"label": list(tresp.get_values(0)), "probabilities": list(tresp.get_values(1))}
+breq = BladeRequest("serving_default")
+breq.add_feed("input", n, [n, 64], BladeRequest.DT_FLOAT, flat)
+breq.add_fetch("label", BladeRequest.DT_INT64)
+breq.add_fetch("probabilities", BladeRequest.DT_FLOAT)
+bresp = client.predict(breq)
+formats["blade"] = {"label": list(bresp.get_values("label", BladeRequest.DT_INT64)),
+                    "probabilities": list(bresp.get_values("probabilities", BladeRequest.DT_FLOAT))}
+jresp = client.predict(StringRequest(json.dumps({"inputs": {"input": values}})))
+jout = json.loads(jresp.response_data)["outputs"]
+formats["json"] = {"label": jout["label"]["data"], "probabilities": jout["probabilities"]["data"]}
 echo = PredictClient(endpoint, "echo")
 if mode == "direct":
     echo.set_endpoint_type("DIRECT")
@@ -218,7 +237,8 @@ if mode == "gateway":
     except PredictException as exc:
         extra["wrong_token_code"] = exc.code
     cu.destroy(); bad.destroy()
-print(json.dumps({"runs": out, "echo": text.decode() if isinstance(text, bytes) else text, **extra}))
+print(json.dumps({"runs": out, "formats": formats,
+                  "echo": text.decode() if isinstance(text, bytes) else text, **extra}))
 client.destroy(); echo.destroy()
 """
 
@@ -232,7 +252,9 @@ def test_reference_client(gw: GatewayProcess, images: np.ndarray, expected: dict
     if mode == "gateway":
         assert result["custom_url_label"] == expected["label"].tolist()
         assert result["wrong_token_code"] == 401
-    for run in result["runs"]:
+    runs = [*result["runs"], *result["formats"].values()]
+    assert sorted(result["formats"]) == ["blade", "json", "torch", "torch_snappy"]
+    for run in runs:  # every request type: the numbers of in-process ONNX Runtime
         np.testing.assert_array_equal(np.array(run["label"]), expected["label"])
         prob = np.array(run["probabilities"], dtype=np.float32).reshape(expected["probabilities"].shape)
         np.testing.assert_allclose(prob, expected["probabilities"], rtol=1e-5, atol=1e-6)
