@@ -22,12 +22,13 @@ transaction that first uses them, and a clean stop records the exact value.
 Deliveries are not journalled: after a restart every consumer is gone, so whatever
 was outstanding is delivered again (at least once).
 
-Removed records leave a tombstone ``(idx, rid)`` in ``d_<qid>``, written by a trigger on
-the record table, so inside the removal's own statement and transaction (no extra
-statement per commit). The store loads the newest ``RECENT_LIMIT`` on start: a commit
-repeated after a restart is still OK and a put retried with a consumed record's request
-id still returns its index. Every ``PRUNE_EVERY`` removals of a queue, the removal's
-transaction also drops the tombstones beyond the newest ``RECENT_LIMIT``.
+Removed records leave tombstones ``(idx, rid)`` in ``t_<qid>``, one row per removal (a
+JSON list of the pairs) written in the removal's own transaction: a per-record row would
+cost about as much again as deleting the record. Contiguous indexes are deleted with one
+range statement. The store loads the newest ``RECENT_LIMIT`` tombstones on start: a
+commit repeated after a restart is still OK and a put retried with a consumed record's
+request id still returns its index. Every ``PRUNE_EVERY`` removals of a queue, the
+removal's transaction also drops the rows wholly beyond the newest ``RECENT_LIMIT``.
 """
 
 from __future__ import annotations
@@ -71,13 +72,24 @@ _Op = Callable[[sqlite3.Connection], None]
 
 
 def _tombstones(c: sqlite3.Connection, qid: int) -> None:
-    """The tombstone table of a queue and the trigger that fills it (idempotent: also
-    migrates a database written before tombstones existed)."""
-    c.execute(f"CREATE TABLE IF NOT EXISTS d_{qid} (idx INTEGER PRIMARY KEY, rid TEXT NOT NULL)")
+    """A queue's tombstone table (idempotent: also adds it to a database written before
+    tombstones existed, and drops the per-record trigger of a development version)."""
     c.execute(
-        f"CREATE TRIGGER IF NOT EXISTS r_{qid}_gone AFTER DELETE ON r_{qid} BEGIN "  # noqa: S608 (<int>)
-        f"INSERT OR REPLACE INTO d_{qid} (idx, rid) VALUES (old.idx, old.rid); END"
+        f"CREATE TABLE IF NOT EXISTS t_{qid} "
+        "(seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, items TEXT NOT NULL)"
     )
+    c.execute(f"DROP TRIGGER IF EXISTS r_{qid}_gone")
+
+
+def _runs(idxs: list[int]) -> list[tuple[int, int]]:
+    """Sorted, distinct indexes as inclusive (low, high) runs of consecutive values."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(idxs):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        elif not runs or i != runs[-1][1]:
+            runs.append((i, i))
+    return runs
 
 
 class StorageError(Exception):
@@ -158,17 +170,27 @@ class SqliteBackend:
                 recs.append((idx, rid, json.loads(tags), bytes(data)))
             if recs:
                 q(name)["next_idx"] = max(q(name)["next_idx"], recs[-1][0] + 1)
-            sql = (
-                f"SELECT idx, rid FROM (SELECT idx, rid FROM d_{int(qid)} "  # noqa: S608 (d_<int>)
-                "ORDER BY idx DESC LIMIT ?) ORDER BY idx"
-            )
-            q(name)["removed"] = c.execute(sql, (RECENT_LIMIT,)).fetchall()
+            q(name)["removed"] = self._recent_tombstones(int(qid))
         for name, gid, start, tags in c.execute("SELECT queue, gid, start, tags FROM groups"):
             q(name)["groups"].append((gid, start, json.loads(tags)))
         for name, gid, idx in c.execute("SELECT queue, gid, idx FROM acks"):
             q(name)["acks"].append((gid, idx))
             self._acked.add(name)
         return out
+
+    def _recent_tombstones(self, qid: int) -> list[tuple[int, str]]:
+        """The newest RECENT_LIMIT tombstones of a queue, oldest first (removal order)."""
+        rows: list[list[list[Any]]] = []
+        count = 0
+        sql = f"SELECT items FROM t_{qid} ORDER BY seq DESC"  # noqa: S608 (t_<int>)
+        for (items,) in self._conn.execute(sql):
+            pairs = json.loads(items)
+            rows.append(pairs)
+            count += len(pairs)
+            if count >= RECENT_LIMIT:
+                break
+        flat = [(int(idx), str(rid)) for pairs in reversed(rows) for idx, rid in pairs]
+        return flat[-RECENT_LIMIT:]
 
     def _table(self, queue: str, setup: list[_Op]) -> str:
         qid = self._qids.get(queue)
@@ -353,32 +375,40 @@ class SqliteBackend:
 
         return self._submit(op)
 
-    def delete(self, queue: str, idxs: list[int]) -> Durable:
-        """Remove records; the trigger leaves their tombstones in the same statement."""
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
+        """Remove records and leave their tombstones (``rids``: their request ids, in the
+        order of ``idxs``) in the same transaction."""
         setup: list[_Op] = []
         table = self._table(queue, setup)
         acked = queue in self._acked
-        rows = [(i,) for i in idxs]
-        removals = self._removals.get(queue, 0) + len(rows)
+        runs = _runs(idxs)
+        removals = self._removals.get(queue, 0) + len(idxs)
         prune = removals >= PRUNE_EVERY
         self._removals[queue] = 0 if prune else removals
-        if len(rows) == 1 and not acked and not setup and not prune:
-            delete_sql = f"DELETE FROM {table} WHERE idx = ?"  # noqa: S608 (r_<int>)
-            row = rows[0]
-            return self._submit(lambda c: c.execute(delete_sql, row), single=True)
-        tomb = "d_" + table[2:]
+        tomb = "t_" + table[2:]
+        stone = (len(idxs), json.dumps(list(zip(idxs, rids, strict=True)))) if rids else None
+        one = f"DELETE FROM {table} WHERE idx = ?"  # noqa: S608 (r_<int>)
+        span = f"DELETE FROM {table} WHERE idx BETWEEN ? AND ?"  # noqa: S608 (r_<int>)
+        add_stone = f"INSERT INTO {tomb} (n, items) VALUES (?, ?)"  # noqa: S608 (t_<int>)
 
         def op(c: sqlite3.Connection) -> None:
             for s in setup:
                 s(c)
-            c.executemany(f"DELETE FROM {table} WHERE idx = ?", rows)  # noqa: S608 (r_<int>)
+            for lo, hi in runs:
+                if lo == hi:
+                    c.execute(one, (lo,))
+                else:
+                    c.execute(span, (lo, hi))
+            if stone is not None:
+                c.execute(add_stone, stone)
             if acked:
                 c.executemany("DELETE FROM acks WHERE queue = ? AND idx = ?", [(queue, i) for i in idxs])
-            if prune:  # keep the newest RECENT_LIMIT tombstones (the store remembers as many)
+            if prune:  # keep the rows holding the newest RECENT_LIMIT tombstones
                 c.execute(
-                    f"DELETE FROM {tomb} WHERE idx < "  # noqa: S608 (d_<int>)
-                    f"(SELECT idx FROM {tomb} ORDER BY idx DESC LIMIT 1 OFFSET ?)",
-                    (RECENT_LIMIT - 1,),
+                    f"DELETE FROM {tomb} WHERE seq < (SELECT seq FROM (SELECT seq, "  # noqa: S608 (t_<int>)
+                    "sum(n) OVER (ORDER BY seq DESC) AS newer FROM "
+                    f"{tomb}) WHERE newer >= ? ORDER BY seq DESC LIMIT 1)",
+                    (RECENT_LIMIT,),
                 )
 
         return self._submit(op)

@@ -30,8 +30,8 @@ Model (per queue):
   are remembered, the last ``RECENT_LIMIT`` of them, by index and request id: a
   commit of such an index is OK (idempotent) and a put with such a request id
   returns the old index and stores nothing. The backend keeps this memory across
-  restarts (sqlite.py: a tombstone row per removed record, written by a trigger in
-  the same transaction as the removal).
+  restarts (sqlite.py: the tombstones of one removal in one row, written in the same
+  transaction as the removal).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class Backend(Protocol):
         ...
 
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
-    def delete(self, queue: str, idxs: list[int]) -> Durable:
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
         """Remove records; the backend remembers their (index, request id) durably."""
         ...
 
@@ -152,7 +152,7 @@ class MemoryBackend:
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
         return None
 
-    def delete(self, queue: str, idxs: list[int]) -> Durable:
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
         return None
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
@@ -242,13 +242,21 @@ class Queue:
             if self.recent_rids.get(old_rid) == old_idx:
                 del self.recent_rids[old_rid]
 
-    def _remove(self, idxs: Iterable[int]) -> list[int]:
+    def _drop(self, idxs: Iterable[int]) -> tuple[int, Durable]:
+        """Remove records and journal it (with their tombstones); -> (how many, handle)."""
+        rids: list[str] = []
+        removed = self._remove(idxs, rids)
+        return len(removed), (self.backend.delete(self.name, removed, rids) if removed else None)
+
+    def _remove(self, idxs: Iterable[int], rids: list[str] | None = None) -> list[int]:
         removed: list[int] = []
         for idx in idxs:
             rec = self.records.pop(idx, None)
             if rec is None:
                 continue
             removed.append(idx)
+            if rids is not None:
+                rids.append(rec.rid)
             self.by_rid.pop(rec.rid, None)
             self._remember(idx, rec.rid)
             for g in self.groups.values():
@@ -361,8 +369,7 @@ class Queue:
 
     # ------------------------------------------------------------------ delete / truncate
     def delete(self, idxs: list[int]) -> Durable:
-        removed = self._remove(idxs)
-        return self.backend.delete(self.name, removed) if removed else None
+        return self._drop(idxs)[1]
 
     def truncate(self, below: int) -> tuple[int, Durable]:
         self._advance_min_live()
@@ -433,8 +440,7 @@ class Queue:
         ]
         if not gone:
             return None
-        self._remove(gone)
-        return self.backend.delete(self.name, gone)
+        return self._drop(gone)[1]
 
     def connect(
         self, gid: str, uid: str, index: int, window: int, auto_commit: bool, tags: dict[str, str]
@@ -597,9 +603,9 @@ class Queue:
                     "_indexes_",
                 )
         if g is None:
-            removed = self._remove(live)  # nobody needs them: the commit deletes
-            self.commits_total += len(removed)
-            return self.backend.delete(self.name, removed) if removed else None
+            n, dur = self._drop(live)  # nobody needs them: the commit deletes
+            self.commits_total += n
+            return dur
         return self._commit_group(g, live)
 
     def _commit_group(self, g: Group, idxs: Iterable[int]) -> Durable:
@@ -623,8 +629,7 @@ class Queue:
                 to_ack.append(idx)
         durs: list[Durable] = []
         if to_delete:
-            self._remove(to_delete)
-            durs.append(self.backend.delete(self.name, to_delete))
+            durs.append(self._drop(to_delete)[1])
         if to_ack:
             durs.append(self.backend.ack(self.name, g.gid, to_ack))
         return _last(durs)
