@@ -216,3 +216,28 @@ async def test_slowloris_is_cut_and_others_served(gw: GatewayProcess) -> None:
         assert await asyncio.wait_for(r.read(), 10.0) == b""  # closed by the header deadline
         w.close()
     assert_healthy(gw, before)
+
+
+async def test_slow_body_is_408_within_the_body_timeout_on_gateway_and_worker(gw: GatewayProcess) -> None:
+    """B7 with body_timeout_s = 2: the 408 comes one body timeout after the head, on the
+    gateway's port and on a worker's direct port alike, and the connection closes."""
+    before = pids(gw)
+    worker_port = gw.services()["echo"]["workers"][0]["http_port"]
+
+    async def slow(port: int) -> float:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            t0 = asyncio.get_running_loop().time()
+            writer.write(b"POST /api/predict/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+            line = await asyncio.wait_for(reader.readline(), 10.0)
+            elapsed = asyncio.get_running_loop().time() - t0
+            rest = await asyncio.wait_for(reader.read(), 10.0)  # until it closes
+        finally:
+            writer.close()
+        assert line.startswith(b"HTTP/1.1 408"), line
+        assert_json_error(rest.partition(b"\r\n\r\n")[2], "RequestTimeout")
+        return elapsed
+
+    for elapsed in await asyncio.gather(slow(gw.port), slow(worker_port)):
+        assert 1.9 < elapsed < 2.5, elapsed
+    assert_healthy(gw, before)
