@@ -8,6 +8,11 @@ Drop-in for ``eas_prediction.QueueClient`` (0.36) with these deliberate differen
   ``eas_sdk.errors`` subclasses of ``PredictException``.
 * ``put`` sends an ``X-Request-Id``, so a put retried after a lost response is
   stored once and returns the same index.
+* ``get(auto_delete=True)`` is retried only when connecting failed: once it may
+  have reached the server (read timeout, dropped or cut-off response) a retry
+  could lose the records the server deleted, so the error is raised.
+* One running watcher per client (sync and async); a frame that does not decode
+  is a broken stream (reconnect), never an exception out of ``run()``.
 * ``get`` waits for the server's long-poll: its read timeout is the client timeout
   or the ``timeout`` argument plus one second, whichever is longer.
 * The watcher uses the ``websockets`` library, pings every 2 s, notices a dead
@@ -53,6 +58,8 @@ RECONNECT_CAP = 2.0
 WATCH_MAX_QUEUE = 4096
 
 _log = logging.getLogger("eas_sdk.queue")
+
+_NOT_REPEATABLE = "the request may have reached the server, which may have deleted the records it read"
 
 
 def _reconnect_delay(attempt: int, rng: random.Random) -> float:
@@ -163,7 +170,25 @@ class _Response:
 
 
 class _StaleConnection(Exception):
-    """A pooled keep-alive connection was closed by the server before this request."""
+    """A pooled keep-alive connection was closed by the server before any response byte."""
+
+
+class _NotSent(Exception):
+    """Connecting failed: nothing of the request left this process (safe to retry any call)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _dropped(sock: Any) -> bool:
+    """Whether an idle pooled socket is readable, i.e. closed by the server (or sent junk)."""
+    from urllib3.util.wait import wait_for_read
+
+    try:
+        return bool(wait_for_read(sock, timeout=0.0))
+    except (OSError, ValueError):
+        return True
 
 
 def encode_headers(headers: Mapping[str, str]) -> bytes:
@@ -186,6 +211,12 @@ class _RawConnection:
         self.sock: socket.socket | None = None
         self._buf = b""
         self._timeout: float | None = None
+        self.started = False  # a byte of the current response has arrived
+
+    def connect(self, timeout: float) -> None:
+        self.sock = socket.create_connection((self.host, self.port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._timeout = timeout
 
     def close(self) -> None:
         if self.sock is not None:
@@ -199,6 +230,7 @@ class _RawConnection:
         chunk = self.sock.recv(262144)
         if not chunk:
             raise http.client.RemoteDisconnected("connection closed by the server")
+        self.started = True
         return chunk
 
     def roundtrip(
@@ -211,10 +243,9 @@ class _RawConnection:
         head: bytes = b"",
     ) -> tuple[int, dict[str, str], bytes, bool]:
         """``head``: header lines already encoded (the client's fixed ones); ``headers``: the rest."""
+        self.started = False
         if self.sock is None:
-            self.sock = socket.create_connection((self.host, self.port), timeout=timeout)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._timeout = timeout
+            self.connect(timeout)
         elif timeout != self._timeout:
             self.sock.settimeout(timeout)
             self._timeout = timeout
@@ -226,7 +257,7 @@ class _RawConnection:
         parts.append(b"\r\n")
         if body:
             parts.append(body)
-        self.sock.sendall(b"".join(parts))
+        self.sock.sendall(b"".join(parts))  # type: ignore[union-attr]
         buf = self._buf
         while True:
             end = buf.find(b"\r\n\r\n")
@@ -328,23 +359,47 @@ class _HTTPPool:
         headers: Mapping[str, str],
         timeout: float,
         fixed: tuple[dict[str, str], bytes] | None = None,
+        idempotent: bool = True,
     ) -> _Response:
-        """``fixed``: (headers, the same encoded) sent with every call; ``headers``: this call's."""
+        """``fixed``: (headers, the same encoded) sent with every call; ``headers``: this call's.
+
+        Raises :class:`_NotSent` when connecting failed and :class:`_StaleConnection` when a
+        reused connection died before any response byte. For a call that must not be
+        repeated (``idempotent=False``), an idle connection the server has already
+        closed is noticed before sending and replaced.
+        """
         with self._lock:
             conn = self._idle.pop() if self._idle else None
         reused = conn is not None
+        if conn is not None and not idempotent and _dropped(conn.sock):
+            conn.close()
+            reused = False
         if conn is None:
             if self.https:
                 conn = http.client.HTTPSConnection(self.host, self.port, timeout=timeout)
             else:
                 conn = _RawConnection(self.host, self.port)
+        if conn.sock is None:
+            try:
+                if isinstance(conn, _RawConnection):
+                    conn.connect(timeout)
+                else:
+                    conn.timeout = timeout
+                    conn.connect()
+            except OSError as exc:
+                conn.close()
+                raise _NotSent(exc) from None
         try:
             status, rh, data, will_close = self._roundtrip(
                 conn, method, target, body, headers, timeout, fixed
             )
         except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
             conn.close()
-            if reused:
+            if isinstance(conn, _RawConnection):
+                started = conn.started
+            else:  # http.client: RemoteDisconnected means no status line; a reset may be mid-body
+                started = not isinstance(exc, (http.client.RemoteDisconnected, BrokenPipeError))
+            if reused and not started:
                 raise _StaleConnection(str(exc)) from None
             raise
         except BaseException:
@@ -431,7 +486,15 @@ class QueueClient(_Base):
         accept_protobuf: bool = False,
         read_timeout: float | None = None,
         extra: Mapping[str, str] | None = None,
+        idempotent: bool = True,
     ) -> _Response:
+        """One queue call with the SDK retry rules.
+
+        ``idempotent=False`` (a ``get`` that deletes what it reads): once the request may
+        have reached the server (a read timeout, a dropped or cut-off response) it is
+        not retried, since the server may have deleted the records already and a retry
+        would lose them; only a failure to connect is retried.
+        """
         if self._http is None:
             self.init(self.uid, self.gid)
         assert self._http is not None
@@ -447,10 +510,15 @@ class QueueClient(_Base):
         stale = policy.stale_connection_retries
         while True:
             remaining = deadline - time.monotonic()
+            sent = True
             try:
-                resp = self._http.request(method, target, body, headers, attempt_timeout, fixed)
+                resp = self._http.request(method, target, body, headers, attempt_timeout, fixed, idempotent)
+            except _NotSent as exc:
+                kind = _failure_kind(exc.cause)
+                exc_text = f"{type(exc.cause).__name__}: {exc.cause}"
+                sent = False
             except _StaleConnection:
-                if stale > 0:  # an idle connection the server had closed: resend at once, free
+                if stale > 0 and idempotent:  # an idle connection the server had closed: resend at once, free
                     stale -= 1
                     continue
                 kind = FailureKind.DISCONNECTED
@@ -468,12 +536,14 @@ class QueueClient(_Base):
                     time.sleep(decision.delay)
                     continue
                 raise _status_error(status, resp.data, resp.headers)
+            cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
+            if sent and not idempotent:
+                raise cls(f"queue {method} failed: {exc_text} (not retried: {_NOT_REPEATABLE})", code=502)
             decision = policy.after_failure(kind, retry, remaining, self._rng)
             if decision.retry and budget.try_spend(time.monotonic()):
                 retry += 1
                 time.sleep(decision.delay)
                 continue
-            cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
             raise cls(f"queue {method} failed: {exc_text}", code=502)
 
     # --- operations ------------------------------------------------------------
@@ -495,7 +565,9 @@ class QueueClient(_Base):
     ) -> list[DataFrame]:
         query = core.get_query(request_id, index, length, timeout, auto_delete, tags or {})
         wait = core.duration_seconds(timeout)
-        resp = self._request("GET", query, accept_protobuf=True, read_timeout=wait + 1.0)
+        resp = self._request(
+            "GET", query, accept_protobuf=True, read_timeout=wait + 1.0, idempotent=not auto_delete
+        )
         return core.parse_get(resp.data)
 
     def attributes(self) -> dict[str, Any]:
@@ -609,6 +681,7 @@ class Watcher:
         self._lock = threading.Lock()
 
     def run(self) -> Iterator[DataFrame]:
+        from google.protobuf.message import DecodeError
         from websockets.exceptions import ConnectionClosed, WebSocketException
         from websockets.sync.client import connect
 
@@ -650,7 +723,8 @@ class Watcher:
                         if isinstance(msg, str):
                             raise ValueError("text frame on a queue watch")
                         yield DataFrame.decode(msg)
-                except (ConnectionClosed, OSError, ValueError, TimeoutError) as exc:
+                except (ConnectionClosed, OSError, ValueError, TimeoutError, DecodeError) as exc:
+                    # A frame that is not a DataFrameProto is a broken stream like any other.
                     if self.closed:
                         return
                     self.reconnects += 1
@@ -695,6 +769,7 @@ class AsyncQueueClient(_Base):
     def __init__(self, endpoint: str = "", queue_name: str = "", custom_url: str = "", **kwargs: Any) -> None:
         super().__init__(endpoint, queue_name, custom_url)
         self._session: Any = None
+        self._watcher: AsyncWatcher | None = None  # one running watcher per client, as QueueClient
 
     def init(
         self,
@@ -714,6 +789,12 @@ class AsyncQueueClient(_Base):
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent",),
             )
+            # aiohttp silently re-sends a GET/PUT/DELETE once when the connection drops
+            # before the response; our retry rules decide instead (a get that deletes
+            # what it reads must not be repeated). No public switch: the attribute
+            # aiohttp reads is set when it exists.
+            if hasattr(self._session, "_retry_connection"):
+                self._session._retry_connection = False
         return self._session
 
     async def _request(
@@ -724,8 +805,12 @@ class AsyncQueueClient(_Base):
         accept_protobuf: bool = False,
         read_timeout: float | None = None,
         extra: Mapping[str, str] | None = None,
+        idempotent: bool = True,
     ) -> tuple[int, bytes, Mapping[str, str]]:
+        """One queue call with the SDK retry rules; see ``QueueClient._request`` for ``idempotent``."""
         import aiohttp
+
+        not_sent = (aiohttp.ClientConnectorError, getattr(aiohttp, "ConnectionTimeoutError", ()))
 
         session = await self._get_session()
         url = core.build_url(self.base_url, query)
@@ -753,12 +838,17 @@ class AsyncQueueClient(_Base):
                     kind = FailureKind.CONNECT
                 else:
                     kind = FailureKind.DISCONNECTED
+                cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
+                if not idempotent and not isinstance(exc, not_sent):
+                    # Only a failed connect is known not to have reached the server (a
+                    # total timeout cannot tell connect from read, so it is final too).
+                    text = f"{type(exc).__name__}: {exc} (not retried: {_NOT_REPEATABLE})"
+                    raise cls(f"queue {method} failed: {text}", code=502) from None
                 decision = policy.after_failure(kind, retry, remaining, self._rng)
                 if decision.retry and budget.try_spend(time.monotonic()):
                     retry += 1
                     await asyncio.sleep(decision.delay)
                     continue
-                cls = TimeoutError if kind is FailureKind.TIMEOUT else ConnectError
                 raise cls(f"queue {method} failed: {type(exc).__name__}: {exc}", code=502) from None
             if 200 <= status < 300:
                 return status, data, rh
@@ -787,7 +877,9 @@ class AsyncQueueClient(_Base):
     ) -> list[DataFrame]:
         query = core.get_query(request_id, index, length, timeout, auto_delete, tags or {})
         wait = core.duration_seconds(timeout)
-        _, out, _ = await self._request("GET", query, accept_protobuf=True, read_timeout=wait + 1.0)
+        _, out, _ = await self._request(
+            "GET", query, accept_protobuf=True, read_timeout=wait + 1.0, idempotent=not auto_delete
+        )
         return core.parse_get(out)
 
     async def attributes(self) -> dict[str, Any]:
@@ -824,6 +916,9 @@ class AsyncQueueClient(_Base):
         return AsyncWatcher(self, url, self._headers(accept_protobuf=True))
 
     async def close(self) -> None:
+        w = self._watcher
+        if w is not None:
+            await w.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -847,51 +942,67 @@ class AsyncWatcher:
         self.closed = False
         self.reconnects = 0
         self._ws: Any = None
+        self._running = False
 
     async def run(self) -> AsyncIterator[DataFrame]:
+        from google.protobuf.message import DecodeError
         from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosed, WebSocketException
 
+        client = self.client
+        # One running watcher per client, as QueueClient (no await in between: atomic).
+        if (client._watcher is not None and client._watcher is not self) or self._running:
+            raise PredictException(400, "Another watcher is already running")
+        client._watcher = self
+        self._running = True
         rng = random.Random()
         failures = 0
-        while not self.closed:
-            try:
-                ws = await connect(self.url, **_connect_options(self.client, self.headers))
-            except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
-                final = _handshake_error(exc)
-                if final is not None:
-                    raise final from None
-                delay = _reconnect_delay(failures, rng)
-                failures += 1
-                await asyncio.sleep(delay)
-                continue
-            if self.closed:
-                await ws.close()
-                return
-            self._ws = ws
-            failures = 0
-            try:
-                while True:
-                    msg = await ws.recv()
-                    if isinstance(msg, str):
-                        raise ValueError("text frame on a queue watch")
-                    yield DataFrame.decode(msg)
-            except (ConnectionClosed, OSError, ValueError) as exc:
+        try:
+            while not self.closed:
+                try:
+                    ws = await connect(self.url, **_connect_options(client, self.headers))
+                except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
+                    final = _handshake_error(exc)
+                    if final is not None:
+                        raise final from None
+                    delay = _reconnect_delay(failures, rng)
+                    failures += 1
+                    await asyncio.sleep(delay)
+                    continue
                 if self.closed:
+                    await ws.close()
                     return
-                self.reconnects += 1
-                if self.client.logger:
-                    self.client.logger.warning("watch connection lost (%s); reconnecting", exc)
-                await asyncio.sleep(_reconnect_delay(0, rng))
-            finally:
-                self._ws = None
-                await ws.close()
+                self._ws = ws
+                failures = 0
+                try:
+                    while True:
+                        msg = await ws.recv()
+                        if isinstance(msg, str):
+                            raise ValueError("text frame on a queue watch")
+                        yield DataFrame.decode(msg)
+                except (ConnectionClosed, OSError, ValueError, DecodeError, asyncio.TimeoutError) as exc:
+                    # A frame that is not a DataFrameProto is a broken stream like any other.
+                    if self.closed:
+                        return
+                    self.reconnects += 1
+                    if client.logger:
+                        client.logger.warning("watch connection lost (%s); reconnecting", exc)
+                    await asyncio.sleep(_reconnect_delay(0, rng))
+                finally:
+                    self._ws = None
+                    await ws.close()
+        finally:
+            self._running = False
+            if client._watcher is self:
+                client._watcher = None
 
     def __aiter__(self) -> AsyncIterator[DataFrame]:
         return self.run()
 
     async def close(self) -> None:
         self.closed = True
+        if self.client._watcher is self:
+            self.client._watcher = None  # a new watcher may start now
         ws = self._ws
         if ws is not None:
             await ws.close()
