@@ -357,7 +357,7 @@ async def test_pool_wait_counts_against_the_attempt_timeout(
     t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         await h.predict(Raw(b"b"))
-    assert time.monotonic() - t0 <= 0.5 + 0.15
+    assert time.monotonic() - t0 <= 0.5 + 0.25  # not 0.4 + 0.5
     assert await first == b"a"
 
 
@@ -579,6 +579,9 @@ async def test_hanging_discovery_keeps_the_last_endpoints(servers: Any, make_cli
         i += 1
         assert await h.predict(Raw(b"%d" % i)) == b"%d" % i
         await asyncio.sleep(0.05)
+    deadline = time.monotonic() + 5
+    while len(disc.discovery_hits) < hits + 3 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
     assert len(disc.discovery_hits) >= hits + 3  # each hung round gave up after 0.2 s
     t0 = time.monotonic()
     await h.close()
