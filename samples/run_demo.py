@@ -26,6 +26,7 @@ CLIENTS = [
     "torch_client.py",
     "blade_client.py",
     "json_client.py",
+    "kserve_client.py",
     "direct_client.py",
     "async_client.py",
     "queue_client.py",

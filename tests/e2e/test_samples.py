@@ -59,6 +59,7 @@ def test_run_demo_succeeds() -> None:
         "tf_client.py",
         "direct_client.py",
         "queue_client.py",
+        "kserve_client.py",
         "cluster_serving_client.py",
     ):
         assert f"== {client}" in out
