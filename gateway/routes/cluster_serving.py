@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
 
 from aiohttp import web
 
 from eas_sdk._core.constants import HEADER_AUTHORIZATION
 from gateway import errors
-from gateway.app import CONFIG_KEY, POOLS_KEY, WORKER_REQUEST_KEY
+from gateway.app import CONFIG_KEY, POOLS_KEY
 from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols.cluster_serving import (
@@ -28,7 +27,7 @@ from gateway.protocols.cluster_serving import (
     parse_request,
     predictions_from_reply,
 )
-from gateway.routes.predict import caller_deadline_s, check_auth, map_pool_error, read_body, timeout_s
+from gateway.routes.predict import call_json_form, caller_deadline_s, check_auth, read_body, timeout_s
 
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
@@ -66,33 +65,15 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
         batch = await asyncio.to_thread(parse_request, body) if len(body) > 1 << 20 else parse_request(body)
     except ClusterServingRequestError as exc:
         return _error(exc.status, str(exc))
-    make_request: Any = app[WORKER_REQUEST_KEY]
-    wreq = make_request(
-        body=batch.body,
-        subpath="",
-        content_type=JSON_TYPE,
-        request_id=request_id(request),
-        headers={"Content-Type": JSON_TYPE},
-    )
     try:
-        wresp = await app[POOLS_KEY][svc.name].dispatch(wreq, timeout)
-    except asyncio.TimeoutError:
-        return _error(504, "the worker did not answer in time")
-    except Exception as exc:
-        mapped = map_pool_error(exc)
-        if mapped is None:
-            raise
-        return _error(mapped.status, mapped.message)
-    if int(wresp.status) != 200:
-        text = bytes(wresp.body).decode("utf-8", "replace")
-        try:  # the processor's JSON error -> its message
-            doc = json.loads(text)
-            text = str(doc.get("message", text)) if isinstance(doc, dict) else text
-        except ValueError:
-            pass
-        return _error(int(wresp.status), text)
+        status, reply = await call_json_form(app, svc, batch.body, request_id(request), timeout)
+    except errors.GatewayError as exc:
+        return _error(exc.status, exc.message)
+    if status != 200:
+        return _error(status, str(reply))
+    assert isinstance(reply, bytes)
     try:
-        preds = predictions_from_reply(bytes(wresp.body), batch.size)
+        preds = predictions_from_reply(reply, batch.size)
     except (ValueError, TypeError, KeyError) as exc:
         return _error(502, f"the service's reply is not an onnx JSON reply ({exc})")
     return web.Response(text=json.dumps({"predictions": preds}), content_type=JSON_TYPE)

@@ -18,11 +18,11 @@ from typing import Any
 from aiohttp import web
 
 from gateway import __version__, errors
-from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, WORKER_REQUEST_KEY, all_ready, service_ready
+from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
-from gateway.routes.predict import caller_deadline_s, check_auth, map_pool_error, read_body, timeout_s
+from gateway.routes.predict import call_json_form, caller_deadline_s, check_auth, read_body, timeout_s
 
 SIGNATURES_KEY = web.AppKey("kserve_signatures", dict)
 _LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
@@ -128,35 +128,14 @@ async def v1_model(request: web.Request) -> web.Response:
 # ----------------------------------------------------------------------------- inference
 
 
-async def _run(request: web.Request, svc: ServiceConfig, body: bytes, arrived: float) -> Any:
-    """Dispatch a processor JSON request; -> the worker's reply body, or an error Response."""
-    app = request.app
+async def _run(request: web.Request, svc: ServiceConfig, body: bytes, arrived: float) -> bytes:
+    """Dispatch a processor JSON request; -> the worker's reply body (errors raise)."""
     timeout = timeout_s(svc, caller_deadline_s(request.headers), arrived)
-    wreq = app[WORKER_REQUEST_KEY](
-        body=body,
-        subpath="",
-        content_type=proto.JSON_TYPE,
-        request_id=request_id(request),
-        headers={"Content-Type": proto.JSON_TYPE, "X-Eas-Request-Format": "json"},
-    )
-    try:
-        wresp = await app[POOLS_KEY][svc.name].dispatch(wreq, timeout)
-    except asyncio.TimeoutError:
-        return _error(504, "the worker did not answer in time")
-    except Exception as exc:
-        mapped = map_pool_error(exc)
-        if mapped is None:
-            raise
-        return _error(mapped.status, mapped.message)
-    if int(wresp.status) != 200:
-        text = bytes(wresp.body).decode("utf-8", "replace")
-        try:  # the processor's JSON error -> its message
-            doc = proto.loads(bytes(wresp.body))
-            text = str(doc.get("message", text)) if isinstance(doc, dict) else text
-        except proto.KServeRequestError:
-            pass
-        return _error(int(wresp.status), text)
-    return bytes(wresp.body)
+    status, reply = await call_json_form(request.app, svc, body, request_id(request), timeout)
+    if status != 200:
+        raise proto.KServeRequestError(str(reply), status)
+    assert isinstance(reply, bytes)
+    return reply
 
 
 async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
@@ -196,8 +175,6 @@ async def v2_infer(request: web.Request) -> web.Response:
     body = await _read(request, svc)
     req = await _parse(body, proto.parse_v2_infer)
     reply = await _run(request, svc, req.body, arrived)
-    if isinstance(reply, web.Response):
-        return reply
     try:
         return _json(200, proto.v2_response(svc.name, req, reply))
     except (ValueError, KeyError, TypeError) as exc:
@@ -210,8 +187,6 @@ async def v1_predict(request: web.Request) -> web.Response:
     body = await _read(request, svc)
     req = await _parse(body, proto.parse_v1_predict, _signature(request.app, svc))
     reply = await _run(request, svc, req.body, arrived)
-    if isinstance(reply, web.Response):
-        return reply
     try:
         return _json(200, proto.v1_predictions(req, reply))
     except (ValueError, KeyError, TypeError, IndexError) as exc:

@@ -17,6 +17,7 @@ without aiohttp's request machinery.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -190,6 +191,29 @@ async def call_workers(
     compute_us = int(getattr(wresp, "compute_us", 0))
     app[METRICS_KEY].observe_dispatch(svc.name, time.perf_counter() - t0, compute_us)
     return wresp
+
+
+JSON_FORM_HEADERS = {"Content-Type": "application/json", "X-Eas-Request-Format": "json"}
+
+
+async def call_json_form(
+    app: web.Application, svc: ServiceConfig, body: bytes, rid: str, timeout: float
+) -> tuple[int, bytes | str]:
+    """A request in the onnx processor's JSON form through the service's pool (the Cluster
+    Serving and KServe routes): -> (200, reply body) or (status, the processor's error
+    message). Pool failures raise the gateway's errors, as for predict."""
+    wreq = worker_request(app, svc, "", JSON_FORM_HEADERS, body, rid, timeout)
+    wresp = await call_workers(app, svc, wreq, timeout)
+    status, reply = int(wresp.status), bytes(wresp.body)
+    if status == 200:
+        return status, reply
+    text = reply.decode("utf-8", "replace")
+    try:  # the processor's JSON error -> its message
+        doc = json.loads(text)
+        text = str(doc.get("message", text)) if isinstance(doc, dict) else text
+    except ValueError:
+        pass
+    return status, text
 
 
 def _refused_before_body(svc: ServiceConfig, request: web.Request) -> bool:
