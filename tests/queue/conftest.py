@@ -63,12 +63,12 @@ def queue_name() -> str:
     return NAMES[n]
 
 
-@pytest.fixture
-def make_client(queue_server: QueueServer, queue_name: str) -> Iterator[Callable[..., QueueClient]]:
+def _clients(endpoint: str, queue_name: str) -> Iterator[Callable[..., QueueClient]]:
+    """``make(uid=None, gid="eas", name=None)`` -> an initialised client; all closed after."""
     clients: list[QueueClient] = []
 
     def make(uid: str | None = None, gid: str = "eas", name: str | None = None) -> QueueClient:
-        c = QueueClient(queue_server.endpoint, name or queue_name)
+        c = QueueClient(endpoint, name or queue_name)
         c.set_token(TOKEN)
         c.init(uid=uid, gid=gid)
         clients.append(c)
@@ -77,6 +77,11 @@ def make_client(queue_server: QueueServer, queue_name: str) -> Iterator[Callable
     yield make
     for c in clients:
         c.close()
+
+
+@pytest.fixture
+def make_client(queue_server: QueueServer, queue_name: str) -> Iterator[Callable[..., QueueClient]]:
+    yield from _clients(queue_server.endpoint, queue_name)
 
 
 @pytest.fixture
@@ -84,15 +89,4 @@ def any_client(
     any_server: QueueServer | GatewayServer, queue_name: str
 ) -> Iterator[Callable[..., QueueClient]]:
     """``make_client`` for ``any_server``."""
-    clients: list[QueueClient] = []
-
-    def make(uid: str | None = None, gid: str = "eas", name: str | None = None) -> QueueClient:
-        c = QueueClient(any_server.endpoint, name or queue_name)
-        c.set_token(TOKEN)
-        c.init(uid=uid, gid=gid)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        c.close()
+    yield from _clients(any_server.endpoint, queue_name)
