@@ -81,6 +81,10 @@ def build_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"gateway.log_level: must be one of {', '.join(LOG_LEVELS)}, got {gw.log_level!r}")
     if gw.loopback_only and not _is_loopback(gw.host):
         raise ConfigError(f"gateway.host: {gw.host!r} is not a loopback address and loopback_only is set")
+    for key in ("worker_host", "worker_advertise_host"):
+        value = getattr(gw, key)
+        if gw.loopback_only and value is not None and not _is_loopback(value):
+            raise ConfigError(f"gateway.{key}: {value!r} is not a loopback address and loopback_only is set")
     return cfg
 
 

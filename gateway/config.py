@@ -112,6 +112,15 @@ class GatewayConfig:
     loopback_only: bool = False
     # The service a bare Cluster Serving ``POST /predict`` goes to (default: the only one).
     cluster_serving_service: str | None = None
+    # Where workers' direct-mode HTTP ports listen, and the address discovery publishes for
+    # them (default: worker_host). Bind a LAN/VPC address (or 0.0.0.0 with an advertised
+    # address) so that direct-mode clients on other hosts reach the workers.
+    worker_host: str = "127.0.0.1"
+    worker_advertise_host: str | None = None
+
+    @property
+    def advertised_worker_host(self) -> str:
+        return self.worker_advertise_host or self.worker_host
 
 
 @dataclass(frozen=True)
@@ -323,6 +332,11 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
     if gw.log_format not in ("text", "json"):
         raise ConfigError("gateway.log_format: must be 'text' or 'json'")
+    if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
+        raise ConfigError(
+            "gateway.worker_advertise_host: required when worker_host listens on every address "
+            f"({gw.worker_host}): discovery must publish an address clients can reach"
+        )
     services_raw = raw.get("services") or []
     if not isinstance(services_raw, list):
         raise ConfigError("services: expected a list")

@@ -1,7 +1,8 @@
 """Worker process entry: load one processor and serve it two ways.
 
 * the framed RPC (gateway.workers.ipc) on a unix socket: what the gateway uses;
-* HTTP on 127.0.0.1:<port 0>: ``POST /api/predict/<service>[/<subpath>]`` with the
+* HTTP on ``gateway.worker_host`` (default 127.0.0.1), port 0:
+  ``POST /api/predict/<service>[/<subpath>]`` with the
   gateway's auth (gateway.auth.verify), for direct-mode clients, and ``GET /healthz``.
 
 Started by the pool as a fresh interpreter, ``python -m gateway.workers.main <fd>``
@@ -649,7 +650,7 @@ async def _serve(
             late=direct.late,
         )
 
-    http_server = await loop.create_server(http_protocol, "127.0.0.1", 0, backlog=1024)
+    http_server = await loop.create_server(http_protocol, gateway.worker_host, 0, backlog=1024)
     port = http_server.sockets[0].getsockname()[1]
 
     # The pipe to the gateway: EOF means the gateway died, so stop too.
@@ -663,7 +664,9 @@ async def _serve(
 
     loop.add_reader(conn.fileno(), _parent_event)
     conn.send({"ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path})
-    log.info("service %s: worker ready (pid %d, http 127.0.0.1:%d)", service.name, os.getpid(), port)
+    log.info(
+        "service %s: worker ready (pid %d, http %s:%d)", service.name, os.getpid(), gateway.worker_host, port
+    )
 
     await stop.wait()
     # Drain: no new connections, finish what is queued, then leave.

@@ -456,7 +456,8 @@ class WorkerPool:
         ]
 
     def ready_endpoints(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", w.http_port) for w in self._workers if w.state == "ready" and w.http_port]
+        host = self.gateway.advertised_worker_host
+        return [(host, w.http_port) for w in self._workers if w.state == "ready" and w.http_port]
 
     async def worker_stats(self, index: int, timeout: float = 2.0) -> dict[str, Any]:
         """Counters of one worker (runs, dropped, outstanding, pid), fetched by a ping."""

@@ -108,6 +108,8 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         ),
         ({"services": [{"name": "bad/name", "processor": "queue"}]}, "services[0].name"),
         ({"gateway": {"colour": "blue"}}, "gateway: unknown key(s) colour"),
+        ({"gateway": {"worker_host": "0.0.0.0"}}, "gateway.worker_advertise_host: required"),
+        ({"gateway": {"worker_host": "10.1.2.3"}}, "gateway.worker_host: '10.1.2.3' is not a loopback"),
     ],
 )
 def test_config_errors_exit_2_naming_the_field(tmp_path: Path, config: dict[str, Any], field: str) -> None:

@@ -167,3 +167,27 @@ def test_reference_client_in_direct_mode_survives_a_killed_worker(
     survivor = workers[1]["pid"]
     after = _wait_runs(gw, lambda r: r.get(survivor, 0) > before[survivor])
     assert after[survivor] > before[survivor]
+
+
+def test_workers_listen_and_are_published_on_worker_host(gateway_factory: Any, digits_model: Path) -> None:
+    """gateway.worker_host moves the workers' direct ports off the gateway's address (here to
+    127.0.0.2, still loopback) and discovery publishes it, so direct clients follow."""
+    import psutil
+
+    config = _config(digits_model)
+    config["gateway"]["worker_host"] = "127.0.0.2"
+    gw = gateway_factory(config)
+    gw.wait_workers_ready("digits", 2)
+    status, doc = gw.get_json("/api/v1/servicediscovery/upstreams/digits")
+    assert status == 200
+    items = doc["endpoints"]["items"]
+    assert len(items) == 2 and {i["ip"] for i in items} == {"127.0.0.2"}
+    for pid in gw.worker_pids("digits"):
+        listening = {c.laddr.ip for c in psutil.Process(pid).net_connections("tcp") if c.status == "LISTEN"}
+        assert listening == {"127.0.0.2"}, listening
+    before = sum(_runs(gw).values())
+    with PredictClient(gw.endpoint, "digits", token=TOKEN, endpoint_type=ENDPOINT_TYPE_DIRECT) as client:
+        for _ in range(6):
+            assert client.predict(_tf()).to_numpy("label").shape == (1,)
+    _wait_runs(gw, lambda runs: sum(runs.values()) >= before + 6)
+    assert sum(_runs(gw).values()) >= before + 6
