@@ -345,10 +345,11 @@ async def test_truncated_response_is_final(server: FakeEAS, make_client: Any) ->
 async def test_pool_wait_counts_against_the_attempt_timeout(
     server: FakeEAS, make_client: Any, kind: str
 ) -> None:
-    # With one connection busy for 0.4 s, a second call with a 0.5 s timeout must give
-    # up 0.5 s after it started, not 0.4 s of pool wait plus a fresh 0.5 s.
-    server.push(Delay(0.4), Delay(2.0))
-    h = make_client(server.url, "echo", token=TOKEN, max_connection_count=1, timeout=500, retry_count=0)
+    # With one connection busy for 0.6 s, a second call with a 1 s timeout must give up
+    # 1 s after it started, not 0.6 s of pool wait plus a fresh 1 s. (The first call keeps
+    # 0.4 s of slack for a loaded machine.)
+    server.push(Delay(0.6), Delay(3.0))
+    h = make_client(server.url, "echo", token=TOKEN, max_connection_count=1, timeout=1000, retry_count=0)
     await h.init()
     first = asyncio.create_task(h.predict(Raw(b"a")))
     deadline = time.monotonic() + 5
@@ -357,7 +358,7 @@ async def test_pool_wait_counts_against_the_attempt_timeout(
     t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         await h.predict(Raw(b"b"))
-    assert time.monotonic() - t0 <= 0.5 + 0.25  # not 0.4 + 0.5
+    assert time.monotonic() - t0 <= 1.0 + 0.35  # not 0.6 + 1.0
     assert await first == b"a"
 
 
