@@ -146,15 +146,23 @@ class Child:
     """A child process in its own session, killed with its whole group on exit."""
 
     def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT) -> None:
+        # Output goes to a file, not a pipe nobody reads while measuring: a chatty child
+        # (an access log) would block once the pipe's buffer is full.
+        self.log = tempfile.TemporaryFile(mode="w+", prefix="easkit-bench-child-")
         self.proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             text=True,
         )
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
 
     @property
     def pid(self) -> int:
@@ -162,6 +170,7 @@ class Child:
 
     def stop(self) -> None:
         stop_group(self.proc)
+        self.log.close()
 
     def __enter__(self) -> Child:
         return self

@@ -107,7 +107,7 @@ def main() -> None:
         deadline = time.monotonic() + 120
         while not port_file.exists() or not port_file.read_text().strip():
             if gateway.proc.poll() is not None or time.monotonic() > deadline:
-                out = gateway.proc.stdout.read() if gateway.proc.stdout else ""
+                out = gateway.output()
                 raise SystemExit(f"gateway did not start:\n{out[-3000:]}")
             time.sleep(0.1)
         gw_addr = port_file.read_text().strip()

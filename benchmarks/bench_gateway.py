@@ -53,6 +53,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run)")
+    ap.add_argument(
+        "--access-log",
+        action="store_true",
+        help="the gateway as configured by default: access log on at INFO (off by default here)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.seconds = 1, 2.0
@@ -69,13 +74,14 @@ def main() -> None:
 
     cfg = work / "services.yaml"
     cfg.write_text(
-        "gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n"
+        "gateway:\n  host: 127.0.0.1\n  port: 0\n"
+        f"  access_log: {'true' if args.access_log else 'false'}\n"
         f"  data_dir: {work / 'data'}\n"
         "services:\n"
         f"  - name: digits\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
     )
     port_file = work / "port"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="INFO" if args.access_log else "WARNING")
     hello_port = free_port()
     gateway = Child(
         [
@@ -98,7 +104,7 @@ def main() -> None:
         deadline = time.monotonic() + 120
         while not port_file.exists() or not port_file.read_text().strip():
             if gateway.proc.poll() is not None or time.monotonic() > deadline:
-                out = gateway.proc.stdout.read() if gateway.proc.stdout else ""
+                out = gateway.output()
                 raise SystemExit(f"gateway did not start:\n{out[-3000:]}")
             time.sleep(0.1)
         gw_addr = port_file.read_text().strip()

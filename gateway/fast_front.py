@@ -47,7 +47,7 @@ from gateway import errors
 from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
-from gateway.logging import ACCESS_LOGGER
+from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
 from gateway.routes.predict import (
@@ -222,15 +222,9 @@ class Front:
     def _log(self, req: FastRequest, reply: Reply, elapsed: float, rid: str) -> None:
         """GatewayAccessLogger's line and fields."""
         assert self.access is not None
-        remote, method, path = req.remote or "-", req.method, req.path
-        status, size = reply.status, len(reply.body)
-        ms = elapsed * 1000.0
-        self.access.info(
-            "%s %s %s %d %dB %.1fms rid=%s", remote, method, path, status, size, ms, rid,
-            extra={
-                "request_id": rid, "method": method, "path": path, "status": status,
-                "bytes": size, "duration_ms": round(ms, 3), "remote": remote,
-            },
+        log_access(
+            self.access, req.remote or "-", req.method, req.path, reply.status, len(reply.body),
+            elapsed * 1000.0, rid,
         )  # fmt: skip
 
 

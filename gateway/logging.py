@@ -8,11 +8,14 @@ request id; it never records headers, so ``Authorization`` cannot leak.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
 import re
 import sys
+import threading
+import time
 from typing import Any
 
 from aiohttp.abc import AbstractAccessLogger
@@ -78,9 +81,79 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=True, default=str)
 
 
+ACCESS_FLUSH_S = 0.1
+ACCESS_BUFFER_BYTES = 64 * 1024
+
+
+class BufferedAccessHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler that batches access lines: one write and flush per 64 KiB or
+    ``ACCESS_FLUSH_S`` instead of one per request (measured: the per-line write and flush
+    cost the gateway about 40 µs per request, a third of its throughput). Any other record
+    first flushes the batch, then is written at once, so the order of lines is kept and
+    warnings and errors are never delayed. At most ``ACCESS_FLUSH_S`` of access lines are
+    lost if the process is killed."""
+
+    def __init__(self, stream: Any = None) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self._size = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._flusher, name="access-log-flush", daemon=True)
+        self._thread.start()
+
+    @property
+    def json(self) -> bool:
+        return isinstance(self.formatter, JsonFormatter)
+
+    def add_access_line(self, line: str) -> None:
+        """A formatted access line (log_access's direct path), batched like ``emit``'s."""
+        with self.lock if self.lock is not None else contextlib.nullcontext():
+            self._pending.append(line + self.terminator)
+            self._size += len(line) + 1
+            if self._size >= ACCESS_BUFFER_BYTES:
+                self._write_pending()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        # Called with the handler's lock held (Handler.handle).
+        if record.name == ACCESS_LOGGER and record.levelno < logging.WARNING:
+            self._pending.append(line)
+            self._size += len(line)
+            if self._size >= ACCESS_BUFFER_BYTES:
+                self._write_pending()
+            return
+        self._write_pending(line)
+
+    def _write_pending(self, extra: str = "") -> None:
+        text = "".join(self._pending) + extra
+        self._pending, self._size = [], 0
+        if text:
+            with contextlib.suppress(Exception):  # a closed or broken stream: nowhere to report
+                self.stream.write(text)
+                self.stream.flush()
+
+    def flush(self) -> None:
+        with self.lock if self.lock is not None else contextlib.nullcontext():
+            self._write_pending()
+
+    def _flusher(self) -> None:
+        while not self._stop.wait(ACCESS_FLUSH_S):
+            if self._pending:
+                self.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+        super().close()
+
+
 def setup_logging(level: str = "INFO", fmt: str = "text", stream: Any = None) -> None:
     """Configure the root logger of the gateway process (called by the CLI only)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = BufferedAccessHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -91,33 +164,81 @@ def setup_logging(level: str = "INFO", fmt: str = "text", stream: Any = None) ->
     logging.getLogger("aiohttp.access").propagate = False
 
 
+_ACCESS_FORMAT = "%s %s %s %d %dB %.1fms rid=%s"
+_ts_cache: list[Any] = [-1, ""]
+
+
+def _fast_timestamp(now: float) -> str:
+    """``_timestamp`` for the current time, the date and seconds formatted once a second."""
+    sec = int(now)
+    if _ts_cache[0] != sec:
+        full = _dt.datetime.fromtimestamp(sec, tz=_dt.timezone.utc).isoformat(timespec="seconds")
+        _ts_cache[0], _ts_cache[1] = sec, (full[:-6], full[-6:])  # ("...T12:00:00", "+00:00")
+    head, tz = _ts_cache[1]
+    return f"{head}.{int((now - sec) * 1000):03d}{tz}"
+
+
+def log_access(
+    logger: logging.Logger, remote: str, method: str, path: str, status: int, size: int, ms: float, rid: str
+) -> None:
+    """One access line, as ``logger.info(...)`` with the access fields would write it.
+
+    When the gateway's own handler (BufferedAccessHandler, set up by the CLI) is the only
+    one that sees the line, the line is formatted here and handed to it directly: the same
+    text, without a LogRecord and the logging call chain, which cost the gateway about a
+    third of its throughput at full load. Anything else (other handlers, filters: tests,
+    embedding applications) goes through ``logger.info``.
+    """
+    handler = _direct_handler(logger)
+    if handler is None:
+        logger.info(
+            _ACCESS_FORMAT, remote, method, path, status, size, ms, rid,
+            extra={
+                "request_id": rid, "method": method, "path": path, "status": status,
+                "bytes": size, "duration_ms": round(ms, 3), "remote": remote,
+            },
+        )  # fmt: skip
+        return
+    msg = _ACCESS_FORMAT % (remote, method, path, status, size, ms, rid)
+    ts = _fast_timestamp(time.time())
+    if handler.json:
+        fields = {
+            "ts": ts, "level": "INFO", "logger": logger.name, "msg": msg, "request_id": rid,
+            "method": method, "path": path, "status": status, "bytes": size,
+            "duration_ms": round(ms, 3), "remote": remote,
+        }  # fmt: skip
+        line = json.dumps(fields, ensure_ascii=True, default=str)
+    else:
+        line = f"{ts} INFO    {logger.name}: {escape(msg)}"
+    handler.add_access_line(line)
+
+
+def _direct_handler(logger: logging.Logger) -> BufferedAccessHandler | None:
+    if logger.handlers or logger.filters or not logger.propagate or not logger.isEnabledFor(logging.INFO):
+        return None
+    root = logger.root
+    parent = logger.parent
+    while parent is not None and parent is not root:
+        if parent.handlers or parent.filters or not parent.propagate:
+            return None
+        parent = parent.parent
+    if len(root.handlers) != 1 or root.filters:
+        return None
+    handler = root.handlers[0]
+    if type(handler) is not BufferedAccessHandler or handler.filters or handler.level > logging.INFO:
+        return None
+    return handler
+
+
 class GatewayAccessLogger(AbstractAccessLogger):
     """One line per request: no headers, path without query (the formatter escapes values)."""
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
         rid = response.headers.get(HEADER_REQUEST_ID, "-")
-        path = request.rel_url.raw_path
-        remote = request.remote or "-"
-        size = response.body_length
-        self.logger.info(
-            "%s %s %s %d %dB %.1fms rid=%s",
-            remote,
-            request.method,
-            path,
-            response.status,
-            size,
-            time * 1000.0,
-            rid,
-            extra={
-                "request_id": rid,
-                "method": request.method,
-                "path": path,
-                "status": response.status,
-                "bytes": size,
-                "duration_ms": round(time * 1000.0, 3),
-                "remote": remote,
-            },
-        )
+        log_access(
+            self.logger, request.remote or "-", request.method, request.rel_url.raw_path,
+            response.status, response.body_length, time * 1000.0, rid,
+        )  # fmt: skip
 
     @property
     def enabled(self) -> bool:

@@ -67,6 +67,7 @@ async def test_access_log_has_request_id_and_no_credentials() -> None:
     finally:
         for h in list(root.handlers):
             root.removeHandler(h)
+            h.close()  # ours: writes the batched access lines
         for h in saved[0]:
             root.addHandler(h)
         root.setLevel(saved[1])
@@ -78,3 +79,66 @@ async def test_access_log_has_request_id_and_no_credentials() -> None:
     assert all(
         "forged" not in line or "%0d%0aforged" in line or "\\r\\nforged" in line for line in text.splitlines()
     )
+
+
+def test_access_lines_are_batched_and_other_records_keep_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import time
+
+    import gateway.logging as gl
+
+    monkeypatch.setattr(gl, "ACCESS_FLUSH_S", 0.05)
+    stream = io.StringIO()
+    handler = gl.BufferedAccessHandler(stream)
+    handler.setFormatter(gl.TextFormatter())
+    try:
+        rec = lambda name, level, msg: logging.LogRecord(name, level, __file__, 1, msg, (), None)  # noqa: E731
+        handler.handle(rec(gl.ACCESS_LOGGER, logging.INFO, "first access"))
+        handler.handle(rec(gl.ACCESS_LOGGER, logging.INFO, "second access"))
+        assert stream.getvalue() == ""  # batched
+        handler.handle(rec("gateway", logging.WARNING, "a warning"))
+        lines = stream.getvalue().splitlines()
+        assert [line.split(": ", 1)[1] for line in lines] == ["first access", "second access", "a warning"]
+        handler.handle(rec(gl.ACCESS_LOGGER, logging.INFO, "third access"))
+        deadline = time.monotonic() + 5
+        while "third access" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "third access" in stream.getvalue()  # the timer wrote it
+        big = "x" * (gl.ACCESS_BUFFER_BYTES + 1)
+        monkeypatch.setattr(gl, "ACCESS_FLUSH_S", 60)
+        handler.handle(rec(gl.ACCESS_LOGGER, logging.INFO, big))
+        assert big in stream.getvalue()  # over the size limit: written at once
+    finally:
+        handler.close()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_direct_access_lines_equal_the_logging_path(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.logging as gl
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    direct, slow = io.StringIO(), io.StringIO()
+    now = 1_700_000_000.4567
+    monkeypatch.setattr(gl.time, "time", lambda: now)
+    monkeypatch.setattr(logging.time, "time", lambda: now)  # LogRecord.created
+    monkeypatch.setattr(logging.time, "time_ns", lambda: int(now * 1e9))
+    args = ("127.0.0.1", "POST", "/api/predict/x%0d%0aforged\n", 200, 62, 1.2345, "rid-1")
+    try:
+        setup_logging("INFO", fmt, stream=direct)
+        assert gl._direct_handler(logging.getLogger(gl.ACCESS_LOGGER)) is not None
+        gl.log_access(logging.getLogger(gl.ACCESS_LOGGER), *args)
+        root.handlers[0].close()
+        setup_logging("INFO", fmt, stream=slow)
+        root.handlers[0].addFilter(lambda r: True)  # any filter: the logging path
+        assert gl._direct_handler(logging.getLogger(gl.ACCESS_LOGGER)) is None
+        gl.log_access(logging.getLogger(gl.ACCESS_LOGGER), *args)
+        root.handlers[0].close()
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])
+    assert direct.getvalue() == slow.getvalue() != ""
+    assert "\n" not in direct.getvalue().rstrip("\n")  # the forged line break stays escaped
