@@ -507,28 +507,32 @@ class FastProtocol(asyncio.Protocol):
             return None
         return FastRequest(method, path, headers, clen, b"", self._remote), missing
 
-    def _refuse(self, reply: Reply, missing: int) -> None:
-        """Answer the request whose body is still arriving, then close the connection once
-        the ``missing`` body bytes are read and dropped (a lingering close, ``_Linger``)."""
+    def _detach(self) -> tuple[asyncio.Transport | None, bytes]:
+        """Stop serving this connection: -> its transport (None if already gone) and the
+        bytes received but not consumed, for whatever protocol takes it over."""
         t = self.transport
         if t is None:
-            return
+            return None, b""
         self.transport = None
         self._disarm()
         self._conns.discard(self)
-        self._buf = bytearray()
+        data, self._buf = bytes(self._buf), bytearray()
+        return t, data
+
+    def _refuse(self, reply: Reply, missing: int) -> None:
+        """Answer the request whose body is still arriving, then close the connection once
+        the ``missing`` body bytes are read and dropped (a lingering close, ``_Linger``)."""
+        t, _unread = self._detach()
+        if t is None:
+            return
         t.write(encode_reply(reply, True))
         t.set_protocol(_Linger(t, missing, self._conns))
 
     def _hand_over(self) -> None:
         """Give the connection, with every unconsumed byte, to aiohttp's protocol."""
-        t = self.transport
+        t, data = self._detach()
         if t is None:
             return
-        self.transport = None
-        self._disarm()
-        self._conns.discard(self)
-        data, self._buf = bytes(self._buf), bytearray()
         proto = self._fallback()
         t.set_protocol(proto)
         proto.connection_made(t)
