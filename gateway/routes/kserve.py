@@ -162,7 +162,7 @@ def _observed(fn: Any) -> Any:
         started = time.perf_counter()
         resp = await fn(request)
         svc_name = request.match_info.get("model", "")
-        if any(s.name == svc_name for s in _models(request)):
+        if svc_name in request.app[POOLS_KEY]:  # a configured service, never a client's string
             request.app[METRICS_KEY].observe(svc_name, resp.status, time.perf_counter() - started)
         return resp
 
