@@ -18,8 +18,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
+from gateway.dataplane import DataPlane
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
+from gateway.workers.ipc import WorkerRequest
 
 LINGERING_S = 2.0
 
@@ -43,8 +45,8 @@ POOLS_KEY = web.AppKey("pools", dict)  # service name -> WorkerPool
 QUEUES_KEY = web.AppKey("queues", object)  # QueueManager | None
 METRICS_KEY = web.AppKey("metrics", GatewayMetrics)
 STATE_KEY = web.AppKey("state", GatewayState)
-# Builds the request handed to WorkerPool.dispatch (gateway.workers.ipc.WorkerRequest).
-WORKER_REQUEST_KEY = web.AppKey("worker_request", object)
+# The protocol-neutral path from every entry point to the pools (gateway/dataplane.py).
+DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
 
 
 def predict_services(config: Config) -> list[ServiceConfig]:
@@ -66,12 +68,6 @@ def _default_queue_factory(config: Config) -> Any:
     from gateway.queue import QueueManager
 
     return QueueManager(config)
-
-
-def _default_worker_request() -> Any:
-    from gateway.workers.ipc import WorkerRequest
-
-    return WorkerRequest
 
 
 def create_app(
@@ -112,7 +108,9 @@ def create_app(
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
-    app[WORKER_REQUEST_KEY] = worker_request or _default_worker_request()
+    app[DATAPLANE_KEY] = DataPlane(
+        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
+    )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
     from gateway.routes import admin, discovery, kserve, predict
