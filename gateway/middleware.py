@@ -2,7 +2,7 @@
 
 A sane incoming ``X-Request-Id`` (letters, digits, ``._:-``, up to 128 chars)
 is kept so callers can correlate; anything else is replaced by a fresh id from
-``secrets`` (never reflected, so no header injection, B16). Errors become
+``secrets`` (never reflected, so no header injection). Errors become
 ``{"code", "message", "request_id"}`` bodies; an unexpected exception is
 logged with its traceback and answered with a bare 500 InternalError.
 """

@@ -4,7 +4,7 @@
 legacy ``/exported/apis/eas.alibaba-inc.k8s.io/v1/upstreams/<svc>`` (SDK-GO,
 old Python) answer ``{"endpoints": {"items": [{"ip", "port", "weight"}]}}``.
 Weights are integers (a float breaks the reference client's gcd). Open by
-default, since the reference client sends no token here (A12); with
+default, since the reference client sends no token here; with
 ``gateway.discovery_requires_token`` the service's token is required.
 Queue and async services are served by the gateway itself, so their only
 endpoint is the gateway's own address.
