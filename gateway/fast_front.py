@@ -44,7 +44,6 @@ from eas_sdk._core.constants import (
     SINK_SUFFIX,
 )
 from gateway import errors
-from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
 from gateway.logging import ACCESS_LOGGER, log_access
@@ -58,6 +57,7 @@ from gateway.routes.predict import (
     token_refused_early,
     worker_request,
 )
+from gateway.state import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
 

@@ -41,6 +41,7 @@ from aiohttp import web
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_STATUS
 from gateway.config import ServiceConfig
 from gateway.queue.store import Queue, QueueError
+from gateway.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, WORKER_REQUEST_KEY
 
 log = logging.getLogger("gateway.dispatcher")
 
@@ -354,8 +355,6 @@ def _queue_of(qm: Any, name: str) -> Queue:
 def setup(app: Any) -> None:
     """Run one dispatcher per async service while the app runs (after pools and queues start,
     stopped before them)."""
-    from gateway.app import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, WORKER_REQUEST_KEY
-
     running: dict[str, Dispatcher] = {}
     app[DISPATCHERS_KEY] = running
 

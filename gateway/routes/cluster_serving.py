@@ -19,7 +19,6 @@ from aiohttp import web
 
 from eas_sdk._core.constants import HEADER_AUTHORIZATION
 from gateway import errors
-from gateway.app import CONFIG_KEY, POOLS_KEY
 from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols.cluster_serving import (
@@ -28,6 +27,7 @@ from gateway.protocols.cluster_serving import (
     predictions_from_reply,
 )
 from gateway.routes.predict import call_json_form, caller_deadline_s, check_auth, read_body, timeout_s
+from gateway.state import CONFIG_KEY, POOLS_KEY
 
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"

@@ -17,10 +17,10 @@ from typing import Any
 from aiohttp import web
 
 from eas_sdk._core.constants import DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX
-from gateway.app import CONFIG_KEY, POOLS_KEY
 from gateway.auth import verify
 from gateway.errors import Unauthorized
 from gateway.routes import lookup_service, raw_tail, split_service
+from gateway.state import CONFIG_KEY, POOLS_KEY
 
 WEIGHT = 100
 

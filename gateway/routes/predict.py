@@ -34,11 +34,11 @@ from eas_sdk._core.constants import (
     SINK_SUFFIX,
 )
 from gateway import errors
-from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, WORKER_REQUEST_KEY
 from gateway.auth import AuthStatus, verify
 from gateway.config import ServiceConfig
 from gateway.middleware import request_id
 from gateway.routes import lookup_service, raw_tail, split_service
+from gateway.state import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, WORKER_REQUEST_KEY
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 
 log = logging.getLogger("gateway.predict")
