@@ -40,7 +40,8 @@ from aiohttp import web
 
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_STATUS
 from gateway.config import ServiceConfig
-from gateway.queue.store import Queue, QueueError
+from gateway.queue.records import QueueError
+from gateway.queue.store import Queue
 from gateway.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, WORKER_REQUEST_KEY
 
 log = logging.getLogger("gateway.dispatcher")
