@@ -80,7 +80,8 @@ def create_app(
         client_max_size=gw.max_body_bytes,
         handler_args={
             "keepalive_timeout": gw.keepalive_timeout_s,
-            # Never gunzip request bodies (B11): a Content-Encoding gets 415 instead.
+            # Never gunzip request bodies (a small compressed body could inflate past the size
+            # limit unchecked): a Content-Encoding gets 415 instead.
             "auto_decompress": False,
             # After an early answer (401/404/413/...) the unread body is drained for at most
             # this long before the connection closes: closing with unread data sends a TCP RST,

@@ -1,4 +1,4 @@
-"""The EAS queue HTTP protocol for one queue (wire fact sheet section 5).
+"""The EAS queue HTTP protocol for one queue (as the ``eas-prediction`` 0.36 client speaks it).
 
 Dispatch by method and query: POST put; GET get / ``_attrs_`` / ``_search_`` /
 ``_count_``; PUT commit; DELETE delete or ``_trunc_``; a GET with ``_watch_`` and

@@ -1,4 +1,4 @@
-"""The SQLite backend: what a restart keeps, the fsync setting, and a failing disk (Q8)."""
+"""The SQLite backend: what a restart keeps, the fsync setting, and a failing disk."""
 
 from __future__ import annotations
 
