@@ -42,12 +42,12 @@ from eas_sdk._core.constants import (
     SINK_SUFFIX,
 )
 from gateway import errors
-from gateway.app import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
 

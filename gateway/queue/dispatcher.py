@@ -42,7 +42,9 @@ from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_ST
 from gateway import errors
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
-from gateway.queue.store import Queue, QueueError
+from gateway.queue.records import QueueError
+from gateway.queue.store import Queue
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.dispatcher")
 
@@ -329,8 +331,6 @@ def _queue_of(qm: Any, name: str) -> Queue:
 def setup(app: Any) -> None:
     """Run one dispatcher per async service while the app runs (after pools and queues start,
     stopped before them)."""
-    from gateway.app import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, QUEUES_KEY
-
     running: dict[str, Dispatcher] = {}
     app[DISPATCHERS_KEY] = running
 

@@ -18,7 +18,6 @@ import time
 from aiohttp import web
 
 from gateway import errors
-from gateway.app import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols.cluster_serving import (
@@ -27,6 +26,7 @@ from gateway.protocols.cluster_serving import (
     predictions_from_reply,
 )
 from gateway.routes.predict import read_body, refuse_before_body
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"

@@ -17,8 +17,8 @@ from typing import Any
 from aiohttp import web
 
 from eas_sdk._core.constants import DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX
-from gateway.app import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 from gateway.routes import raw_tail, split_service
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 WEIGHT = 100
 

@@ -18,11 +18,11 @@ from typing import Any
 from aiohttp import web
 
 from gateway import __version__, errors
-from gateway.app import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
 from gateway.routes.predict import read_body, refuse_before_body
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
 
 SIGNATURES_KEY = web.AppKey("kserve_signatures", dict)
 _LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop

@@ -24,11 +24,11 @@ from eas_sdk._core.constants import (
     SINK_SUFFIX,
 )
 from gateway import errors
-from gateway.app import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, QUEUES_KEY
 from gateway.config import ServiceConfig
 from gateway.middleware import request_id
 from gateway.routes import raw_tail, split_service
 from gateway.routes.body import read_body, refuse_before_body
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.predict")
 
