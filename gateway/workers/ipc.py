@@ -258,7 +258,7 @@ class IPCClient:
             return await fut
         except (asyncio.CancelledError, IPCTimeout):
             # Caller gave up (timeout or cancellation): tell the worker so a request that
-            # has not started is dropped before the model runs (F16).
+            # has not started is dropped before the model runs.
             if conn.pending.pop(rid, None) is not None and kind == REQUEST:
                 conn.send(rid, CANCEL, [])
             raise
