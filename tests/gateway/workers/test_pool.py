@@ -20,6 +20,7 @@ import pytest
 from eas_sdk._core.auth import signed_headers
 from gateway.config import ServiceConfig
 from gateway.workers.ipc import WorkerRequest
+from gateway.workers.metadata import ModelMetadata
 from gateway.workers.pool import NoReadyWorker, PoolOverloaded, UpstreamTimeout, WorkerPool, WorkerState
 from tests.gateway.workers.conftest import echo_service, fast_gateway
 
@@ -87,6 +88,7 @@ async def test_least_outstanding_avoids_the_busy_worker(make_pool: MakePool) -> 
 
 async def test_processor_exception_is_400_and_worker_survives(make_pool: MakePool) -> None:
     pool = await make_pool(echo_service(config={"k": [1, 2]}))
+    assert pool.metadata == ModelMetadata()  # the echo class declares no metadata()
     pid = await _pid(pool)
     # The service's config mapping reaches the processor in the worker process.
     assert json.loads((await pool.dispatch(WorkerRequest(b"config"), 5)).body) == {"k": [1, 2]}
