@@ -29,19 +29,6 @@ _KNOWN_OVERSIZED = frozenset(
         "eas_sdk/queue.py",
         "gateway/lean_http.py",
         "gateway/protocols/eas.py",
-        "gateway/workers/main.py",
-        "gateway/workers/pool.py",
-    }
-)
-
-# Modules whose cycle is being broken at the moment by their own change. Like
-# _KNOWN_OVERSIZED, the set only shrinks: a cycle among these modules is let through
-# while it exists, and the test fails once it is gone and the entry is left behind.
-_CYCLES_BEING_BROKEN = frozenset(
-    {
-        "gateway.workers.processors.base",
-        "gateway.workers.processors.onnx",
-        "gateway.workers.processors.python",
     }
 )
 
@@ -223,11 +210,7 @@ def _cycle_in(start: str, component: list[str], graph: Graph) -> list[str]:
 
 def test_no_import_cycles() -> None:
     cycles = find_cycles(import_graph())
-    new = [c for c in cycles if not set(c) <= _CYCLES_BEING_BROKEN]
-    assert not new, "import cycles:\n" + "\n".join("  " + " -> ".join(c) for c in new)
-    still = set().union(*(c for c in cycles if set(c) <= _CYCLES_BEING_BROKEN))
-    gone = sorted(_CYCLES_BEING_BROKEN - still)
-    assert not gone, f"no longer on a cycle (remove from _CYCLES_BEING_BROKEN): {gone}"
+    assert not cycles, "import cycles:\n" + "\n".join("  " + " -> ".join(c) for c in cycles)
 
 
 def test_cycle_finder_sees_a_cycle() -> None:

@@ -3,9 +3,8 @@
 Parsing, validation and answer building only (no I/O). An inference request becomes one
 request in the onnx processor's JSON form (docs/processors.md), so a V1/V2 call runs on
 the same workers, with the same dtype and shape checks, as an EAS call; the processor's
-JSON reply becomes the V2 or V1 answer. Model metadata comes from the model file itself
-(:func:`onnx_signature`, a small reader of the ONNX protobuf that needs neither the
-``onnx`` package nor an ONNX Runtime session in the gateway process).
+JSON reply becomes the V2 or V1 answer. Model metadata is what the service's processor
+reported when its workers became ready (gateway.workers.metadata.ModelMetadata).
 
 What is not supported, and answered 400 where a request asks for it: the binary tensor
 data extension (``Inference-Header-Content-Length``), ``binary_data`` parameters, and
@@ -16,12 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eas_sdk._core.tensor import CodecError, _fields
+if TYPE_CHECKING:
+    from gateway.workers.metadata import ModelMetadata
 
 try:  # orjson is part of the gateway extra; the stdlib is the fallback
     import orjson as _orjson
@@ -45,23 +43,6 @@ V2_TO_DTYPE: dict[str, str] = {
     "BYTES": "string",
 }
 DTYPE_TO_V2: dict[str, str] = {v: k for k, v in V2_TO_DTYPE.items()}
-# ONNX TensorProto.DataType -> V2 datatype (BF16 is reported but cannot be sent as JSON).
-ONNX_TO_V2: dict[int, str] = {
-    1: "FP32",
-    2: "UINT8",
-    3: "INT8",
-    4: "UINT16",
-    5: "INT16",
-    6: "INT32",
-    7: "INT64",
-    8: "BYTES",
-    9: "BOOL",
-    10: "FP16",
-    11: "FP64",
-    12: "UINT32",
-    13: "UINT64",
-    16: "BF16",
-}
 MAX_ELEMENTS = 1 << 28  # the processor's own cap per tensor, checked here before any copy
 MAX_INPUTS = 1024
 MAX_INSTANCES = 4096
@@ -93,95 +74,6 @@ def dumps(doc: Any) -> bytes:
 
 def error_body(message: str) -> bytes:
     return dumps({"error": message})
-
-
-# ----------------------------------------------------------------------------- metadata
-
-
-@dataclass(frozen=True)
-class TensorMeta:
-    name: str
-    datatype: str  # V2 datatype ("FP32", ...), or "UNKNOWN" for non-tensor types
-    shape: tuple[int, ...]  # -1 for a dynamic dimension
-
-    def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
-
-
-@dataclass(frozen=True)
-class ModelSignature:
-    inputs: tuple[TensorMeta, ...]
-    outputs: tuple[TensorMeta, ...]
-
-
-def _tensor_type(buf: Any, a: int, b: int) -> tuple[str, tuple[int, ...]]:
-    elem, dims = 0, []
-    for f, wt, x, y in _fields(buf, a, b):
-        if f == 1 and wt == 0:
-            elem = x
-        elif f == 2 and wt == 2:  # TensorShapeProto
-            for df, dwt, dx, dy in _fields(buf, x, y):
-                if df != 1 or dwt != 2:
-                    continue
-                value = -1
-                for kf, kwt, kx, _ in _fields(buf, dx, dy):
-                    if kf == 1 and kwt == 0:  # dim_value (int64)
-                        value = kx if kx < 1 << 63 else -1
-                dims.append(value)
-    return ONNX_TO_V2.get(elem, "UNKNOWN"), tuple(dims)
-
-
-def _value_info(buf: Any, a: int, b: int) -> TensorMeta:
-    name, datatype, shape = "", "UNKNOWN", ()
-    for f, wt, x, y in _fields(buf, a, b):
-        if f == 1 and wt == 2:
-            name = bytes(buf[x:y]).decode("utf-8", "replace")
-        elif f == 2 and wt == 2:  # TypeProto
-            for tf, twt, tx, ty in _fields(buf, x, y):
-                if tf == 1 and twt == 2:  # tensor_type
-                    datatype, shape = _tensor_type(buf, tx, ty)
-    return TensorMeta(name, datatype, shape)
-
-
-def _initializer_name(buf: Any, a: int, b: int) -> str:
-    for f, wt, x, y in _fields(buf, a, b):
-        if f == 8 and wt == 2:  # TensorProto.name
-            return bytes(buf[x:y]).decode("utf-8", "replace")
-    return ""
-
-
-def signature_from_bytes(buf: Any) -> ModelSignature:
-    """ModelProto bytes -> the graph's inputs (initializers excluded) and outputs."""
-    inputs: list[TensorMeta] = []
-    outputs: list[TensorMeta] = []
-    initializers: set[str] = set()
-    end = len(buf)
-    for f, wt, a, b in _fields(buf, 0, end):
-        if f != 7 or wt != 2:  # ModelProto.graph
-            continue
-        for gf, gwt, x, y in _fields(buf, a, b):
-            if gwt != 2:
-                continue
-            if gf == 11:
-                inputs.append(_value_info(buf, x, y))
-            elif gf == 12:
-                outputs.append(_value_info(buf, x, y))
-            elif gf == 5:
-                initializers.add(_initializer_name(buf, x, y))
-    # Models of IR version < 4 list their initializers among the graph inputs too.
-    return ModelSignature(tuple(i for i in inputs if i.name not in initializers), tuple(outputs))
-
-
-def onnx_signature(path: str | Path) -> ModelSignature:
-    """Read a model file's signature without loading its weights into memory (mmap)."""
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        view = memoryview(mm)
-        try:
-            return signature_from_bytes(view)
-        except CodecError as exc:
-            raise ValueError(f"{path}: not an ONNX model ({exc})") from None
-        finally:
-            view.release()
 
 
 # ----------------------------------------------------------------------------- V2
@@ -310,14 +202,14 @@ def v2_response(model_name: str, req: V2Request, reply: bytes) -> bytes:
     return dumps(doc)
 
 
-def v2_metadata(model_name: str, sig: ModelSignature) -> bytes:
+def v2_metadata(model_name: str, meta: ModelMetadata) -> bytes:
     return dumps(
         {
             "name": model_name,
-            "versions": ["1"],
-            "platform": "onnxruntime_onnx",
-            "inputs": [t.as_json() for t in sig.inputs],
-            "outputs": [t.as_json() for t in sig.outputs],
+            "versions": list(meta.versions),
+            "platform": meta.platform,
+            "inputs": [t.as_json() for t in meta.inputs],
+            "outputs": [t.as_json() for t in meta.outputs],
         }
     )
 
@@ -331,7 +223,7 @@ class V1Request:
     body: bytes  # the onnx processor's JSON request
 
 
-def parse_v1_predict(body: bytes, sig: ModelSignature) -> V1Request:
+def parse_v1_predict(body: bytes, sig: ModelMetadata) -> V1Request:
     """``{"instances": [...]}``: one instance per row. For a single-input model an
     instance is that input's row; otherwise an object naming every input."""
     doc = loads(body)
@@ -393,15 +285,11 @@ __all__ = [
     "BINARY_HEADER",
     "JSON_TYPE",
     "KServeRequestError",
-    "ModelSignature",
-    "TensorMeta",
     "V1Request",
     "V2Request",
     "error_body",
-    "onnx_signature",
     "parse_v1_predict",
     "parse_v2_infer",
-    "signature_from_bytes",
     "v1_predictions",
     "v2_metadata",
     "v2_response",

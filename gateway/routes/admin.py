@@ -23,7 +23,8 @@ from gateway.state import (
 
 
 async def healthz(request: web.Request) -> web.Response:
-    # Liveness: the event loop answers. Never depends on workers (F14: liveness stays 200).
+    # Liveness: the event loop answers. Never depends on workers: a service whose model
+    # cannot load must not get the whole gateway restarted, so this stays 200.
     return web.json_response({"status": "ok"})
 
 

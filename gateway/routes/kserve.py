@@ -23,8 +23,8 @@ from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
 from gateway.routes.predict import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
+from gateway.workers.metadata import ModelMetadata
 
-SIGNATURES_KEY = web.AppKey("kserve_signatures", dict)
 _LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
 
 
@@ -54,13 +54,13 @@ def _model(request: web.Request) -> ServiceConfig:
     raise proto.KServeRequestError(f"model {name!r} not found", 404)
 
 
-def _signature(app: web.Application, svc: ServiceConfig) -> proto.ModelSignature:
-    cache: dict[str, proto.ModelSignature] = app[SIGNATURES_KEY]
-    sig = cache.get(svc.name)
-    if sig is None:
-        assert svc.model is not None
-        sig = cache[svc.name] = proto.onnx_signature(svc.model)
-    return sig
+def _signature(app: web.Application, svc: ServiceConfig) -> ModelMetadata:
+    """The model's inputs and outputs, as its workers' processor reported them. Before any
+    worker has been ready there is none: 503, as KServe answers a model that is not ready."""
+    meta: ModelMetadata | None = app[POOLS_KEY][svc.name].metadata
+    if meta is None:
+        raise errors.ServiceNotReady(f"model {svc.name!r} is not ready")
+    return meta
 
 
 def _authorize(request: web.Request, svc: ServiceConfig, body: bytes | None) -> None:
@@ -193,7 +193,6 @@ async def v1_predict(request: web.Request) -> web.Response:
 
 
 def setup(app: web.Application) -> None:
-    app[SIGNATURES_KEY] = {}
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
     r = app.router

@@ -3,20 +3,23 @@
 * Workers are fresh interpreters (``python -m gateway.workers.main``: spawn semantics,
   without multiprocessing's resource tracker or re-import of ``__main__``) and take traffic
   only once they report ready; each is reached over a pipelined unix-socket RPC
-  (gateway.workers.ipc). Configuration and readiness travel over a socketpair.
+  (gateway.workers.ipc). Configuration and readiness travel over a socketpair; the
+  readiness carries the processor's model metadata, kept as :attr:`WorkerPool.metadata`.
 * Health: process exit (a pidfd, and EOF on the socketpair: noticed at once), a lost RPC connection
   (removed from routing at once), and a ping every ``health_interval_s``: two missed
   pings eject the worker from routing until a ping succeeds again (a hung or stopped
-  worker, F3); a worker ejected for ``HANG_KILL_S`` is killed and restarted. A worker
-  whose pong reports a problem (``unhealthy``: its compute thread died, or one run has
-  stalled while requests wait, gateway.workers.main) is restarted at once.
+  worker must not take traffic); a worker ejected for ``HANG_KILL_S`` is killed and
+  restarted. A worker whose pong reports a problem (``unhealthy``: its compute thread
+  died, or one run has stalled while requests wait, gateway.workers.compute) is restarted
+  at once.
 * Restarts use exponential back-off per worker (0.1 s after a first crash, then up to
-  5 s), so a model that never loads restarts at most once per 5 s (F14).
+  5 s), so a model that never loads restarts at most once per 5 s instead of spinning.
 * Dispatch picks the ready worker with the fewest outstanding requests; a connection
-  failure is retried once on a different worker (predict is idempotent, F1/F15); the
-  service's pending limit gives PoolOverloaded (450); no ready worker gives
-  NoReadyWorker (503) at once (F2); the timeout gives UpstreamTimeout (504) and sends a
-  cancel frame, so a request still queued in the worker never runs (F16).
+  failure is retried once on a different worker (predict is idempotent, and the first
+  worker may have died before it saw the request); the service's pending limit gives
+  PoolOverloaded (450); no ready worker gives NoReadyWorker (503) at once, rather than
+  queueing behind a restart; the timeout gives UpstreamTimeout (504) and sends a cancel
+  frame, so a request still queued in the worker never runs.
 """
 
 from __future__ import annotations
@@ -30,16 +33,17 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from gateway import errors
 from gateway.config import GatewayConfig, ServiceConfig
 from gateway.workers.ipc import IPCClient, IPCTimeout, WorkerConnectionError, WorkerRequest, WorkerResponse
+from gateway.workers.metadata import ModelMetadata
+from gateway.workers.process import kill, pidfd, socket_dir, wait_exit, worker_env
 
 log = logging.getLogger("gateway.pool")
 
@@ -52,7 +56,6 @@ EJECT_AFTER = 2
 # An ejected worker that does not answer pings for this long is killed and restarted.
 HANG_KILL_S = 30.0
 CONNECTIONS_PER_WORKER = 2
-_SOCKET_PATH_MAX = 107
 
 
 class PoolOverloaded(errors.TooManyPending):
@@ -67,11 +70,23 @@ class UpstreamTimeout(errors.UpstreamTimeout):
     """The worker did not answer within the timeout: 504 (the upstream call is cancelled)."""
 
 
+class WorkerState(str, Enum):
+    """Where a worker is in its life; only READY workers take traffic."""
+
+    STARTING = "starting"  # spawned, loading its processor
+    READY = "ready"
+    EJECTED = "ejected"  # missed pings: out of routing until it answers again
+    DOWN = "down"  # gone (exit, lost connection, unhealthy); being torn down
+    BACKOFF = "backoff"  # waiting to restart a worker that was ready before
+    FAILED = "failed"  # never became ready; waiting to retry
+    STOPPED = "stopped"  # the pool is stopping
+
+
 @dataclass(eq=False)
 class _Worker:
     index: int
     socket_path: str
-    state: str = "starting"  # starting | ready | ejected | down | backoff | failed | stopped
+    state: WorkerState = WorkerState.STARTING
     process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
     http_port: int | None = None
@@ -88,14 +103,6 @@ class _Worker:
     conn: Any = None
 
 
-def _socket_dir() -> str:
-    base = tempfile.gettempdir()
-    # The path must leave room for "/w63.sock" under the 107-byte sun_path limit.
-    if len(base) > _SOCKET_PATH_MAX - 32:
-        base = "/tmp"  # noqa: S108 - fallback for very long TMPDIRs; the dir is private (0700)
-    return tempfile.mkdtemp(prefix="easgw-", dir=base)
-
-
 class WorkerPool:
     """One per predict service; see docs/architecture.md for the contract."""
 
@@ -103,6 +110,9 @@ class WorkerPool:
         self.service = service
         self.gateway = gateway
         self.restarts_total = 0
+        # The model's inputs and outputs as the processor reported them in its workers'
+        # readiness (the latest one); None until a worker has been ready.
+        self.metadata: ModelMetadata | None = None
         self._workers: list[_Worker] = []
         self._pending = 0
         self._rr = 0
@@ -122,7 +132,7 @@ class WorkerPool:
         self._stop_event = asyncio.Event()
         self._ready_event = asyncio.Event()
         self._drained = asyncio.Event()
-        self._dir = _socket_dir()
+        self._dir = socket_dir()
         for i in range(self.service.workers):
             w = _Worker(i, os.path.join(self._dir, f"w{i}.sock"))
             self._workers.append(w)
@@ -155,7 +165,7 @@ class WorkerPool:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._drained.wait(), max(0.0, drain_timeout))
         for w in self._workers:
-            self._set_state(w, "stopped")
+            self._set_state(w, WorkerState.STOPPED)
             if w.client is not None:
                 w.client.close()
             if w.process is not None and w.process.poll() is None:
@@ -163,24 +173,24 @@ class WorkerPool:
                     w.process.send_signal(signal.SIGTERM)
         for w in self._workers:
             if w.process is not None:
-                await _wait_exit(w.process, max(0.5, deadline - time.monotonic()))
-                _kill(w.process)
+                await wait_exit(w.process, max(0.5, deadline - time.monotonic()))
+                kill(w.process)
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for w in self._workers:
             if w.process is not None:
-                await _wait_exit(w.process, 2.0)
+                await wait_exit(w.process, 2.0)
             _close_conn(w)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
 
     # --- supervision -----------------------------------------------------------------
 
-    def _set_state(self, w: _Worker, state: str) -> None:
+    def _set_state(self, w: _Worker, state: WorkerState) -> None:
         w.state = state
         assert self._ready_event is not None
-        if any(x.state == "ready" for x in self._workers):
+        if any(x.state is WorkerState.READY for x in self._workers):
             self._ready_event.set()
         else:
             self._ready_event.clear()
@@ -193,7 +203,7 @@ class WorkerPool:
             try:
                 ready = await self._start_worker(w)
                 if ready:
-                    self._set_state(w, "ready")
+                    self._set_state(w, WorkerState.READY)
                     await self._watch(w)
             except asyncio.CancelledError:
                 raise
@@ -203,13 +213,13 @@ class WorkerPool:
             if self._stopping:
                 return
             uptime = time.monotonic() - started
-            self._set_state(w, "down")
+            self._set_state(w, WorkerState.DOWN)
             await self._teardown(w)
             if ready and uptime >= STABLE_S:
                 w.failures = 0
             w.failures += 1
             delay = BACKOFF_S[min(w.failures, len(BACKOFF_S)) - 1]
-            self._set_state(w, "backoff" if w.ever_ready or ready else "failed")
+            self._set_state(w, WorkerState.BACKOFF if w.ever_ready or ready else WorkerState.FAILED)
             log.warning(
                 "service %s: worker %d is down (%s); restart in %.1f s",
                 self.service.name, w.index, w.last_error or "exited", delay,
@@ -225,7 +235,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         a, b = socket.socketpair()
         parent, child_fd = Connection(a.detach()), b.detach()
-        self._set_state(w, "starting")
+        self._set_state(w, WorkerState.STARTING)
         w.lost = asyncio.Event()
         w.pid, w.http_port, w.client, w.last_stats = None, None, None, {}
         try:
@@ -233,7 +243,7 @@ class WorkerPool:
             w.process = subprocess.Popen(  # noqa: ASYNC220
                 [sys.executable, "-m", "gateway.workers.main", str(child_fd)],
                 pass_fds=(child_fd,),
-                env=_worker_env(self.service),
+                env=worker_env(self.service),
                 stdin=subprocess.DEVNULL,
             )
         except OSError as exc:
@@ -276,6 +286,9 @@ class WorkerPool:
             return False
         w.client = client
         w.http_port = int(msg["http_port"])
+        metadata = msg.get("metadata")
+        if isinstance(metadata, ModelMetadata):
+            self.metadata = metadata
         w.ready_since = time.monotonic()
         w.ever_ready = True
         w.last_error = None
@@ -301,9 +314,9 @@ class WorkerPool:
         # EOF on the socketpair (the worker sends nothing after readiness) and, where the
         # kernel has it, a pidfd: both become readable the moment the process dies.
         watched = [w.conn.fileno()]
-        pidfd = _pidfd(w.process.pid)
-        if pidfd is not None:
-            watched.append(pidfd)
+        pfd = pidfd(w.process.pid)
+        if pfd is not None:
+            watched.append(pfd)
         for fd in watched:
             loop.add_reader(fd, on_exit)
         interval = max(0.05, self.gateway.health_interval_s)
@@ -318,7 +331,7 @@ class WorkerPool:
                 if stop_wait in done:
                     return
                 if exited in done or w.process.poll() is not None:
-                    await _wait_exit(w.process, 1.0)
+                    await wait_exit(w.process, 1.0)
                     w.last_error = f"exited with code {w.process.returncode}"
                     return
                 if lost_wait in done:
@@ -338,24 +351,24 @@ class WorkerPool:
                         # The event loop answers pings; the compute side cannot serve.
                         w.last_error = f"unhealthy: {problem}"[:300]
                         return
-                    if w.state == "ejected":
+                    if w.state is WorkerState.EJECTED:
                         log.info("service %s: worker %d answers again", self.service.name, w.index)
-                        self._set_state(w, "ready")
+                        self._set_state(w, WorkerState.READY)
                     continue
-                if missed >= EJECT_AFTER and w.state == "ready":
+                if missed >= EJECT_AFTER and w.state is WorkerState.READY:
                     log.warning(
                         "service %s: worker %d stopped answering; ejected", self.service.name, w.index
                     )
                     ejected_at = time.monotonic()
-                    self._set_state(w, "ejected")
-                if w.state == "ejected" and time.monotonic() - ejected_at > HANG_KILL_S:
+                    self._set_state(w, WorkerState.EJECTED)
+                if w.state is WorkerState.EJECTED and time.monotonic() - ejected_at > HANG_KILL_S:
                     w.last_error = f"hung for {HANG_KILL_S:g} s"
                     return
         finally:
             for fd in watched:
                 loop.remove_reader(fd)
-            if pidfd is not None:
-                os.close(pidfd)
+            if pfd is not None:
+                os.close(pfd)
             stop_wait.cancel()
             lost_wait.cancel()
 
@@ -365,8 +378,8 @@ class WorkerPool:
             w.client = None
         _close_conn(w)
         if w.process is not None:
-            _kill(w.process)
-            await _wait_exit(w.process, 5.0)
+            kill(w.process)
+            await wait_exit(w.process, 5.0)
         with contextlib.suppress(OSError):
             os.unlink(w.socket_path)
 
@@ -380,9 +393,10 @@ class WorkerPool:
         start = self._rr
         self._rr = (start + 1) % n
         best: _Worker | None = None
+        ready = WorkerState.READY
         for k in range(n):
             w = ws[(start + k) % n]
-            if w.state == "ready" and w is not exclude and (best is None or w.outstanding < best.outstanding):
+            if w.state is ready and w is not exclude and (best is None or w.outstanding < best.outstanding):
                 best = w
         return best
 
@@ -416,8 +430,8 @@ class WorkerPool:
                     return await w.client.call(req, left)
                 except WorkerConnectionError:
                     # The worker died or is going away: out of routing now, try another one.
-                    if w.state == "ready":
-                        self._set_state(w, "down")
+                    if w.state is WorkerState.READY:
+                        self._set_state(w, WorkerState.DOWN)
                     failed = w
                 except IPCTimeout:
                     raise UpstreamTimeout(self._timeout_message(timeout)) from None
@@ -443,7 +457,7 @@ class WorkerPool:
             {
                 "id": w.index,
                 "pid": w.pid,
-                "state": w.state,
+                "state": w.state.value,
                 "http_port": w.http_port,
                 "outstanding": w.outstanding,
                 "restarts": w.restarts,
@@ -457,7 +471,7 @@ class WorkerPool:
 
     def ready_endpoints(self) -> list[tuple[str, int]]:
         host = self.gateway.advertised_worker_host
-        return [(host, w.http_port) for w in self._workers if w.state == "ready" and w.http_port]
+        return [(host, w.http_port) for w in self._workers if w.state is WorkerState.READY and w.http_port]
 
     async def worker_stats(self, index: int, timeout: float = 2.0) -> dict[str, Any]:
         """Counters of one worker (runs, dropped, outstanding, pid), fetched by a ping."""
@@ -472,38 +486,3 @@ def _close_conn(w: _Worker) -> None:
         with contextlib.suppress(OSError):
             w.conn.close()
         w.conn = None
-
-
-def _worker_env(service: ServiceConfig) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(service.env)
-    # The worker imports this very package, wherever it was imported from.
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def _pidfd(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        fd: int = opener(pid)
-    except OSError:
-        return None
-    return fd
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            proc.kill()
-
-
-async def _wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Wait (without blocking the loop) until the process has exited and is reaped."""
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while proc.poll() is None and time.monotonic() < deadline:
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 0.05)

@@ -8,7 +8,8 @@ from typing import Any
 
 from gateway.config import GatewayConfig, ServiceConfig
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
-from gateway.workers.processors.base import ProcessorError, create_processor
+from gateway.workers.processors.base import ProcessorError
+from gateway.workers.processors.registry import create_processor
 
 
 class InProcPool:

@@ -74,7 +74,7 @@ def test_health_and_server_metadata(gw: GatewayProcess) -> None:
     assert call(gw, "/v1/models")[1] == {"models": ["digits", "multi"]}
 
 
-def test_model_metadata_is_the_model_files(gw: GatewayProcess, digits_model: Path) -> None:
+def test_model_metadata_is_what_onnx_runtime_reports(gw: GatewayProcess, digits_model: Path) -> None:
     sess = ort.InferenceSession(str(MULTI))
     status, meta, _ = call(gw, "/v2/models/multi")
     assert status == 200 and meta["name"] == "multi" and meta["platform"] == "onnxruntime_onnx"

@@ -1,80 +1,15 @@
-"""gateway.protocols.kserve without a server: model metadata read from the file (checked
-against the onnx package), request validation, and answer building."""
+"""gateway.protocols.kserve without a server: request validation and answer building
+(model metadata itself comes from the processor: tests/gateway/workers/test_metadata.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from gateway.protocols import kserve as proto
-
-ROOT = Path(__file__).resolve().parents[2]
-_ONNX_TO_NAME = {
-    TensorProto.FLOAT: "FP32",
-    TensorProto.INT64: "INT64",
-    TensorProto.DOUBLE: "FP64",
-    TensorProto.UINT8: "UINT8",
-    TensorProto.STRING: "BYTES",
-    TensorProto.BOOL: "BOOL",
-    TensorProto.INT32: "INT32",
-    TensorProto.FLOAT16: "FP16",
-}
-
-
-def _expected(
-    values: list[onnx.ValueInfoProto], skip: set[str] = frozenset()
-) -> list[tuple[str, str, tuple]]:
-    out = []
-    for vi in values:
-        if vi.name in skip:
-            continue
-        tt = vi.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
-        out.append((vi.name, _ONNX_TO_NAME[tt.elem_type], dims))
-    return out
-
-
-@pytest.fixture(scope="module")
-def models(digits_model: Path) -> list[Path]:
-    return sorted((ROOT / "samples" / "models").glob("*.onnx"))
-
-
-def test_signature_matches_the_onnx_package_for_every_sample_model(models: list[Path]) -> None:
-    assert len(models) >= 3
-    for path in models:
-        model = onnx.load(str(path))
-        inits = {t.name for t in model.graph.initializer}
-        sig = proto.onnx_signature(path)
-        assert [(t.name, t.datatype, t.shape) for t in sig.inputs] == _expected(model.graph.input, inits), (
-            path
-        )
-        assert [(t.name, t.datatype, t.shape) for t in sig.outputs] == _expected(model.graph.output), path
-
-
-def test_initializers_listed_as_inputs_are_not_inputs(tmp_path: Path) -> None:
-    # IR < 4 models list their weights among the graph inputs.
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
-    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 2])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
-    weights = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0])
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x, w], [y], [weights])
-    path = tmp_path / "old.onnx"
-    path.write_bytes(helper.make_model(graph).SerializeToString())
-    sig = proto.onnx_signature(path)
-    assert [t.name for t in sig.inputs] == ["x"]
-    assert sig.inputs[0].shape == (-1, 2)
-
-
-def test_a_file_that_is_not_onnx_is_a_clear_error(tmp_path: Path) -> None:
-    path = tmp_path / "bad.onnx"
-    path.write_bytes(b"\xff\xff\xff\xff not a model")
-    with pytest.raises(ValueError, match="not an ONNX model"):
-        proto.onnx_signature(path)
+from gateway.workers.metadata import ModelMetadata, TensorSpec
 
 
 def _v2(inputs: list[dict], **extra: object) -> bytes:
@@ -159,9 +94,7 @@ def test_v2_response_keeps_the_requested_output_order_and_the_id() -> None:
 
 
 def test_v1_instances_map_to_the_single_input_and_predictions_split_by_row() -> None:
-    sig = proto.ModelSignature(
-        (proto.TensorMeta("x", "FP32", (-1, 2)),), (proto.TensorMeta("y", "FP32", (-1, 2)),)
-    )
+    sig = ModelMetadata((TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "FP32", (-1, 2)),))
     req = proto.parse_v1_predict(b'{"instances": [[1, 2], [3, 4], [5, 6]]}', sig)
     assert req.size == 3
     assert json.loads(req.body) == {"inputs": {"x": [[1, 2], [3, 4], [5, 6]]}}
@@ -171,9 +104,9 @@ def test_v1_instances_map_to_the_single_input_and_predictions_split_by_row() -> 
 
 
 def test_v1_named_instances_for_a_multi_input_model() -> None:
-    sig = proto.ModelSignature(
-        (proto.TensorMeta("a", "FP32", (-1,)), proto.TensorMeta("b", "INT64", (-1,))),
-        (proto.TensorMeta("s", "FP32", (-1,)), proto.TensorMeta("t", "FP32", (1,))),
+    sig = ModelMetadata(
+        (TensorSpec("a", "FP32", (-1,)), TensorSpec("b", "INT64", (-1,))),
+        (TensorSpec("s", "FP32", (-1,)), TensorSpec("t", "FP32", (1,))),
     )
     req = proto.parse_v1_predict(b'{"instances": [{"a": 1.5, "b": 2}, {"b": 3, "a": 0.5}]}', sig)
     assert json.loads(req.body) == {"inputs": {"a": [1.5, 0.5], "b": [2, 3]}}
@@ -192,3 +125,17 @@ def test_v1_named_instances_for_a_multi_input_model() -> None:
         proto.parse_v1_predict(b'{"instances": [[1, 2]]}', sig)
     with pytest.raises(proto.KServeRequestError, match=r"names inputs \['a'\]"):
         proto.parse_v1_predict(b'{"instances": [{"a": 1}]}', sig)
+
+
+def test_v2_metadata_answer() -> None:
+    meta = ModelMetadata(
+        (TensorSpec("x", "FP32", (-1, 4)), TensorSpec("n", "INT64", (-1, 4))),
+        (TensorSpec("y", "UINT8", (-1,)),),
+        platform="onnxruntime_onnx",
+    )
+    body = proto.v2_metadata("multi", meta)
+    assert body == (
+        b'{"name":"multi","versions":["1"],"platform":"onnxruntime_onnx",'
+        b'"inputs":[{"name":"x","datatype":"FP32","shape":[-1,4]},{"name":"n","datatype":"INT64","shape":[-1,4]}],'
+        b'"outputs":[{"name":"y","datatype":"UINT8","shape":[-1]}]}'
+    )

@@ -1,5 +1,6 @@
-"""Processors: what a worker runs for each request (onnx, python)."""
+"""Processors: what a worker runs for each request (onnx, python).
 
-from gateway.workers.processors.base import Processor, ProcessorError, create_processor
-
-__all__ = ["Processor", "ProcessorError", "create_processor"]
+``base`` holds the interface, ``registry.create_processor`` picks the implementation
+for a service; this package module imports neither, so importing one never drags in
+the others.
+"""

@@ -1,12 +1,19 @@
-"""The processor interface a worker process runs, and the factory for configured ones."""
+"""The processor interface a worker process runs, and what a processor offers to be batched.
+
+This module imports no processor implementation: the registry
+(gateway.workers.processors.registry) picks one for a service.
+"""
 
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Hashable
+from typing import ClassVar, Generic, Protocol, TypeVar
 
 from gateway.config import ServiceConfig
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from gateway.workers.metadata import ModelMetadata
 
 JSON = "application/json"
 
@@ -30,6 +37,10 @@ def error_response(status: int, code: str, message: str, request_id: str = "") -
 class Processor(ABC):
     """Loaded once per worker process; ``handle`` runs on the worker's compute thread."""
 
+    # True when cancel_running() really interrupts a run: the worker may then run requests
+    # right in its event loop, since a run that takes too long can be stopped there.
+    interruptible: ClassVar[bool] = False
+
     def __init__(self, service: ServiceConfig) -> None:
         self.service = service
 
@@ -41,6 +52,10 @@ class Processor(ABC):
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         """Answer one request (blocking). May raise ProcessorError."""
 
+    def metadata(self) -> ModelMetadata:
+        """The loaded model's inputs and outputs (called once, after load). Empty by default."""
+        return ModelMetadata()
+
     def cancel_running(self) -> None:  # noqa: B027 - optional hook
         """Called from the event loop thread when the request now running was cancelled
         (timeout or caller gone); a processor that can interrupt its work does so."""
@@ -49,13 +64,41 @@ class Processor(ABC):
         """Release resources at shutdown."""
 
 
-def create_processor(service: ServiceConfig) -> Processor:
-    if service.processor == "onnx":
-        from gateway.workers.processors.onnx import OnnxProcessor
+class BatchItem(Protocol):
+    """One request decoded and checked by :meth:`Batchable.prepare`, not yet run."""
 
-        return OnnxProcessor(service)
-    if service.processor == "python":
-        from gateway.workers.processors.python import PythonProcessor
+    # Items with equal keys can share one run; None: this one always runs alone.
+    @property
+    def key(self) -> Hashable | None: ...
 
-        return PythonProcessor(service)
-    raise ValueError(f"service {service.name!r}: processor {service.processor!r} does not run in a worker")
+    # How many rows (along the batch axis) the item brings; a batch holds at most
+    # ``batching.max_batch_size`` rows.
+    @property
+    def rows(self) -> int: ...
+
+
+ItemT = TypeVar("ItemT", bound=BatchItem)
+
+
+class Batchable(Processor, Generic[ItemT]):
+    """A processor that can run several requests as one model run (dynamic batching).
+
+    The worker's compute thread prepares each queued request on its own (so a bad request
+    fails alone), gathers prepared items with equal keys, and hands them to
+    :meth:`process_batch`."""
+
+    @property
+    @abstractmethod
+    def supports_batching(self) -> bool:
+        """Whether the loaded model can be batched at all (asked once, after load)."""
+
+    @abstractmethod
+    def prepare(self, req: WorkerRequest) -> ItemT:
+        """Decode and check one request without running the model. May raise ProcessorError."""
+
+    @abstractmethod
+    def process_batch(self, items: list[ItemT]) -> list[WorkerResponse | ProcessorError]:
+        """Run items with equal keys together: one answer (or error) per item, in order."""
+
+
+__all__ = ["BatchItem", "Batchable", "Processor", "ProcessorError", "error_response"]

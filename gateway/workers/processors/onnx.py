@@ -5,12 +5,16 @@ One session per worker process with ``intra_op_num_threads = service.intra_op_th
 small machine without oversubscribing its cores. Inputs are checked against the
 model's declared dtypes and shapes before running; see docs/processors.md.
 
-Dynamic batching (``batching.max_batch_size > 1``, opt-in): the worker's compute thread
+Dynamic batching (``batching.max_batch_size > 1``, opt-in) through the
+:class:`~gateway.workers.processors.base.Batchable` interface: the worker's compute thread
 calls :meth:`OnnxProcessor.prepare` on each queued request (decode + checks, so a bad
 request fails alone), groups prepared requests with equal :attr:`Prepared.key`, and runs
-them with :meth:`OnnxProcessor.run_batch`: inputs concatenated along axis 0, one session
-run, outputs split by each request's row count and encoded in each request's own format.
-Models whose inputs or outputs lack a dynamic first dimension are never batched.
+them with :meth:`OnnxProcessor.process_batch`: inputs concatenated along axis 0, one
+session run, outputs split by each request's row count and encoded in each request's own
+format. Models whose inputs or outputs lack a dynamic first dimension are never batched.
+
+Metadata (:meth:`OnnxProcessor.metadata`) comes from the loaded session: the inputs it
+needs (initializers excluded) and its outputs, with KServe V2 datatype names.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ import numpy as np
 
 from gateway.protocols import eas
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
-from gateway.workers.processors.base import Processor, ProcessorError
+from gateway.workers.metadata import UNKNOWN, ModelMetadata, TensorSpec
+from gateway.workers.processors.base import Batchable, ProcessorError
 
 # ONNX Runtime type strings -> numpy dtypes.
 ORT_DTYPES: dict[str, np.dtype[Any]] = {
@@ -40,6 +45,29 @@ ORT_DTYPES: dict[str, np.dtype[Any]] = {
     "tensor(bool)": np.dtype(np.bool_),
     "tensor(string)": np.dtype(object),
 }
+# ONNX Runtime type strings -> KServe V2 datatype names (for metadata).
+ORT_TO_V2: dict[str, str] = {
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(float16)": "FP16",
+    "tensor(bfloat16)": "BF16",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(bool)": "BOOL",
+    "tensor(string)": "BYTES",
+}
+
+
+def _tensor_spec(arg: Any) -> TensorSpec:
+    """A session input or output for metadata: a named or unknown dimension is -1."""
+    dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or ()))
+    return TensorSpec(arg.name, ORT_TO_V2.get(arg.type, UNKNOWN), dims)
 
 
 def _spec(arg: Any) -> eas.TensorSpec:
@@ -71,8 +99,8 @@ class Prepared:
     key: tuple[Any, ...] | None
 
 
-class OnnxProcessor(Processor):
-    # cancel_running() interrupts a run: the worker may run requests inline (workers.main).
+class OnnxProcessor(Batchable[Prepared]):
+    # cancel_running() interrupts a run (ONNX Runtime's terminate flag).
     interruptible = True
 
     def load(self) -> None:
@@ -94,7 +122,18 @@ class OnnxProcessor(Processor):
         self._strings = {s.name for s in self.inputs if s.dtype == np.dtype(object)}
         self._ort = ort
         self._run_options: Any = None
-        self.batchable = self.service.batching.max_batch_size > 1 and self._batch_dims_ok()
+        self._batchable = self.service.batching.max_batch_size > 1 and self._batch_dims_ok()
+
+    @property
+    def supports_batching(self) -> bool:
+        return self._batchable
+
+    def metadata(self) -> ModelMetadata:
+        return ModelMetadata(
+            tuple(_tensor_spec(a) for a in self.session.get_inputs()),
+            tuple(_tensor_spec(o) for o in self.session.get_outputs()),
+            platform="onnxruntime_onnx",
+        )
 
     def _batch_dims_ok(self) -> bool:
         """Batch only models whose every input and output has a dynamic first dimension,
@@ -126,7 +165,7 @@ class OnnxProcessor(Processor):
             )(arr)
         wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
         rows, key = 0, None
-        if self.batchable:
+        if self._batchable:
             arrays = [feeds[s.name] for s in self.inputs]
             rows = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
             if rows > 0 and all(a.ndim and a.shape[0] == rows for a in arrays):
@@ -168,7 +207,7 @@ class OnnxProcessor(Processor):
                 out.append(exc)
         return out
 
-    def run_batch(self, batch: list[Prepared]) -> list[WorkerResponse | ProcessorError]:
+    def process_batch(self, batch: list[Prepared]) -> list[WorkerResponse | ProcessorError]:
         """Run prepared requests with equal keys as one session run; one answer (or error)
         per request, in order. If the joint run fails, or an output is not split along
         the batch axis, every request is run on its own so one cannot fail the others."""

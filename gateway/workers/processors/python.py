@@ -8,6 +8,13 @@ pair; status 0 means 200 (allspark samples return 0 for success). An exception i
 ``process`` is answered 400 with its message and the worker keeps serving; so is a
 SystemExit, KeyboardInterrupt or other BaseException (it would otherwise end the worker's
 compute thread), unless the interpreter itself is shutting down.
+
+An optional ``metadata()`` method describes the model for clients that ask: a
+``ModelMetadata`` or a mapping ``{"inputs": [...], "outputs": [...], "platform": ...}``
+whose tensors are ``{"name", "datatype", "shape"}`` (V2 datatype names, -1 for any
+size). It is called once, after ``initialize()``; what it returns is checked there, so a
+malformed answer fails the worker's start with a clear message. Without it the metadata
+is empty.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from gateway.workers.metadata import ModelMetadata
 from gateway.workers.processors.base import Processor, ProcessorError
 
 log = logging.getLogger("gateway.worker")
@@ -64,6 +72,11 @@ class PythonProcessor(Processor):
         if callable(init):
             init()
         self.obj = obj
+        declared = getattr(obj, "metadata", None)
+        self._metadata = ModelMetadata.from_json(declared()) if callable(declared) else ModelMetadata()
+
+    def metadata(self) -> ModelMetadata:
+        return self._metadata
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         try:

@@ -304,16 +304,16 @@ def test_only_dynamic_first_dimension_models_batch(models: dict[str, Path], mode
         p.load()
         return p
 
-    assert proc(model, 8).batchable
-    assert proc(models["digits"], 8).batchable
-    assert not proc(models["digits"], 0).batchable  # off by default
-    assert not proc(models["digits"], 1).batchable
-    assert not proc(models["spin"], 8).batchable  # scalar input, fixed [1] output
+    assert proc(model, 8).supports_batching
+    assert proc(models["digits"], 8).supports_batching
+    assert not proc(models["digits"], 0).supports_batching  # off by default
+    assert not proc(models["digits"], 1).supports_batching
+    assert not proc(models["spin"], 8).supports_batching  # scalar input, fixed [1] output
     p = proc(model, 8)
     one = p.prepare(WorkerRequest(_tf(np.ones((3, 4), np.float32))))
     other = p.prepare(WorkerRequest(_tf(np.ones((2, 5), np.float32))))
     assert one.rows == 3 and one.key is not None and one.key != other.key
-    out = p.run_batch([one, p.prepare(WorkerRequest(_tf(np.zeros((1, 4), np.float32))))])
+    out = p.process_batch([one, p.prepare(WorkerRequest(_tf(np.zeros((1, 4), np.float32))))])
     assert all(isinstance(r, WorkerResponse) for r in out)
     _check(out[0], np.ones((3, 4), np.float32))  # type: ignore[arg-type]
     _check(out[1], np.zeros((1, 4), np.float32))  # type: ignore[arg-type]

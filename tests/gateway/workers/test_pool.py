@@ -1,4 +1,5 @@
-"""WorkerPool with real spawned worker processes on 127.0.0.1 (reliability.md F1-F3, F14-F16, A11)."""
+"""WorkerPool with real spawned worker processes on 127.0.0.1: readiness, dispatch, retries,
+restarts, timeouts and cancels, and direct-mode HTTP on a worker."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import pytest
 from eas_sdk._core.auth import signed_headers
 from gateway.config import ServiceConfig
 from gateway.workers.ipc import WorkerRequest
-from gateway.workers.pool import NoReadyWorker, PoolOverloaded, UpstreamTimeout, WorkerPool
+from gateway.workers.metadata import ModelMetadata
+from gateway.workers.pool import NoReadyWorker, PoolOverloaded, UpstreamTimeout, WorkerPool, WorkerState
 from tests.gateway.workers.conftest import echo_service, fast_gateway
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,6 +48,10 @@ async def test_ready_snapshot_and_onnx_dispatch(make_pool: MakePool, models: dic
     await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
     snap = pool.snapshot()
     assert [w["state"] for w in snap] == ["ready", "ready"]
+    assert all(w.state is WorkerState.READY for w in pool._workers)
+    # The processor's metadata came with the workers' readiness.
+    assert pool.metadata is not None and pool.metadata.platform == "onnxruntime_onnx"
+    assert pool.metadata.inputs[0].as_json() == {"name": "input", "datatype": "FP32", "shape": [-1, 64]}
     assert all(w["pid"] and w["http_port"] for w in snap)
     assert sorted(p for _, p in pool.ready_endpoints()) == sorted(w["http_port"] for w in snap)
     body = json.dumps({"inputs": {"input": [[0.0] * 64]}, "outputs": ["label"]}).encode()
@@ -58,7 +64,7 @@ async def test_ready_snapshot_and_onnx_dispatch(make_pool: MakePool, models: dic
     err = json.loads(bad.body)
     assert err["message"] == "input 'input': expected float32[N,64], got float32[1,2]"
     assert err["request_id"] == "r2"
-    # B1: random bytes are 400s and the worker stays up.
+    # Random bytes are 400s and the worker stays up.
     pids = {w["pid"] for w in pool.snapshot()}
     rng = random.Random(5)
     for i in range(60):
@@ -82,6 +88,7 @@ async def test_least_outstanding_avoids_the_busy_worker(make_pool: MakePool) -> 
 
 async def test_processor_exception_is_400_and_worker_survives(make_pool: MakePool) -> None:
     pool = await make_pool(echo_service(config={"k": [1, 2]}))
+    assert pool.metadata == ModelMetadata()  # the echo class declares no metadata()
     pid = await _pid(pool)
     # The service's config mapping reaches the processor in the worker process.
     assert json.loads((await pool.dispatch(WorkerRequest(b"config"), 5)).body) == {"k": [1, 2]}
@@ -95,7 +102,7 @@ async def test_processor_exception_is_400_and_worker_survives(make_pool: MakePoo
 
 
 async def test_kill_one_of_two_during_burst_loses_nothing(make_pool: MakePool) -> None:
-    """F1/F15: in-flight requests on the killed worker are retried on the other one."""
+    """In-flight requests on the killed worker are retried on the other one."""
     pool = await make_pool(echo_service(workers=2, max_pending=256))
     await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
     victim = pool.snapshot()[0]["pid"]
@@ -130,7 +137,7 @@ async def test_kill_one_of_two_during_burst_loses_nothing(make_pool: MakePool) -
 
 
 async def test_all_workers_down_fails_fast_then_recovers(make_pool: MakePool) -> None:
-    """F2: no ready worker is answered at once (no hang), and service resumes after respawn."""
+    """No ready worker is answered at once (no hang), and service resumes after respawn."""
     pool = await make_pool(echo_service(workers=2))
     await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
     for w in pool.snapshot():
@@ -144,7 +151,7 @@ async def test_all_workers_down_fails_fast_then_recovers(make_pool: MakePool) ->
 
 
 async def test_timeout_cancels_a_queued_request(make_pool: MakePool) -> None:
-    """F16: a request that timed out while queued behind a slow one never runs."""
+    """A request that timed out while queued behind a slow one never runs."""
     pool = await make_pool(echo_service())
     slow = asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:0.8"), 5))
     await _until(lambda: pool.snapshot()[0]["outstanding"] == 1, 5, "slow request in flight")
@@ -175,7 +182,7 @@ async def test_pending_limit_gives_overloaded(make_pool: MakePool) -> None:
 
 
 async def test_corrupt_model_never_ready_and_backs_off(make_pool: MakePool, tmp_path: Path) -> None:
-    """F14: a model that cannot load: never ready, fast 503, restarts slowed by back-off."""
+    """A model that cannot load: never ready, fast 503, restarts slowed by back-off."""
     bad = tmp_path / "corrupt.onnx"
     bad.write_bytes(b"\x08\x07garbage" * 10)
     svc = ServiceConfig(name="broken", processor="onnx", model=str(bad), workers=1)
@@ -188,6 +195,7 @@ async def test_corrupt_model_never_ready_and_backs_off(make_pool: MakePool, tmp_
     elapsed = time.monotonic() - started
     snap = pool.snapshot()[0]
     assert snap["state"] in ("failed", "starting", "down") and snap["last_error"]
+    assert pool.metadata is None  # no worker was ever ready: nothing to describe
     assert "protobuf" in snap["last_error"].lower() or "load" in snap["last_error"].lower()
     # Back-off schedule 0.1, 0.5, 1.0, 2.0, 5.0 s between attempts (plus start time):
     # in `elapsed` seconds no more restarts than the schedule allows.
@@ -202,7 +210,7 @@ async def test_corrupt_model_never_ready_and_backs_off(make_pool: MakePool, tmp_
 
 
 async def test_worker_http_endpoint_enforces_auth(make_pool: MakePool) -> None:
-    """A11: direct-mode HTTP on a worker checks the same tokens as the gateway."""
+    """Direct-mode HTTP on a worker checks the same tokens as the gateway."""
     token = "s3cret-token-for-worker-tests"
     pool = await make_pool(echo_service(name="secure", token=token))
     host, port = pool.ready_endpoints()[0]
@@ -306,7 +314,7 @@ async def test_stop_drains_in_flight_requests(models: dict[str, Path]) -> None:
 
 
 async def test_expired_deadline_is_answered_without_running(make_pool: MakePool) -> None:
-    """F17: a request whose deadline passes while it is queued gets 504 and never runs."""
+    """A request whose deadline passes while it is queued gets 504 and never runs."""
     pool = await make_pool(echo_service())
     slow = asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:0.5"), 5))
     await _until(lambda: pool.snapshot()[0]["outstanding"] == 1, 5, "slow request in flight")
@@ -319,7 +327,7 @@ async def test_expired_deadline_is_answered_without_running(make_pool: MakePool)
 
 
 async def test_stopped_worker_is_ejected_and_rejoins(make_pool: MakePool) -> None:
-    """F3: a SIGSTOPped worker misses pings, leaves routing, and rejoins after SIGCONT."""
+    """A SIGSTOPped worker misses pings, leaves routing, and rejoins after SIGCONT."""
     pool = await make_pool(echo_service(workers=2))
     await _until(lambda: len(pool.ready_endpoints()) == 2, 20, "both workers ready")
     frozen = pool.snapshot()[0]["pid"]
@@ -384,7 +392,7 @@ async def test_reference_client_direct_to_a_worker(make_pool: MakePool, models: 
 
 
 async def test_timeout_interrupts_a_running_onnx_model(make_pool: MakePool, models: dict[str, Path]) -> None:
-    """F16 for a model already running: ONNX Runtime's terminate flag frees the worker."""
+    """A cancel reaches a model already running: ONNX Runtime's terminate flag frees the worker."""
     pool = await make_pool(ServiceConfig(name="spin", processor="onnx", model=str(models["spin"])))
     ok = await pool.dispatch(WorkerRequest(b'{"inputs": {"n": 1000}}'), 5)
     assert json.loads(ok.body)["outputs"]["count"]["data"] == [1000.0]

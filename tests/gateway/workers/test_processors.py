@@ -12,8 +12,9 @@ import pytest
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
 from gateway.config import ServiceConfig
 from gateway.workers.ipc import WorkerRequest
-from gateway.workers.processors import ProcessorError, create_processor
+from gateway.workers.processors.base import ProcessorError
 from gateway.workers.processors.onnx import OnnxProcessor
+from gateway.workers.processors.registry import create_processor
 from tests.gateway.workers.conftest import ECHO_ENTRY, echo_service
 
 

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 
 from gateway.config import ServiceConfig
+from gateway.workers.compute import ComputeQueue
 from gateway.workers.ipc import WorkerRequest
-from gateway.workers.main import ComputeQueue
 from gateway.workers.pool import NoReadyWorker, WorkerPool
-from gateway.workers.processors import create_processor
+from gateway.workers.processors.registry import create_processor
 from tests.gateway.workers.conftest import echo_service, fast_gateway
 
 pytestmark = pytest.mark.timeout(60)

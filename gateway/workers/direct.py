@@ -1,0 +1,135 @@
+"""The worker's direct-mode HTTP endpoint: ``POST /api/predict/<service>[/<subpath>]`` for
+direct-mode clients, and ``GET /healthz``.
+
+An adapter over the worker's own dataplane (gateway/dataplane.py) whose backend is the
+compute queue, so a direct call gets exactly the gateway's checks, header policy and
+errors without the hop through the gateway.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from eas_sdk._core.constants import HEADER_REQUEST_ID
+from gateway import errors
+from gateway.config import GatewayConfig, ServiceConfig
+from gateway.dataplane import DataPlane
+from gateway.lean_http import LINGER_S, FastRequest, Reply
+from gateway.middleware import pick_request_id
+from gateway.workers.compute import ComputeQueue
+from gateway.workers.ipc import WorkerRequest, WorkerResponse
+
+log = logging.getLogger("gateway.worker")
+
+_JSON = "application/json; charset=utf-8"
+
+
+class _ComputeBackend:
+    """The compute queue as the dataplane's backend (the worker's own dataplane)."""
+
+    def __init__(self, compute: ComputeQueue) -> None:
+        self.compute = compute
+
+    async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
+        return await self.compute.run(req)  # req.deadline bounds it: the dataplane set it
+
+
+def _reply(exc: errors.GatewayError, rid: str) -> Reply:
+    headers = {**exc.headers, HEADER_REQUEST_ID: rid}
+    return Reply(exc.status, errors.error_body(exc.code, exc.message, rid), _JSON, headers)
+
+
+class DirectHTTP:
+    """The worker's direct-mode port: an adapter over the worker's own dataplane, so a direct
+    call gets the gateway's checks, header policy and errors. Plain calls are served by the
+    lean protocol (gateway/lean_http.py), everything else by aiohttp (``app``); every reply
+    carries ``X-Request-Id`` (the caller's when well-formed, else a fresh one)."""
+
+    def __init__(self, service: ServiceConfig, gateway: GatewayConfig, compute: ComputeQueue) -> None:
+        self.service = service
+        self.gateway = gateway
+        self.compute = compute
+        self.prefix = f"/api/predict/{service.name}"
+        self.plane = DataPlane([service], {service.name: _ComputeBackend(compute)})
+
+    async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes, rid: str) -> WorkerResponse:
+        """One predict call whose body is in; a refusal raises a GatewayError."""
+        arrived = time.monotonic()
+        plane = self.plane
+        return await plane.predict(
+            self.service, headers, raw_path, body,
+            subpath=tail, request_id=rid, arrived=arrived, deadline=plane.caller_deadline(headers),
+        )  # fmt: skip
+
+    # the lean protocol's hooks
+    def accept(self, method: str, path: str, headers: Any, clen: int) -> bool:
+        if method != "POST" or clen > self.gateway.max_body_bytes:
+            return False  # aiohttp's 405 / 413
+        if not (path == self.prefix or path.startswith(self.prefix + "/")):
+            return False
+        encoding = headers.get("Content-Encoding")
+        return encoding is None or encoding.strip().lower() in ("", "identity")
+
+    async def serve(self, req: FastRequest, query: Any) -> Reply:
+        rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
+        tail = req.path[len(self.prefix) + 1 :]
+        try:
+            resp = await self.answer(req.headers, req.path, tail, req.body, rid)
+        except errors.GatewayError as exc:
+            return _reply(exc, rid)
+        return Reply(resp.status, resp.body, resp.content_type, {HEADER_REQUEST_ID: rid})
+
+    def early(self, req: FastRequest) -> Reply | None:
+        """The lean protocol's ``early``: the 401 due before the body (still arriving)."""
+        if not self.plane.refused_early(self.service, req.headers):
+            return None
+        rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
+        return _reply(errors.Unauthorized("invalid or missing token"), rid)
+
+    def late(self, req: FastRequest) -> Reply:
+        """The lean protocol's ``late``: a body not complete within body_timeout_s."""
+        timeout = self.gateway.body_timeout_s
+        exc = errors.RequestTimeout(f"request body not received within {timeout:g} s", close=True)
+        return _reply(exc, pick_request_id(req.headers.get(HEADER_REQUEST_ID)))
+
+    def app(self) -> Any:
+        from aiohttp import web
+
+        from gateway.middleware import REQUEST_ID_KEY, gateway_middleware
+        from gateway.routes.body import read_body, refuse_before_body
+
+        async def predict(request: web.Request) -> web.StreamResponse:
+            rid = request[REQUEST_ID_KEY]
+            refuse_before_body(self.plane, self.service, request)
+            try:
+                body = await read_body(request, self.gateway.max_body_bytes, self.gateway.body_timeout_s)
+            except ConnectionError:
+                # The client left mid-body: nobody to answer, nothing worth a traceback.
+                log.debug("client left before its body was complete (request %s)", rid)
+                raise errors.BadRequest("incomplete body", close=True) from None
+            tail = request.match_info.get("tail", "")
+            resp = await self.answer(request.headers, request.rel_url.raw_path, tail, body, rid)
+            return web.Response(
+                status=resp.status, body=resp.body, headers={"Content-Type": resp.content_type}
+            )
+
+        async def healthz(request: web.Request) -> web.StreamResponse:
+            stats = self.compute.stats()
+            if stats["unhealthy"]:
+                return web.json_response({"status": "unhealthy", **stats}, status=503)
+            return web.json_response({"status": "ok", **stats})
+
+        app = web.Application(
+            # The gateway's error shape and request ids for everything this port answers.
+            middlewares=[gateway_middleware],
+            client_max_size=self.gateway.max_body_bytes,
+            # As the gateway: an answer given before the body was read (401, 408) drains the
+            # rest for this long, then the connection closes (aiohttp's default is 10 s).
+            handler_args={"lingering_time": LINGER_S, "auto_decompress": False},
+        )
+        app.router.add_post(self.prefix, predict)
+        app.router.add_post(self.prefix + "/{tail:.*}", predict)
+        app.router.add_get("/healthz", healthz)
+        return app

@@ -1,0 +1,91 @@
+"""What a processor says about its model: its input and output tensors.
+
+A worker asks its processor once, after loading, and sends the answer to the gateway
+with its readiness; the pool keeps it (``WorkerPool.metadata``), so a client asking for
+a model's metadata (KServe ``GET /v2/models/<name>``) is answered without touching the
+model file in the gateway process. Plain data only: it travels over the worker's pipe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# The KServe V2 datatype names: the vocabulary every TensorSpec uses.
+V2_DATATYPES = frozenset(
+    {
+        "BOOL",
+        "UINT8",
+        "UINT16",
+        "UINT32",
+        "UINT64",
+        "INT8",
+        "INT16",
+        "INT32",
+        "INT64",
+        "FP16",
+        "FP32",
+        "FP64",
+        "BF16",
+        "BYTES",
+    }
+)
+# A tensor whose element type has no V2 name, or a value that is not a tensor (a map, a sequence).
+UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str  # a V2 datatype name ("FP32", "INT64", "BYTES", ...) or UNKNOWN
+    shape: tuple[int, ...]  # -1 for a dimension of any size
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> TensorSpec:
+        """``{"name", "datatype", "shape"}``, as a user's processor declares it."""
+        if not isinstance(doc, Mapping):
+            raise TypeError(f"{where}: expected an object with name, datatype and shape")
+        name, datatype, shape = doc.get("name"), doc.get("datatype", UNKNOWN), doc.get("shape", ())
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{where}: name must be a non-empty string")
+        if datatype != UNKNOWN and datatype not in V2_DATATYPES:
+            raise TypeError(f"{where}: datatype {str(datatype)[:32]!r} is not one of {sorted(V2_DATATYPES)}")
+        if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= -1 for d in shape
+        ):
+            raise TypeError(f"{where}: shape must be a list of integers (-1 for any size)")
+        return cls(name, datatype, tuple(shape))
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    platform: str = ""  # e.g. "onnxruntime_onnx"; empty when the processor does not say
+    versions: tuple[str, ...] = ("1",)  # a service serves one version of its model
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ModelMetadata:
+        """``{"inputs": [...], "outputs": [...], "platform": "..."}``; every key optional."""
+        if isinstance(doc, ModelMetadata):
+            return doc
+        if not isinstance(doc, Mapping):
+            raise TypeError(f"metadata() returned {type(doc).__name__}; expected a mapping or ModelMetadata")
+        platform = doc.get("platform", "")
+        if not isinstance(platform, str):
+            raise TypeError("metadata(): platform must be a string")
+        tensors: dict[str, tuple[TensorSpec, ...]] = {}
+        for key in ("inputs", "outputs"):
+            items = doc.get(key, ())
+            if not isinstance(items, (list, tuple)):
+                raise TypeError(f"metadata(): {key} must be a list")
+            where = f"metadata(): {key}"
+            tensors[key] = tuple(TensorSpec.from_json(t, f"{where}[{i}]") for i, t in enumerate(items))
+        return cls(tensors["inputs"], tensors["outputs"], platform)
+
+
+__all__ = ["UNKNOWN", "V2_DATATYPES", "ModelMetadata", "TensorSpec"]

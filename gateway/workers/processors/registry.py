@@ -1,0 +1,22 @@
+"""The processor a service runs, by its ``processor`` setting."""
+
+from __future__ import annotations
+
+from gateway.config import ServiceConfig
+from gateway.workers.processors.base import Processor
+
+
+def create_processor(service: ServiceConfig) -> Processor:
+    # Imported on use: a python service's worker need not load numpy or ONNX Runtime.
+    if service.processor == "onnx":
+        from gateway.workers.processors.onnx import OnnxProcessor
+
+        return OnnxProcessor(service)
+    if service.processor == "python":
+        from gateway.workers.processors.python import PythonProcessor
+
+        return PythonProcessor(service)
+    raise ValueError(f"service {service.name!r}: processor {service.processor!r} does not run in a worker")
+
+
+__all__ = ["create_processor"]

@@ -1,0 +1,118 @@
+"""The worker's serve loop: load the processor, serve it two ways, report readiness, drain.
+
+* the framed RPC (gateway.workers.ipc) on a unix socket: what the gateway uses;
+* HTTP on ``gateway.worker_host`` (default 127.0.0.1), port 0, for direct-mode clients
+  (gateway.workers.direct).
+
+Once both listen, the worker answers the pool once over its pipe: its readiness (pid,
+http port, socket path and the processor's model metadata) or its load error. EOF on
+that pipe means the gateway is gone and the worker stops. SIGTERM drains: stop
+accepting, finish what is queued (bounded), return. SIGINT is ignored so a Ctrl-C to the
+process group lets the gateway stop workers in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from typing import Any
+
+from gateway.config import GatewayConfig, ServiceConfig
+from gateway.lean_http import FastProtocol, close_all
+from gateway.workers.compute import ComputeQueue
+from gateway.workers.direct import DirectHTTP
+from gateway.workers.ipc import IPCServerProtocol
+from gateway.workers.processors.registry import create_processor
+
+log = logging.getLogger("gateway.worker")
+
+
+async def serve(
+    service: ServiceConfig, gateway: GatewayConfig, socket_path: str, conn: Any, drain_s: float
+) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    with contextlib.suppress(ValueError, OSError):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    processor = create_processor(service)
+    try:
+        processor.load()
+        # Asked once, here: a processor whose metadata cannot be given does not start.
+        metadata = processor.metadata()
+    except BaseException as exc:
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        log.error("service %s: processor failed to load: %s", service.name, msg)
+        conn.send({"ok": False, "error": msg})
+        return 3
+
+    compute = ComputeQueue(
+        loop,
+        processor,
+        max_batch_size=service.batching.max_batch_size,
+        max_latency_ms=service.batching.max_latency_ms,
+        stall_s=service.stall_timeout_s,
+    )
+    server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
+    os.chmod(socket_path, 0o600)
+
+    from aiohttp import web
+
+    # Direct mode's HTTP port: plain predict calls on the lean protocol, the rest on aiohttp.
+    direct = DirectHTTP(service, gateway, compute)
+    runner = web.AppRunner(direct.app(), access_log=None)
+    await runner.setup()
+    fallback = runner.server
+    assert fallback is not None
+    conns: set[FastProtocol] = set()
+
+    def http_protocol() -> FastProtocol:
+        return FastProtocol(
+            direct.serve,
+            fallback,
+            conns,
+            gateway.max_body_bytes,
+            accept=direct.accept,
+            # The gateway's connection limits apply on the worker's port too.
+            header_timeout=gateway.header_timeout_s,
+            keepalive_timeout=gateway.keepalive_timeout_s,
+            body_timeout=gateway.body_timeout_s,
+            early=direct.early,
+            late=direct.late,
+        )
+
+    http_server = await loop.create_server(http_protocol, gateway.worker_host, 0, backlog=1024)
+    port = http_server.sockets[0].getsockname()[1]
+
+    # The pipe to the gateway: EOF means the gateway died, so stop too.
+    def _parent_event() -> None:
+        try:
+            if conn.poll():
+                conn.recv()
+        except (EOFError, OSError):
+            loop.remove_reader(conn.fileno())
+            stop.set()
+
+    loop.add_reader(conn.fileno(), _parent_event)
+    ready = {"ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata}
+    conn.send(ready)
+    log.info(
+        "service %s: worker ready (pid %d, http %s:%d)", service.name, os.getpid(), gateway.worker_host, port
+    )
+
+    await stop.wait()
+    # Drain: no new connections, finish what is queued, then leave.
+    server.close()
+    http_server.close()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(compute.idle.wait(), drain_s)
+    await close_all(conns, timeout=1.0)
+    await runner.cleanup()  # the connections handed to aiohttp
+    compute.shutdown()
+    with contextlib.suppress(Exception):
+        processor.close()
+    return 0
