@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eas_sdk._core.tensor import CodecError, _fields
+from eas_sdk.codecs.eas import CodecError
+from eas_sdk.codecs.eas import fields as _fields
 
 try:  # orjson is part of the gateway extra; the stdlib is the fallback
     import orjson as _orjson

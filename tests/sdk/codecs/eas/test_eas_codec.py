@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from eas_sdk._core import tensor as t
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
+from eas_sdk.codecs import eas as t
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -300,8 +300,10 @@ def test_torch_server_side_snappy_modes() -> None:
 def test_response_dtype_choices_for_the_original_client() -> None:
     assert t.dt_for_numpy(np.uint8, "tf", response=True) == t.DT_INT32
     assert t.dt_for_numpy(np.uint16, "tf", response=True) == t.DT_INT32
-    assert t.dt_for_numpy(np.uint8, "torch", response=True) == t.DT_UINT8
-    assert t.dt_for_numpy(np.bool_, "torch", response=True) == t.DT_UINT8
+    # Torch answers uint8 and bool as DT_INT32 (int_val), as the gateway always has.
+    assert t.dt_for_numpy(np.uint8, "torch", response=True) == t.DT_INT32
+    assert t.dt_for_numpy(np.bool_, "torch", response=True) == t.DT_INT32
+    assert t.dt_for_numpy(np.uint8, "torch") == t.DT_UINT8  # a request keeps its dtype
     assert t.dt_for_numpy(np.float16, "tf") == t.DT_FLOAT
     assert t.dt_for_numpy(np.uint32, "tf") == t.DT_INT64
     body = t.encode_tf_response({"s": np.array(["h\u00e9"])})  # a server may answer str arrays
@@ -337,6 +339,8 @@ def test_arbitrary_bytes_only_raise_codec_error(body: bytes) -> None:
         np.array([128, 200, 16383], dtype=np.int64),  # every varint 2 bytes (dense path)
         np.array([0, 1, 127, 128, 2**35, -1, 2**63 - 1, -(2**63)], dtype=np.int64),  # mixed widths
         np.arange(-3000, 3000, dtype=np.int64),
+        np.arange(256, dtype=np.uint8),  # uint8 from 128 up takes two bytes
+        np.array([0, 200, 255, 7], dtype=np.uint8),  # the few-values path
     ],
 )
 def test_varint_paths_match_protobuf(values: np.ndarray) -> None:

@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (embedded reference-client snippets read best one call per line)
-"""gateway.protocols.eas: sniffing, decoding, validation and encoding of predict bodies.
+"""A server's side of the EAS codec: sniffing, decoding, validation and encoding of predict bodies.
 
 Request bodies come from the real eas-prediction 0.36 client where it can build them;
 responses we encode are read back by that client's own response classes.
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
-from gateway.protocols import eas
+from eas_sdk.codecs import eas
 from tests.eas_reference import run_reference
 
 # Each snippet builds one request with the reference client; the script prints hex bodies.
@@ -312,7 +312,7 @@ def test_encoders_round_trip_through_generated_messages() -> None:
     assert [o.dtype for o in torch.outputs][-2:] == [torch_predict_pb2.DT_INT32, torch_predict_pb2.DT_STRING]
     assert list(torch.outputs[5].int_val) == [1, 0]
     blade = blade_pb2.Response.FromString(
-        eas.encode_blade_response(arrays.items(), {"l": blade_pb2.DT_FLOAT})
+        eas.encode_blade_response(eas.blade_outputs(list(arrays.items()), {"l": blade_pb2.DT_FLOAT}))
     )
     by = {o.name_in_dl_model: o for o in blade.outputs}
     assert by["f"].batchsize == 2 and list(by["f"].float_val) == list(range(6))
@@ -330,7 +330,7 @@ def test_reference_client_reads_our_responses() -> None:
     bodies = {
         "tf": eas.encode_tf_response(arrays).hex(),
         "torch": eas.encode_torch_response([a for _, a in arrays]).hex(),
-        "blade": eas.encode_blade_response([arrays[0]]).hex(),
+        "blade": eas.encode_blade_response(eas.blade_outputs([arrays[0]], {})).hex(),
     }
     code = r"""
 import json, sys
@@ -352,10 +352,8 @@ print(json.dumps({
     assert out["blade"] == [[0.25, 0.75], [1, 2]]
 
 
-def test_response_encoders_match_the_sdk_codec() -> None:
-    """Our server-side encoders and eas_sdk._core.tensor produce the same bytes."""
-    from eas_sdk._core import tensor
-
+def test_encode_response_answers_in_the_request_format() -> None:
+    """A server's encode_response writes the codec's TF/Torch/Blade bytes for the selected outputs."""
     outs = {
         "p": np.random.default_rng(1).random((2, 10), dtype=np.float32),
         "l": np.array([3, -4], np.int64),
@@ -363,9 +361,24 @@ def test_response_encoders_match_the_sdk_codec() -> None:
         "i": np.array([[1, -2, 3]], np.int32),
         "s": np.array([b"ab", b""], object),
     }
-    assert eas.encode_tf_response(outs.items()) == tensor.encode_tf_response(outs)
-    floats = [outs["p"], outs["l"], outs["d"]]
-    assert eas.encode_torch_response(floats) == tensor.encode_torch_response(floats)
+    names, arrays = list(outs), list(outs.values())
+    tf = eas.DecodedRequest("tf")
+    assert eas.encode_response(tf, names, arrays, [0, 1, 2, 3, 4]) == (
+        eas.encode_tf_response(outs),
+        eas.CONTENT_TYPE_PROTOBUF,
+    )
+    torch = eas.DecodedRequest("torch")
+    assert eas.encode_response(torch, names, arrays, [0, 1, 2])[0] == eas.encode_torch_response(arrays[:3])
+    by_map = eas.DecodedRequest("torch", by_map=True)
+    assert eas.encode_response(by_map, names, arrays, [1])[0] == eas.encode_torch_response(
+        (), {"l": outs["l"]}
+    )
+    # uint64 outputs travel as their int64 bits; a complex output cannot be encoded.
+    big = np.array([2**64 - 1], np.uint64)
+    body = eas.encode_response(tf, ["u"], [big], [0])[0]
+    assert list(tf_predict_pb2.PredictResponse.FromString(body).outputs["u"].int64_val) == [-1]
+    with pytest.raises(eas.InvalidInput, match="cannot encode"):
+        eas.encode_response(tf, ["c"], [np.array([1j])], [0])
 
 
 @settings(max_examples=150, deadline=None)
@@ -378,9 +391,11 @@ def test_integer_outputs_are_byte_identical_to_protobuf(dtype: type, values: lis
     """Packed varints written by hand (small and numpy paths) equal protobuf's own encoding."""
     info = np.iinfo(dtype)
     arr = np.array([v for v in values if info.min <= v <= info.max], dtype=dtype)
-    got = eas.encode_array_proto(arr, torch=torch)
+    family = "torch" if torch else "tf"
+    got = b"".join(eas.response_array(arr, family, "x")[0])
     module = torch_predict_pb2 if torch else tf_predict_pb2
-    wire, dt = eas._tf_wire(arr, torch)  # the dtype mapping is tested above
+    dt = eas.dt_for_numpy(arr.dtype, family, response=True)  # the dtype mapping is tested above
+    wire = arr.astype(np.int64)
     want = module.ArrayProto(dtype=dt)
     want.array_shape.dim.extend(arr.shape)
     if dt == module.DT_INT64:
