@@ -14,17 +14,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .dtypes import (
-    FIELDS,
-    KIND_BOOL,
-    KIND_BYTES,
-    KIND_DOUBLE,
-    KIND_FLOAT,
-    KIND_INT32,
-    KIND_INT64,
-    dt_for_numpy,
-    value_kind,
-)
+from .dtypes import FIELDS, Kind, dt_for_numpy, value_kind
 from .values import check_shape, response_strings, to_wire_values, wire_payload
 from .wire import Pieces, bytes_field, dims_message, encode_varints, packed_field, tag, varint
 
@@ -65,7 +55,7 @@ def array_proto(
         size += len(head) + len(shape)
     for field in sorted(fields):
         chunks = fields[field]
-        p, n = bytes_field(field, chunks) if kinds.get(field) == KIND_BYTES else packed_field(field, chunks)
+        p, n = bytes_field(field, chunks) if kinds.get(field) == Kind.BYTES else packed_field(field, chunks)
         pieces += p
         size += n
     return pieces, size
@@ -86,7 +76,7 @@ def request_array(value: Any, family: str, what: str) -> tuple[Pieces, int]:
     dims = check_shape(arr.shape, what)
     payload = wire_payload(to_wire_values(arr, kind, what), kind)
     chunks = payload if isinstance(payload, list) else [payload]
-    return array_proto(dt, dims, {FIELDS[family][kind]: chunks}, {FIELDS[family][KIND_BYTES]: KIND_BYTES})
+    return array_proto(dt, dims, {FIELDS[family][kind]: chunks}, {FIELDS[family][Kind.BYTES]: Kind.BYTES})
 
 
 @functools.lru_cache(maxsize=256)
@@ -105,7 +95,7 @@ def _array_head(dt: int, shape: tuple[int, ...]) -> bytes:
 
 
 # Native dtypes whose bytes already are the packed payload of a value kind.
-_FIXED_KINDS = {np.dtype("<f4"): KIND_FLOAT, np.dtype("<f8"): KIND_DOUBLE, np.dtype(np.bool_): KIND_BOOL}
+_FIXED_KINDS = {np.dtype("<f4"): Kind.FLOAT, np.dtype("<f8"): Kind.DOUBLE, np.dtype(np.bool_): Kind.BOOL}
 
 
 def _response_payload(arr: np.ndarray, kind: str, what: str, checked: bool) -> Any:
@@ -117,7 +107,7 @@ def _response_payload(arr: np.ndarray, kind: str, what: str, checked: bool) -> A
     """
     if _FIXED_KINDS.get(arr.dtype) == kind:
         return memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")
-    if checked and kind in (KIND_INT32, KIND_INT64) and arr.dtype.kind in "iub" and arr.dtype != np.uint64:
+    if checked and kind in (Kind.INT32, Kind.INT64) and arr.dtype.kind in "iub" and arr.dtype != np.uint64:
         if arr.size <= 16:
             return b"".join([varint(v) for v in arr.ravel().tolist()])
         return encode_varints(arr)
@@ -139,7 +129,7 @@ def response_array(value: Any, family: str, what: str) -> tuple[Pieces, int]:
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
         dt, kind, field = _response_plan(arr.dtype, family)
     head = _array_head(dt, arr.shape)
-    if kind == KIND_BYTES:
+    if kind == Kind.BYTES:
         p, n = bytes_field(field, response_strings(arr))
         return [head, *p], len(head) + n
     payload = _response_payload(arr, kind, what, checked)

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .dtypes import BLADE_FIELD_KINDS, BLADE_FIELDS, KIND_BYTES, KIND_FLOAT, dt_for_numpy, value_kind
+from .dtypes import BLADE_FIELD_KINDS, BLADE_FIELDS, Kind, dt_for_numpy, value_kind
 from .raw import RawArray, add_values, decode_dims
 from .values import check_shape, response_strings, to_wire_values, wire_payload
 from .wire import (
@@ -73,7 +73,7 @@ def blade_array(
         size += len(sh)
     for field in sorted(fields):
         chunks = fields[field]
-        is_bytes = BLADE_FIELD_KINDS.get(field) == KIND_BYTES
+        is_bytes = BLADE_FIELD_KINDS.get(field) == Kind.BYTES
         p, n = bytes_field(field, chunks) if is_bytes else packed_field(field, chunks)
         pieces += p
         size += n
@@ -90,12 +90,12 @@ def _blade_value(item: BladeInput | tuple[str, Any], what_prefix: str, response:
         arr = np.char.encode(arr, "utf-8")
     dt = item.dtype if item.dtype is not None else dt_for_numpy(arr.dtype, "blade")
     kind = value_kind(dt, "blade")
-    if kind == KIND_FLOAT and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
+    if kind == Kind.FLOAT and arr.dtype.kind == "f" and arr.dtype.itemsize > 4:
         with np.errstate(over="ignore"):  # beyond float32: inf, as protobuf writes it
             arr = arr.astype(np.float32)  # Blade has no double field
     dims = check_shape(arr.shape, what)
     batch = item.batchsize if item.batchsize is not None else (dims[0] if dims and dims[0] > 0 else 1)
-    if response and kind == KIND_BYTES:
+    if response and kind == Kind.BYTES:
         payload: Any = response_strings(arr)
     else:
         payload = wire_payload(to_wire_values(arr, kind, what), kind, copy=not response)
@@ -167,6 +167,19 @@ class BladeRequestData(NamedTuple):
     output_info: list[tuple[str, int]]
 
 
+def _output_info(buf: Any, a: int, b: int) -> tuple[str, int]:
+    """(name, data_type) of one OutputInfo: name_in_dl_model, else blade_blob_name."""
+    name, blob, dt = "", "", 0
+    for field, wt, x, y in fields(buf, a, b):
+        if field == 1 and wt == 2:
+            blob = text(buf, x, y)
+        elif field == 2 and wt == 2:
+            name = text(buf, x, y)
+        elif field == 3 and wt == 0:
+            dt = x
+    return name or blob, dt
+
+
 def decode_blade_request(buf: Any) -> BladeRequestData:
     """Server side: parse and validate a Blade ``Request``."""
     buf = as_buffer(buf)
@@ -174,23 +187,13 @@ def decode_blade_request(buf: Any) -> BladeRequestData:
     inputs: list[BladeTensor] = []
     infos: list[tuple[str, int]] = []
     for field, wt, x, y in fields(buf, 0, len(buf)):
-        if wt != 2:
-            continue
-        if field == 1:
+        if field == 1 and wt == 2:
             sig = text(buf, x, y)
-        elif field == 2:
+        elif field == 2 and wt == 2:
             raw = _decode_blade_array(buf, x, y)
             name = raw.name_in_dl_model or raw.blade_blob_name
             t = raw.to_tensor(f"input {name!r}")
             inputs.append(BladeTensor(name, t.array, t.dtype, raw.batchsize, raw.blade_blob_name))
-        elif field == 3:
-            name, blob, dt = "", "", 0
-            for f2, wt2, x2, y2 in fields(buf, x, y):
-                if f2 == 1 and wt2 == 2:
-                    blob = text(buf, x2, y2)
-                elif f2 == 2 and wt2 == 2:
-                    name = text(buf, x2, y2)
-                elif f2 == 3 and wt2 == 0:
-                    dt = x2
-            infos.append((name or blob, dt))
+        elif field == 3 and wt == 2:
+            infos.append(_output_info(buf, x, y))
     return BladeRequestData(sig, inputs, infos)

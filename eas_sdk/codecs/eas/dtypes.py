@@ -41,11 +41,8 @@ DT_NAMES: dict[int, str] = {
     if name.startswith("DT_") and isinstance(value, int) and name != "DT_NAMES"
 }
 
-BLADE_DT_UNKNOWN = 0
-BLADE_DT_FLOAT = 1
-BLADE_DT_INT32 = 2
-BLADE_DT_INT64 = 3
-BLADE_DT_STRING = 4
+# Blade's own DataType codes (not the TF/Torch ones).
+BLADE_DT_UNKNOWN, BLADE_DT_FLOAT, BLADE_DT_INT32, BLADE_DT_INT64, BLADE_DT_STRING = range(5)
 BLADE_DT_NAMES: dict[int, str] = {
     0: "DT_UNKNOWN",
     1: "DT_FLOAT",
@@ -54,13 +51,21 @@ BLADE_DT_NAMES: dict[int, str] = {
     4: "DT_STRING",
 }
 
+
 # Value kinds: how a value travels on the wire.
-KIND_FLOAT = "float"  # packed fixed32, '<f4'
-KIND_DOUBLE = "double"  # packed fixed64, '<f8'
-KIND_INT32 = "int32"  # packed varint, negative => 10-byte sign-extended varint
-KIND_INT64 = "int64"  # packed varint
-KIND_BOOL = "bool"  # packed varint 0/1
-KIND_BYTES = "bytes"  # repeated length-delimited, one tag per element
+class Kind:
+    """The value kinds, as one namespace (also exported one by one as ``KIND_*``)."""
+
+    FLOAT = "float"  # packed fixed32, '<f4'
+    DOUBLE = "double"  # packed fixed64, '<f8'
+    INT32 = "int32"  # packed varint, negative => 10-byte sign-extended varint
+    INT64 = "int64"  # packed varint
+    BOOL = "bool"  # packed varint 0/1
+    BYTES = "bytes"  # repeated length-delimited, one tag per element
+
+
+KIND_FLOAT, KIND_DOUBLE, KIND_INT32 = Kind.FLOAT, Kind.DOUBLE, Kind.INT32
+KIND_INT64, KIND_BOOL, KIND_BYTES = Kind.INT64, Kind.BOOL, Kind.BYTES
 
 TF_FIELDS: dict[str, int] = {
     KIND_FLOAT: 3,

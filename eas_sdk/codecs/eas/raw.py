@@ -20,19 +20,14 @@ from .dtypes import (
     BLADE_NUMPY_DTYPES,
     DT_NAMES,
     FIELD_KINDS,
-    KIND_BOOL,
-    KIND_BYTES,
-    KIND_DOUBLE,
-    KIND_FLOAT,
-    KIND_INT32,
-    KIND_INT64,
     NUMPY_DTYPES,
+    Kind,
     value_kind,
 )
 from .values import shape_size
 from .wire import CodecError, decode_varints, fields, int32, read_varint, signed64, text
 
-_WIRE_NP = {KIND_FLOAT: np.dtype("<f4"), KIND_DOUBLE: np.dtype("<f8")}
+_WIRE_NP = {Kind.FLOAT: np.dtype("<f4"), Kind.DOUBLE: np.dtype("<f8")}
 
 
 def numeric_piece(buf: Any, kind: str, wt: int, a: int, b: int) -> np.ndarray:
@@ -41,7 +36,7 @@ def numeric_piece(buf: Any, kind: str, wt: int, a: int, b: int) -> np.ndarray:
         return EMPTY_VALUES[kind]
     if kind in _WIRE_NP:
         dt = _WIRE_NP[kind]
-        want = 5 if kind == KIND_FLOAT else 1
+        want = 5 if kind == Kind.FLOAT else 1
         if wt == 2:
             if (b - a) % dt.itemsize:
                 raise CodecError(f"packed {kind} field length {b - a} is not a multiple of {dt.itemsize}")
@@ -55,19 +50,19 @@ def numeric_piece(buf: Any, kind: str, wt: int, a: int, b: int) -> np.ndarray:
         raw = np.array([a], dtype=np.uint64)
     else:
         raise CodecError(f"wrong wire type {wt} for a {kind} field")
-    if kind == KIND_INT32:
+    if kind == Kind.INT32:
         return raw.astype(np.uint32).view(np.int32)
-    if kind == KIND_INT64:
+    if kind == Kind.INT64:
         return raw.view(np.int64)
     return raw != 0  # bool
 
 
 EMPTY_VALUES = {
-    KIND_FLOAT: np.empty(0, dtype="<f4"),
-    KIND_DOUBLE: np.empty(0, dtype="<f8"),
-    KIND_INT32: np.empty(0, dtype=np.int32),
-    KIND_INT64: np.empty(0, dtype=np.int64),
-    KIND_BOOL: np.empty(0, dtype=np.bool_),
+    Kind.FLOAT: np.empty(0, dtype="<f4"),
+    Kind.DOUBLE: np.empty(0, dtype="<f8"),
+    Kind.INT32: np.empty(0, dtype=np.int32),
+    Kind.INT64: np.empty(0, dtype=np.int64),
+    Kind.BOOL: np.empty(0, dtype=np.bool_),
 }
 for _v in EMPTY_VALUES.values():
     _v.flags.writeable = False
@@ -104,7 +99,7 @@ class RawArray:
 
     def values(self, kind: str) -> np.ndarray | list[bytes]:
         parts = self._values.get(kind)
-        if kind == KIND_BYTES:
+        if kind == Kind.BYTES:
             return [s for p in parts for s in p] if parts else []
         if not parts:
             return EMPTY_VALUES[kind]
@@ -116,7 +111,7 @@ class RawArray:
         return list(self.dims) if self.dims else []
 
     def blade_dtype(self) -> int:
-        for kind, dt in ((KIND_FLOAT, 1), (KIND_INT32, 2), (KIND_INT64, 3), (KIND_BYTES, 4)):
+        for kind, dt in ((Kind.FLOAT, 1), (Kind.INT32, 2), (Kind.INT64, 3), (Kind.BYTES, 4)):
             if self.count(kind):
                 return dt
         return BLADE_DT_UNKNOWN
@@ -156,7 +151,7 @@ class RawArray:
                 raise CodecError(f"{what}: negative dimension in shape {dims}")
             if shape_size(dims) != n:
                 raise CodecError(f"{what}: shape {dims} needs {shape_size(dims)} values, got {n}")
-        if kind == KIND_BYTES:
+        if kind == Kind.BYTES:
             arr = np.empty(n, dtype=object)
             arr[:] = vals
         else:
@@ -173,7 +168,7 @@ class RawArray:
 
 def add_values(out: RawArray, kind: str, buf: Any, wt: int, x: int, y: int) -> None:
     """Append one occurrence of a value field (TF/Torch ArrayProto or Blade Array) to ``out``."""
-    if kind == KIND_BYTES:
+    if kind == Kind.BYTES:
         if wt != 2:
             raise CodecError("string_val must be length-delimited")
         out._values.setdefault(kind, []).append([bytes(buf[x:y])])

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .arrays import Tensor, map_entry, named_items, request_array, response_array
-from .dtypes import DT_INVALID, KIND_INT32
+from .dtypes import DT_INVALID, Kind
 from .raw import RawArray, decode_array_proto, decode_map_entry, numeric_piece
 from .values import to_wire_values
 from .wire import (
@@ -44,7 +44,7 @@ def encode_torch_request(
         vp, vs = request_array(value, "torch", f"input {i}")
         pieces += len_field(b"\x0a", vp, vs)[0]
     if output_filter:
-        payload = encode_varints(to_wire_values(list(output_filter), KIND_INT32, "output_filter"))
+        payload = encode_varints(to_wire_values(list(output_filter), Kind.INT32, "output_filter"))
         pieces += [b"\x12", varint(len(payload)), payload]
     for name, value in (map_inputs or {}).items():
         vp, vs = request_array(value, "torch", f"map input {name!r}")
@@ -103,7 +103,7 @@ def decode_torch_request_raw(buf: Any) -> tuple[list[RawArray], dict[str, RawArr
         if field == 1 and wt == 2:
             inputs.append(decode_array_proto(buf, x, y, "torch"))
         elif field == 2:
-            filt += numeric_piece(buf, KIND_INT32, wt, x, y).tolist()
+            filt += numeric_piece(buf, Kind.INT32, wt, x, y).tolist()
         elif field == 3 and wt == 2:
             k, v = decode_map_entry(buf, x, y, "torch")
             map_inputs[k] = v

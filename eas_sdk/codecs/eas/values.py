@@ -13,19 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import (
-    FLT_MAX,
-    INT32_MAX,
-    INT32_MIN,
-    INT64_MAX,
-    INT64_MIN,
-    KIND_BOOL,
-    KIND_BYTES,
-    KIND_DOUBLE,
-    KIND_FLOAT,
-    KIND_INT32,
-    KIND_INT64,
-)
+from .dtypes import FLT_MAX, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, Kind
 from .wire import encode_varints, raw_bytes
 
 
@@ -109,10 +97,10 @@ def to_wire_values(content: Any, kind: str, what: str = "") -> np.ndarray | list
     Checks mirror what protobuf (and so eas-prediction) accepts: ints for float fields are fine,
     floats for integer fields are not, int32 fields are range-checked.
     """
-    if kind == KIND_BYTES:
+    if kind == Kind.BYTES:
         return _bytes_list(content, what)
     arr = _numeric_array(content, what)
-    if kind == KIND_FLOAT:
+    if kind == Kind.FLOAT:
         if arr.dtype == np.float32:
             return np.ascontiguousarray(arr, dtype="<f4").reshape(-1)
         src = arr.astype(np.float64, copy=False) if arr.dtype.kind != "f" else arr
@@ -125,17 +113,17 @@ def to_wire_values(content: Any, kind: str, what: str = "") -> np.ndarray | list
                 out = out.copy()
                 out[big] = np.copysign(np.inf, src.reshape(-1)[big])
         return out
-    if kind == KIND_DOUBLE:
+    if kind == Kind.DOUBLE:
         return np.ascontiguousarray(arr, dtype="<f8").reshape(-1)
     if arr.size == 0:
-        return np.empty(0, dtype=np.bool_ if kind == KIND_BOOL else np.int64)
+        return np.empty(0, dtype=np.bool_ if kind == Kind.BOOL else np.int64)
     if arr.dtype.kind == "f":
         raise TypeError(f"{_describe(what)}: {kind} values must be integers, got floats ({arr.dtype})")
-    if kind == KIND_BOOL:
+    if kind == Kind.BOOL:
         return arr.astype(np.bool_, copy=False).reshape(-1)
-    if kind == KIND_INT32:
+    if kind == Kind.INT32:
         _check_int_range(arr, INT32_MIN, INT32_MAX, what, "int32")
-    elif kind == KIND_INT64:
+    elif kind == Kind.INT64:
         _check_int_range(arr, INT64_MIN, INT64_MAX, what, "int64")
     else:
         raise ValueError(f"unknown value kind {kind!r}")
@@ -149,11 +137,11 @@ def wire_payload(values: np.ndarray | list[bytes], kind: str, copy: bool = True)
     encoder that joins the message at once (a response), where a request that keeps its
     payload until sent must snapshot the caller's array (``copy=True``).
     """
-    if kind == KIND_BYTES:
+    if kind == Kind.BYTES:
         return values
     arr = values
     assert isinstance(arr, np.ndarray)
-    if kind in (KIND_FLOAT, KIND_DOUBLE):
+    if kind in (Kind.FLOAT, Kind.DOUBLE):
         return arr.tobytes() if copy else raw_bytes(arr, arr.dtype.str)
     return encode_varints(arr)
 
