@@ -98,7 +98,7 @@ def _array_head(dt: int, shape: tuple[int, ...]) -> bytes:
 _FIXED_KINDS = {np.dtype("<f4"): Kind.FLOAT, np.dtype("<f8"): Kind.DOUBLE, np.dtype(np.bool_): Kind.BOOL}
 
 
-def _response_payload(arr: np.ndarray, kind: str, what: str, checked: bool) -> Any:
+def response_payload(arr: np.ndarray, kind: str, what: str, checked: bool) -> Any:
     """Packed payload of an answer's numeric values: fixed-size values and bools as a view of
     the array, a few varints by a Python loop (cheaper than numpy's set-up), else vectorised.
 
@@ -132,7 +132,7 @@ def response_array(value: Any, family: str, what: str) -> tuple[Pieces, int]:
     if kind == Kind.BYTES:
         p, n = bytes_field(field, response_strings(arr))
         return [head, *p], len(head) + n
-    payload = _response_payload(arr, kind, what, checked)
+    payload = response_payload(arr, kind, what, checked)
     size = len(payload)
     if not size:  # protobuf writes no empty packed field
         return [head], len(head)

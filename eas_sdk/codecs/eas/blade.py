@@ -8,11 +8,13 @@ Blade tensor decodes as float32). There is no double field: doubles travel as fl
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from .arrays import response_payload
 from .dtypes import BLADE_FIELD_KINDS, BLADE_FIELDS, Kind, dt_for_numpy, value_kind
 from .raw import RawArray, add_values, decode_dims
 from .values import check_shape, response_strings, to_wire_values, wire_payload
@@ -26,6 +28,7 @@ from .wire import (
     len_field,
     packed_field,
     string_field,
+    tag,
     text,
     varint,
 )
@@ -125,13 +128,50 @@ def output_info_bytes(name: str, dt: int) -> bytes:
     return string_field(b"\x0a", name) + string_field(b"\x12", name) + b"\x18" + varint(int(dt))
 
 
+@functools.lru_cache(maxsize=256)
+def _answer_plan(dtype: np.dtype[Any]) -> tuple[str, int]:
+    # (value kind, field) Blade answers a numpy dtype with: looked up once.
+    kind = value_kind(dt_for_numpy(dtype, "blade"), "blade")
+    return kind, BLADE_FIELDS[kind]
+
+
+@functools.lru_cache(maxsize=1024)
+def _answer_head(name: str, batch: int, shape: tuple[int, ...]) -> bytes:
+    # Names, batchsize and shape: the same few for every answer of a model, so built once.
+    dims = dims_message(shape)
+    names = string_field(b"\x0a", name) + string_field(b"\x12", name)
+    return names + b"\x18" + varint(batch) + b"\x22" + varint(len(dims)) + dims
+
+
+def _answer(item: BladeInput | tuple[str, Any]) -> tuple[Pieces, int]:
+    """One output Array: arrays that need no conversion (float32, integers, strings) go
+    straight from numpy memory; anything else (a given dtype, doubles, str arrays) through
+    the checked path."""
+    if not isinstance(item, BladeInput):
+        item = BladeInput(*item)
+    arr = item.array if isinstance(item.array, np.ndarray) else np.asarray(item.array)
+    if item.dtype is not None or not (arr.dtype.kind in "iubOS" or arr.dtype == np.float32):
+        return _blade_value(item, "output", response=True)
+    shape = arr.shape
+    batch = item.batchsize if item.batchsize is not None else (shape[0] if shape and shape[0] > 0 else 1)
+    head = _answer_head(item.name, batch, shape)
+    kind, field = _answer_plan(arr.dtype)
+    if kind == Kind.BYTES:
+        p, n = bytes_field(field, response_strings(arr))
+        return [head, *p], len(head) + n
+    payload = response_payload(arr, kind, f"output {item.name!r}", checked=True)
+    if not len(payload):  # protobuf writes no empty packed field
+        return [head], len(head)
+    lead = tag(field, 2) + varint(len(payload))
+    return [head, lead, payload], len(head) + len(lead) + len(payload)
+
+
 def encode_blade_response(outputs: Mapping[str, Any] | Sequence[BladeInput]) -> bytes:
     """Serialize a Blade ``Response``; batchsize defaults to shape[0] (proto2 requires it)."""
     items = [BladeInput(k, v) for k, v in outputs.items()] if isinstance(outputs, Mapping) else outputs
     pieces: Pieces = []
     for item in items:
-        vp, vs = _blade_value(item, "output", response=True)
-        pieces += len_field(b"\x0a", vp, vs)[0]
+        pieces += len_field(b"\x0a", *_answer(item))[0]
     return b"".join(pieces)
 
 
@@ -180,20 +220,29 @@ def _output_info(buf: Any, a: int, b: int) -> tuple[str, int]:
     return name or blob, dt
 
 
-def decode_blade_request(buf: Any) -> BladeRequestData:
-    """Server side: parse and validate a Blade ``Request``."""
+def decode_blade_request_raw(buf: Any) -> tuple[str | None, list[RawArray], list[tuple[str, int]]]:
+    """Parse a Blade ``Request`` without validating tensors: (signature or None, input Arrays,
+    output_info as (name_in_dl_model or blade_blob_name, data_type))."""
     buf = as_buffer(buf)
     sig: str | None = None
-    inputs: list[BladeTensor] = []
+    arrays: list[RawArray] = []
     infos: list[tuple[str, int]] = []
     for field, wt, x, y in fields(buf, 0, len(buf)):
         if field == 1 and wt == 2:
             sig = text(buf, x, y)
         elif field == 2 and wt == 2:
-            raw = _decode_blade_array(buf, x, y)
-            name = raw.name_in_dl_model or raw.blade_blob_name
-            t = raw.to_tensor(f"input {name!r}")
-            inputs.append(BladeTensor(name, t.array, t.dtype, raw.batchsize, raw.blade_blob_name))
+            arrays.append(_decode_blade_array(buf, x, y))
         elif field == 3 and wt == 2:
             infos.append(_output_info(buf, x, y))
+    return sig, arrays, infos
+
+
+def decode_blade_request(buf: Any) -> BladeRequestData:
+    """Server side: parse and validate a Blade ``Request``."""
+    sig, arrays, infos = decode_blade_request_raw(buf)
+    inputs: list[BladeTensor] = []
+    for raw in arrays:
+        name = raw.name_in_dl_model or raw.blade_blob_name
+        t = raw.to_tensor(f"input {name!r}")
+        inputs.append(BladeTensor(name, t.array, t.dtype, raw.batchsize, raw.blade_blob_name))
     return BladeRequestData(sig, inputs, infos)

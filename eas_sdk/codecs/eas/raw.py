@@ -75,7 +75,15 @@ class RawArray:
     value field (read-only views where possible) or ``list[bytes]`` for strings.
     """
 
-    __slots__ = ("_values", "batchsize", "blade_blob_name", "dims", "dtype", "family", "name_in_dl_model")
+    __slots__ = (
+        "_values",
+        "batchsize",
+        "blade_blob_name",
+        "dims",
+        "dtype",
+        "family",
+        "name_in_dl_model",
+    )
 
     def __init__(self, family: str) -> None:
         self.family = family

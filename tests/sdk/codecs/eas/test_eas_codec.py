@@ -175,6 +175,30 @@ def test_blade_roundtrip_via_protobuf(items: list[tuple[str, np.ndarray]]) -> No
 
 
 @SETTINGS
+@given(
+    st.one_of(arrays([*NUMERIC, np.uint32, np.float16]), string_arrays()),
+    st.text(max_size=5),
+    st.booleans(),
+)
+def test_response_fast_paths_equal_the_checked_path(arr: np.ndarray, name: str, torch: bool) -> None:
+    """Answers written straight from numpy memory are the bytes of the validated path, which
+    a Tensor (or a Blade output with its dtype given) takes."""
+    family = "torch" if torch else "tf"
+    dt = t.dt_for_numpy(arr.dtype, family, response=True)
+    fast = t.encode_tf_response({name: arr}) if not torch else t.encode_torch_response([arr])
+    checked = (
+        t.encode_tf_response({name: t.Tensor(arr, dt)})
+        if not torch
+        else t.encode_torch_response([t.Tensor(arr, dt)])
+    )
+    assert fast == checked
+    blade_dt = t.dt_for_numpy(arr.dtype, "blade")
+    assert t.encode_blade_response([t.BladeInput(name, arr)]) == t.encode_blade_response(
+        [t.BladeInput(name, arr, dtype=blade_dt)]
+    )
+
+
+@SETTINGS
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
 def test_int64_varints_equal_protobuf(values: list[int]) -> None:
     arr = np.array(values, dtype=np.int64)

@@ -403,3 +403,25 @@ def test_integer_outputs_are_byte_identical_to_protobuf(dtype: type, values: lis
     else:
         want.int_val.extend(wire.tolist())
     assert got == want.SerializeToString()
+
+
+def test_blade_bodies_follow_the_generated_parser() -> None:
+    """Blade requests decode as protobuf's own parser reads them: names stripped, a value
+    without a shape is a scalar, the populated field gives the dtype."""
+    msg = blade_pb2.Request(tf_signature_name="sig")
+    msg.inputs.add(name_in_dl_model=" a ", batchsize=1, int64_val=[7])
+    b = msg.inputs.add(blade_blob_name="b", batchsize=2, string_val=[b"x", b"y"])
+    b.shape.dim.extend([2, 1])
+    msg.inputs.add(name_in_dl_model="e", batchsize=1)  # no values: an empty float vector
+    msg.output_info.add(blade_blob_name=" out ", data_type=blade_pb2.DT_INT64)
+    req = eas.decode_request(msg.SerializeToString(), "blade")
+    assert req.signature == "sig" and list(req.named) == ["a", "b", "e"]
+    assert req.named["a"].array.shape == () and req.named["a"].array.dtype == np.int64
+    assert req.named["b"].array.tolist() == [[b"x"], [b"y"]]
+    assert req.named["e"].array.dtype == np.float32 and req.named["e"].array.shape == (0,)
+    assert req.output_names == ["out"] and req.output_types == {"out": blade_pb2.DT_INT64}
+    # An output_info data_type outside the enum reads as DT_UNKNOWN, as protobuf reads it.
+    odd = b"\x1a\x07\x12\x03out\x18\x09"
+    assert eas.decode_request(odd, "blade").output_types == {"out": blade_pb2.DT_UNKNOWN}
+    # protobuf's parser does not insist on the required batchsize, and neither does the server.
+    assert eas.decode_request(b"\x12\x04\x12\x02in", "blade").named["in"].array.shape == (0,)
