@@ -376,7 +376,7 @@ def test_string_request_and_response() -> None:
     assert resp.to_numpy().tolist() == list(b"ok \xc3\xa9")
 
 
-def test_fact_sheet_response_vector() -> None:
+def test_known_response_vector() -> None:
     vector = bytes.fromhex("0a1c0a0673636f7265731212080112040a0201021a080000803e0000403f")
     assert t.encode_tf_response({"scores": np.array([[0.25, 0.75]], np.float32)}) == vector
     resp = TFResponse(vector)

@@ -126,7 +126,8 @@ def test_explicit_format_and_header_override(ref_bodies: dict[str, bytes]) -> No
         eas.decode_request(ref_bodies["tf"], "json")
 
 
-def test_fact_sheet_vectors() -> None:
+def test_known_wire_vectors() -> None:
+    """Bodies the reference client writes for small calls (hex), sniffed and encoded."""
     tf = bytes.fromhex(
         "0a0e707265646963745f696d61676573121c0a06696d616765731212080112040a0201021a080000803f000000401a0673636f726573"
     )
@@ -139,7 +140,7 @@ def test_fact_sheet_vectors() -> None:
         "0a03736967121a0a02696e1202696e180122040a0201022a080000803f000000401a0c0a036f757412036f75741801"
     )
     assert eas.sniff(blade) == "blade"
-    # Our response encoder is byte-identical to the fact sheet's response vector.
+    # A float32 [[0.25, 0.75]] answer named "scores", byte for byte.
     out = eas.encode_tf_response([("scores", np.array([[0.25, 0.75]], np.float32))])
     assert out.hex() == "0a1c0a0673636f7265731212080112040a0201021a080000803e0000403f"
 
