@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._harness import free_port, median, pin, stop_group, wait_port  # noqa: E402
-from eas_sdk._core import tensor as codec  # noqa: E402
+from eas_sdk.codecs import eas as codec  # noqa: E402
 from eas_sdk.requests import StringRequest, TFRequest  # noqa: E402
 
 REF_PY = Path(os.environ.get("EAS_REF_PYTHON", ROOT / ".venv-eas" / "bin" / "python"))
@@ -115,7 +115,7 @@ import sys
 import numpy as np
 from aiohttp import web
 sys.path.insert(0, sys.argv[2])
-from eas_sdk._core import tensor as codec
+from eas_sdk.codecs import eas as codec
 
 TF_BODY = codec.encode_tf_response({"scores": np.linspace(0, 1, 1000, dtype=np.float32)})
 SMALL_BODY = b'[{"ok": 1}]'

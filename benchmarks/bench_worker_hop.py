@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from eas_sdk.codecs import eas  # noqa: E402
 from gateway.config import GatewayConfig, ServiceConfig  # noqa: E402
-from gateway.protocols import eas  # noqa: E402
 from gateway.workers.ipc import WorkerRequest  # noqa: E402
 from gateway.workers.pool import WorkerPool  # noqa: E402
 

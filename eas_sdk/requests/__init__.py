@@ -5,7 +5,7 @@
 ``BladeTFRequest``/``BladeTFResponse`` (eas-prediction's ``blade_tf_request``) keep the
 original's names, constants, methods and bytes; every request provides ``to_string()``
 and ``parse_response(body)`` (see ``base.Request``) and every response ``to_numpy(...)``.
-Encoding and decoding go through the numpy codec in ``eas_sdk._core.tensor``.
+Encoding and decoding go through the numpy codec in ``eas_sdk.codecs.eas``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._core import tensor as _t
+from ..codecs import eas as _t
 
 
 class ArrayDataTypes:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import tensor as _t
+from ..codecs import eas as _t
 from .base import (
     InvalidInputError,
     InvalidInputTypeError,

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import tensor as _t
+from ..codecs import eas as _t
 from .base import ArrayDataTypes, Request, Response, prepare_feed
 
 _TF_KINDS = {v: k for k, v in _t.TF_FIELDS.items()}

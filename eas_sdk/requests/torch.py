@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import tensor as _t
+from ..codecs import eas as _t
 from .base import ArrayDataTypes, Request, Response, prepare_feed
 from .tf import _Feed, _name
 

@@ -1,1 +1,1 @@
-"""Wire formats spoken by built-in processors (eas: TF / Torch / Blade protobuf and JSON)."""
+"""Request bodies of the gateway's KServe and Cluster Serving routes (EAS bodies: eas_sdk.codecs.eas)."""

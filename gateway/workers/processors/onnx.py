@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.protocols import eas
+from eas_sdk.codecs import eas
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import UNKNOWN, ModelMetadata, TensorSpec
 from gateway.workers.processors.base import Batchable, ProcessorError

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import eas_sdk
-from eas_sdk._core import tensor as t
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
+from eas_sdk.codecs import eas as t
 from eas_sdk.requests import (
     BladeRequest,
     BladeResponse,
@@ -283,7 +283,7 @@ def test_torch_response_api() -> None:
     resp = TorchRequest().parse_response(body)
     assert resp.get_tensor_shape(0) == [2, 3]
     assert resp.get_values(0) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-    assert resp.get_values(1) == [1, 0]  # bool answered as DT_UINT8 so the original can read it
+    assert resp.get_values(1) == [1, 0]  # bool answered as DT_INT32 so the original can read it
     assert resp.to_numpy(0).shape == (2, 3)
     assert resp.get_tensor_shape_map("m") == [1, 2] and resp.get_values_map("m") == [1, 2]
     assert resp.to_numpy("m").dtype == np.int32
@@ -376,7 +376,7 @@ def test_string_request_and_response() -> None:
     assert resp.to_numpy().tolist() == list(b"ok \xc3\xa9")
 
 
-def test_fact_sheet_response_vector() -> None:
+def test_known_response_vector() -> None:
     vector = bytes.fromhex("0a1c0a0673636f7265731212080112040a0201021a080000803e0000403f")
     assert t.encode_tf_response({"scores": np.array([[0.25, 0.75]], np.float32)}) == vector
     resp = TFResponse(vector)

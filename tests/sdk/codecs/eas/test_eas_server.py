@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (embedded reference-client snippets read best one call per line)
-"""gateway.protocols.eas: sniffing, decoding, validation and encoding of predict bodies.
+"""A server's side of the EAS codec: sniffing, decoding, validation and encoding of predict bodies.
 
 Request bodies come from the real eas-prediction 0.36 client where it can build them;
 responses we encode are read back by that client's own response classes.
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
-from gateway.protocols import eas
+from eas_sdk.codecs import eas
 from tests.eas_reference import run_reference
 
 # Each snippet builds one request with the reference client; the script prints hex bodies.
@@ -126,7 +126,8 @@ def test_explicit_format_and_header_override(ref_bodies: dict[str, bytes]) -> No
         eas.decode_request(ref_bodies["tf"], "json")
 
 
-def test_fact_sheet_vectors() -> None:
+def test_known_wire_vectors() -> None:
+    """Bodies the reference client writes for small calls (hex), sniffed and encoded."""
     tf = bytes.fromhex(
         "0a0e707265646963745f696d61676573121c0a06696d616765731212080112040a0201021a080000803f000000401a0673636f726573"
     )
@@ -139,7 +140,7 @@ def test_fact_sheet_vectors() -> None:
         "0a03736967121a0a02696e1202696e180122040a0201022a080000803f000000401a0c0a036f757412036f75741801"
     )
     assert eas.sniff(blade) == "blade"
-    # Our response encoder is byte-identical to the fact sheet's response vector.
+    # A float32 [[0.25, 0.75]] answer named "scores", byte for byte.
     out = eas.encode_tf_response([("scores", np.array([[0.25, 0.75]], np.float32))])
     assert out.hex() == "0a1c0a0673636f7265731212080112040a0201021a080000803e0000403f"
 
@@ -312,7 +313,7 @@ def test_encoders_round_trip_through_generated_messages() -> None:
     assert [o.dtype for o in torch.outputs][-2:] == [torch_predict_pb2.DT_INT32, torch_predict_pb2.DT_STRING]
     assert list(torch.outputs[5].int_val) == [1, 0]
     blade = blade_pb2.Response.FromString(
-        eas.encode_blade_response(arrays.items(), {"l": blade_pb2.DT_FLOAT})
+        eas.encode_blade_response(eas.blade_outputs(list(arrays.items()), {"l": blade_pb2.DT_FLOAT}))
     )
     by = {o.name_in_dl_model: o for o in blade.outputs}
     assert by["f"].batchsize == 2 and list(by["f"].float_val) == list(range(6))
@@ -330,7 +331,7 @@ def test_reference_client_reads_our_responses() -> None:
     bodies = {
         "tf": eas.encode_tf_response(arrays).hex(),
         "torch": eas.encode_torch_response([a for _, a in arrays]).hex(),
-        "blade": eas.encode_blade_response([arrays[0]]).hex(),
+        "blade": eas.encode_blade_response(eas.blade_outputs([arrays[0]], {})).hex(),
     }
     code = r"""
 import json, sys
@@ -352,10 +353,8 @@ print(json.dumps({
     assert out["blade"] == [[0.25, 0.75], [1, 2]]
 
 
-def test_response_encoders_match_the_sdk_codec() -> None:
-    """Our server-side encoders and eas_sdk._core.tensor produce the same bytes."""
-    from eas_sdk._core import tensor
-
+def test_encode_response_answers_in_the_request_format() -> None:
+    """A server's encode_response writes the codec's TF/Torch/Blade bytes for the selected outputs."""
     outs = {
         "p": np.random.default_rng(1).random((2, 10), dtype=np.float32),
         "l": np.array([3, -4], np.int64),
@@ -363,9 +362,24 @@ def test_response_encoders_match_the_sdk_codec() -> None:
         "i": np.array([[1, -2, 3]], np.int32),
         "s": np.array([b"ab", b""], object),
     }
-    assert eas.encode_tf_response(outs.items()) == tensor.encode_tf_response(outs)
-    floats = [outs["p"], outs["l"], outs["d"]]
-    assert eas.encode_torch_response(floats) == tensor.encode_torch_response(floats)
+    names, arrays = list(outs), list(outs.values())
+    tf = eas.DecodedRequest("tf")
+    assert eas.encode_response(tf, names, arrays, [0, 1, 2, 3, 4]) == (
+        eas.encode_tf_response(outs),
+        eas.CONTENT_TYPE_PROTOBUF,
+    )
+    torch = eas.DecodedRequest("torch")
+    assert eas.encode_response(torch, names, arrays, [0, 1, 2])[0] == eas.encode_torch_response(arrays[:3])
+    by_map = eas.DecodedRequest("torch", by_map=True)
+    assert eas.encode_response(by_map, names, arrays, [1])[0] == eas.encode_torch_response(
+        (), {"l": outs["l"]}
+    )
+    # uint64 outputs travel as their int64 bits; a complex output cannot be encoded.
+    big = np.array([2**64 - 1], np.uint64)
+    body = eas.encode_response(tf, ["u"], [big], [0])[0]
+    assert list(tf_predict_pb2.PredictResponse.FromString(body).outputs["u"].int64_val) == [-1]
+    with pytest.raises(eas.InvalidInput, match="cannot encode"):
+        eas.encode_response(tf, ["c"], [np.array([1j])], [0])
 
 
 @settings(max_examples=150, deadline=None)
@@ -378,9 +392,11 @@ def test_integer_outputs_are_byte_identical_to_protobuf(dtype: type, values: lis
     """Packed varints written by hand (small and numpy paths) equal protobuf's own encoding."""
     info = np.iinfo(dtype)
     arr = np.array([v for v in values if info.min <= v <= info.max], dtype=dtype)
-    got = eas.encode_array_proto(arr, torch=torch)
+    family = "torch" if torch else "tf"
+    got = b"".join(eas.response_array(arr, family, "x")[0])
     module = torch_predict_pb2 if torch else tf_predict_pb2
-    wire, dt = eas._tf_wire(arr, torch)  # the dtype mapping is tested above
+    dt = eas.dt_for_numpy(arr.dtype, family, response=True)  # the dtype mapping is tested above
+    wire = arr.astype(np.int64)
     want = module.ArrayProto(dtype=dt)
     want.array_shape.dim.extend(arr.shape)
     if dt == module.DT_INT64:
@@ -388,3 +404,25 @@ def test_integer_outputs_are_byte_identical_to_protobuf(dtype: type, values: lis
     else:
         want.int_val.extend(wire.tolist())
     assert got == want.SerializeToString()
+
+
+def test_blade_bodies_follow_the_generated_parser() -> None:
+    """Blade requests decode as protobuf's own parser reads them: names stripped, a value
+    without a shape is a scalar, the populated field gives the dtype."""
+    msg = blade_pb2.Request(tf_signature_name="sig")
+    msg.inputs.add(name_in_dl_model=" a ", batchsize=1, int64_val=[7])
+    b = msg.inputs.add(blade_blob_name="b", batchsize=2, string_val=[b"x", b"y"])
+    b.shape.dim.extend([2, 1])
+    msg.inputs.add(name_in_dl_model="e", batchsize=1)  # no values: an empty float vector
+    msg.output_info.add(blade_blob_name=" out ", data_type=blade_pb2.DT_INT64)
+    req = eas.decode_request(msg.SerializeToString(), "blade")
+    assert req.signature == "sig" and list(req.named) == ["a", "b", "e"]
+    assert req.named["a"].array.shape == () and req.named["a"].array.dtype == np.int64
+    assert req.named["b"].array.tolist() == [[b"x"], [b"y"]]
+    assert req.named["e"].array.dtype == np.float32 and req.named["e"].array.shape == (0,)
+    assert req.output_names == ["out"] and req.output_types == {"out": blade_pb2.DT_INT64}
+    # An output_info data_type outside the enum reads as DT_UNKNOWN, as protobuf reads it.
+    odd = b"\x1a\x07\x12\x03out\x18\x09"
+    assert eas.decode_request(odd, "blade").output_types == {"out": blade_pb2.DT_UNKNOWN}
+    # protobuf's parser does not insist on the required batchsize, and neither does the server.
+    assert eas.decode_request(b"\x12\x04\x12\x02in", "blade").named["in"].array.shape == (0,)

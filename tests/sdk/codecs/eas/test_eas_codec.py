@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from eas_sdk._core import tensor as t
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
+from eas_sdk.codecs import eas as t
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -175,6 +175,30 @@ def test_blade_roundtrip_via_protobuf(items: list[tuple[str, np.ndarray]]) -> No
 
 
 @SETTINGS
+@given(
+    st.one_of(arrays([*NUMERIC, np.uint32, np.float16]), string_arrays()),
+    st.text(max_size=5),
+    st.booleans(),
+)
+def test_response_fast_paths_equal_the_checked_path(arr: np.ndarray, name: str, torch: bool) -> None:
+    """Answers written straight from numpy memory are the bytes of the validated path, which
+    a Tensor (or a Blade output with its dtype given) takes."""
+    family = "torch" if torch else "tf"
+    dt = t.dt_for_numpy(arr.dtype, family, response=True)
+    fast = t.encode_tf_response({name: arr}) if not torch else t.encode_torch_response([arr])
+    checked = (
+        t.encode_tf_response({name: t.Tensor(arr, dt)})
+        if not torch
+        else t.encode_torch_response([t.Tensor(arr, dt)])
+    )
+    assert fast == checked
+    blade_dt = t.dt_for_numpy(arr.dtype, "blade")
+    assert t.encode_blade_response([t.BladeInput(name, arr)]) == t.encode_blade_response(
+        [t.BladeInput(name, arr, dtype=blade_dt)]
+    )
+
+
+@SETTINGS
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50))
 def test_int64_varints_equal_protobuf(values: list[int]) -> None:
     arr = np.array(values, dtype=np.int64)
@@ -300,8 +324,10 @@ def test_torch_server_side_snappy_modes() -> None:
 def test_response_dtype_choices_for_the_original_client() -> None:
     assert t.dt_for_numpy(np.uint8, "tf", response=True) == t.DT_INT32
     assert t.dt_for_numpy(np.uint16, "tf", response=True) == t.DT_INT32
-    assert t.dt_for_numpy(np.uint8, "torch", response=True) == t.DT_UINT8
-    assert t.dt_for_numpy(np.bool_, "torch", response=True) == t.DT_UINT8
+    # Torch answers uint8 and bool as DT_INT32 (int_val), as the gateway always has.
+    assert t.dt_for_numpy(np.uint8, "torch", response=True) == t.DT_INT32
+    assert t.dt_for_numpy(np.bool_, "torch", response=True) == t.DT_INT32
+    assert t.dt_for_numpy(np.uint8, "torch") == t.DT_UINT8  # a request keeps its dtype
     assert t.dt_for_numpy(np.float16, "tf") == t.DT_FLOAT
     assert t.dt_for_numpy(np.uint32, "tf") == t.DT_INT64
     body = t.encode_tf_response({"s": np.array(["h\u00e9"])})  # a server may answer str arrays
@@ -337,6 +363,8 @@ def test_arbitrary_bytes_only_raise_codec_error(body: bytes) -> None:
         np.array([128, 200, 16383], dtype=np.int64),  # every varint 2 bytes (dense path)
         np.array([0, 1, 127, 128, 2**35, -1, 2**63 - 1, -(2**63)], dtype=np.int64),  # mixed widths
         np.arange(-3000, 3000, dtype=np.int64),
+        np.arange(256, dtype=np.uint8),  # uint8 from 128 up takes two bytes
+        np.array([0, 200, 255, 7], dtype=np.uint8),  # the few-values path
     ],
 )
 def test_varint_paths_match_protobuf(values: np.ndarray) -> None:

@@ -1,0 +1,110 @@
+"""Binding a decoded predict request to a model's signature: inputs by name (TF, Blade,
+JSON, Torch map inputs) or by position (Torch), dtype and shape checks, output selection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .decoded import DecodedRequest, InputTensor, InvalidInput, type_str
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: np.dtype[Any] | None  # None: any
+    shape: tuple[int | str | None, ...] | None  # None: unknown rank; str/None dims are dynamic
+
+    def describe(self) -> str:
+        return type_str(self.dtype, self.shape or ())
+
+
+def _castable(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
+    if dst == np.dtype(object):
+        return src.kind in "OUS"
+    if src.kind == "O":
+        return False
+    if src.kind == "b":
+        return dst.kind == "b"
+    if src.kind in "iu" and dst.kind in "iuf":
+        return True
+    return src.kind == "f" and dst.kind == "f"
+
+
+def conform(tensor: InputTensor, spec: TensorSpec) -> np.ndarray:
+    """Check ``tensor`` against ``spec``; cast loose tensors. Raises InvalidInput."""
+    arr = tensor.array
+    ok_dtype = spec.dtype is None or arr.dtype == spec.dtype
+    if not ok_dtype and spec.dtype is not None:
+        if arr.dtype.kind == "O" and spec.dtype.kind == "O":
+            ok_dtype = True
+        elif tensor.loose and _castable(arr.dtype, spec.dtype):
+            with np.errstate(all="ignore"):
+                arr = arr.astype(spec.dtype)
+            ok_dtype = True
+    ok_shape = True
+    if spec.shape == () and arr.shape == (1,):
+        arr = arr.reshape(())  # one value sent without a shape for a scalar input
+    if spec.shape is not None:
+        if len(spec.shape) != arr.ndim:
+            ok_shape = False
+        else:
+            for want, got in zip(spec.shape, arr.shape, strict=True):
+                if isinstance(want, int) and want >= 0 and want != got:
+                    ok_shape = False
+                    break
+    if not (ok_dtype and ok_shape):
+        raise InvalidInput(
+            f"input {spec.name!r}: expected {spec.describe()}, got {type_str(arr.dtype, arr.shape)}"
+        )
+    return arr
+
+
+def bind_inputs(req: DecodedRequest, specs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
+    """Map the request's inputs onto the model's inputs (by name or position) and check them."""
+    feeds: dict[str, np.ndarray] = {}
+    if req.kind == "torch" and not req.by_map:
+        given = req.positional
+        if len(given) > len(specs):
+            raise InvalidInput(f"the model takes {len(specs)} inputs, got {len(given)}")
+        for i, spec in enumerate(specs):
+            t = given[i] if i < len(given) else None
+            if t is None:
+                raise InvalidInput(f"missing input {i} ({spec.name!r}: {spec.describe()})")
+            feeds[spec.name] = conform(t, spec)
+        return feeds
+    known = {s.name for s in specs}
+    unknown = [n for n in req.named if n not in known]
+    if unknown:
+        raise InvalidInput(f"unknown input {unknown[0]!r}; model inputs: {', '.join(s.name for s in specs)}")
+    for spec in specs:
+        t = req.named.get(spec.name)
+        if t is None:
+            raise InvalidInput(f"missing input {spec.name!r} ({spec.describe()})")
+        feeds[spec.name] = conform(t, spec)
+    return feeds
+
+
+def select_outputs(req: DecodedRequest, output_names: Sequence[str]) -> list[int]:
+    """Indices of the model outputs the request asks for (all when it names none)."""
+    if req.kind == "torch" and not req.by_map:
+        if not req.output_indices:
+            return list(range(len(output_names)))
+        for i in req.output_indices:
+            if not 0 <= i < len(output_names):
+                raise InvalidInput(
+                    f"output index {i} out of range; the model has {len(output_names)} outputs"
+                )
+        return list(req.output_indices)
+    if not req.output_names:
+        return list(range(len(output_names)))
+    index = {n: i for i, n in enumerate(output_names)}
+    out = []
+    for n in req.output_names:
+        if n not in index:
+            raise InvalidInput(f"unknown output {n!r}; model outputs: {', '.join(output_names)}")
+        out.append(index[n])
+    return out
