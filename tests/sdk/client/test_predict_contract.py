@@ -641,7 +641,7 @@ async def test_async_context_manager(server: FakeEAS) -> None:
 
     async with AsyncPredictClient(server.url, "echo", token=TOKEN) as client:
         assert await client.predict(b"raw") == b"raw"
-    assert client._session is None
+    assert client._http is None
 
 
 async def test_lazy_init_from_many_concurrent_calls(server: FakeEAS, make_client: Any) -> None:
