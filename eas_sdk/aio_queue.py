@@ -29,6 +29,7 @@ class AsyncQueueClient(_Base):
         self.max_connections = int(kwargs.get("max_connections", 100))
         self._http: AsyncBaseTransport | None = None
         self._given: AsyncBaseTransport | None = kwargs.get("transport")  # e.g. a MockTransport in tests
+        self.ca_certs: str | None = kwargs.get("ca_certs")  # a PEM bundle trusted instead of the system's
         self._watcher: AsyncWatcher | None = None  # one running watcher per client, as QueueClient
 
     def init(
@@ -52,7 +53,9 @@ class AsyncQueueClient(_Base):
     ) -> tuple[int, bytes, Mapping[str, str]]:
         """One queue call with the SDK retry rules; see ``QueueClient._request`` for ``idempotent``."""
         if self._http is None:
-            self._http = self._given or AsyncHTTPTransport(max_connections=self.max_connections)
+            self._http = self._given or AsyncHTTPTransport(
+                max_connections=self.max_connections, ca_certs=self.ca_certs
+            )
         http = self._http
         headers = self._headers(accept_protobuf)
         if extra:

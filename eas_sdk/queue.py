@@ -57,6 +57,7 @@ class QueueClient(_Base):
         self.max_connections = int(kwargs.get("max_connections", 10))
         self._http: BaseTransport | None = None
         self._given: BaseTransport | None = kwargs.get("transport")  # e.g. a MockTransport in tests
+        self.ca_certs: str | None = kwargs.get("ca_certs")  # a PEM bundle trusted instead of the system's
         self.watch_lock = threading.Lock()
         self._watcher: Watcher | None = None
         self._fixed: dict[tuple[Any, ...], dict[str, str]] = {}
@@ -97,7 +98,9 @@ class QueueClient(_Base):
         self._init(uid, gid, custom_url, path_suffix)
         if self._http is not None:
             self._http.close()
-        self._http = self._given or HTTPTransport(max_connections=self.max_connections)
+        self._http = self._given or HTTPTransport(
+            max_connections=self.max_connections, ca_certs=self.ca_certs
+        )
 
     # --- transport -------------------------------------------------------------
     def _request(

@@ -46,8 +46,10 @@ class _Connection:
         self.idle_since = 0.0
 
     def close(self) -> None:
+        # abort(), not close(): a TLS close would wait for the server's close_notify,
+        # and a connection we drop has nothing left to send.
         with contextlib.suppress(Exception):  # already closed, or its loop is gone
-            self.writer.close()
+            self.writer.transport.abort()
 
     def dropped(self) -> bool:
         return self.reader.at_eof() or self.writer.is_closing()
