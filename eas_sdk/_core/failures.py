@@ -26,7 +26,11 @@ import sys
 
 from .retry import FailureKind
 
-__all__ = ["FailureKind", "classify", "describe"]
+__all__ = ["FailureKind", "ProtocolError", "classify", "describe"]
+
+
+class ProtocolError(Exception):
+    """The server's bytes are not a valid HTTP/1.1 response (raised by the SDK transports)."""
 
 
 def describe(exc: BaseException) -> str:
@@ -56,7 +60,7 @@ def classify(exc: BaseException, *, connecting: bool = False) -> FailureKind:
         return FailureKind.CONNECT if isinstance(exc, OSError) else FailureKind.FATAL
     if isinstance(exc, OSError):
         return FailureKind.DISCONNECTED
-    if type(exc).__name__ == "ProtocolError":  # the HTTP/1.1 parser's (no import: no cycle)
+    if isinstance(exc, ProtocolError):
         return FailureKind.BROKEN
     return FailureKind.FATAL
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .._core.failures import ProtocolError
+
+__all__ = ["MAX_HEAD", "ProtocolError", "ResponseParser", "encode_head", "encode_headers", "encode_request"]
+
 MAX_HEAD = 65536  # a response head larger than this is refused as malformed
-
-
-class ProtocolError(Exception):
-    """The server's bytes are not a valid HTTP/1.1 response."""
 
 
 def encode_headers(headers: Mapping[str, str]) -> bytes:
