@@ -25,7 +25,6 @@ from ._core.endpoints import (
     apply_discovery_response,
     discovery_url,
 )
-from ._core.failures import describe
 from ._core.request import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_TIMEOUT_MS,
@@ -453,6 +452,3 @@ def _replace_retries(policy: RetryPolicy, retries: int) -> RetryPolicy:
 
 def _no_endpoint(service: str, waited: float) -> NoEndpointError:
     return NoEndpointError(f"Get service backend timeout: no endpoint list for {service!r} after {waited:g}s")
-
-
-_reason = describe

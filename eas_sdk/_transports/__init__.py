@@ -7,7 +7,7 @@ signing and endpoint choice stay in the I/O-free core (``eas_sdk._core``).
 
 from __future__ import annotations
 
-from ._pool import COALESCE_MAX_BODY, DEFAULT_KEEPALIVE_EXPIRY
+from ._shared import COALESCE_MAX_BODY, DEFAULT_KEEPALIVE_EXPIRY
 from .aio import AsyncHTTPTransport
 from .base import AsyncBaseTransport, BaseTransport, Request, Response, TransportFailure
 from .mock import MockTransport

@@ -19,7 +19,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from .._core.failures import classify
-from ._pool import (
+from ._shared import (
     COALESCE_MAX_BODY,
     DEFAULT_KEEPALIVE_EXPIRY,
     DEFAULT_MAX_CONNECTIONS,

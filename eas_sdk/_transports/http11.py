@@ -25,8 +25,16 @@ MAX_HEAD = 65536  # a response head larger than this is refused as malformed
 
 
 def encode_headers(headers: Mapping[str, str]) -> bytes:
-    """``Name: value\\r\\n`` lines (latin-1, as HTTP/1.1 header bytes are)."""
-    return "".join([f"{k}: {v}\r\n" for k, v in headers.items()]).encode("latin-1")
+    """``Name: value\\r\\n`` lines (latin-1, as HTTP/1.1 header bytes are).
+
+    A name or value holding a CR or LF is refused (ValueError): it would smuggle
+    extra header lines, or a second request, into the connection.
+    """
+    text = "".join([f"{k}: {v}\r\n" for k, v in headers.items()])
+    lines = len(headers)
+    if text.count("\n") != lines or text.count("\r") != lines:
+        raise ValueError("a header name or value contains CR or LF")
+    return text.encode("latin-1")
 
 
 def encode_head(
@@ -38,6 +46,8 @@ def encode_head(
     once); ``headers`` the rest. ``length``: the body's size (Content-Length), also
     sent as 0 for a POST or PUT without a body; None and no body for other methods.
     """
+    if " " in target or "\r" in target or "\n" in target:
+        raise ValueError("the request target contains whitespace")
     parts = [f"{method} {target} HTTP/1.1\r\nHost: ".encode("latin-1"), host, b"\r\n", head]
     if headers:
         parts.append(encode_headers(headers))

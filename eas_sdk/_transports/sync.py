@@ -21,7 +21,7 @@ import time
 import weakref
 
 from .._core.failures import FailureKind, classify
-from ._pool import (
+from ._shared import (
     COALESCE_MAX_BODY,
     DEFAULT_KEEPALIVE_EXPIRY,
     DEFAULT_MAX_CONNECTIONS,

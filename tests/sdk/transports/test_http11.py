@@ -93,3 +93,12 @@ def test_malformed_responses(raw: bytes) -> None:
 def test_oversized_head_is_refused() -> None:
     with pytest.raises(ProtocolError):
         _parse(b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 70000)
+
+
+@pytest.mark.parametrize(
+    ("target", "headers"),
+    [("/p", {"X": "a\r\nInjected: 1"}), ("/p", {"X\n": "a"}), ("/p q", {}), ("/p\r\nX: 1", {})],
+)
+def test_header_and_target_injection_is_refused(target: str, headers: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        encode_request("GET", target, b"h", headers, None)

@@ -25,7 +25,7 @@ from eas_sdk._transports import (
     Response,
     TransportFailure,
 )
-from eas_sdk._transports._pool import parse_origin, split_url
+from eas_sdk._transports._shared import parse_origin, split_url
 
 pytestmark = pytest.mark.timeout(30)
 
