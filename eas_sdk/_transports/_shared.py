@@ -9,6 +9,8 @@ from typing import NamedTuple
 # aiohttp servers, above the 5 s of uvicorn; a stale one is re-sent anyway).
 DEFAULT_KEEPALIVE_EXPIRY = 10.0
 DEFAULT_MAX_CONNECTIONS = 100
+# Pools (endpoints) a transport keeps; the oldest is closed when a new one would pass this.
+MAX_POOLS = 64
 
 # Bodies up to this size go out joined with the request head in one send; a
 # larger one is sent on its own rather than copied.

@@ -23,6 +23,7 @@ from ._shared import (
     COALESCE_MAX_BODY,
     DEFAULT_KEEPALIVE_EXPIRY,
     DEFAULT_MAX_CONNECTIONS,
+    MAX_POOLS,
     RECV_SIZE,
     Origin,
     parse_origin,
@@ -164,6 +165,8 @@ class AsyncHTTPTransport(AsyncBaseTransport):
                 if self._tls is None:
                     self._tls = tls_context(self.ca_certs)
                 tls = self._tls
+            if len(self._pools) >= MAX_POOLS:  # endpoints come and go in direct mode
+                self._pools.pop(next(iter(self._pools))).clear()
             pool = self._pools[origin_text] = _Pool(origin, self.max_connections, self.keepalive_expiry, tls)
         return pool
 

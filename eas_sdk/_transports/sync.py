@@ -25,6 +25,7 @@ from ._shared import (
     COALESCE_MAX_BODY,
     DEFAULT_KEEPALIVE_EXPIRY,
     DEFAULT_MAX_CONNECTIONS,
+    MAX_POOLS,
     RECV_SIZE,
     Origin,
     parse_origin,
@@ -190,6 +191,8 @@ class HTTPTransport(BaseTransport):
                             self._tls = tls_context(self.ca_certs)
                         tls = self._tls
                     pool = _Pool(origin, self.max_connections, self.keepalive_expiry, tls)
+                    if len(self._pools) >= MAX_POOLS:  # endpoints come and go in direct mode
+                        self._pools.pop(next(iter(self._pools))).clear()
                     self._pools[origin_text] = pool
         return pool
 

@@ -225,3 +225,12 @@ async def test_mock_transport_async_handler() -> None:
     assert (resp.status, resp.body) == (503, b"busy")
     await mock.aclose()
     assert mock.closed
+
+
+def test_pools_for_endpoints_that_came_and_went_are_closed() -> None:
+    t = HTTPTransport()
+    first = t._pool("http://h0:80")
+    for i in range(1, 70):
+        t._pool(f"http://h{i}:80")
+    assert len(t._pools) == 64 and first.closed
+    t.close()
