@@ -1,4 +1,4 @@
-"""Dynamic batching in an onnx worker: batching on vs off (Scenario B, docs benchmarking §5.3).
+"""Dynamic batching in an onnx worker: batching on vs off (see docs/benchmarks.md).
 
 One gateway (pinned to core 0, with its workers) serves six services of one worker
 each: ``mlp_on``/``mlp_off`` (mlp_1024x1024x4, built with samples/build_models.py's

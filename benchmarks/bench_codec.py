@@ -1,4 +1,4 @@
-"""Scenario P (docs: benchmarking §5.4): SDK TFRequest encode/decode and predict calls vs eas-prediction 0.36.
+"""SDK TFRequest encode/decode and predict calls vs eas-prediction 0.36.
 
 Measured side by side in one run, in interleaved rounds (the order flips every round), with
 eas-prediction running in its own virtualenv (.venv-eas, protobuf 3.20.3) as a child process
@@ -376,7 +376,7 @@ def report(res: dict[str, Any]) -> bool:
         "e2e": "signed predict, tensor in, 1k floats out",
         "small": "StringRequest predict (small)",
     }
-    print(f"\nScenario P - eas_sdk vs eas-prediction 0.36 ({'quick' if res['quick'] else 'full'} run)")
+    print(f"\neas_sdk vs eas-prediction 0.36 ({'quick' if res['quick'] else 'full'} run)")
     print(f"request body {res['request_bytes']:,} B (byte-identical); ours: {res['ours_client']}")
     print(f"pinned clients->core 1, stub->core 0: {res['pinned']}")
     head = (

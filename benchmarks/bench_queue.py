@@ -1,4 +1,4 @@
-"""Scenario Q (docs benchmarking §5.5): our queue service against Redis Streams, side by side.
+"""Our queue service against Redis Streams, side by side.
 
 Both servers run pinned to core 0 (``taskset -c 0``), this client process pins itself
 to core 1; 1 KB payloads; rounds interleave Redis and ours and each ratio is the
@@ -364,7 +364,7 @@ def main() -> int:
     rat = {k: statistics.median(v) for k, v in ratios.items()}
     print()
     print(
-        f"Scenario Q: queue vs Redis {redis_srv.version} (redis-py), 1 KB payloads, "
+        f"Queue vs Redis {redis_srv.version} (redis-py), 1 KB payloads, "
         f"servers on core 0, client on core 1; ours via {args.via}"
     )
     print(

@@ -9,42 +9,31 @@ are injectable so the front can be tested with in-process fakes.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
+from gateway.dataplane import DataPlane
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
+from gateway.state import (
+    CONFIG_KEY,
+    DATAPLANE_KEY,
+    METRICS_KEY,
+    POOLS_KEY,
+    QUEUES_KEY,
+    STATE_KEY,
+    GatewayState,
+)
+from gateway.workers.ipc import WorkerRequest
 
 LINGERING_S = 2.0
 
 PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
 QueueFactory = Callable[[Config], Any]
-
-
-@dataclass
-class GatewayState:
-    """Mutable run state shared by routes and the CLI."""
-
-    started_at: float = field(default_factory=time.monotonic)
-    # Set by the CLI on SIGTERM/SIGINT: /readyz answers 503 from then on.
-    shutting_down: bool = False
-    # Pools and queues started (cleanup context entered).
-    started: bool = False
-
-
-CONFIG_KEY = web.AppKey("config", Config)
-POOLS_KEY = web.AppKey("pools", dict)  # service name -> WorkerPool
-QUEUES_KEY = web.AppKey("queues", object)  # QueueManager | None
-METRICS_KEY = web.AppKey("metrics", GatewayMetrics)
-STATE_KEY = web.AppKey("state", GatewayState)
-# Builds the request handed to WorkerPool.dispatch (gateway.workers.ipc.WorkerRequest).
-WORKER_REQUEST_KEY = web.AppKey("worker_request", object)
 
 
 def predict_services(config: Config) -> list[ServiceConfig]:
@@ -68,12 +57,6 @@ def _default_queue_factory(config: Config) -> Any:
     return QueueManager(config)
 
 
-def _default_worker_request() -> Any:
-    from gateway.workers.ipc import WorkerRequest
-
-    return WorkerRequest
-
-
 def create_app(
     config: Config,
     *,
@@ -93,7 +76,8 @@ def create_app(
         client_max_size=gw.max_body_bytes,
         handler_args={
             "keepalive_timeout": gw.keepalive_timeout_s,
-            # Never gunzip request bodies (B11): a Content-Encoding gets 415 instead.
+            # Never gunzip request bodies (a small compressed body could inflate past the size
+            # limit unchecked): a Content-Encoding gets 415 instead.
             "auto_decompress": False,
             # After an early answer (401/404/413/...) the unread body is drained for at most
             # this long before the connection closes: closing with unread data sends a TCP RST,
@@ -112,7 +96,9 @@ def create_app(
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
-    app[WORKER_REQUEST_KEY] = worker_request or _default_worker_request()
+    app[DATAPLANE_KEY] = DataPlane(
+        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
+    )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
     from gateway.routes import admin, discovery, kserve, predict
@@ -171,21 +157,3 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in started), return_exceptions=True)
     if qm is not None:
         await qm.stop()
-
-
-def service_ready(app: web.Application, name: str) -> bool:
-    pool = app[POOLS_KEY].get(name)
-    if pool is not None:
-        try:
-            return bool(pool.ready_endpoints())
-        except Exception:
-            return False
-    # Plain queue service: ready once the queue store is up.
-    return app[STATE_KEY].started and app[QUEUES_KEY] is not None
-
-
-def all_ready(app: web.Application) -> bool:
-    state = app[STATE_KEY]
-    if state.shutting_down or not state.started:
-        return False
-    return all(service_ready(app, s.name) for s in app[CONFIG_KEY].services)

@@ -4,9 +4,9 @@ Two schemes, both accepted on every service that has a token:
   * ``Authorization: <token>`` (raw token; queue clients, custom_url, old clients)
   * ``Authorization: EAS <base64 hmac-sha1>`` (see eas_sdk._core.auth)
 
-Compatibility rules from the wire fact sheet: header values are read as sent,
-the Date is not checked for skew (reference clients send local time labelled
-GMT), a signature that fails with the sent Content-Type is retried with
+Compatibility rules, so that every existing EAS client is accepted: header values
+are read as sent, the Date is not checked for skew (reference clients send local
+time labelled GMT), a signature that fails with the sent Content-Type is retried with
 ``application/octet-stream`` (Java SDK), and Content-MD5 is compared as a
 number (Java drops leading zeros). All comparisons are constant time on bytes.
 """

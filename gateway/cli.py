@@ -109,8 +109,9 @@ def _url_host(host: str) -> str:
 async def serve(cfg: Config) -> int:
     from aiohttp import web
 
-    from gateway.app import POOLS_KEY, QUEUES_KEY, STATE_KEY, create_app
+    from gateway.app import create_app
     from gateway.server import GatewayRunner, bound_port
+    from gateway.state import POOLS_KEY, QUEUES_KEY, STATE_KEY
 
     gw = cfg.gateway
     loop = asyncio.get_running_loop()

@@ -7,9 +7,13 @@ tokens, signatures, file paths or tracebacks.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 
 from eas_sdk._core.constants import HEADER_RETRY_AFTER
+
+log = logging.getLogger("gateway.errors")
 
 
 class GatewayError(Exception):
@@ -119,3 +123,33 @@ HTTP_STATUS_CODES: dict[int, str] = {
     503: "ServiceNotReady",
     504: "UpstreamTimeout",
 }
+
+
+def from_exception(exc: BaseException) -> GatewayError:
+    """The one table from a dispatch failure to the error a client is answered with.
+
+    The pool's own errors (overloaded, no ready worker, timeout) are GatewayErrors already;
+    a bare timeout means the worker did not answer in time; anything else is a defect and
+    is answered 500 without details (the caller logs the exception)."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return UpstreamTimeout("the worker did not answer in time")
+    log.error("dispatch failed", exc_info=exc)
+    return InternalError("internal error")
+
+
+def error_body(code: str, message: str, request_id: str) -> bytes:
+    """The gateway's JSON error body, as every EAS-protocol answer carries it."""
+    doc = {"code": code, "message": message, "request_id": request_id}
+    return json.dumps(doc, ensure_ascii=True).encode()
+
+
+def message_of(body: bytes) -> str:
+    """The message inside a processor's JSON error body, or the body as text."""
+    text = body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    return str(doc.get("message", text)) if isinstance(doc, dict) else text

@@ -28,7 +28,6 @@ keep-alive and body timeouts.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Mapping
@@ -38,26 +37,17 @@ from aiohttp import web
 
 from eas_sdk._core.constants import (
     DEFAULT_CONTENT_TYPE,
-    HEADER_AUTHORIZATION,
     HEADER_REQUEST_ID,
     PREDICT_PATH_PREFIX,
     SINK_SUFFIX,
 )
 from gateway import errors
-from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
-from gateway.routes.predict import (
-    call_workers,
-    caller_deadline_s,
-    check_auth,
-    timeout_s,
-    token_refused_early,
-    worker_request,
-)
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
 
@@ -66,8 +56,8 @@ _JSON = "application/json; charset=utf-8"
 
 def _error(exc: errors.GatewayError, rid: str) -> Reply:
     """The middleware's JSON error shape (middleware.error_response)."""
-    body = json.dumps({"code": exc.code, "message": exc.message, "request_id": rid}, ensure_ascii=True)
-    return Reply(exc.status, body.encode(), _JSON, {**exc.headers, HEADER_REQUEST_ID: rid})
+    body = errors.error_body(exc.code, exc.message, rid)
+    return Reply(exc.status, body, _JSON, {**exc.headers, HEADER_REQUEST_ID: rid})
 
 
 class _Route(NamedTuple):
@@ -105,9 +95,7 @@ class Front:
             elif gw.predict_fast_path and svc.name in pools:
                 self.paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
         self.max_body = max((r.limit for r in self.paths.values()), default=0)
-        # (service or queue, raw token) pairs that verified (a client sends the same token on
-        # every call; tokens come from the config, so a success stays one). Successes only, bounded.
-        self.verified: dict[tuple[str, str], None] = {}
+        self.plane = app[DATAPLANE_KEY]
 
     def accept(self, method: str, path: str, headers: Headers, clen: int) -> bool:
         route = self.paths.get(path)
@@ -149,13 +137,7 @@ class Front:
         """The 401 due before the body is read (FastProtocol's ``early``; the body is still
         arriving): a token is required and none is sent, or a raw token is wrong."""
         route = self.paths[req.path]
-        svc = route.svc
-        if not svc.tokens:
-            return None
-        auth = req.headers.get(HEADER_AUTHORIZATION)
-        if auth and (route.queue or svc.name, auth) in self.verified:
-            return None
-        if not token_refused_early(svc, req.headers):
+        if not self.plane.refused_early(route.svc, req.headers, route.queue or ""):
             return None
         return self._refusal(route, req, errors.Unauthorized("invalid or missing token"), 0.0)
 
@@ -174,29 +156,15 @@ class Front:
             self._log(req, reply, elapsed, rid)
         return reply
 
-    def _check_token(self, svc: ServiceConfig, key: str, req: FastRequest, body: bytes | None) -> None:
-        """routes.predict.check_auth, remembering raw tokens that verified."""
-        auth = req.headers.get(HEADER_AUTHORIZATION)
-        if not auth:
-            raise errors.Unauthorized("invalid or missing token")
-        if (key, auth) in self.verified:
-            return
-        check_auth(svc, req.headers, req.path, body)
-        if not auth.startswith("EAS "):  # a raw token (a signature covers this call only)
-            if len(self.verified) >= 1024:
-                self.verified.clear()
-            self.verified[(key, auth)] = None
-
     async def _predict(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
-        """routes.predict._predict for a POST to the service's own path (the body is in)."""
+        """The aiohttp route's predict for a POST to the service's own path (the body is in)."""
+        plane = self.plane
         try:
             arrived = time.monotonic()
-            deadline = caller_deadline_s(req.headers)
-            if svc.tokens:
-                self._check_token(svc, svc.name, req, req.body)
-            timeout = timeout_s(svc, deadline, arrived)
-            wreq = worker_request(self.app, svc, "", req.headers, req.body, rid, timeout)
-            wresp = await call_workers(self.app, svc, wreq, timeout)
+            wresp = await plane.predict(
+                svc, req.headers, req.path, req.body,
+                request_id=rid, arrived=arrived, deadline=plane.caller_deadline(req.headers),
+            )  # fmt: skip
         except errors.GatewayError as exc:
             return _error(exc, rid)
         ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
@@ -207,7 +175,7 @@ class Front:
             # aiohttp's can_read_body: only a POST with a non-empty body hands its bytes to verify.
             body = req.body if req.method == "POST" and req.body else None
             try:
-                self._check_token(svc, name, req, body)
+                self.plane.authenticate(svc, req.headers, req.path, body, name)
             except errors.GatewayError as exc:
                 return _error(exc, rid)
         q = self.qm.queues.get(name)

@@ -1,7 +1,7 @@
 """Prometheus metrics of the gateway, on an injected CollectorRegistry.
 
 Labels only ever take configured service names (plus ``status`` codes), so a
-flood of bogus service names cannot grow the payload (B20): unknown names are
+flood of bogus service names cannot grow the payload: unknown names are
 counted in one unlabelled counter. Worker figures (restarts, pending, ready)
 and queue figures are read from the pools/queue manager at scrape time.
 """

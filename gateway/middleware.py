@@ -2,7 +2,7 @@
 
 A sane incoming ``X-Request-Id`` (letters, digits, ``._:-``, up to 128 chars)
 is kept so callers can correlate; anything else is replaced by a fresh id from
-``secrets`` (never reflected, so no header injection, B16). Errors become
+``secrets`` (never reflected, so no header injection). Errors become
 ``{"code", "message", "request_id"}`` bodies; an unexpected exception is
 logged with its traceback and answered with a bare 500 InternalError.
 """
@@ -10,7 +10,6 @@ logged with its traceback and answered with a bare 500 InternalError.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import secrets
@@ -19,7 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
-from gateway.errors import HTTP_STATUS_CODES, GatewayError
+from gateway.errors import HTTP_STATUS_CODES, GatewayError, error_body
 
 log = logging.getLogger("gateway.request")
 
@@ -56,8 +55,10 @@ def error_response(
     headers: dict[str, str] | None = None,
     close: bool = False,
 ) -> web.Response:
-    body = json.dumps({"code": code, "message": message, "request_id": rid}, ensure_ascii=True)
-    resp = web.Response(status=status, text=body, content_type="application/json", headers=headers)
+    body = error_body(code, message, rid)
+    resp = web.Response(
+        status=status, body=body, content_type="application/json", charset="utf-8", headers=headers
+    )
     resp.headers[HEADER_REQUEST_ID] = rid
     if close:
         resp.force_close()

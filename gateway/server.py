@@ -24,10 +24,10 @@ from aiohttp.http_exceptions import BadHttpMethod
 from aiohttp.web import BaseRequest, StreamResponse
 from aiohttp.web_protocol import RequestHandler
 
-from gateway.app import CONFIG_KEY
 from gateway.errors import HTTP_STATUS_CODES
 from gateway.logging import ACCESS_LOGGER, GatewayAccessLogger
 from gateway.middleware import error_response, new_request_id
+from gateway.state import CONFIG_KEY
 
 if TYPE_CHECKING:
     from gateway.lean_http import FastProtocol

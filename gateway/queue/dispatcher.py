@@ -5,7 +5,7 @@ queue ``<svc>`` (group ``eas``, uid ``gateway-dispatcher``) holding at most ``wi
 records, the service's worker capacity (see ``worker_capacity``), and for each record:
 
 1. sends the record's data to a worker as a synchronous predict of that body would be
-   sent (``WorkerPool.dispatch``), the record's tags as its headers (``requestId`` and
+   sent (through the dataplane, gateway/dataplane.py), the record's tags as its headers (``requestId`` and
    ``status`` excepted; only tags that are valid header names and values), so a
    ``Content-Type`` or ``X-Eas-Request-Format`` tag acts as the header of a sync call;
 2. writes the worker's reply to the sink ``<svc>/sink`` under the input's request id
@@ -39,8 +39,12 @@ from typing import Any
 from aiohttp import web
 
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_STATUS
+from gateway import errors
 from gateway.config import ServiceConfig
-from gateway.queue.store import Queue, QueueError
+from gateway.dataplane import DataPlane
+from gateway.queue.records import QueueError
+from gateway.queue.store import Queue
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.dispatcher")
 
@@ -87,26 +91,6 @@ def tag_headers(tags: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-# WorkerPool errors by class name (as the predict route maps them), so this module does not
-# import the worker package.
-_POOL_STATUS = {"PoolOverloaded": 450, "NoReadyWorker": 503, "UpstreamTimeout": 504}
-
-
-def _status_of(exc: BaseException) -> int:
-    for cls in type(exc).__mro__:
-        if cls.__name__ in _POOL_STATUS:
-            return _POOL_STATUS[cls.__name__]
-    for attr in ("status", "code"):
-        v = getattr(exc, attr, None)
-        if isinstance(v, int) and 100 <= v <= 599:
-            return v
-    return 504 if isinstance(exc, TimeoutError) else 503
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    return _status_of(exc) == 504
-
-
 async def _durable(d: Any) -> None:
     if d is not None:
         await d
@@ -129,6 +113,8 @@ class Dispatcher:
     ) -> None:
         self.service = service
         self.pool = pool
+        # The same dispatch and error table as a synchronous predict of this service.
+        self.plane = DataPlane([service], {service.name: pool}, make_request=make_request)
         self.input_q = input_q
         self.sink_q = sink_q
         self.make_request = make_request
@@ -251,26 +237,17 @@ class Dispatcher:
         deadline = time.monotonic() + self.retry_for_s
         timeouts = 0
         delay = 0.05
+        svc = self.service
         headers = tag_headers(tags)
         ctype = next((v for k, v in headers.items() if k.lower() == "content-type"), DEFAULT_CONTENT_TYPE)
         while True:
-            req = self.make_request(
-                body=data,
-                subpath="",
-                content_type=ctype,
-                request_id=rid,
-                headers=dict(headers),
-                # The worker drops the request unrun once this passes, as for a sync predict.
-                deadline=time.monotonic() + timeout,
-            )
             try:
-                resp = await self.pool.dispatch(req, timeout)
+                resp = await self.plane.infer(
+                    svc, headers, data, content_type=ctype, request_id=rid, timeout=timeout
+                )
                 return int(resp.status), bytes(resp.body)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                status = _status_of(exc)
-                if _is_timeout(exc):
+            except errors.GatewayError as exc:
+                if exc.status == errors.UpstreamTimeout.status:
                     timeouts += 1
                     if timeouts >= self.timeout_attempts:
                         return 504, f"inference timed out after {timeouts} attempts".encode()
@@ -281,7 +258,7 @@ class Dispatcher:
                     delay = 0.05
                     continue
                 elif time.monotonic() >= deadline:
-                    return status, f"no worker could take the request: {type(exc).__name__}".encode()
+                    return exc.status, f"no worker could take the request: {exc.message}".encode()
                 self.retries_total += 1
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -354,8 +331,6 @@ def _queue_of(qm: Any, name: str) -> Queue:
 def setup(app: Any) -> None:
     """Run one dispatcher per async service while the app runs (after pools and queues start,
     stopped before them)."""
-    from gateway.app import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, WORKER_REQUEST_KEY
-
     running: dict[str, Dispatcher] = {}
     app[DISPATCHERS_KEY] = running
 
@@ -372,7 +347,7 @@ def setup(app: Any) -> None:
                 pool,
                 _queue_of(qm, svc.name),
                 _queue_of(qm, f"{svc.name}/sink"),
-                app[WORKER_REQUEST_KEY],
+                app[DATAPLANE_KEY].make_request,
             )
             await d.start()
             dispatchers.append(d)

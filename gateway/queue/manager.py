@@ -19,9 +19,11 @@ from aiohttp import web
 from eas_sdk._core import constants as C
 from gateway.config import Config, QueueConfig, ServiceConfig
 
-from .http import handle_http, wait_for
+from .backend import Backend, MemoryBackend
+from .http import handle_http
+from .records import Consumer
 from .sqlite import SqliteBackend
-from .store import Backend, Consumer, MemoryBackend, Queue
+from .store import Queue
 from .ws import handle_watch
 
 DB_FILE = "queues.sqlite3"
@@ -157,7 +159,9 @@ class QueueManager:
         if fut is None or fut.done():
             fut = asyncio.get_running_loop().create_future()
             self._visible[name] = fut
-        await wait_for(fut, timeout)
+        with contextlib.suppress(TimeoutError):
+            # shield: a timed-out waiter must not cancel the future other waiters share
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
 
     def schedule_release(self, q: Queue, c: Consumer) -> None:
         if q.grace_s <= 0 or c.connected:

@@ -27,8 +27,9 @@ from gateway.auth import verify
 from gateway.config import Config, load_config
 from gateway.lean_http import FastProtocol, FastRequest, Query, Serve, close_all
 
-from .http import Reply, dispatch, text
+from .http import Reply, dispatch
 from .manager import QueueManager
+from .replies import text
 
 MANAGER_KEY = web.AppKey("queue_manager", QueueManager)
 

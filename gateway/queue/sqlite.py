@@ -43,7 +43,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .store import RECENT_LIMIT, Durable, Record
+from .records import RECENT_LIMIT, Durable, Record
 
 log = logging.getLogger(__name__)
 

@@ -14,18 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from eas_sdk._core import constants as C
 from eas_sdk._proto.queue_pb2 import DataFrameProto
 
-from .http import bad, error_response, identity, parse_bool, parse_uint, query_dict, split_tags
-from .store import Consumer, Queue, QueueError, Record
-
-if TYPE_CHECKING:
-    from .manager import QueueManager
+from .interfaces import QueueHost
+from .params import bad, identity, parse_bool, parse_uint, query_dict, split_tags
+from .records import Consumer, QueueError, Record
+from .replies import error_response
+from .store import Queue
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ WRITE_HIGH_WATER = 256 * 1024
 DRAIN_POLL_S = 0.002
 
 
-async def handle_watch(mgr: QueueManager, q: Queue, request: web.Request) -> web.StreamResponse:
+async def handle_watch(mgr: QueueHost, q: Queue, request: web.Request) -> web.StreamResponse:
     try:
         query = query_dict(request.rel_url.query)
         index = parse_uint(query.get(C.Q_INDEX, "0"), C.Q_INDEX)
@@ -76,7 +76,7 @@ async def handle_watch(mgr: QueueManager, q: Queue, request: web.Request) -> web
             raise bad(C.Q_WINDOW, f"must be at most {q.cfg.max_window} (max_window), got {window}")
         if window == 0 and not auto_commit:
             raise bad(C.Q_WINDOW, "0 is only valid with _auto_commit_=true")
-        tags = split_tags(query, {*_WATCH_KEYS_SET})
+        tags = split_tags(query, _WATCH_KEYS)
         uid, gid = identity(request)
         ws = web.WebSocketResponse(
             timeout=CLOSE_TIMEOUT_S,  # how long a close waits for the peer's close frame
@@ -99,11 +99,11 @@ async def handle_watch(mgr: QueueManager, q: Queue, request: web.Request) -> web
     return ws
 
 
-_WATCH_KEYS_SET = (C.Q_WATCH, C.Q_INDEX, C.Q_WINDOW, C.Q_INDEX_ONLY, C.Q_AUTO_COMMIT)
+_WATCH_KEYS = frozenset((C.Q_WATCH, C.Q_INDEX, C.Q_WINDOW, C.Q_INDEX_ONLY, C.Q_AUTO_COMMIT))
 
 
 async def _serve(
-    mgr: QueueManager,
+    mgr: QueueHost,
     q: Queue,
     ws: web.WebSocketResponse,
     c: Consumer,

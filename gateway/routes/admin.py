@@ -9,7 +9,9 @@ from typing import Any
 from aiohttp import web
 
 from gateway import __version__
-from gateway.app import (
+from gateway.errors import ServiceNotFound
+from gateway.metrics import CONTENT_TYPE
+from gateway.state import (
     CONFIG_KEY,
     METRICS_KEY,
     POOLS_KEY,
@@ -18,8 +20,6 @@ from gateway.app import (
     all_ready,
     service_ready,
 )
-from gateway.errors import ServiceNotFound
-from gateway.metrics import CONTENT_TYPE
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -17,9 +17,7 @@ import time
 
 from aiohttp import web
 
-from eas_sdk._core.constants import HEADER_AUTHORIZATION
 from gateway import errors
-from gateway.app import CONFIG_KEY, POOLS_KEY
 from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols.cluster_serving import (
@@ -27,7 +25,8 @@ from gateway.protocols.cluster_serving import (
     parse_request,
     predictions_from_reply,
 )
-from gateway.routes.predict import call_json_form, caller_deadline_s, check_auth, read_body, timeout_s
+from gateway.routes.predict import read_body, refuse_before_body
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
@@ -49,13 +48,14 @@ def default_service(config: Config) -> ServiceConfig | None:
 async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     app = request.app
     gw = app[CONFIG_KEY].gateway
-    if svc.tokens and not request.headers.get(HEADER_AUTHORIZATION):
-        return _error(401, "invalid or missing token")
+    plane = app[DATAPLANE_KEY]
     try:
+        refuse_before_body(plane, svc, request)
         arrived = time.monotonic()
+        deadline = plane.caller_deadline(request.headers)
         body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
-        check_auth(svc, request.headers, request.rel_url.raw_path, body)
-        timeout = timeout_s(svc, caller_deadline_s(request.headers), arrived)
+        plane.authenticate(svc, request.headers, request.rel_url.raw_path, body)
+        timeout = plane.budget(svc, deadline, arrived)
     except errors.GatewayError as exc:
         resp = _error(exc.status, exc.message)
         if exc.close:
@@ -66,12 +66,12 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     except ClusterServingRequestError as exc:
         return _error(exc.status, str(exc))
     try:
-        status, reply = await call_json_form(app, svc, batch.body, request_id(request), timeout)
+        rid = request_id(request)
+        status, reply = await plane.infer_json(svc, batch.body, request_id=rid, timeout=timeout)
     except errors.GatewayError as exc:
         return _error(exc.status, exc.message)
     if status != 200:
-        return _error(status, str(reply))
-    assert isinstance(reply, bytes)
+        return _error(status, reply.decode())
     try:
         preds = predictions_from_reply(reply, batch.size)
     except (ValueError, TypeError, KeyError) as exc:

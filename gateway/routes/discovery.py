@@ -4,7 +4,7 @@
 legacy ``/exported/apis/eas.alibaba-inc.k8s.io/v1/upstreams/<svc>`` (SDK-GO,
 old Python) answer ``{"endpoints": {"items": [{"ip", "port", "weight"}]}}``.
 Weights are integers (a float breaks the reference client's gcd). Open by
-default, since the reference client sends no token here (A12); with
+default, since the reference client sends no token here; with
 ``gateway.discovery_requires_token`` the service's token is required.
 Queue and async services are served by the gateway itself, so their only
 endpoint is the gateway's own address.
@@ -17,10 +17,8 @@ from typing import Any
 from aiohttp import web
 
 from eas_sdk._core.constants import DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX
-from gateway.app import CONFIG_KEY, POOLS_KEY
-from gateway.auth import verify
-from gateway.errors import Unauthorized
-from gateway.routes import lookup_service, raw_tail, split_service
+from gateway.routes import raw_tail, split_service
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 WEIGHT = 100
 
@@ -28,11 +26,12 @@ WEIGHT = 100
 def _handler(prefix: str) -> Any:
     async def upstreams(request: web.Request) -> web.Response:
         config = request.app[CONFIG_KEY]
+        plane = request.app[DATAPLANE_KEY]
         name, _ = split_service(raw_tail(request, prefix))
-        svc = lookup_service(config, name)
-        if config.gateway.discovery_requires_token and svc.tokens:
-            if not verify(svc.tokens, request.headers, request.rel_url.raw_path, None).ok:
-                raise Unauthorized("invalid or missing token")
+        svc = plane.find(name)
+        if config.gateway.discovery_requires_token:
+            # A discovery call has no body to sign: only a raw token can pass.
+            plane.authenticate(svc, request.headers, request.rel_url.raw_path, None)
         items: list[dict[str, Any]] = []
         pool = request.app[POOLS_KEY].get(svc.name)
         if pool is not None and not svc.async_:

@@ -18,11 +18,11 @@ from typing import Any
 from aiohttp import web
 
 from gateway import __version__, errors
-from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
-from gateway.routes.predict import call_json_form, caller_deadline_s, check_auth, read_body, timeout_s
+from gateway.routes.predict import read_body, refuse_before_body
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
 
 SIGNATURES_KEY = web.AppKey("kserve_signatures", dict)
 _LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
@@ -64,7 +64,7 @@ def _signature(app: web.Application, svc: ServiceConfig) -> proto.ModelSignature
 
 
 def _authorize(request: web.Request, svc: ServiceConfig, body: bytes | None) -> None:
-    check_auth(svc, request.headers, request.rel_url.raw_path, body)
+    request.app[DATAPLANE_KEY].authenticate(svc, request.headers, request.rel_url.raw_path, body)
 
 
 def _handler(fn: Any) -> Any:
@@ -130,11 +130,11 @@ async def v1_model(request: web.Request) -> web.Response:
 
 async def _run(request: web.Request, svc: ServiceConfig, body: bytes, arrived: float) -> bytes:
     """Dispatch a processor JSON request; -> the worker's reply body (errors raise)."""
-    timeout = timeout_s(svc, caller_deadline_s(request.headers), arrived)
-    status, reply = await call_json_form(request.app, svc, body, request_id(request), timeout)
+    plane = request.app[DATAPLANE_KEY]
+    timeout = plane.budget(svc, plane.caller_deadline(request.headers), arrived)
+    status, reply = await plane.infer_json(svc, body, request_id=request_id(request), timeout=timeout)
     if status != 200:
-        raise proto.KServeRequestError(str(reply), status)
-    assert isinstance(reply, bytes)
+        raise proto.KServeRequestError(reply.decode(), status)
     return reply
 
 
@@ -142,8 +142,7 @@ async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
     if request.headers.get(proto.BINARY_HEADER) is not None:
         raise proto.KServeRequestError("the binary tensor data extension is not supported; send JSON")
     gw = request.app[CONFIG_KEY].gateway
-    if svc.tokens and not request.headers.get("Authorization"):
-        raise errors.Unauthorized("invalid or missing token")
+    refuse_before_body(request.app[DATAPLANE_KEY], svc, request)
     body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
     _authorize(request, svc, body)
     return body

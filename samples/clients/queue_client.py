@@ -1,4 +1,6 @@
-"""QueueClient: the guide's demo — one thread puts records, a watcher receives and commits them."""
+"""QueueClient as in the eas-prediction documentation's demo: one thread puts records, a watcher
+receives and commits them.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """StringRequest against the echo Python processor, with the classic setter-style API.
 
-This is the guide's own pattern, unchanged except for the import line.
+This is the pattern of Alibaba's eas-prediction documentation, unchanged except for the
+import line.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A python processor that answers each JSON input back as an output of the same name.
 
 It shows exactly what the gateway's Cluster Serving path handed to the workers (names,
-shapes, dtypes, values), so the REST tests can check the mapping of every seed example.
+shapes, dtypes, values), so the REST tests can check the mapping of every BigDL request example.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The Cluster Serving REST path (/predict) with the seed's request examples, in process."""
+"""The Cluster Serving REST path (/predict) with the request examples of the BigDL Cluster
+Serving programming guide, in process."""
 
 from __future__ import annotations
 
@@ -70,10 +71,10 @@ async def _post(
     return resp.status, json.loads(await resp.read())
 
 
-# --- the seed's request examples (BigDL Cluster Serving programming guide) ------------
+# --- the request examples of the BigDL Cluster Serving programming guide -----------------
 
 
-async def test_seed_images(client: TestClient[Any, Any]) -> None:
+async def test_bigdl_example_images(client: TestClient[Any, Any]) -> None:
     (b1, a1), (b2, a2) = jpeg_b64(1), jpeg_b64(2)
     status, doc = await _post(client, "/predict", {"instances": [{"image": b1}, {"image": b2}]})
     assert status == 200, doc
@@ -83,7 +84,7 @@ async def test_seed_images(client: TestClient[Any, Any]) -> None:
     assert np.array_equal(np.asarray(preds[1]["image"]), a2)
 
 
-async def test_seed_tensor(client: TestClient[Any, Any]) -> None:
+async def test_bigdl_example_tensor(client: TestClient[Any, Any]) -> None:
     req = '{"instances" : [ {"ids" : [ 100.0, 88.0 ]}, {"ids" : [ 100.0, 88.0 ]} ]}'
     status, doc = await _post(client, "/api/cluster-serving/inspect/predict", req)
     assert status == 200, doc
@@ -91,7 +92,7 @@ async def test_seed_tensor(client: TestClient[Any, Any]) -> None:
     assert doc["predictions"][0]["ids:dtype"] == "loose-f"  # cast to the model's dtype by the processor
 
 
-SEED_SCALARS = {
+BIGDL_SCALARS = {
     "intScalar": 12345,
     "floatScalar": 3.14159,
     "stringScalar": "hello, world. hello, arrow.",
@@ -105,18 +106,18 @@ SEED_SCALARS = {
 }  # fmt: skip
 
 
-async def test_seed_scalars_and_tensors(client: TestClient[Any, Any]) -> None:
-    status, doc = await _post(client, "/predict", {"instances": [SEED_SCALARS]})
+async def test_bigdl_example_scalars_and_tensors(client: TestClient[Any, Any]) -> None:
+    status, doc = await _post(client, "/predict", {"instances": [BIGDL_SCALARS]})
     assert status == 200, doc
     (pred,) = doc["predictions"]
-    for name, value in SEED_SCALARS.items():
+    for name, value in BIGDL_SCALARS.items():
         assert pred[name] == value, name
     assert pred["intScalar:dtype"] == "loose-i"
     assert pred["floatTensor:dtype"] == "loose-f"
     assert pred["stringTensor2:dtype"] == "string"
 
 
-async def test_seed_sparse_and_dense(client: TestClient[Any, Any]) -> None:
+async def test_bigdl_example_sparse_and_dense(client: TestClient[Any, Any]) -> None:
     inst = {
         "sparseTensor": {
             "shape": [100, 10000, 10],
@@ -216,10 +217,10 @@ async def test_input_queue_sync_predict(client: TestClient[Any, Any]) -> None:
     from eas_sdk.cluster_serving import InputQueue
 
     url = f"http://127.0.0.1:{client.port}"
-    seed = '{\n  "instances" : [ {\n    "ids" : [ 100.0, 88.0 ]\n  }]\n}'
+    example = '{\n  "instances" : [ {\n    "ids" : [ 100.0, 88.0 ]\n  }]\n}'
     # Bare /predict: the configured default service (gateway.cluster_serving_service).
     with InputQueue(sync=True, frontend_url=url) as iq:
-        resp = await asyncio.to_thread(iq.predict, seed)
+        resp = await asyncio.to_thread(iq.predict, example)
     assert resp.status_code == 200, resp.text
     assert resp.json() == {"predictions": [{"ids": [100.0, 88.0], "ids:dtype": "loose-f"}]}
     # A named service, with its token; the response text is JSON as in Cluster Serving.

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gateway import errors
 from gateway.config import QueueConfig, ServiceConfig
 from gateway.queue.dispatcher import DISPATCH_GROUP, Dispatcher, worker_capacity
 from gateway.queue.manager import QueueManager
@@ -34,12 +35,9 @@ class Resp:
     compute_us: int = 0
 
 
-class NoReadyWorker(Exception):
-    pass
-
-
-class UpstreamTimeout(Exception):
-    pass
+# The gateway's own errors, as gateway.workers.pool raises them (its classes derive from these).
+NoReadyWorker = errors.ServiceNotReady
+UpstreamTimeout = errors.UpstreamTimeout
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Bad inputs against the real gateway and workers (reliability.md §3.3 B-rows, §3.4 A8).
+"""Bad inputs and hostile clients against the real gateway and workers.
 
 Each case gets its documented status with a JSON error and no traceback; afterwards the
 gateway and worker pids are unchanged and the next valid call succeeds.
@@ -219,7 +219,7 @@ async def test_slowloris_is_cut_and_others_served(gw: GatewayProcess) -> None:
 
 
 async def test_slow_body_is_408_within_the_body_timeout_on_gateway_and_worker(gw: GatewayProcess) -> None:
-    """B7 with body_timeout_s = 2: the 408 comes one body timeout after the head, on the
+    """A body that trickles in, with body_timeout_s = 2: the 408 comes one body timeout after the head, on the
     gateway's port and on a worker's direct port alike, and the connection closes."""
     before = pids(gw)
     worker_port = gw.services()["echo"]["workers"][0]["http_port"]

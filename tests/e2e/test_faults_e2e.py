@@ -1,5 +1,5 @@
 """Faults against the real gateway: worker kill -9 under load, a service with no workers,
-SIGTERM with requests in flight, and no token in any log (A10)."""
+SIGTERM with requests in flight, and no token in any log."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_all_workers_down_gives_fast_503_then_recovers(gateway_factory: Any, dig
     assert 503 in statuses, statuses[:10]
     assert set(statuses) <= {200, 503}, set(statuses)
     assert statuses[-1] == 200, "the service did not recover"
-    # F2: every 503 within 1 s (no hang). They take milliseconds (the gateway learns of the
+    # Every 503 within 1 s (no hang). They take milliseconds (the gateway learns of the
     # deaths from pidfds and closed sockets, and answers without queueing); 1 s leaves room
     # for a loaded 2-core machine.
     assert slowest_503 < 1.0, f"a 503 took {slowest_503:.2f} s"
@@ -170,7 +170,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.fault
 def test_token_never_logged(gateway_factory: Any, digits_model: Path) -> None:
-    """A10: DEBUG logs of gateway and workers hold neither the token nor any signature."""
+    """DEBUG logs of gateway and workers hold neither the token nor any signature."""
     config = _config(digits_model, digits_workers=1)
     config["services"].append({"name": "jobs", "processor": "queue", "workers": 0, "token": TOKEN})
     config["gateway"]["discovery_requires_token"] = True
@@ -214,7 +214,7 @@ def test_token_never_logged(gateway_factory: Any, digits_model: Path) -> None:
 
 @pytest.mark.fault
 def test_corrupt_model_leaves_other_services_serving(gateway_factory: Any, tmp_path: Path) -> None:
-    """F14: a service whose model cannot load answers 503 fast; the rest of the gateway is fine."""
+    """A service whose model cannot load answers 503 fast; the rest of the gateway is fine."""
     bad = tmp_path / "corrupt.onnx"
     bad.write_bytes(b"this is not an onnx model")
     config = {
@@ -272,7 +272,7 @@ def test_overload_gives_fast_450_with_retry_after(gateway_factory: Any, digits_m
 
 @pytest.mark.fault
 def test_cancelled_and_expired_requests_never_run(gateway_factory: Any, digits_model: Path) -> None:
-    """F16/F17: a client that leaves, or a deadline that passes, while the request waits
+    """A client that leaves, or a deadline that passes, while the request waits
     behind a busy worker: the processor never runs it (the worker's run count proves it)."""
     config = {"services": [{"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1}]}
     gw = gateway_factory(config)

@@ -158,7 +158,7 @@ def test_direct_mode_with_our_sdk(gw: GatewayProcess, images: np.ndarray, expect
             _check(resp.to_numpy("label"), resp.to_numpy("probabilities"), expected)
     finally:
         client.destroy()
-    # A worker address without a token: direct mode is no auth bypass (A11).
+    # A worker address without a token: direct mode is no auth bypass.
     status, body = gw.get_json("/api/v1/servicediscovery/upstreams/digits")
     items = body["endpoints"]["items"]
     assert status == 200 and len(items) == 2

@@ -1,4 +1,4 @@
-"""Bad input gets a 4xx naming the parameter, changes nothing, and the server stays up (B18, B19).
+"""Bad input gets a 4xx naming the parameter, changes nothing, and the server stays up.
 
 Every test runs against the queue-only server and through the full gateway (``python -m
 gateway serve``: its lean front and the predict route's queue checks in front of the same

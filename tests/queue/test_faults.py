@@ -204,7 +204,7 @@ def test_server_kill9_during_puts_then_restart(tmp_path: Path, kind: str) -> Non
         assert len(indexes) == len(set(indexes)) == len(by_rid), "duplicate records"
         missing = [(i, r) for i, r in acked if by_rid.get(r) != i]
         assert not missing, f"{len(missing)} acknowledged puts lost, e.g. {missing[:3]}"
-        # F7: a put retried with the same X-Request-Id after the restart is stored once.
+        # A put retried with the same X-Request-Id after the restart is stored once.
         for idx, rid in acked[-5:]:
             conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
             conn.request(
@@ -223,7 +223,8 @@ def test_server_kill9_during_puts_then_restart(tmp_path: Path, kind: str) -> Non
 
 
 def test_pending_records_redelivered_after_restart_and_watcher_resumes(tmp_path: Path) -> None:
-    """F8/Q5: committed records never come back; delivered-but-uncommitted ones do, once more."""
+    """Across a restart committed records never come back; delivered-but-uncommitted ones do,
+    once more, and the watcher resumes."""
     server = QueueServer.start(queue_config(tmp_path / "data", ["w"]), tmp_path)
     try:
         q = QueueClient(server.endpoint, "w")

@@ -1,4 +1,4 @@
-"""L7 (scaled down): 4 producers and 2 watchers of one group (window 16) with commits."""
+"""Sustained load, scaled down: 4 producers and 2 watchers of one group (window 16) with commits."""
 
 from __future__ import annotations
 

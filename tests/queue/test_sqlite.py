@@ -1,4 +1,4 @@
-"""The SQLite backend: what a restart keeps, the fsync setting, and a failing disk (Q8)."""
+"""The SQLite backend: what a restart keeps, the fsync setting, and a failing disk."""
 
 from __future__ import annotations
 
@@ -189,12 +189,12 @@ async def test_removed_records_are_remembered_across_a_crash(tmp_path: Path) -> 
 
 
 async def test_tombstones_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.queue.recordlog as recordlog_mod
     import gateway.queue.sqlite as sqlite_mod
-    import gateway.queue.store as store_mod
 
     monkeypatch.setattr(sqlite_mod, "RECENT_LIMIT", 10)
     monkeypatch.setattr(sqlite_mod, "PRUNE_EVERY", 8)
-    monkeypatch.setattr(store_mod, "RECENT_LIMIT", 10)
+    monkeypatch.setattr(recordlog_mod, "RECENT_LIMIT", 10)
     m = manager(tmp_path)
     await m.start()
     q = m.queue("a")

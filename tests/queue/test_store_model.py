@@ -2,7 +2,7 @@
 
 Hypothesis drives put / get / connect / take (a watch delivering) / commit / delete /
 truncate / disconnect over two groups and three consumers, and after every step
-checks the invariants of queue-design.md: no loss, exclusive in-group delivery,
+checks the invariants the queue promises: no loss, exclusive in-group delivery,
 window, idempotent commit, ordering of first deliveries, index uniqueness, and
 attribute consistency.
 

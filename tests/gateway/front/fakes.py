@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway import errors
 from gateway.app import create_app
 from gateway.config import Config, GatewayConfig, ServiceConfig, parse_config
 from gateway.fast_front import FastSite
@@ -21,17 +22,10 @@ from gateway.server import GatewayRunner, bound_port
 SITE = "fast"
 
 
-# Same class names as gateway.workers.pool: the predict route maps them by name.
-class PoolOverloaded(Exception):
-    pass
-
-
-class NoReadyWorker(Exception):
-    pass
-
-
-class UpstreamTimeout(Exception):
-    pass
+# The gateway's own errors, as gateway.workers.pool raises them (its classes derive from these).
+PoolOverloaded = errors.TooManyPending
+NoReadyWorker = errors.ServiceNotReady
+UpstreamTimeout = errors.UpstreamTimeout
 
 
 @dataclass

@@ -10,8 +10,8 @@ import time
 import aiohttp
 import pytest
 
-from gateway.app import STATE_KEY
 from gateway.config import parse_config
+from gateway.state import STATE_KEY
 from tests.gateway.front.fakes import TOKEN, close_writer, live_gateway, make_config
 
 pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py

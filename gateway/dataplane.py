@@ -1,0 +1,242 @@
+"""The dataplane: one protocol-neutral path from a decoded call to a worker and back.
+
+Every way into a model goes through one :class:`DataPlane`::
+
+    aiohttp predict route ─┐
+    lean HTTP front ───────┤
+    worker's direct port ──┤   find ─> authenticate ─> admit ─> dispatch ─> WorkerResponse
+    queue dispatcher ──────┤     (400/404)  (401/400)   (408)   (450/503/504)
+    KServe V1 / V2 ────────┤
+    Cluster Serving ───────┘   any failure: a GatewayError (gateway/errors.py), one status table
+
+An entry point only moves bytes: it turns its transport's request into headers, a raw
+path and a body, asks the dataplane, and writes the answer (or the ``GatewayError``) in
+its own protocol's shape. The gateway has one dataplane over its worker pools; a worker
+process has one over its compute queue, so direct calls get the same checks and errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_AUTHORIZATION, HEADER_DEADLINE_MS
+from gateway import errors
+from gateway.auth import AuthStatus, verify
+from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.workers.ipc import WorkerRequest, WorkerResponse
+
+log = logging.getLogger("gateway.dataplane")
+
+# Below this much remaining budget a call is not worth starting: the caller would have
+# given up before a worker could answer.
+MIN_DEADLINE_MS = 10
+# Request headers never handed to a processor: credentials and hop-by-hop headers.
+DROP_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "Authorization", "Content-MD5", "Date", "Host", "Connection", "Content-Length",
+        "Transfer-Encoding", "Keep-Alive", "Cookie", "Upgrade", "Proxy-Authorization",
+    )
+)  # fmt: skip
+# How the onnx processor is asked for its JSON form (the KServe and Cluster Serving adapters).
+JSON_FORM_HEADERS = {"Content-Type": "application/json", "X-Eas-Request-Format": "json"}
+# Raw tokens remembered as verified, per dataplane (a client sends the same token on every call).
+_VERIFIED_MAX = 1024
+
+
+class Backend(Protocol):
+    """What runs a service's calls: the gateway's WorkerPool, or a worker's compute queue."""
+
+    async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse: ...
+
+
+class DispatchObserver(Protocol):
+    def observe_dispatch(self, service: str, seconds: float, compute_us: int) -> None: ...
+
+
+class DataPlane:
+    """Finds services, checks credentials, admits and dispatches calls; see the module docstring."""
+
+    def __init__(
+        self,
+        services: Iterable[ServiceConfig],
+        backends: Mapping[str, Backend],
+        *,
+        make_request: Callable[..., WorkerRequest] = WorkerRequest,
+        observer: DispatchObserver | None = None,
+    ) -> None:
+        # The first service of a name wins, as in the configuration's own lookup.
+        self.services: dict[str, ServiceConfig] = {}
+        for svc in services:
+            self.services.setdefault(svc.name, svc)
+        self.backends = backends
+        self.make_request = make_request
+        self.observer = observer
+        # (service or queue name, raw token) pairs that verified. Tokens come from the config,
+        # so a success stays one; a signature covers one call and is always checked. Bounded.
+        self._verified: dict[tuple[str, str], None] = {}
+
+    # ------------------------------------------------------------------ find
+    def find(self, raw_name: str) -> ServiceConfig:
+        """The service named by a raw (undecoded) path segment: 400 for a malformed name, 404
+        for an unknown one. Checking the raw segment means ``..%2F``, ``%00`` or any
+        non-ASCII byte can never match a service."""
+        if not SERVICE_NAME_RE.fullmatch(raw_name):
+            raise errors.InvalidServiceName("invalid service name")
+        svc = self.services.get(raw_name)
+        if svc is None:
+            raise errors.ServiceNotFound(f"service {raw_name!r} not found")
+        return svc
+
+    def find_model(self, raw_name: str) -> ServiceConfig:
+        """A service that runs on workers (what KServe and Cluster Serving call a model)."""
+        svc = self.find(raw_name)
+        if svc.name not in self.backends:
+            raise errors.ServiceNotFound(f"service {raw_name!r} not found")
+        return svc
+
+    # ------------------------------------------------------------------ authenticate
+    def refused_early(self, svc: ServiceConfig, headers: Mapping[str, str], key: str = "") -> bool:
+        """True when a call to ``svc`` fails authentication whatever its body holds, so it can
+        be answered 401 before the body is read: no credentials, or a raw token that matches
+        none of the service's. An ``EAS`` signature covers the body's MD5: it waits for the body."""
+        if not svc.tokens:
+            return False
+        auth = headers.get(HEADER_AUTHORIZATION)
+        if not auth:
+            return True
+        if auth.startswith("EAS ") or (key or svc.name, auth) in self._verified:
+            return False
+        if verify(svc.tokens, headers, "", None).ok:
+            self._remember(key or svc.name, auth)
+            return False
+        return True
+
+    def authenticate(
+        self, svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None, key: str = ""
+    ) -> None:
+        """Raise Unauthorized (401) or BadDigest (400) unless the call carries a valid token
+        or signature for ``svc`` (``key``: the queue's name when a queue is called)."""
+        if not svc.tokens:
+            return
+        auth = headers.get(HEADER_AUTHORIZATION)
+        if not auth:
+            raise errors.Unauthorized("invalid or missing token")
+        name = key or svc.name
+        if (name, auth) in self._verified:
+            return
+        result = verify(svc.tokens, headers, raw_path, body)
+        if not result.ok:
+            if result.status is AuthStatus.BAD_DIGEST:
+                raise errors.BadDigest("Content-MD5 does not match the body")
+            raise errors.Unauthorized("invalid or missing token")
+        if not auth.startswith("EAS "):
+            self._remember(name, auth)
+
+    def _remember(self, name: str, auth: str) -> None:
+        if len(self._verified) >= _VERIFIED_MAX:
+            self._verified.clear()
+        self._verified[(name, auth)] = None
+
+    # ------------------------------------------------------------------ admit
+    @staticmethod
+    def caller_deadline(headers: Mapping[str, str]) -> float | None:
+        """The caller's remaining budget (``X-Eas-Deadline-Ms``) in seconds, None without one.
+        Checked before the body is read: a call already late is refused at once."""
+        raw = headers.get(HEADER_DEADLINE_MS)
+        if raw is None:
+            return None
+        try:
+            deadline_ms = int(raw.strip())
+        except ValueError:
+            raise errors.BadRequest(f"{HEADER_DEADLINE_MS} must be an integer") from None
+        if deadline_ms < MIN_DEADLINE_MS:
+            raise errors.DeadlineExceeded("the caller's deadline has already passed")
+        return deadline_ms / 1000.0
+
+    @staticmethod
+    def budget(svc: ServiceConfig, deadline: float | None, arrived: float) -> float:
+        """Seconds the call may take: the service's timeout, or less when the caller's deadline
+        (which also paid for the upload since ``arrived``, monotonic) leaves less."""
+        timeout = svc.timeout_ms / 1000.0
+        if deadline is not None:
+            timeout = min(timeout, deadline - (time.monotonic() - arrived))
+            if timeout < MIN_DEADLINE_MS / 1000.0:
+                raise errors.DeadlineExceeded("the caller's deadline passed while the body was read")
+        return timeout
+
+    # ------------------------------------------------------------------ dispatch
+    async def infer(
+        self,
+        svc: ServiceConfig,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        subpath: str = "",
+        request_id: str = "",
+        timeout: float,
+        content_type: str | None = None,
+    ) -> WorkerResponse:
+        """Run one call on the service's backend; every failure raises a GatewayError.
+        ``content_type``: when ``headers`` is a plain dict, not a case-insensitive one."""
+        req = self.make_request(
+            body=body,
+            subpath=subpath,
+            content_type=content_type or headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
+            request_id=request_id,
+            # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
+            headers={str(k): str(v) for k, v in headers.items() if k.lower() not in DROP_HEADERS},
+            # The worker drops the call unrun once this passes: nobody waits for its answer.
+            deadline=time.monotonic() + timeout,
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "dispatch %s subpath=%r bytes=%d timeout=%.3fs",
+                svc.name, subpath, len(body), timeout, extra={"request_id": request_id},
+            )  # fmt: skip
+        backend = self.backends.get(svc.name)
+        if backend is None:
+            raise errors.ServiceNotFound(f"service {svc.name!r} not found")
+        t0 = time.perf_counter()
+        try:
+            resp = await backend.dispatch(req, timeout)
+        except Exception as exc:
+            raise errors.from_exception(exc) from None
+        if self.observer is not None:
+            self.observer.observe_dispatch(svc.name, time.perf_counter() - t0, int(resp.compute_us))
+        return resp
+
+    async def predict(
+        self,
+        svc: ServiceConfig,
+        headers: Mapping[str, str],
+        raw_path: str,
+        body: bytes,
+        *,
+        subpath: str = "",
+        request_id: str = "",
+        arrived: float,
+        deadline: float | None,
+    ) -> WorkerResponse:
+        """A whole predict call once its body is in: authenticate, admit, dispatch.
+        ``deadline``: :meth:`caller_deadline`, which adapters read before the body."""
+        self.authenticate(svc, headers, raw_path, body)
+        timeout = self.budget(svc, deadline, arrived)
+        return await self.infer(svc, headers, body, subpath=subpath, request_id=request_id, timeout=timeout)
+
+    async def infer_json(
+        self, svc: ServiceConfig, body: bytes, *, request_id: str, timeout: float
+    ) -> tuple[int, bytes]:
+        """A call in the onnx processor's JSON form (the KServe and Cluster Serving adapters):
+        -> (200, the reply body) or (the processor's status, its error message as UTF-8)."""
+        resp = await self.infer(svc, JSON_FORM_HEADERS, body, request_id=request_id, timeout=timeout)
+        status, reply = int(resp.status), bytes(resp.body)
+        if status == 200:
+            return status, reply
+        return status, errors.message_of(reply).encode()
+
+
+__all__ = ["DROP_HEADERS", "JSON_FORM_HEADERS", "MIN_DEADLINE_MS", "Backend", "DataPlane"]

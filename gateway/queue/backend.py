@@ -1,0 +1,50 @@
+"""The durable storage a queue journals to: the interface and a backend that keeps nothing."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .records import Durable, Record
+
+
+class Backend(Protocol):
+    """What the store needs from durable storage (see sqlite.py and MemoryBackend)."""
+
+    def recover(self) -> dict[str, dict[str, Any]]:
+        """Per queue: next_idx, records [(idx, rid, tags, data)], groups [(gid, start, tags)],
+        acks [(gid, idx)], removed [(idx, rid)] (the most recently removed records, by index)."""
+        ...
+
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
+        """Remove records; the backend remembers their (index, request id) durably."""
+        ...
+
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        """Register a group, or record its new tag filter (its start never changes)."""
+        ...
+
+    def close(self, next_idx: dict[str, int] | None = None) -> None: ...
+
+
+class MemoryBackend:
+    """Keeps nothing: for property tests and as the reference of the interface."""
+
+    def recover(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
+        return None
+
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
+        return None
+
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
+        return None
+
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        return None
+
+    def close(self, next_idx: dict[str, int] | None = None) -> None:
+        return None

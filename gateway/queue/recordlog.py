@@ -1,0 +1,234 @@
+"""The record log of one queue: allocation, visibility, get, delete, truncate and the
+bounded memory of removed records.
+
+Everything here is synchronous and never blocks; where something must reach the disk
+first, a method returns a ``Durable`` handle the caller awaits before answering. The
+consumer groups built on this log are in ``groups.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from gateway.config import QueueConfig
+
+from .backend import Backend
+from .records import RECENT_LIMIT, Consumer, Durable, Group, QueueError, Record, matches
+
+
+class RecordLog:
+    """Records of one queue and what every group sees of them (``ConsumerGroups`` adds the rest)."""
+
+    def __init__(self, name: str, cfg: QueueConfig, backend: Backend, grace_s: float | None = None) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.backend = backend
+        self.grace_s = cfg.grace_s if grace_s is None else grace_s
+        self.next_idx = 1  # next index to allocate
+        self.visible_next = 1  # every index below is visible or gone
+        self.min_live = 1  # no live record below (advanced lazily)
+        self.records: dict[int, Record] = {}
+        self.by_rid: dict[str, int] = {}
+        self.inflight = 0  # puts allocated but not yet durable
+        self.inflight_rids: dict[str, tuple[int, Durable]] = {}
+        # Removed records (committed, deleted, truncated, consumed by get), oldest first.
+        self.recent: OrderedDict[int, str] = OrderedDict()  # idx -> rid
+        self.recent_rids: dict[str, int] = {}
+        self.groups: dict[str, Group] = {}
+        self.recovered_below = 0
+        self._conn_seq = 0
+        # Called whenever records become visible (long-poll gets wait on it).
+        self.on_visible: Callable[[], None] | None = None
+        self.puts_total = 0
+        self.commits_total = 0
+        self.redeliveries_total = 0
+
+    # ------------------------------------------------------------------ recovery
+    def load(self, state: Mapping[str, Any]) -> None:
+        self.next_idx = max(1, int(state.get("next_idx", 1)))
+        for idx, rid, tags, data in state.get("records", ()):
+            rec = Record(idx, rid, tags, data)
+            self.records[idx] = rec
+            self.by_rid[rid] = idx
+            self.next_idx = max(self.next_idx, idx + 1)
+        for idx, rid in state.get("removed", ()):
+            if idx not in self.records:
+                self._remember(idx, rid)
+                self.next_idx = max(self.next_idx, idx + 1)
+        self.visible_next = self.next_idx
+        self.min_live = min(self.records, default=self.next_idx)
+        # Deliveries are not journalled: a record recovered here may have been delivered
+        # before the restart, so any group may commit it.
+        self.recovered_below = self.next_idx
+        for gid, start, tags in state.get("groups", ()):
+            g = Group(gid, start, dict(tags), cursor=max(start, self.min_live))
+            self.groups[gid] = g
+        for gid, idx in state.get("acks", ()):
+            g = self.groups.get(gid)
+            if g is not None and idx in self.records:
+                g.committed.add(idx)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def length(self) -> int:
+        return len(self.records)
+
+    def _advance_min_live(self) -> None:
+        while self.min_live < self.visible_next and self.min_live not in self.records:
+            self.min_live += 1
+
+    def first_entry(self) -> int:
+        self._advance_min_live()
+        return self.min_live if self.records else 0
+
+    def last_entry(self) -> int:
+        # The highest index ever allocated and made visible (0 before the first put).
+        return self.visible_next - 1
+
+    def _remember(self, idx: int, rid: str) -> None:
+        self.recent[idx] = rid
+        self.recent_rids[rid] = idx
+        if len(self.recent) > RECENT_LIMIT:
+            old_idx, old_rid = self.recent.popitem(last=False)
+            if self.recent_rids.get(old_rid) == old_idx:
+                del self.recent_rids[old_rid]
+
+    def _drop(self, idxs: Iterable[int]) -> tuple[int, Durable]:
+        """Remove records and journal it (with their tombstones); -> (how many, handle)."""
+        rids: list[str] = []
+        removed = self._remove(idxs, rids)
+        return len(removed), (self.backend.delete(self.name, removed, rids) if removed else None)
+
+    def _remove(self, idxs: Iterable[int], rids: list[str] | None = None) -> list[int]:
+        removed: list[int] = []
+        for idx in idxs:
+            rec = self.records.pop(idx, None)
+            if rec is None:
+                continue
+            removed.append(idx)
+            if rids is not None:
+                rids.append(rec.rid)
+            self.by_rid.pop(rec.rid, None)
+            self._remember(idx, rec.rid)
+            for g in self.groups.values():
+                g.committed.discard(idx)
+                g.deliveries.pop(idx, None)
+                uid = g.pending.pop(idx, None)
+                if uid is not None:
+                    c = g.consumers.get(uid)
+                    if c is not None:
+                        c.pending.pop(idx, None)
+                        self._wake(c)
+        return removed
+
+    def _wake(self, c: Consumer) -> None:
+        if c.connected and c.wake is not None and c.room > 0:
+            c.wake()
+
+    def _wake_group(self, g: Group) -> None:
+        for c in g.consumers.values():
+            self._wake(c)
+
+    def _wake_all(self) -> None:
+        for g in self.groups.values():
+            self._wake_group(g)
+
+    # ------------------------------------------------------------------ put
+    def put(self, data: bytes, tags: dict[str, str], rid: str | None) -> tuple[int, str, Durable]:
+        """Allocate an index; the record becomes visible when the returned handle completes."""
+        if rid:
+            if rid in self.by_rid:
+                return self.by_rid[rid], rid, None
+            if rid in self.inflight_rids:
+                idx, dur = self.inflight_rids[rid]
+                return idx, rid, dur
+            if rid in self.recent_rids:
+                return self.recent_rids[rid], rid, None
+        else:
+            rid = str(uuid.uuid4())
+        if len(data) > self.cfg.max_payload_bytes:
+            raise QueueError(
+                413, f"record of {len(data)} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
+            )
+        if len(self.records) + self.inflight >= self.cfg.max_length:
+            raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
+        idx = self.next_idx
+        self.next_idx += 1
+        tags = dict(tags)
+        tags["requestId"] = rid
+        rec = Record(idx, rid, tags, data)
+        self.inflight += 1
+        dur = self.backend.put(self.name, [rec], self.next_idx)
+        if dur is None:
+            self.inflight -= 1
+            self._make_visible(rec)
+            return idx, rid, None
+        self.inflight_rids[rid] = (idx, dur)
+        add_done = getattr(dur, "add_done_callback", None)
+        if add_done is not None:
+            add_done(lambda f: self.put_done(idx, rid, rec, not f.cancelled() and f.exception() is None))
+        return idx, rid, dur
+
+    def put_done(self, rec_idx: int, rid: str, rec: Record | None, ok: bool) -> None:
+        """Called by the durability layer when a put's batch committed (or failed)."""
+        self.inflight -= 1
+        self.inflight_rids.pop(rid, None)
+        if ok and rec is not None:
+            self._make_visible(rec)
+        else:
+            self.visible_next = max(self.visible_next, rec_idx + 1)
+
+    def _make_visible(self, rec: Record) -> None:
+        self.records[rec.idx] = rec
+        self.by_rid[rec.rid] = rec.idx
+        self.visible_next = max(self.visible_next, rec.idx + 1)
+        self.puts_total += 1
+        self._wake_all()
+        if self.on_visible is not None:
+            self.on_visible()
+
+    # ------------------------------------------------------------------ get
+    def get(
+        self, index: int, length: int, auto_delete: bool, rid: str | None, tags: Mapping[str, str]
+    ) -> tuple[list[Record], Durable]:
+        out: list[Record] = []
+        if rid is not None:
+            idx = self.by_rid.get(rid)
+            if idx is not None and idx in self.records:
+                out.append(self.records[idx])
+        else:
+            start = max(index, 1)
+            self._advance_min_live()
+            start = max(start, self.min_live)
+            if self.visible_next - start <= 2 * len(self.records):
+                it: Iterable[int] = range(start, self.visible_next)
+            else:
+                it = (i for i in self.records if i >= start)
+            for i in it:
+                rec = self.records.get(i)
+                if rec is not None and matches(tags, rec.tags):
+                    out.append(rec)
+                    if len(out) >= length:
+                        break
+        dur: Durable = None
+        if auto_delete and out:
+            dur = self.delete([r.idx for r in out])
+        else:
+            for r in out:
+                r.fetched = True
+        return out, dur
+
+    # ------------------------------------------------------------------ delete / truncate
+    def delete(self, idxs: list[int]) -> Durable:
+        return self._drop(idxs)[1]
+
+    def truncate(self, below: int) -> tuple[int, Durable]:
+        self._advance_min_live()
+        if self.visible_next - self.min_live <= 2 * len(self.records):
+            victims = [i for i in range(self.min_live, min(below, self.visible_next)) if i in self.records]
+        else:
+            victims = [i for i in self.records if i < below]
+        return len(victims), self.delete(victims)

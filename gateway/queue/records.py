@@ -1,0 +1,93 @@
+"""The queue's data: records, consumers and consumer groups, refusals and durability handles.
+
+Plain data with no behaviour beyond small predicates; the state machine that changes
+them is ``store.Queue`` (records in ``recordlog.py``, groups in ``groups.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Durable = Awaitable[Any] | None
+
+# Bounded memory of removed records (index -> request id, kept durable by the backend), so
+# that a repeated commit stays idempotent and a retried put (same request id) returns the
+# same index after its record was consumed, across restarts too.
+RECENT_LIMIT = 100_000
+MAX_GET_LENGTH = 10_000
+# With auto_commit the window does not limit; records are handed out in slices this big.
+AUTO_COMMIT_SLICE = 256
+
+
+class QueueError(Exception):
+    """A request the queue refuses; ``param`` names the offending parameter."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+
+@dataclass(slots=True)
+class Record:
+    idx: int
+    rid: str
+    tags: dict[str, str]
+    data: bytes
+    fetched: bool = False  # returned by a get (a later commit is then legitimate)
+
+
+@dataclass(eq=False)
+class Consumer:
+    gid: str
+    uid: str
+    window: int
+    auto_commit: bool
+    tags: dict[str, str]
+    conn: int  # connection generation; a stale connection's disconnect is ignored
+    pending: dict[int, None] = field(default_factory=dict)  # outstanding, in delivery order
+    resend: list[int] = field(default_factory=list)  # taken over from a previous connection
+    connected: bool = True
+    since: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    delivered: int = 0
+    wake: Callable[[], None] | None = None
+
+    @property
+    def room(self) -> int:
+        if self.auto_commit:
+            return AUTO_COMMIT_SLICE
+        return self.window - len(self.pending)
+
+
+@dataclass(eq=False)
+class Group:
+    gid: str
+    start: int
+    tags: dict[str, str]
+    cursor: int
+    returned: list[int] = field(default_factory=list)  # heap
+    pending: dict[int, str] = field(default_factory=dict)  # idx -> uid
+    committed: set[int] = field(default_factory=set)
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+    deliveries: dict[int, int] = field(default_factory=dict)  # idx -> delivery count (in memory)
+
+    def relevant(self, rec: Record) -> bool:
+        return rec.idx >= self.start and matches(self.tags, rec.tags)
+
+
+def matches(want: Mapping[str, str], have: Mapping[str, str]) -> bool:
+    for k, v in want.items():
+        if have.get(k) != v:
+            return False
+    return True
+
+
+def last_durable(durs: Iterable[Durable]) -> Durable:
+    """The backend completes its writes in order: the last handle covers all before it."""
+    real = [d for d in durs if d is not None]
+    return real[-1] if real else None

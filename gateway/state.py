@@ -1,0 +1,55 @@
+"""What the application shares with its routes: the aiohttp app keys, the run state and
+the readiness checks built on them.
+
+Kept apart from ``gateway.app`` (which imports every route to mount it) so that routes,
+the fast front and the async dispatcher read the keys without importing the factory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from gateway.config import Config
+from gateway.dataplane import DataPlane
+from gateway.metrics import GatewayMetrics
+
+
+@dataclass
+class GatewayState:
+    """Mutable run state shared by routes and the CLI."""
+
+    started_at: float = field(default_factory=time.monotonic)
+    # Set by the CLI on SIGTERM/SIGINT: /readyz answers 503 from then on.
+    shutting_down: bool = False
+    # Pools and queues started (cleanup context entered).
+    started: bool = False
+
+
+CONFIG_KEY = web.AppKey("config", Config)
+POOLS_KEY = web.AppKey("pools", dict)  # service name -> WorkerPool
+QUEUES_KEY = web.AppKey("queues", object)  # QueueManager | None
+METRICS_KEY = web.AppKey("metrics", GatewayMetrics)
+STATE_KEY = web.AppKey("state", GatewayState)
+# The protocol-neutral path from every entry point to the pools (gateway/dataplane.py).
+DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
+
+
+def service_ready(app: web.Application, name: str) -> bool:
+    pool = app[POOLS_KEY].get(name)
+    if pool is not None:
+        try:
+            return bool(pool.ready_endpoints())
+        except Exception:
+            return False
+    # Plain queue service: ready once the queue store is up.
+    return app[STATE_KEY].started and app[QUEUES_KEY] is not None
+
+
+def all_ready(app: web.Application) -> bool:
+    state = app[STATE_KEY]
+    if state.shutting_down or not state.started:
+        return False
+    return all(service_ready(app, s.name) for s in app[CONFIG_KEY].services)

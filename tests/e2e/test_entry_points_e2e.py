@@ -1,0 +1,205 @@
+"""The same bad calls through every way into a model get the same status and error shape.
+
+Entry points: the gateway's lean front (a plain POST to a service's path), the aiohttp
+predict route (the same call with a chunked body, which the lean front hands over), the
+worker's direct port, the queue dispatcher of an asynchronous service (the result
+record's status), KServe V2 and V1, and Cluster Serving. Cases: an unknown service, no
+token, a wrong token, a malformed body, a processor that fails, and a service with no
+ready worker. EAS-protocol answers carry ``{"code", "message", "request_id"}``; KServe
+and Cluster Serving answers carry ``{"error"}``; the status is the same everywhere.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eas_sdk import QueueClient
+from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
+
+TOKEN = "e2e-entry-points-token-5c1f0e7d"
+AUTH = {"Authorization": TOKEN}
+NO_AUTH: dict[str, str] = {}
+BAD_AUTH = {"Authorization": "not-the-token"}
+EAS_KEYS = {"code", "message", "request_id"}
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator[GatewayProcess]:
+    workdir = tmp_path_factory.mktemp("gw-entry")
+    broken = workdir / "broken.onnx"
+    broken.write_bytes(b"this is not an onnx model")
+    common = {"token": TOKEN, "workers": 1}
+    config = {
+        "gateway": {"worker_start_timeout_s": 3},
+        "services": [
+            {"name": "digits", "processor": "onnx", "model": str(digits_model), **common},
+            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, **common},
+            {"name": "aecho", "processor": "python", "entry": ECHO_ENTRY, "async": True, **common},
+            {"name": "adigits", "processor": "onnx", "model": str(digits_model), "async": True, **common},
+            {"name": "broken", "processor": "onnx", "model": str(broken), **common},
+        ],
+    }
+    proc = GatewayProcess.start(config, workdir)
+    try:
+        for name in ("digits", "echo", "aecho", "adigits"):
+            proc.wait_workers_ready(name, 1)
+        yield proc
+    finally:
+        proc.kill()
+
+
+def _post(
+    port: int, path: str, body: bytes, headers: dict[str, str], *, chunked: bool = False
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        if chunked:
+            conn.request("POST", path, body=iter([body]), headers=headers, encode_chunked=True)
+        else:
+            conn.request("POST", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def _worker_port(gw: GatewayProcess, service: str) -> int:
+    workers = gw.services()[service]["workers"]
+    return int(next(w["http_port"] for w in workers if w["state"] == "ready"))
+
+
+def _eas_shape(body: bytes) -> dict[str, Any]:
+    doc = json.loads(body)
+    assert set(doc) == EAS_KEYS, doc
+    assert isinstance(doc["message"], str) and doc["message"]
+    return doc
+
+
+def _error_shape(body: bytes) -> str:
+    doc = json.loads(body)
+    assert set(doc) == {"error"}, doc
+    assert isinstance(doc["error"], str) and doc["error"]
+    return str(doc["error"])
+
+
+def _eas_calls(gw: GatewayProcess, service: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    """One call through the lean front, the aiohttp route and the worker's direct port."""
+    path = f"/api/predict/{service}"
+    out = {
+        "front": _post(gw.port, path, body, headers),
+        "route": _post(gw.port, path, body, headers, chunked=True),
+    }
+    if service in ("digits", "echo"):
+        out["direct"] = _post(_worker_port(gw, service), path, body, headers)
+    return out
+
+
+def _json_calls(gw: GatewayProcess, model: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    hdrs = {"Content-Type": "application/json", **headers}
+    return {
+        "v2": _post(gw.port, f"/v2/models/{model}/infer", body, hdrs),
+        "v1": _post(gw.port, f"/v1/models/{model}:predict", body, hdrs),
+        "cluster_serving": _post(gw.port, f"/api/cluster-serving/{model}/predict", body, hdrs),
+    }
+
+
+def _async_result(gw: GatewayProcess, service: str, body: bytes) -> tuple[int, bytes]:
+    """Put ``body`` on an async service's input queue; -> (the result's status, its data)."""
+    q = QueueClient(gw.endpoint, service)
+    q.set_token(TOKEN)
+    sink = QueueClient(gw.endpoint, f"{service}/sink")
+    sink.set_token(TOKEN)
+    q.init()
+    sink.init()
+    try:
+        _index, rid = q.put(body)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            frames = sink.get(request_id=rid, length=1, timeout="2s")
+            if frames:
+                return int(frames[0].tags["status"]), bytes(frames[0].data)
+        raise AssertionError(f"no result for {rid} in the sink of {service}")
+    finally:
+        q.close()
+        sink.close()
+
+
+@pytest.mark.parametrize("headers", [NO_AUTH, BAD_AUTH], ids=["no-token", "wrong-token"])
+def test_unauthenticated_is_401_everywhere(gw: GatewayProcess, headers: dict[str, str]) -> None:
+    for where, (status, hdrs, body) in _eas_calls(gw, "digits", b"\x00", headers).items():
+        assert status == 401, where
+        assert _eas_shape(body)["code"] == "Unauthorized", where
+        assert hdrs.get("x-request-id") == json.loads(body)["request_id"], where
+    for where, (status, _h, body) in _json_calls(gw, "digits", b"{}", headers).items():
+        assert status == 401, where
+        assert "token" in _error_shape(body), where
+    # The queue front door of an asynchronous service.
+    status, _h, body = _post(gw.port, "/api/predict/aecho", b"x", headers)
+    assert status == 401 and _eas_shape(body)["code"] == "Unauthorized"
+
+
+def test_unknown_service_is_404_everywhere(gw: GatewayProcess) -> None:
+    for where, (status, _h, body) in _eas_calls(gw, "nope", b"x", AUTH).items():
+        assert status == 404, where
+        assert _eas_shape(body)["code"] == "ServiceNotFound", where
+    # The worker's port serves its own service only: another name is not found there either.
+    status, _h, body = _post(_worker_port(gw, "echo"), "/api/predict/nope", b"x", AUTH)
+    assert status == 404 and _eas_shape(body)["code"] in ("ServiceNotFound", "NotFound")
+    for where, (status, _h, body) in _json_calls(gw, "nope", b"{}", AUTH).items():
+        assert status == 404, where
+        assert "nope" in _error_shape(body) or "not found" in _error_shape(body), where
+
+
+def test_malformed_body_is_the_same_400_everywhere(gw: GatewayProcess) -> None:
+    garbage = b"\xff\x00 not a protobuf"
+    calls = _eas_calls(gw, "digits", garbage, AUTH)
+    bodies = {where: _eas_shape(body) for where, (_s, _h, body) in calls.items()}
+    assert {s for s, _h, _b in calls.values()} == {400}
+    assert len({(d["code"], d["message"]) for d in bodies.values()}) == 1, bodies
+    status, data = _async_result(gw, "adigits", garbage)
+    assert status == 400
+    assert (json.loads(data)["code"], json.loads(data)["message"]) == (
+        bodies["front"]["code"],
+        bodies["front"]["message"],
+    )
+    for where, (status, _h, body) in _json_calls(gw, "digits", b"{not json", AUTH).items():
+        assert status == 400, where
+        _error_shape(body)
+
+
+def test_failing_processor_is_the_same_everywhere(gw: GatewayProcess) -> None:
+    calls = _eas_calls(gw, "echo", b"raise:on purpose", AUTH)
+    statuses = {where: s for where, (s, _h, _b) in calls.items()}
+    assert set(statuses.values()) == {400}, statuses
+    messages = {where: _eas_shape(b)["message"] for where, (_s, _h, b) in calls.items()}
+    assert all("on purpose" in m for m in messages.values()), messages
+    status, data = _async_result(gw, "aecho", b"raise:on purpose")
+    assert status == 400 and "on purpose" in json.loads(data)["message"]
+    # A processor's own status passes through every entry point alike.
+    for where, (status, _h, body) in _eas_calls(gw, "echo", b"status:502:upstream said no", AUTH).items():
+        assert (status, body) == (502, b"upstream said no"), where
+    assert _async_result(gw, "aecho", b"status:502:upstream said no") == (502, b"upstream said no")
+
+
+def test_no_ready_worker_is_503_everywhere(gw: GatewayProcess) -> None:
+    for where, (status, hdrs, body) in _eas_calls(gw, "broken", b"x", AUTH).items():
+        assert status == 503, where
+        assert _eas_shape(body)["code"] == "ServiceNotReady", where
+        assert hdrs.get("retry-after") == "1", where
+    v2 = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}
+    calls = _json_calls(gw, "broken", json.dumps(v2).encode(), AUTH)
+    del calls["v1"]
+    cs = {"instances": [{"input": [0.0] * 64}]}
+    calls["cluster_serving"] = _post(
+        gw.port, "/api/cluster-serving/broken/predict", json.dumps(cs).encode(), AUTH
+    )
+    for where, (status, _h, body) in calls.items():
+        assert status == 503, (where, body)
+        assert "no ready worker" in _error_shape(body), where
