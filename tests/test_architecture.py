@@ -25,8 +25,6 @@ MAX_LINES = 500
 _KNOWN_OVERSIZED = frozenset(
     {
         "eas_sdk/_core/tensor.py",
-        "eas_sdk/predict.py",
-        "eas_sdk/queue.py",
         "gateway/lean_http.py",
         "gateway/protocols/eas.py",
         "gateway/workers/main.py",
