@@ -35,7 +35,9 @@ from ._core.cluster_serving import (
     tensor_to_wire,
 )
 from ._core.constants import SINK_SUFFIX, TAG_STATUS
-from .errors import PredictException
+from ._core.failures import FailureKind
+from ._transports import HTTPTransport, Request, TransportFailure
+from .errors import ConnectError, PredictException, TimeoutError
 
 TAG_URI = "uri"
 # One dequeue() page; dequeue loops until the sink has nothing more.
@@ -171,13 +173,11 @@ class InputQueue:
         self._timeout_ms = timeout_ms
         self.frontend_url = frontend_url
         self._client: Any = None
-        self._http: Any = None
+        self._http: HTTPTransport | None = None
         if sync:
             if not frontend_url:
                 raise ValueError("InputQueue(sync=True) needs frontend_url")
-            import urllib3
-
-            self._http = urllib3.PoolManager(retries=False, timeout=timeout_ms / 1000.0)
+            self._http = HTTPTransport(max_connections=10)
         else:
             from .queue import QueueClient
 
@@ -214,12 +214,16 @@ class InputQueue:
         headers = {"Content-Type": "application/json"}
         if self._token:
             headers["Authorization"] = self._token
-        resp = self._http.request("POST", url, body=body, headers=headers)
-        return SyncResponse(resp.status, resp.data)
+        try:
+            resp = self._http.handle_request(Request("POST", url, headers, body, self._timeout_ms / 1000.0))
+        except TransportFailure as exc:
+            cls = TimeoutError if exc.kind is FailureKind.TIMEOUT else ConnectError
+            raise cls(f"url: {url}, error: {exc.reason}") from None
+        return SyncResponse(resp.status, resp.body)
 
     def close(self) -> None:
         if self._http is not None:
-            self._http.clear()
+            self._http.close()
         if self._client is not None:
             self._client.close()
 

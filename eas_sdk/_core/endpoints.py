@@ -3,7 +3,7 @@
 I/O-free. The clients fetch the discovery document themselves and hand the body
 to :func:`parse_discovery`; :class:`EndpointSet` then holds the current list.
 
-Gateway mode (fact sheet §3.2)
+Gateway mode
   * ``custom_url`` non-empty: that exact string is the request URL.
   * else the endpoint gets ``http://`` prepended unless it already has a scheme
     (``http://`` or ``https://``; the reference client breaks https endpoints by
@@ -12,7 +12,7 @@ Gateway mode (fact sheet §3.2)
     '_' -> '-'>.<$NAMESPACE>:8080``, or an error when NAMESPACE is unset.
   * request URL: ``<endpoint>/api/predict/<service_name>`` (the name may hold ``/``).
 
-Direct mode (fact sheet §4.1)
+Direct mode
   * discovery: ``GET <scheme>://<host>/api/v1/servicediscovery/upstreams/<service
     name up to '/'>``, plus ``?internal=true`` when both NAMESPACE and POD_NAME are
     set in the environment.
@@ -62,7 +62,7 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def normalize_gateway_endpoint(endpoint: str, service_name: str, env: Mapping[str, str] | None = None) -> str:
-    """Base URL of the gateway (no trailing slash) per fact sheet §3.2."""
+    """Base URL of the gateway (no trailing slash)."""
     if not endpoint:
         namespace = _env(env).get("NAMESPACE")
         if not namespace:

@@ -1,9 +1,10 @@
 """I/O-free core of the queue clients: URLs, query strings, headers, parsing.
 
-Shared by ``eas_sdk.queue.QueueClient`` (urllib3 + websockets sync) and
-``AsyncQueueClient`` (aiohttp + websockets asyncio). Query strings are built with
-``urllib.parse.urlencode`` over the same keys, values and order as the reference
-client (so ``,`` becomes ``%2C`` and a space ``+``), see the wire fact sheet §5.
+Shared by ``eas_sdk.queue.QueueClient`` and ``eas_sdk.aio_queue.AsyncQueueClient``
+(the SDK transports for HTTP, ``websockets`` for watching); the retry rules of one
+call are in ``queue_call``. Query strings are built with ``urllib.parse.urlencode``
+over the same keys, values and order as the reference client (so ``,`` becomes
+``%2C`` and a space ``+``).
 """
 
 from __future__ import annotations

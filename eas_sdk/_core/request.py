@@ -391,7 +391,7 @@ class PredictCall:
 
         ``reused``: the attempt went out on a keep-alive connection taken from the pool
         (not one opened for it). ``started``: the status line had arrived and the body
-        then failed. Only failures before any response byte are retried (D4); a
+        then failed. Only failures before any response byte are retried; a
         response that started is final, a timeout raising TimeoutError and anything
         else TransportError.
         """
@@ -401,9 +401,9 @@ class PredictCall:
             decision = NO_RETRY
         elif kind is FailureKind.DISCONNECTED and reused and self.stale_left > 0 and self.remaining(now) > 0:
             # A pooled keep-alive connection the server closed while it sat idle (the
-            # request raced the close, F5/C7): re-send at once; this is not a retry.
+            # request raced the close): re-send at once; this is not a retry.
             # Only for a reused connection: one opened for this attempt that drops is
-            # an ordinary failure, so retry_count=0 still means one attempt (C1).
+            # an ordinary failure, so retry_count=0 still means one attempt.
             self.stale_left -= 1
             if self.endpoints is not None and self.tried:
                 self.tried.pop()  # the endpoint itself is not suspect

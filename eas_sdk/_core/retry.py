@@ -12,7 +12,7 @@ predict clients and the queue client all drive the same objects:
   stale keep-alive connection, an attempt timeout), and the statuses 450, 500
   (EAS parity, switchable), 502, 503, 504. 429 only when the server sent a
   ``Retry-After`` no longer than ``retry_after_cap``. Other 4xx never. A response
-  that started and was then cut off (:attr:`FailureKind.BROKEN`) is final (D4).
+  that started and was then cut off (:attr:`FailureKind.BROKEN`) is final.
 * :class:`RetryBudget`: a token bucket shared by every call of one client, so a
   broken backend sees at most about ``(1 + ratio)`` times the normal traffic plus
   ``min_per_second`` retries, instead of ``(1 + retries)`` times.
@@ -119,7 +119,7 @@ class RetryPolicy:
     retry_after_cap: float = DEFAULT_BACKOFF_CAP
     max_total: float = DEFAULT_MAX_TOTAL
     # Immediate re-sends of a request whose *reused* pooled connection turned out dead
-    # before any response byte (F5/C7 stale keep-alive): they cost no attempt, no
+    # before any response byte (a stale keep-alive): they cost no attempt, no
     # back-off and no budget. A fresh connection that fails is an ordinary retry.
     stale_connection_retries: int = 1
 
@@ -203,7 +203,7 @@ class RetryPolicy:
         if retry_index >= self.retries:
             return NO_RETRY
         if kind is FailureKind.FATAL or kind is FailureKind.BROKEN:
-            return NO_RETRY  # BROKEN: the server answered (part of) it; only pre-response failures retry (D4)
+            return NO_RETRY  # BROKEN: the server answered (part of) it; only pre-response failures retry
         if kind is FailureKind.TIMEOUT and not self.retry_on_timeout:
             return NO_RETRY
         delay = self.backoff(retry_index, rng)

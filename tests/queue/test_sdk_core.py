@@ -140,7 +140,7 @@ def test_sdk_retries_5xx_but_never_4xx() -> None:
 
 
 def test_watcher_notices_silent_server_and_reconnects(make_client: Callable[..., QueueClient]) -> None:
-    """F9, client side: a server that stops answering pings is left after ping_interval + ping_timeout."""
+    """A server that stops answering pings is left after ping_interval + ping_timeout."""
     import base64
     import hashlib
 

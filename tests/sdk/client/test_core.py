@@ -37,7 +37,7 @@ from eas_sdk.errors import (
 )
 from gateway.auth import verify
 
-# --- gateway URL rules (fact sheet §3.2) ----------------------------------------------------
+# --- gateway URL rules ----------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_warning_limiter() -> None:
     assert lim.suppressed == 2
 
 
-# --- weighted round robin (C9) --------------------------------------------------------------
+# --- weighted round robin --------------------------------------------------------------
 
 
 def _names(wrr: WeightedRoundRobin, n: int) -> str:
@@ -216,7 +216,7 @@ def test_endpoint_list_swap_is_atomic_under_threads() -> None:
     assert set(eps.endpoints) in (set(list_a), set(list_b))
 
 
-# --- retry policy (C1-C5) -------------------------------------------------------------------
+# --- retry policy -------------------------------------------------------------------
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
@@ -297,7 +297,7 @@ def _drive(call: PredictCall, statuses: list[int], clock: list[float]) -> tuple[
 
 
 def test_retry_budget_caps_attempts_against_a_dead_backend() -> None:
-    # C5: always 503 at 100 calls/s for 5 s -> attempts <= 1.2 x calls.
+    # Always 503 at 100 calls/s for 5 s -> attempts <= 1.2 x calls.
     budget = RetryBudget(now=0.0)
     cfg = ClientConfig(endpoint="h", service_name="s")
     clock = [0.0]
@@ -310,7 +310,7 @@ def test_retry_budget_caps_attempts_against_a_dead_backend() -> None:
         attempts += made
         calls += 1
     assert attempts <= 1.2 * calls
-    # A single failing call on a quiet client still gets all its retries (C1).
+    # A single failing call on a quiet client still gets all its retries.
     fresh = PredictCall(cfg, b"x", now=0.0, url="http://h/api/predict/s", budget=RetryBudget(now=0.0))
     assert _drive(fresh, [503], [0.0])[0] == 6
 
@@ -355,7 +355,7 @@ def test_stale_disconnect_is_resent_once_for_free() -> None:
 
 
 def test_fresh_connection_drop_is_an_ordinary_failure() -> None:
-    # C1: retries=0 is one attempt; only a *reused* pooled connection gets the free re-send.
+    # retries=0 is one attempt; only a *reused* pooled connection gets the free re-send.
     cfg = ClientConfig(endpoint="h", service_name="s", retry=RetryPolicy(retries=0))
     call = PredictCall(cfg, b"x", now=0.0, url="http://h/api/predict/s")
     call.next_attempt(0.0)
@@ -365,7 +365,7 @@ def test_fresh_connection_drop_is_an_ordinary_failure() -> None:
 
 
 def test_a_started_response_is_never_retried() -> None:
-    # D4: only failures before any response byte are retried.
+    # Only failures before any response byte are retried.
     cfg = ClientConfig(endpoint="h", service_name="s", retry=RetryPolicy(retries=3))
     assert not cfg.retry.after_failure(FailureKind.BROKEN, 0, 10.0).retry
     for kind, cls in (
@@ -380,7 +380,7 @@ def test_a_started_response_is_never_retried() -> None:
         assert call.attempts == 1
 
 
-# --- headers and signing (C8) -----------------------------------------------------------------
+# --- headers and signing -----------------------------------------------------------------
 
 
 def test_signing_matches_the_fact_sheet_vector() -> None:

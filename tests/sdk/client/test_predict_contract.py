@@ -141,7 +141,7 @@ async def test_content_type_rules(open_server: FakeEAS, make_client: Any) -> Non
     assert second.headers["Content-Type"] == "text/plain"
 
 
-# --- retries by status (C1, C2) ----------------------------------------------------------
+# --- retries by status ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("status", [450, 500, 502, 503, 504])
@@ -231,7 +231,7 @@ async def test_429_with_too_long_retry_after_is_not_retried(server: FakeEAS, mak
     assert len(server.predicts) == 1
 
 
-# --- transport failures and timeouts (C4, F5) -------------------------------------------------
+# --- transport failures and timeouts -------------------------------------------------
 
 
 async def test_connection_refused_is_retried_then_connect_error(make_client: Any, servers: Any) -> None:
@@ -280,7 +280,7 @@ async def test_overall_deadline_caps_the_call(server: FakeEAS, make_client: Any)
 async def test_dropped_fresh_connection_is_one_attempt_with_no_retries(
     server: FakeEAS, make_client: Any
 ) -> None:
-    # C1: retry_count=0 is exactly one attempt, also when a new connection is dropped.
+    # retry_count=0 is exactly one attempt, also when a new connection is dropped.
     server.push(Drop())
     h = make_client(server.url, "echo", token=TOKEN, retry_count=0)
     with pytest.raises(ConnectError):
@@ -291,7 +291,7 @@ async def test_dropped_fresh_connection_is_one_attempt_with_no_retries(
 async def test_dropped_reused_connection_is_resent_without_using_a_retry(
     server: FakeEAS, make_client: Any
 ) -> None:
-    # C7/F5: a pooled keep-alive connection that dies before any response byte (the
+    # A pooled keep-alive connection that dies before any response byte (the
     # request raced the server's idle close) is re-sent at once on a new one.
     h = make_client(server.url, "echo", token=TOKEN, retry_count=0)
     assert await h.predict(Raw(b"first")) == b"first"
@@ -304,7 +304,7 @@ async def test_dropped_reused_connection_is_resent_without_using_a_retry(
 
 
 async def test_stale_keepalive_connections_cause_no_errors(servers: Any, make_client: Any) -> None:
-    # F5: calls spaced by the server's keep-alive timeout race its idle close. Without
+    # Calls spaced by the server's keep-alive timeout race its idle close. Without
     # the transparent re-send the async client fails a few of these (measured 3-5/30).
     s = servers(tokens=[TOKEN], keepalive_timeout=0.1)
     h = make_client(s.url, "echo", token=TOKEN, retry_count=0)
@@ -328,11 +328,11 @@ async def test_slow_trickle_is_bounded_by_the_timeout(server: FakeEAS, make_clie
     with pytest.raises(TimeoutError):
         await h.predict(Raw(b"x"))
     assert time.monotonic() - t0 <= 0.3 + 0.2
-    assert len(server.predicts) == 1  # the response had started: not retried (D4)
+    assert len(server.predicts) == 1  # the response had started: not retried
 
 
 async def test_truncated_response_is_final(server: FakeEAS, make_client: Any) -> None:
-    # D4: Content-Length 10, 3 bytes, then the connection closes: the server answered,
+    # Content-Length 10, 3 bytes, then the connection closes: the server answered,
     # so this is not retried, and the error says so (not a connect error).
     server.push(Truncate(declared=10, sent=3))
     h = make_client(server.url, "echo", token=TOKEN, retry_count=2, retry_policy=FAST)
@@ -364,7 +364,7 @@ async def test_pool_wait_counts_against_the_attempt_timeout(
 
 @pytest.mark.parametrize("expiry", [0.2, 10.0])
 async def test_idle_pooled_connection_expires(server: FakeEAS, make_client: Any, expiry: float) -> None:
-    # C7: a connection idle longer than keepalive_expiry is not reused (the server's
+    # A connection idle longer than keepalive_expiry is not reused (the server's
     # keep-alive here is 75 s, so only the client's expiry can close it).
     h = make_client(server.url, "echo", token=TOKEN, keepalive_expiry=expiry)
     assert await h.predict(Raw(b"1")) == b"1"
@@ -374,7 +374,7 @@ async def test_idle_pooled_connection_expires(server: FakeEAS, make_client: Any,
     assert (first.peer_port == second.peer_port) is (expiry > 0.4)
 
 
-# --- connection pool limit (C11) -------------------------------------------------------------
+# --- connection pool limit -------------------------------------------------------------
 
 
 def _client_sockets_to(port: int) -> int:
@@ -439,7 +439,7 @@ async def test_pool_limit_is_per_endpoint(servers: Any, make_client: Any, kind: 
     assert len({r.peer_port for r in a.predicts}) <= 2 and len({r.peer_port for r in b.predicts}) <= 2
 
 
-# --- direct mode (C6, C9, F10, F11) ------------------------------------------------------------
+# --- direct mode ------------------------------------------------------------
 
 
 def _ep(s: FakeEAS, weight: int) -> dict[str, Any]:
@@ -589,7 +589,7 @@ async def test_hanging_discovery_keeps_the_last_endpoints(servers: Any, make_cli
     assert time.monotonic() - t0 < 1.0
 
 
-# --- secrets and API surface (C10) -------------------------------------------------------------
+# --- secrets and API surface -------------------------------------------------------------
 
 
 async def test_token_never_in_repr_errors_or_logs(
@@ -641,7 +641,7 @@ async def test_async_context_manager(server: FakeEAS) -> None:
 
     async with AsyncPredictClient(server.url, "echo", token=TOKEN) as client:
         assert await client.predict(b"raw") == b"raw"
-    assert client._session is None
+    assert client._http is None
 
 
 async def test_lazy_init_from_many_concurrent_calls(server: FakeEAS, make_client: Any) -> None:

@@ -2,25 +2,27 @@
 
 * build_headers (the per-config HeaderPlan) gives exactly what merging the extra
   headers with signed_headers/plain_headers gives, in the same order;
-* a small request leaves in one send() (head + body), a large one in two, and the
-  bytes on the wire are those plain urllib3 sends;
-* the cached fixed-URL pool falls back to the pool manager when it was closed.
+* a small request leaves in one send() (head + body), a large one as head then body,
+  and the bytes on the wire are the request line, Host, the headers, Content-Length;
+* closing the pool while the client is in use keeps the client usable.
 """
 
 from __future__ import annotations
 
-import http.client
+import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from email.utils import formatdate
 from typing import Any
 
 import pytest
-import urllib3
 
 from eas_sdk._core.auth import http_date, plain_headers, signed_headers
 from eas_sdk._core.request import ClientConfig, build_headers, merge_headers
-from eas_sdk.predict import COALESCE_MAX_BODY, PredictClient, _HTTPConnection
+from eas_sdk._transports import HTTPTransport, Request
+from eas_sdk.predict import COALESCE_MAX_BODY, PredictClient
 
 from .conftest import TOKEN, Raw
 from .fake_eas import FakeEAS
@@ -87,82 +89,89 @@ def test_http_date_is_the_current_second() -> None:
     assert http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"
 
 
+class RecordingServer:
+    """Keep-alive HTTP/1.1 echo server that records every chunk ``recv`` returned per request."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[tuple[bytes, int]] = []  # (raw request bytes, recv calls it took)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                raw, reads = b"", 0
+                while b"\r\n\r\n" not in raw:
+                    chunk = conn.recv(1 << 20)
+                    if not chunk:
+                        return
+                    raw, reads = raw + chunk, reads + 1
+                head, _, body = raw.partition(b"\r\n\r\n")
+                length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+                while len(body) < length:
+                    time.sleep(0.001)  # let a second send arrive as its own segment
+                    body += conn.recv(1 << 20)
+                    reads += 1
+                self.requests.append((head + b"\r\n\r\n" + body, reads))
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 @pytest.fixture
-def sends(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
-    """Every send() that reaches http.client (what becomes one sendall)."""
-    sent: list[bytes] = []
-    original = http.client.HTTPConnection.send
-
-    def spy(self: http.client.HTTPConnection, data: Any) -> None:
-        sent.append(bytes(data))
-        original(self, data)
-
-    monkeypatch.setattr(http.client.HTTPConnection, "send", spy)
-    yield sent
+def recording() -> Iterator[RecordingServer]:
+    srv = RecordingServer()
+    yield srv
+    srv.close()
 
 
-def _exchange(
-    conn: http.client.HTTPConnection, sent: list[bytes], body: bytes, headers: dict[str, str]
-) -> list[bytes]:
-    sent.clear()
-    conn.request("POST", "/api/predict/echo", body=body, headers=headers)  # type: ignore[call-arg]
-    resp = conn.getresponse()
-    data = resp.data  # urllib3 preloads the body
-    assert resp.status == 200
-    if headers.get("Transfer-Encoding") != "chunked":
-        assert data == body
-    return list(sent)
-
-
-@pytest.mark.parametrize(
-    ("size", "headers", "ours_sends"),
-    [
-        (5, {}, 1),
-        (COALESCE_MAX_BODY, {}, 1),
-        (COALESCE_MAX_BODY + 1, {}, 2),
-        (5, {"Transfer-Encoding": "chunked"}, 3),  # head, chunk, last chunk: nothing merged
-    ],
-)
-def test_connection_sends_the_same_bytes_in_fewer_sends(
-    open_server: FakeEAS, sends: list[bytes], size: int, headers: dict[str, str], ours_sends: int
-) -> None:
+@pytest.mark.parametrize("size", [5, COALESCE_MAX_BODY, COALESCE_MAX_BODY + 1, 3 * COALESCE_MAX_BODY])
+def test_request_bytes_are_head_then_body(recording: RecordingServer, size: int) -> None:
     body = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
-    headers = {"X-Request-Id": "r", **headers}
-    plain = urllib3.connection.HTTPConnection("127.0.0.1", open_server.port)
-    ours = _HTTPConnection("127.0.0.1", open_server.port)
+    transport = HTTPTransport()
+    url = f"http://127.0.0.1:{recording.port}/api/predict/echo?a=1"
     try:
         for _ in range(2):  # a fresh connection, then a kept-alive one
-            want = _exchange(plain, sends, body, headers)
-            got = _exchange(ours, sends, body, headers)
-            assert b"".join(got) == b"".join(want)
-            assert len(got) == ours_sends
-            assert len(want) == (3 if "Transfer-Encoding" in headers else 2)
+            resp = transport.handle_request(Request("POST", url, {"X-Request-Id": "r"}, body, 5.0))
+            assert (resp.status, resp.body) == (200, body)
     finally:
-        plain.close()
-        ours.close()
-    assert [r.body for r in open_server.predicts][-1] == body
+        transport.close()
+    want = (
+        b"POST /api/predict/echo?a=1 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Request-Id: r\r\n"
+        b"Content-Length: %d\r\n\r\n" % (recording.port, size)
+    ) + body
+    assert [raw for raw, _ in recording.requests] == [want, want]
 
 
-def test_small_predict_is_one_send_and_a_large_one_still_works(server: FakeEAS, sends: list[bytes]) -> None:
-    with PredictClient(server.url, "echo", token=TOKEN) as client:
-        sends.clear()
+def test_small_predict_is_one_send_and_a_large_one_still_works(recording: RecordingServer) -> None:
+    with PredictClient(f"127.0.0.1:{recording.port}", "echo", token=TOKEN) as client:
         assert client.predict(Raw(b"hello")) == b"hello"
-        assert len(sends) == 1 and sends[0].startswith(b"POST /api/predict/echo ")
-        assert sends[0].endswith(b"\r\n\r\nhello")
         big = b"y" * (COALESCE_MAX_BODY * 2)
-        sends.clear()
         assert client.predict(Raw(big)) == big
-        assert len(sends) == 2 and sends[1] == big
-    assert [r.auth_ok for r in server.predicts] == [True, True]
+    (small, reads), (large, _) = recording.requests
+    assert reads == 1 and small.startswith(b"POST /api/predict/echo ") and small.endswith(b"\r\n\r\nhello")
+    assert large.endswith(big)
 
 
-def test_closed_cached_pool_falls_back_to_the_manager(server: FakeEAS) -> None:
+def test_close_during_use_keeps_the_client_usable(server: FakeEAS) -> None:
     client = PredictClient(server.url, "echo", token=TOKEN)
     try:
         client.init()
         assert client.predict(Raw(b"one")) == b"one"
-        assert client._route is not None
-        client._pool.clear()  # what close() does, as if it ran in another thread meanwhile
+        assert client._http is not None
+        client._http.close()  # what close() does, as if it ran in another thread meanwhile
         assert client.predict(Raw(b"two")) == b"two"
         assert [r.body for r in server.predicts] == [b"one", b"two"]  # nothing sent twice
     finally:

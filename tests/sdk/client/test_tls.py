@@ -6,13 +6,16 @@ import logging
 import shutil
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eas_sdk.errors import TransportError
+from eas_sdk._core.retry import RetryPolicy
+from eas_sdk.errors import HTTPStatusError, TransportError
+from eas_sdk.queue import AsyncQueueClient, QueueClient
 
 from .conftest import TOKEN, Raw
 from .fake_eas import FakeEAS
@@ -72,3 +75,38 @@ async def test_untrusted_certificate_is_refused_without_retries(
     assert TOKEN not in str(info.value)
     assert tls_server.predicts == []  # nothing was sent
     assert "retrying" not in caplog.text  # a verification failure is final
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_queue_clients_refuse_an_untrusted_certificate_without_retries(
+    tls_server: FakeEAS, pki: Path, kind: str
+) -> None:
+    # The same rule as for predict calls: a verification failure is final (with a
+    # back-off of at least 0.5 s per retry, a retried call would take seconds).
+    slow = RetryPolicy(retries=5, backoff_base=0.5, backoff_cap=0.5)
+    started = time.monotonic()
+    if kind == "sync":
+        q = QueueClient(custom_url=tls_server.url + "/api/predict/q")
+        q.retry_policy = slow
+        with pytest.raises(TransportError) as info:
+            q.put(b"x")
+        q.close()
+    else:
+        aq = AsyncQueueClient(custom_url=tls_server.url + "/api/predict/q")
+        aq.retry_policy = slow
+        with pytest.raises(TransportError) as info:
+            await aq.put(b"x")
+        await aq.close()
+    assert "certificate" in str(info.value).lower()
+    assert time.monotonic() - started < 0.5
+
+
+async def test_queue_client_with_private_ca_reaches_the_server(tls_server: FakeEAS, pki: Path) -> None:
+    # The fake predict server has no queue routes: an HTTP error answer shows TLS worked.
+    q = AsyncQueueClient(custom_url=tls_server.url + "/api/predict/q", ca_certs=str(pki / "ca.pem"))
+    q.retry_policy = RetryPolicy(retries=0)
+    try:
+        with pytest.raises(HTTPStatusError):
+            await q.attributes()
+    finally:
+        await q.close()

@@ -1,0 +1,80 @@
+"""Direct-mode service discovery: refresh a client's endpoint list in the background.
+
+One loop per client, a thread for PredictClient and a task for AsyncPredictClient.
+Each holds only a weak reference to its client, so an abandoned client is
+collected and its loop ends. A failed round keeps the last good list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+
+from ._client_base import _ClientBase
+from ._transports import AsyncBaseTransport, BaseTransport, Request, TransportFailure
+
+
+def sync_discovery_loop(
+    ref: weakref.ReferenceType[_ClientBase],
+    url: str,
+    stop: threading.Event,
+    ready: threading.Event,
+    transport: BaseTransport,
+) -> None:
+    """Refresh the endpoint list until ``stop`` is set or the client is gone."""
+    client = ref()
+    if client is None:
+        return
+    interval, timeout = client._discovery_interval, client._discovery_timeout
+    del client
+    try:
+        while not stop.is_set():
+            status: int | None = None
+            data, error = b"", None
+            try:
+                # A hanging or trickling discovery server costs at most `timeout` per round.
+                resp = transport.handle_request(Request("GET", url, {}, None, timeout))
+                status, data = resp.status, resp.body
+            except TransportFailure as exc:  # any failure keeps the last list
+                error = exc.reason
+            client = ref()
+            if client is None or stop.is_set():
+                return
+            client._discovery_result(status, data, error)
+            if client._endpoints is not None and client._endpoints.ready:
+                ready.set()
+            del client
+            stop.wait(interval)
+    finally:
+        transport.close()
+
+
+async def async_discovery_loop(
+    ref: weakref.ReferenceType[_ClientBase], url: str, ready: asyncio.Event, transport: AsyncBaseTransport
+) -> None:
+    """Refresh the endpoint list until cancelled or the client is gone."""
+    client = ref()
+    if client is None:
+        return
+    interval, timeout = client._discovery_interval, client._discovery_timeout
+    del client
+    try:
+        while True:
+            status: int | None = None
+            data, error = b"", None
+            try:
+                resp = await transport.handle_async_request(Request("GET", url, {}, None, timeout))
+                status, data = resp.status, resp.body
+            except TransportFailure as exc:  # any failure keeps the last list
+                error = exc.reason
+            client = ref()
+            if client is None:
+                return
+            client._discovery_result(status, data, error)
+            if client._endpoints is not None and client._endpoints.ready:
+                ready.set()
+            del client
+            await asyncio.sleep(interval)
+    finally:
+        await transport.aclose()
