@@ -6,12 +6,12 @@ This module imports no processor implementation: the registry
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from gateway.config import ServiceConfig
+from gateway.errors import error_body
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import ModelMetadata
 
@@ -30,8 +30,7 @@ class ProcessorError(Exception):
 
 def error_response(status: int, code: str, message: str, request_id: str = "") -> WorkerResponse:
     """The gateway's error shape: {"code", "message", "request_id"}."""
-    body = json.dumps({"code": code, "message": message, "request_id": request_id}).encode()
-    return WorkerResponse(status, body, JSON)
+    return WorkerResponse(status, error_body(code, message, request_id), JSON)
 
 
 class Processor(ABC):
