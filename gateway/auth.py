@@ -1,7 +1,8 @@
 """Token checks for predict, queue and worker endpoints.
 
-Two schemes, both accepted on every service that has a token:
+Three forms, all accepted on every service that has a token:
   * ``Authorization: <token>`` (raw token; queue clients, custom_url, old clients)
+  * ``Authorization: Bearer <token>`` (the same token as KServe's and Triton's clients send it)
   * ``Authorization: EAS <base64 hmac-sha1>`` (see eas_sdk._core.auth)
 
 Compatibility rules, so that every existing EAS client is accepted: header values
@@ -120,12 +121,19 @@ def verify(
                             return OK
         # Fall through: an "EAS ..." value may still be someone's raw token.
 
-    sent = _digest(auth)
+    # "Bearer <token>" carries the raw token; a raw token that itself starts with "Bearer "
+    # still matches as sent.
+    candidates = [auth, auth[7:]] if auth[:7].lower() == "bearer " else [auth]
+    return _raw_token_ok(tokens, candidates)
+
+
+def _raw_token_ok(tokens: Sequence[str], candidates: list[str]) -> AuthResult:
     digests = _token_digests(tokens) if isinstance(tokens, tuple) else tuple(_digest(t) for t in tokens)
     matched = False
-    for expected in digests:
-        # Evaluate every token so timing does not reveal which one matched.
-        matched |= hmac.compare_digest(sent, expected)
+    for sent in map(_digest, candidates):
+        for expected in digests:
+            # Evaluate every token so timing does not reveal which one matched.
+            matched |= hmac.compare_digest(sent, expected)
     if matched:
         return OK
     return AuthResult(AuthStatus.INVALID, "invalid token or signature")

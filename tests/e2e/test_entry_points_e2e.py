@@ -205,3 +205,16 @@ def test_no_ready_worker_is_503_everywhere(gw: GatewayProcess) -> None:
     for where, (status, _h, body) in calls.items():
         assert status == 503, (where, body)
         assert "ready" in _error_shape(body), where
+
+
+def test_bearer_token_is_accepted_everywhere(gw: GatewayProcess) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for where, (status, _h, body) in _eas_calls(gw, "echo", b"hello", bearer).items():
+        assert (status, body) == (200, b"hello"), where
+    v2 = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}
+    calls = _json_calls(gw, "digits", json.dumps(v2).encode(), bearer)
+    calls["v1"] = _post(gw.port, "/v1/models/digits:predict", b'{"instances": [[0.0]]}', bearer)
+    del calls["cluster_serving"]
+    assert calls["v2"][0] == 200, calls["v2"]
+    # V1 with a malformed instance: past authentication, refused by the model's signature.
+    assert calls["v1"][0] == 400, calls["v1"]

@@ -66,6 +66,10 @@ def test_authentication_raw_token_and_refusals() -> None:
     plane, _ = _plane()
     svc = plane.find("m")
     plane.authenticate(svc, {"Authorization": TOKEN}, "/api/predict/m", b"x")
+    plane.authenticate(svc, {"Authorization": f"Bearer {TOKEN}"}, "/api/predict/m", b"x")
+    plane.authenticate(svc, {"Authorization": f"bearer {TOKEN}"}, "/api/predict/m", b"x")
+    with pytest.raises(errors.Unauthorized):
+        plane.authenticate(svc, {"Authorization": "Bearer wrong"}, "/api/predict/m", b"x")
     with pytest.raises(errors.Unauthorized):
         plane.authenticate(svc, {}, "/api/predict/m", b"x")
     with pytest.raises(errors.Unauthorized):
