@@ -46,7 +46,7 @@ from eas_sdk._core.constants import (
 from gateway import errors
 from gateway.app import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
-from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
+from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
@@ -243,24 +243,9 @@ class FastSite(web.TCPSite):
         app = getattr(self._runner, "app", None)
         assert server is not None and isinstance(app, web.Application)
         front = Front(app)
-        gw = app[CONFIG_KEY].gateway
-        conns = self._conns
-
-        def factory() -> asyncio.Protocol:
-            return FastProtocol(
-                front.serve,
-                server,
-                conns,
-                front.max_body,
-                accept=front.accept,
-                header_timeout=gw.header_timeout_s,
-                keepalive_timeout=gw.keepalive_timeout_s,
-                body_timeout=gw.body_timeout_s,
-                cancel_on_lost=True,  # as aiohttp's handler_cancellation=True (server.py)
-                early=front.early,
-                late=front.late,
-            )
-
+        # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
+        limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
+        factory = protocol_factory(front, server, self._conns, limits)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             factory, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address

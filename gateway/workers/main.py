@@ -59,7 +59,7 @@ from typing import Any
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_DEADLINE_MS, HEADER_REQUEST_ID
 from gateway.auth import AuthStatus, verify
 from gateway.config import GatewayConfig, ServiceConfig
-from gateway.lean_http import LINGER_S, FastProtocol, FastRequest, Reply, close_all
+from gateway.lean_http import LINGER_S, FastProtocol, FastRequest, Limits, Reply, close_all, protocol_factory
 from gateway.middleware import pick_request_id
 from gateway.workers.ipc import IPCServerProtocol, RequestSink, WorkerRequest, WorkerResponse
 from gateway.workers.processors.base import Processor, ProcessorError, create_processor, error_response
@@ -635,21 +635,8 @@ async def _serve(
     assert fallback is not None
     conns: set[FastProtocol] = set()
 
-    def http_protocol() -> FastProtocol:
-        return FastProtocol(
-            direct.serve,
-            fallback,
-            conns,
-            gateway.max_body_bytes,
-            accept=direct.accept,
-            # The gateway's connection limits apply on the worker's port too.
-            header_timeout=gateway.header_timeout_s,
-            keepalive_timeout=gateway.keepalive_timeout_s,
-            body_timeout=gateway.body_timeout_s,
-            early=direct.early,
-            late=direct.late,
-        )
-
+    # The gateway's connection limits apply on the worker's port too.
+    http_protocol = protocol_factory(direct, fallback, conns, Limits.of(gateway, gateway.max_body_bytes))
     http_server = await loop.create_server(http_protocol, gateway.worker_host, 0, backlog=1024)
     port = http_server.sockets[0].getsockname()[1]
 

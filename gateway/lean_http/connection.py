@@ -1,0 +1,239 @@
+"""One connection's HTTP/1.1 state, without I/O: bytes in, requests (or a verdict) out.
+
+httptools (llhttp, the C parser Node.js uses) checks the syntax; this class decides
+which requests are *simple* enough to answer on the fast path:
+
+* ``HTTP/1.1``, method GET/POST/PUT/DELETE, origin-form target under ``/api/predict/``
+  without ``%`` or ``#`` in the path, a ``Content-Length`` body (or none) within the size
+  limit, no ``Transfer-Encoding``, ``Upgrade`` or ``Expect`` header, no line longer than
+  aiohttp accepts, and the owner's ``accept`` says yes;
+* anything else, a malformed head included, is handed over: the owner gives the
+  connection to aiohttp with :attr:`buf`, which still holds every byte of that request
+  and of whatever followed it, so aiohttp sees the connection exactly as the client sent it.
+
+The buffer always starts at the first byte of the request in progress. The parser is fed
+each byte once and stops at the end of a request when more bytes follow (pipelining): the
+next request is parsed only once the previous one is answered, so answers keep the order
+and a request handed over never overtakes one still being answered here.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import httptools
+
+from eas_sdk._core.constants import PREDICT_PATH_PREFIX
+
+from .wire import Accept, FastRequest, Headers, Query, parse_query
+
+MAX_HEAD = 64 * 1024
+# aiohttp refuses (400) a request line or a header line longer than this: hand such heads over.
+_MAX_LINE = 8190
+_METHODS = frozenset(("GET", "POST", "PUT", "DELETE"))
+_PREFIX = PREDICT_PATH_PREFIX
+# A request with any of these goes to aiohttp (it implements them; we do not).
+_HAND_OVER = ("transfer-encoding", "upgrade", "expect")
+
+# What next() returns when it has no request: hand the connection over, or what it waits for.
+HAND_OVER, IDLE, HEAD, BODY = 0, 1, 2, 3
+
+
+class Head(NamedTuple):
+    """A simple request's head, parsed and accepted."""
+
+    method: str
+    path: str
+    query: str
+    headers: Headers
+    clen: int
+    close: bool
+    size: int  # bytes of the head, its blank line included
+
+
+class Ready(NamedTuple):
+    """A complete request to answer, already removed from the buffer."""
+
+    request: FastRequest
+    query: Query
+    close: bool  # the client asked to close the connection after the answer
+
+
+class _Stop(Exception):
+    """Raised from a parser callback to stop llhttp where this class wants it to stop."""
+
+
+class Connection:
+    """What was received on one connection and which request is in progress."""
+
+    __slots__ = (
+        "_accept",
+        "_done",
+        "_fed",
+        "_max_body",
+        "_pairs",
+        "_parser",
+        "_stopped",
+        "_url",
+        "asked_early",
+        "buf",
+        "handed_over",
+        "head",
+        "remote",
+    )
+
+    def __init__(self, max_body: int, accept: Accept | None = None, remote: str | None = None) -> None:
+        self._max_body = max_body
+        self._accept = accept
+        self.remote = remote
+        self.buf = bytearray()  # from the first byte of the request in progress
+        self._fed = 0  # bytes of buf the parser has seen
+        self._parser: httptools.HttpRequestParser | None = None
+        self._url = b""
+        self._pairs: list[tuple[bytes, bytes]] = []
+        self.head: Head | None = None  # the request in progress, once its head is in
+        self._done = False  # its body is in too
+        self._stopped = False  # the parser was stopped at its end (a fresh one reads on)
+        self.handed_over = False
+        self.asked_early = False  # the owner asked ``early`` about the request in progress
+
+    def receive(self, data: bytes) -> None:
+        self.buf += data
+
+    def next(self) -> Ready | int:
+        """The next complete request (consumed from the buffer), or HAND_OVER, or what the
+        connection waits for: IDLE (nothing buffered), HEAD or BODY."""
+        if not self._done and not self.handed_over and self._fed < len(self.buf):
+            self._feed()
+        if self.handed_over:
+            return HAND_OVER
+        if self._done:
+            return self._take()
+        if not self.buf:
+            return IDLE
+        if self.head is None:
+            if len(self.buf) > MAX_HEAD:
+                self.handed_over = True  # aiohttp answers an oversized head
+                return HAND_OVER
+            return HEAD
+        return BODY
+
+    def pending(self) -> tuple[FastRequest, int] | None:
+        """The request whose head is in and whose body is still arriving (its ``body`` is
+        empty), and how many body bytes are missing; None when there is no such request."""
+        head = self.head
+        if head is None or self._done:
+            return None
+        req = FastRequest(head.method, head.path, head.headers, head.clen, b"", self.remote)
+        return req, head.size + head.clen - len(self.buf)
+
+    # ------------------------------------------------------------------ parsing
+    def _feed(self) -> None:
+        buf = self.buf
+        start = self._fed
+        if start == 0 and not buf[:1].isalpha():
+            # llhttp skips blank lines before a request line; the head arithmetic below
+            # counts from the buffer's start, so such rarities go to aiohttp.
+            self.handed_over = True
+            return
+        self._fed = len(buf)
+        if self._parser is None:
+            self._parser = httptools.HttpRequestParser(self)
+        try:
+            # A view, not a copy; released before the buffer can change size again.
+            with memoryview(buf) as whole, whole[start:] as piece:
+                self._parser.feed_data(piece)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if not isinstance(cause, _Stop):
+                raise (cause or exc) from None  # a bug in a hook (accept): not the client's fault
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self.handed_over = True  # malformed (aiohttp answers 400) or a protocol switch
+
+    def _take(self) -> Ready:
+        head = self.head
+        assert head is not None
+        end = head.size + head.clen
+        body = bytes(self.buf[head.size : end]) if head.clen else b""
+        del self.buf[:end]
+        self._fed = 0  # the parser saw nothing past ``end``
+        if self._stopped:
+            self._parser = None  # stopped by an exception: llhttp needs a fresh parser
+            self._stopped = False
+        self.head = None
+        self._done = False
+        self.asked_early = False
+        self._url = b""
+        self._pairs = []
+        clen = head.clen if "content-length" in head.headers else None
+        req = FastRequest(head.method, head.path, head.headers, clen, body, self.remote)
+        return Ready(req, parse_query(head.query), head.close)
+
+    # llhttp's callbacks (httptools calls only the ones defined)
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._pairs.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        head = self._simple_head()
+        if head is None:
+            self.handed_over = True
+            raise _Stop
+        self.head = head
+
+    def on_message_complete(self) -> None:
+        self._done = True
+        head = self.head
+        if head is not None and head.size + head.clen < self._fed:
+            self._stopped = True
+            raise _Stop  # the next request's bytes wait until this one is answered
+
+    def _simple_head(self) -> Head | None:
+        """The head just parsed, when it is a simple request the owner accepts."""
+        parser = self._parser
+        assert parser is not None
+        if parser.get_http_version() != "1.1":
+            return None
+        method = parser.get_method().decode("ascii")
+        target = self._url.decode("latin-1")
+        if method not in _METHODS or not target.startswith(_PREFIX):
+            return None
+        path, _, qs = target.partition("?")
+        if "%" in path or "#" in target or len(path) <= len(_PREFIX):
+            return None
+        headers = Headers()
+        for raw_name, raw_value in self._pairs:
+            name = raw_name.decode("latin-1").lower()
+            if not dict.__contains__(headers, name):  # the first value wins (like aiohttp's get)
+                dict.__setitem__(headers, name, raw_value.decode("latin-1").strip(" \t"))
+        for name in _HAND_OVER:
+            if dict.__contains__(headers, name):
+                return None
+        clen = 0
+        raw = dict.get(headers, "content-length")
+        if raw is not None:
+            if not raw.isdigit() or not raw.isascii():
+                return None
+            clen = int(raw)
+            if clen > self._max_body:
+                return None  # aiohttp answers 413 for it
+        size = self.buf.find(b"\r\n\r\n") + 4
+        if size < 4 or size > self._fed:
+            return None  # not where llhttp ended the head: let aiohttp judge it
+        if size > _MAX_LINE and any(len(line) > _MAX_LINE for line in self.buf[:size].split(b"\r\n")):
+            return None
+        if self._accept is not None and not self._accept(method, path, headers, clen):
+            return None
+        close = not parser.should_keep_alive()
+        return Head(method, path, qs, headers, clen, close, size)
+
+
+def parse_head(head: bytes, max_body: int) -> Head | None:
+    """The simple request in ``head`` (a complete head, its blank line included), or None
+    when it would be handed over; for tests and tools."""
+    conn = Connection(max_body)
+    conn.receive(head)
+    conn._feed()
+    return None if conn.handed_over else conn.head
