@@ -33,7 +33,7 @@ _MAX_LINE = 8190
 _METHODS = frozenset(("GET", "POST", "PUT", "DELETE"))
 _PREFIX = PREDICT_PATH_PREFIX
 # A request with any of these goes to aiohttp (it implements them; we do not).
-_HAND_OVER = ("transfer-encoding", "upgrade", "expect")
+_HAND_OVER = frozenset(("transfer-encoding", "upgrade", "expect"))
 
 # What next() returns when it has no request: hand the connection over, or what it waits for.
 HAND_OVER, IDLE, HEAD, BODY = 0, 1, 2, 3
@@ -68,13 +68,9 @@ class Connection:
 
     __slots__ = (
         "_accept",
-        "_done",
         "_fed",
         "_max_body",
-        "_pairs",
         "_parser",
-        "_stopped",
-        "_url",
         "asked_early",
         "buf",
         "handed_over",
@@ -89,11 +85,7 @@ class Connection:
         self.buf = bytearray()  # from the first byte of the request in progress
         self._fed = 0  # bytes of buf the parser has seen
         self._parser: httptools.HttpRequestParser | None = None
-        self._url = b""
-        self._pairs: list[tuple[bytes, bytes]] = []
         self.head: Head | None = None  # the request in progress, once its head is in
-        self._done = False  # its body is in too
-        self._stopped = False  # the parser was stopped at its end (a fresh one reads on)
         self.handed_over = False
         self.asked_early = False  # the owner asked ``early`` about the request in progress
 
@@ -103,11 +95,12 @@ class Connection:
     def next(self) -> Ready | int:
         """The next complete request (consumed from the buffer), or HAND_OVER, or what the
         connection waits for: IDLE (nothing buffered), HEAD or BODY."""
-        if not self._done and not self.handed_over and self._fed < len(self.buf):
+        if not self.handed_over and self._fed < len(self.buf):
             self._feed()
         if self.handed_over:
             return HAND_OVER
-        if self._done:
+        head = self.head
+        if head is not None and len(self.buf) >= head.size + head.clen:
             return self._take()
         if not self.buf:
             return IDLE
@@ -122,10 +115,10 @@ class Connection:
         """The request whose head is in and whose body is still arriving (its ``body`` is
         empty), and how many body bytes are missing; None when there is no such request."""
         head = self.head
-        if head is None or self._done:
+        missing = 0 if head is None else head.size + head.clen - len(self.buf)
+        if head is None or missing <= 0:
             return None
-        req = FastRequest(head.method, head.path, head.headers, head.clen, b"", self.remote)
-        return req, head.size + head.clen - len(self.buf)
+        return FastRequest(head.method, head.path, head.headers, head.clen, b"", self.remote), missing
 
     # ------------------------------------------------------------------ parsing
     def _feed(self) -> None:
@@ -140,9 +133,12 @@ class Connection:
         if self._parser is None:
             self._parser = httptools.HttpRequestParser(self)
         try:
-            # A view, not a copy; released before the buffer can change size again.
-            with memoryview(buf) as whole, whole[start:] as piece:
-                self._parser.feed_data(piece)
+            if start == 0:
+                self._parser.feed_data(buf)
+            else:
+                # A view, not a copy; released before the buffer can change size again.
+                with memoryview(buf) as whole, whole[start:] as piece:
+                    self._parser.feed_data(piece)
         except httptools.HttpParserCallbackError as exc:
             cause = exc.__context__
             if not isinstance(cause, _Stop):
@@ -156,61 +152,55 @@ class Connection:
         end = head.size + head.clen
         body = bytes(self.buf[head.size : end]) if head.clen else b""
         del self.buf[:end]
-        self._fed = 0  # the parser saw nothing past ``end``
-        if self._stopped:
-            self._parser = None  # stopped by an exception: llhttp needs a fresh parser
-            self._stopped = False
+        if self._fed != end:
+            # The parser read into the next request, or was stopped by an exception: a
+            # fresh one reads on from ``end``.
+            self._parser = None
+        self._fed = 0
         self.head = None
-        self._done = False
         self.asked_early = False
-        self._url = b""
-        self._pairs = []
-        clen = head.clen if "content-length" in head.headers else None
+        clen = head.clen if dict.__contains__(head.headers, "content-length") else None
         req = FastRequest(head.method, head.path, head.headers, clen, body, self.remote)
         return Ready(req, parse_query(head.query), head.close)
 
     # llhttp's callbacks (httptools calls only the ones defined)
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._pairs.append((name, value))
-
     def on_headers_complete(self) -> None:
+        if self.head is not None:
+            raise _Stop  # the next request's head: it waits until this one is answered
         head = self._simple_head()
         if head is None:
             self.handed_over = True
             raise _Stop
         self.head = head
-
-    def on_message_complete(self) -> None:
-        self._done = True
-        head = self.head
-        if head is not None and head.size + head.clen < self._fed:
-            self._stopped = True
-            raise _Stop  # the next request's bytes wait until this one is answered
+        # No on_message_complete (one Python call less per request): the body is complete
+        # once the buffer holds Content-Length bytes after the head.
 
     def _simple_head(self) -> Head | None:
         """The head just parsed, when it is a simple request the owner accepts."""
         parser = self._parser
         assert parser is not None
-        if parser.get_http_version() != "1.1":
+        size = self.buf.find(b"\r\n\r\n") + 4
+        if size < 4 or size > self._fed:
+            return None  # not where llhttp ended the head: let aiohttp judge it
+        # llhttp has checked the syntax (token names, no obs-fold, CRLF line ends), so plain
+        # splits read the head; one decode and C-level splits cost less than a Python
+        # callback per header.
+        first, *lines = self.buf[: size - 4].decode("latin-1").split("\r\n")
+        request_line = first.split(" ")
+        if len(request_line) != 3:
             return None
-        method = parser.get_method().decode("ascii")
-        target = self._url.decode("latin-1")
-        if method not in _METHODS or not target.startswith(_PREFIX):
+        method, target, version = request_line
+        if version != "HTTP/1.1" or method not in _METHODS or not target.startswith(_PREFIX):
             return None
         path, _, qs = target.partition("?")
         if "%" in path or "#" in target or len(path) <= len(_PREFIX):
             return None
-        headers = Headers()
-        for raw_name, raw_value in self._pairs:
-            name = raw_name.decode("latin-1").lower()
-            if not dict.__contains__(headers, name):  # the first value wins (like aiohttp's get)
-                dict.__setitem__(headers, name, raw_value.decode("latin-1").strip(" \t"))
-        for name in _HAND_OVER:
-            if dict.__contains__(headers, name):
-                return None
+        pairs = [line.partition(":") for line in lines]
+        # Built from the last pair to the first, so the first value of a repeated name wins
+        # (like aiohttp's get).
+        headers = Headers([(k.lower(), v.strip(" \t")) for k, _, v in reversed(pairs)])
+        if not headers.keys().isdisjoint(_HAND_OVER):
+            return None
         clen = 0
         raw = dict.get(headers, "content-length")
         if raw is not None:
@@ -219,15 +209,11 @@ class Connection:
             clen = int(raw)
             if clen > self._max_body:
                 return None  # aiohttp answers 413 for it
-        size = self.buf.find(b"\r\n\r\n") + 4
-        if size < 4 or size > self._fed:
-            return None  # not where llhttp ended the head: let aiohttp judge it
-        if size > _MAX_LINE and any(len(line) > _MAX_LINE for line in self.buf[:size].split(b"\r\n")):
+        if size > _MAX_LINE and any(len(line) > _MAX_LINE for line in [first, *lines]):
             return None
         if self._accept is not None and not self._accept(method, path, headers, clen):
             return None
-        close = not parser.should_keep_alive()
-        return Head(method, path, qs, headers, clen, close, size)
+        return Head(method, path, qs, headers, clen, not parser.should_keep_alive(), size)
 
 
 def parse_head(head: bytes, max_body: int) -> Head | None:
