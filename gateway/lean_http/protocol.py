@@ -96,6 +96,7 @@ class FastProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_kind = _NO_TIMER
         self._active = 0.0  # loop time of the last answer (the keep-alive timer counts from it)
+        self._loop = asyncio.get_running_loop()  # made by the loop's listener, inside the loop
         self.transport: asyncio.Transport | None = None
         self.busy = False
         self._closing = False
@@ -118,7 +119,7 @@ class FastProtocol(asyncio.Protocol):
         if isinstance(peer, (tuple, list)) and peer:
             self.conn.remote = str(peer[0])
         self._conns.add(self)
-        self._active = asyncio.get_running_loop().time()
+        self._active = self._loop.time()
         self._arm(HEAD)  # the first request head is due within header_timeout too
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -167,7 +168,7 @@ class FastProtocol(asyncio.Protocol):
         self._disarm()
         delay = self._delays[kind]
         if delay > 0:
-            self._timer = asyncio.get_running_loop().call_later(delay, self._expired)
+            self._timer = self._loop.call_later(delay, self._expired)
             self._timer_kind = kind
 
     def _disarm(self) -> None:
@@ -182,9 +183,9 @@ class FastProtocol(asyncio.Protocol):
         if t is None or self.busy:
             return  # while a handler works nothing is timed; _next arms afresh after it
         if kind == IDLE:
-            left = self._active + self._delays[IDLE] - asyncio.get_running_loop().time()
+            left = self._active + self._delays[IDLE] - self._loop.time()
             if left > 0:  # answered something since it was armed: wait the rest
-                self._timer = asyncio.get_running_loop().call_later(left, self._expired)
+                self._timer = self._loop.call_later(left, self._expired)
                 self._timer_kind = IDLE
                 return
         elif kind == BODY:
@@ -275,7 +276,7 @@ class FastProtocol(asyncio.Protocol):
         else:
             if yielded is None:  # a bare yield (sleep(0)): run again on the next iteration
                 self._waiting = True
-                asyncio.get_running_loop().call_soon(self._resume, coro, close, True)
+                self._loop.call_soon(self._resume, coro, close, True)
             elif getattr(yielded, "_asyncio_future_blocking", None) is None:
                 coro.close()  # not an asyncio future: nothing here awaits such a thing
                 log.error("request handler awaited %r", type(yielded).__name__)
@@ -317,7 +318,7 @@ class FastProtocol(asyncio.Protocol):
         if t is None:
             return
         if self._timer_kind == IDLE:
-            self._active = asyncio.get_running_loop().time()
+            self._active = self._loop.time()
         close = close or self._closing
         t.write(encode_reply(reply, close))
         if close:

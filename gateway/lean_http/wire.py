@@ -99,13 +99,22 @@ def _date() -> str:
     return _date_line
 
 
+# (status, content type) -> the answer's first lines: most answers share a handful.
+_HEADS: dict[tuple[int, str], str] = {}
+
+
 def encode_reply(reply: Reply, close: bool) -> bytes:
     """The whole answer as one buffer (written with one ``write``)."""
-    status = reply.status
-    parts = [
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
-        f"Content-Type: {reply.content_type}\r\nContent-Length: {len(reply.body)}\r\n{_date()}"
-    ]
+    key = (reply.status, reply.content_type)
+    first = _HEADS.get(key)
+    if first is None:
+        if len(_HEADS) >= 256:
+            _HEADS.clear()
+        status = reply.status
+        first = _HEADS[key] = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\nContent-Type: {reply.content_type}\r\n"
+        )
+    parts = [f"{first}Content-Length: {len(reply.body)}\r\n{_date()}"]
     if reply.headers:
         for k, v in reply.headers.items():
             parts.append(f"{k}: {v}\r\n")
