@@ -227,7 +227,7 @@ class FastProtocol(asyncio.Protocol):
                         self._refuse(reply, pending[1])
                         return
                 self._arm(ready)  # IDLE runs on across requests: _expired checks _active
-                return
+                break
             assert not isinstance(ready, int)
             if self._timer_kind >= HEAD:
                 self._disarm()  # the request is complete: its head/body deadline is met

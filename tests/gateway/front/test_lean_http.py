@@ -11,6 +11,7 @@ from gateway.lean_http import (
     BODY,
     HAND_OVER,
     HEAD,
+    HIGH_WATER,
     IDLE,
     MAX_HEAD,
     Connection,
@@ -169,3 +170,52 @@ def test_connection_hands_over_what_accept_refuses_and_a_malformed_head() -> Non
     big = Connection(100)
     big.receive(b"GET /api/predict/q HTTP/1.1\r\nX: " + b"a" * MAX_HEAD)
     assert big.next() == HAND_OVER
+
+
+class _Transport:
+    """Just enough of a transport for FastProtocol."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.reading = True
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_flow_control_pauses_a_client_that_runs_ahead() -> None:
+    loop = asyncio.get_running_loop()
+    gate: asyncio.Future[None] = loop.create_future()
+
+    async def serve(req: FastRequest, query: Query) -> Reply:
+        await gate
+        return Reply(200, req.body)
+
+    proto = protocol_factory(Hooks(serve), asyncio.Protocol, set(), Limits(1 << 20))()
+    t = _Transport()
+    proto.connection_made(t)  # type: ignore[arg-type]
+    proto.data_received(REQ)  # the handler waits on the gate
+    proto.data_received(REQ * (HIGH_WATER // len(REQ) + 1))  # pipelined far ahead
+    assert not t.reading and not t.written
+    gate.set_result(None)
+    await asyncio.sleep(0)
+    assert t.reading and len(t.written) == HIGH_WATER // len(REQ) + 2
+    # A client that does not read its answers: nothing more is answered until it does.
+    proto.pause_writing()
+    proto.data_received(REQ)
+    assert len(t.written) == HIGH_WATER // len(REQ) + 2
+    proto.resume_writing()
+    assert len(t.written) == HIGH_WATER // len(REQ) + 3 and not t.closed
