@@ -1,4 +1,4 @@
-"""The gateway's listener with a lean HTTP/1.1 front (gateway/lean_http.py).
+"""The gateway's listener with a lean HTTP/1.1 front (gateway/lean_http).
 
 Two kinds of plain calls are answered by ``FastProtocol`` without aiohttp's request
 machinery (about 100 us of CPU per call on the benchmark machine, most of a small
@@ -14,7 +14,7 @@ predict's gateway cost):
   pool errors).
 
 Both get the missing-token 401, the ``X-Request-Id`` header, the request metrics, the
-access log line and cancellation when the client leaves (F16), like the aiohttp route.
+access log line and cancellation when the client leaves, like the aiohttp route.
 While a body is still arriving, a request without a token, or with a wrong raw token, is
 answered 401 at once (``early``), and a body not complete ``body_timeout_s`` after its
 head is answered 408 (``late``); both close the connection after a lingering close.
