@@ -95,16 +95,19 @@ class Connection:
     def next(self) -> Ready | int:
         """The next complete request (consumed from the buffer), or HAND_OVER, or what the
         connection waits for: IDLE (nothing buffered), HEAD or BODY."""
-        if not self.handed_over and self._fed < len(self.buf):
-            self._feed()
+        head = self.head
+        if head is None or len(self.buf) < head.size + head.clen:
+            # Parse what is new; not once the body is in (the bytes after it wait their turn).
+            if not self.handed_over and self._fed < len(self.buf):
+                self._feed()
+            head = self.head
         if self.handed_over:
             return HAND_OVER
-        head = self.head
         if head is not None and len(self.buf) >= head.size + head.clen:
             return self._take()
         if not self.buf:
             return IDLE
-        if self.head is None:
+        if head is None:
             if len(self.buf) > MAX_HEAD:
                 self.handed_over = True  # aiohttp answers an oversized head
                 return HAND_OVER
