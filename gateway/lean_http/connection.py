@@ -40,7 +40,7 @@ HAND_OVER, IDLE, HEAD, BODY = 0, 1, 2, 3
 
 
 class Head(NamedTuple):
-    """A simple request's head, parsed and accepted."""
+    """A simple request's head, parsed and accepted (what :func:`parse_head` returns)."""
 
     method: str
     path: str
@@ -51,12 +51,10 @@ class Head(NamedTuple):
     size: int  # bytes of the head, its blank line included
 
 
-class Ready(NamedTuple):
-    """A complete request to answer, already removed from the buffer."""
-
-    request: FastRequest
-    query: Query
-    close: bool  # the client asked to close the connection after the answer
+# A complete request to answer, already removed from the buffer: (the request, its query,
+# whether the client asked to close the connection after the answer). A plain tuple: a
+# NamedTuple costs a Python call per request.
+Ready = tuple[FastRequest, Query, bool]
 
 
 class _Stop(Exception):
@@ -68,9 +66,13 @@ class Connection:
 
     __slots__ = (
         "_accept",
+        "_clen",
+        "_close",
         "_fed",
         "_max_body",
         "_parser",
+        "_qs",
+        "_size",
         "asked_early",
         "buf",
         "handed_over",
@@ -85,7 +87,13 @@ class Connection:
         self.buf = bytearray()  # from the first byte of the request in progress
         self._fed = 0  # bytes of buf the parser has seen
         self._parser: httptools.HttpRequestParser | None = None
-        self.head: Head | None = None  # the request in progress, once its head is in
+        # The request in progress once its head is in (its body still empty), with the
+        # query string, Content-Length, Connection: close and the head's size in bytes.
+        self.head: FastRequest | None = None
+        self._qs = ""
+        self._clen = 0
+        self._close = False
+        self._size = 0
         self.handed_over = False
         self.asked_early = False  # the owner asked ``early`` about the request in progress
 
@@ -96,14 +104,14 @@ class Connection:
         """The next complete request (consumed from the buffer), or HAND_OVER, or what the
         connection waits for: IDLE (nothing buffered), HEAD or BODY."""
         head = self.head
-        if head is None or len(self.buf) < head.size + head.clen:
+        if head is None or len(self.buf) < self._size + self._clen:
             # Parse what is new; not once the body is in (the bytes after it wait their turn).
             if not self.handed_over and self._fed < len(self.buf):
                 self._feed()
             head = self.head
         if self.handed_over:
             return HAND_OVER
-        if head is not None and len(self.buf) >= head.size + head.clen:
+        if head is not None and len(self.buf) >= self._size + self._clen:
             return self._take()
         if not self.buf:
             return IDLE
@@ -118,10 +126,10 @@ class Connection:
         """The request whose head is in and whose body is still arriving (its ``body`` is
         empty), and how many body bytes are missing; None when there is no such request."""
         head = self.head
-        missing = 0 if head is None else head.size + head.clen - len(self.buf)
+        missing = self._size + self._clen - len(self.buf)
         if head is None or missing <= 0:
             return None
-        return FastRequest(head.method, head.path, head.headers, head.clen, b"", self.remote), missing
+        return FastRequest(head.method, head.path, head.headers, self._clen, b"", self.remote), missing
 
     # ------------------------------------------------------------------ parsing
     def _feed(self) -> None:
@@ -150,10 +158,12 @@ class Connection:
             self.handed_over = True  # malformed (aiohttp answers 400) or a protocol switch
 
     def _take(self) -> Ready:
-        head = self.head
-        assert head is not None
-        end = head.size + head.clen
-        body = bytes(self.buf[head.size : end]) if head.clen else b""
+        req = self.head
+        assert req is not None
+        size = self._size
+        end = size + self._clen
+        if end > size:
+            req.body = bytes(self.buf[size:end])
         del self.buf[:end]
         if self._fed != end:
             # The parser read into the next request, or was stopped by an exception: a
@@ -162,9 +172,7 @@ class Connection:
         self._fed = 0
         self.head = None
         self.asked_early = False
-        clen = head.clen if dict.__contains__(head.headers, "content-length") else None
-        req = FastRequest(head.method, head.path, head.headers, clen, body, self.remote)
-        return Ready(req, parse_query(head.query), head.close)
+        return req, parse_query(self._qs), self._close
 
     # llhttp's callbacks (httptools calls only the ones defined)
     def on_headers_complete(self) -> None:
@@ -178,7 +186,7 @@ class Connection:
         # No on_message_complete (one Python call less per request): the body is complete
         # once the buffer holds Content-Length bytes after the head.
 
-    def _simple_head(self) -> Head | None:
+    def _simple_head(self) -> FastRequest | None:
         """The head just parsed, when it is a simple request the owner accepts."""
         parser = self._parser
         assert parser is not None
@@ -216,7 +224,12 @@ class Connection:
             return None
         if self._accept is not None and not self._accept(method, path, headers, clen):
             return None
-        return Head(method, path, qs, headers, clen, not parser.should_keep_alive(), size)
+        self._qs = qs
+        self._clen = clen
+        self._close = not parser.should_keep_alive()
+        self._size = size
+        content_length = clen if raw is not None else None
+        return FastRequest(method, path, headers, content_length, b"", self.remote)
 
 
 def parse_head(head: bytes, max_body: int) -> Head | None:
@@ -225,4 +238,7 @@ def parse_head(head: bytes, max_body: int) -> Head | None:
     conn = Connection(max_body)
     conn.receive(head)
     conn._feed()
-    return None if conn.handed_over else conn.head
+    req = conn.head
+    if conn.handed_over or req is None:
+        return None
+    return Head(req.method, req.path, conn._qs, req.headers, conn._clen, conn._close, conn._size)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, Protocol, cast
 
-from .connection import BODY, HAND_OVER, HEAD, IDLE, Connection
+from .connection import BODY, HAND_OVER, HEAD, IDLE, Connection, Ready
 from .wire import Accept, Early, FastRequest, Late, Query, Reply, Serve, encode_reply
 
 log = logging.getLogger("gateway.lean_http")
@@ -228,10 +228,10 @@ class FastProtocol(asyncio.Protocol):
                         return
                 self._arm(ready)  # IDLE runs on across requests: _expired checks _active
                 break
-            assert not isinstance(ready, int)
+            req, query, close = cast(Ready, ready)
             if self._timer_kind >= HEAD:
                 self._disarm()  # the request is complete: its head/body deadline is met
-            self._start(self._hooks.serve(ready.request, ready.query), ready.close)
+            self._start(self._hooks.serve(req, query), close)
         if self._read_paused and not self.busy and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()

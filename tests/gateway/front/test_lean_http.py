@@ -21,7 +21,6 @@ from gateway.lean_http import (
     Hooks,
     Limits,
     Query,
-    Ready,
     Reply,
     parse_head,
     parse_query,
@@ -143,10 +142,12 @@ def test_connection_yields_pipelined_requests_one_at_a_time() -> None:
     chunked = b"POST /api/predict/q HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
     conn.receive(REQ[-2:] + REQ + chunked)  # the rest, a second request, then one to hand over
     first = conn.next()
-    assert isinstance(first, Ready) and first.request.body == b"abc" and first.request.remote == "1.2.3.4"
-    assert first.request.content_length == 3 and first.query == [] and not first.close
+    assert isinstance(first, tuple)
+    req, query, close = first
+    assert req.body == b"abc" and req.remote == "1.2.3.4" and req.content_length == 3
+    assert query == [] and not close
     second = conn.next()
-    assert isinstance(second, Ready) and second.request.body == b"abc"
+    assert isinstance(second, tuple) and second[0].body == b"abc" and second[0] is not req
     assert conn.next() == HAND_OVER
     assert bytes(conn.buf) == chunked  # every byte of the request handed over is still there
 
@@ -161,7 +162,7 @@ def test_connection_hands_over_what_accept_refuses_and_a_malformed_head() -> Non
     conn = Connection(100, accept)
     yes, no = REQ.replace(b"/q ", b"/yes "), REQ.replace(b"/q ", b"/no ")
     conn.receive(yes + no)
-    assert isinstance(conn.next(), Ready)
+    assert isinstance(conn.next(), tuple)
     assert conn.next() == HAND_OVER and bytes(conn.buf) == no
     assert seen == [("POST", "/api/predict/yes", 3), ("POST", "/api/predict/no", 3)]
     bad = Connection(100)
