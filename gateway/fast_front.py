@@ -1,4 +1,4 @@
-"""The gateway's listener with a lean HTTP/1.1 front (gateway/lean_http.py).
+"""The gateway's listener with a lean HTTP/1.1 front (gateway/lean_http).
 
 Two kinds of plain calls are answered by ``FastProtocol`` without aiohttp's request
 machinery (about 100 us of CPU per call on the benchmark machine, most of a small
@@ -14,7 +14,7 @@ predict's gateway cost):
   pool errors).
 
 Both get the missing-token 401, the ``X-Request-Id`` header, the request metrics, the
-access log line and cancellation when the client leaves (F16), like the aiohttp route.
+access log line and cancellation when the client leaves, like the aiohttp route.
 While a body is still arriving, a request without a token, or with a wrong raw token, is
 answered 401 at once (``early``), and a body not complete ``body_timeout_s`` after its
 head is answered 408 (``late``); both close the connection after a lingering close.
@@ -43,7 +43,7 @@ from eas_sdk._core.constants import (
 )
 from gateway import errors
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
-from gateway.lean_http import FastProtocol, FastRequest, Headers, Query
+from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
@@ -211,24 +211,9 @@ class FastSite(web.TCPSite):
         app = getattr(self._runner, "app", None)
         assert server is not None and isinstance(app, web.Application)
         front = Front(app)
-        gw = app[CONFIG_KEY].gateway
-        conns = self._conns
-
-        def factory() -> asyncio.Protocol:
-            return FastProtocol(
-                front.serve,
-                server,
-                conns,
-                front.max_body,
-                accept=front.accept,
-                header_timeout=gw.header_timeout_s,
-                keepalive_timeout=gw.keepalive_timeout_s,
-                body_timeout=gw.body_timeout_s,
-                cancel_on_lost=True,  # as aiohttp's handler_cancellation=True (server.py)
-                early=front.early,
-                late=front.late,
-            )
-
+        # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
+        limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
+        factory = protocol_factory(front, server, self._conns, limits)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             factory, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address

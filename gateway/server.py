@@ -1,32 +1,29 @@
-"""Running the application: an AppRunner whose connections have a header-phase deadline.
+"""Running the application: an AppRunner whose connections have a request-head deadline.
 
-aiohttp has a keep-alive timeout but no deadline for receiving a request's
-headers, so a client that sends half a request line (slowloris, B8) would hold
-the connection until the keep-alive timer (75 s by default). Each connection
-here arms a timer when it is opened, and again when bytes of a new request
-arrive on a kept-alive or pipelining connection; the timer is disarmed as soon
-as the parser has a complete request head. If it fires while the connection is
-still waiting for a request head, the connection is closed.
-
-Known gap: a partial head that arrives in the same read as the end of the
-previous request cannot be told apart from a finished read (the C parser keeps
-no visible buffer); such a connection is bounded by the keep-alive timeout.
+aiohttp has a keep-alive timeout but no deadline for receiving a request's head, and it
+logs a malformed request at ERROR quoting the offending line (possibly an Authorization
+header). Every connection aiohttp serves here, whether from a plain ``TCPSite`` or handed
+over by the lean front (gateway/fast_front.py), is therefore wrapped in
+``lean_http.HeadWatch``: a request head must be complete within ``header_timeout_s``
+(slowloris), and a malformed first request gets the gateway's JSON 400 and one INFO line
+naming only the kind of error. Only aiohttp's public API is used: the runner's ``server``
+(the protocol factory that sites listen with) and the protocol's ``close()``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+import httptools
 from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMethod
-from aiohttp.web import BaseRequest, StreamResponse
-from aiohttp.web_protocol import RequestHandler
 
-from gateway.errors import HTTP_STATUS_CODES
+from eas_sdk._core.constants import HEADER_REQUEST_ID
+from gateway.lean_http import Reply, close_all, encode_reply
+from gateway.lean_http.watch import HeadWatch
 from gateway.logging import ACCESS_LOGGER, GatewayAccessLogger
-from gateway.middleware import error_response, new_request_id
+from gateway.middleware import new_request_id
 from gateway.state import CONFIG_KEY
 
 if TYPE_CHECKING:
@@ -34,94 +31,33 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.server")
 
-
-class HeaderDeadlineHandler(RequestHandler):
-    """RequestHandler that closes connections which do not deliver a request head in time."""
-
-    def __init__(self, manager: web.Server, *, header_timeout: float, **kwargs: Any) -> None:
-        super().__init__(manager, **kwargs)
-        self._header_timeout = header_timeout
-        self._header_handle: asyncio.TimerHandle | None = None
-
-    def _arm_header_deadline(self) -> None:
-        if self._header_timeout > 0 and self._header_handle is None:
-            self._header_handle = self._loop.call_later(self._header_timeout, self._header_deadline)
-
-    def _disarm_header_deadline(self) -> None:
-        if self._header_handle is not None:
-            self._header_handle.cancel()
-            self._header_handle = None
-
-    def _header_deadline(self) -> None:
-        self._header_handle = None
-        if self._messages:
-            return  # a complete head is queued (pipelining)
-        idle = self._waiter is not None and not self._waiter.done()
-        if idle or self._request_count == 0:
-            peer = self.transport.get_extra_info("peername") if self.transport else None
-            log.info("closing connection from %s: no request head within %.3g s", peer, self._header_timeout)
-            self.force_close()
-        elif self.transport is not None:
-            # A handler is still busy and a partial pipelined head is waiting behind it:
-            # check again later, the deadline holds once the connection is idle.
-            self._arm_header_deadline()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self._arm_header_deadline()
-
-    def data_received(self, data: bytes) -> None:
-        before = self._request_count
-        super().data_received(data)
-        if self._request_count != before:
-            self._disarm_header_deadline()
-        elif data and not self._messages and self._receiving_next_head():
-            self._arm_header_deadline()
-
-    def _receiving_next_head(self) -> bool:
-        """Bytes that complete no request are a new head (not a body) when the connection
-        is idle, or when the request being handled has already received its whole body."""
-        if self._waiter is not None and not self._waiter.done():
-            return True
-        current = self._current_request
-        return current is not None and current.content.is_eof()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm_header_deadline()
-        super().connection_lost(exc)
-
-    def handle_error(
-        self,
-        request: BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> StreamResponse:
-        """Parser rejections (bad request line, bad header): one INFO line, a JSON 4xx.
-
-        aiohttp would log them at ERROR with the parser's message, which quotes the
-        offending line (possibly an Authorization header) - so only the class is logged.
-        """
-        if status >= 500:
-            return super().handle_error(request, status, exc, message)
-        # Non-HTTP traffic (scanners, TLS to a plain port) is common on open ports: DEBUG only.
-        level = logging.DEBUG if isinstance(exc, BadHttpMethod) else logging.INFO
-        log.log(level, "rejected a malformed request from %s (%s)", request.remote, type(exc).__name__)
-        if request.writer.output_size > 0:
-            raise ConnectionError("response already started")
-        code = HTTP_STATUS_CODES.get(status, "BadRequest")
-        return error_response(status, code, "malformed HTTP request", new_request_id(), close=True)
+_JSON = "application/json; charset=utf-8"
 
 
-class _GatewayServer(web.Server):
-    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._header_timeout = header_timeout
+def malformed_reply(remote: str | None, exc: Exception) -> bytes:
+    """The answer to a request the HTTP parser refuses: a JSON 400 ``BadRequest``, logged
+    as one line that names only the kind of error (the line itself could hold a token)."""
+    # Non-HTTP traffic (scanners, TLS to a plain port) is common on open ports: DEBUG only.
+    level = logging.DEBUG if isinstance(exc, httptools.HttpParserInvalidMethodError) else logging.INFO
+    log.log(level, "rejected a malformed request from %s (%s)", remote, type(exc).__name__)
+    rid = new_request_id()
+    body = json.dumps({"code": "BadRequest", "message": "malformed HTTP request", "request_id": rid})
+    return encode_reply(Reply(400, body.encode(), _JSON, {HEADER_REQUEST_ID: rid}), close=True)
 
-    def __call__(self) -> RequestHandler:
-        return HeaderDeadlineHandler(
-            self, loop=self._loop, header_timeout=self._header_timeout, **self._kwargs
-        )
+
+class WatchedServer:
+    """aiohttp's ``web.Server`` (the protocol factory) with every connection in a HeadWatch;
+    anything else is the wrapped server's."""
+
+    def __init__(self, server: web.Server, header_timeout: float) -> None:
+        self.server = server
+        self.header_timeout = header_timeout
+
+    def __call__(self) -> HeadWatch:
+        return HeadWatch(self.server(), self.header_timeout, malformed_reply)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.server, name)
 
 
 class GatewayRunner(web.AppRunner):
@@ -130,33 +66,29 @@ class GatewayRunner(web.AppRunner):
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
         gw = app[CONFIG_KEY].gateway
         kwargs.setdefault("shutdown_timeout", gw.shutdown_timeout_s)
-        # Cancel the handler (and so the upstream call) when the client goes away (F16).
+        # Cancel the handler (and so the upstream call) when the client goes away.
         kwargs.setdefault("handler_cancellation", True)
         kwargs.setdefault("access_log_class", GatewayAccessLogger)
         kwargs.setdefault("access_log", logging.getLogger(ACCESS_LOGGER) if gw.access_log else None)
         super().__init__(app, **kwargs)
+        self.close_timeout: float = kwargs["shutdown_timeout"]
         self._header_timeout = gw.header_timeout_s
-        # Connections still on the queue fast path (fast_front.FastSite); the ones it
-        # handed to aiohttp are the web.Server's, closed by its own shutdown.
+        # Connections still on the fast path (fast_front.FastSite); the ones it handed to
+        # aiohttp are the web.Server's, closed by its own shutdown.
         self.fast_conns: set[FastProtocol] = set()
+
+    @property
+    def server(self) -> web.Server | None:
+        """What sites listen with (and the lean front hands connections to)."""
+        server = super().server
+        if server is None:
+            return None
+        return WatchedServer(server, self._header_timeout)  # type: ignore[return-value]  # duck-typed
 
     async def shutdown(self) -> None:
         await super().shutdown()  # on_shutdown: the queues answer their long polls now
         if self.fast_conns:
-            from gateway.lean_http import close_all
-
-            await close_all(self.fast_conns, timeout=self._shutdown_timeout)
-
-    async def _make_server(self) -> web.Server:
-        base = await super()._make_server()
-        return _GatewayServer(
-            base.request_handler,
-            request_factory=base.request_factory,
-            handler_cancellation=base.handler_cancellation,
-            loop=base._loop,
-            header_timeout=self._header_timeout,
-            **base._kwargs,
-        )
+            await close_all(self.fast_conns, timeout=self.close_timeout)
 
 
 def bound_port(runner: web.BaseRunner) -> int:

@@ -5,7 +5,7 @@ full gateway; the full gateway mounts the same QueueManager behind its own
 routes. ``python -m gateway.queue.server --config cfg.yaml [--port 0]
 [--port-file F]`` serves until SIGTERM/SIGINT.
 
-Plain queue calls are answered by a lean HTTP/1.1 protocol (fast.py) with the
+Plain queue calls are answered by a lean HTTP/1.1 protocol (gateway/lean_http) with the
 same handlers and token check; WebSocket watches and anything unusual go to the
 aiohttp application below (``--no-fast-path`` serves everything with aiohttp).
 """
@@ -25,7 +25,16 @@ from aiohttp import web
 from eas_sdk._core.constants import PREDICT_PATH_PREFIX
 from gateway.auth import verify
 from gateway.config import Config, load_config
-from gateway.lean_http import FastProtocol, FastRequest, Query, Serve, close_all
+from gateway.lean_http import (
+    FastProtocol,
+    FastRequest,
+    Hooks,
+    Limits,
+    Query,
+    Serve,
+    close_all,
+    protocol_factory,
+)
 
 from .http import Reply, dispatch
 from .manager import QueueManager
@@ -118,7 +127,7 @@ async def _serve(config: Config, host: str, port: int, port_file: str | None, fa
         serve = fast_route(app[MANAGER_KEY])
         limit = max_body(app[MANAGER_KEY])
         listener = await loop.create_server(
-            lambda: FastProtocol(serve, aio, conns, limit), host, port, reuse_address=True
+            protocol_factory(Hooks(serve), aio, conns, Limits(limit)), host, port, reuse_address=True
         )
         sockets = list(listener.sockets)
     else:

@@ -44,7 +44,7 @@ def _reply(exc: errors.GatewayError, rid: str) -> Reply:
 class DirectHTTP:
     """The worker's direct-mode port: an adapter over the worker's own dataplane, so a direct
     call gets the gateway's checks, header policy and errors. Plain calls are served by the
-    lean protocol (gateway/lean_http.py), everything else by aiohttp (``app``); every reply
+    lean protocol (gateway/lean_http/), everything else by aiohttp (``app``); every reply
     carries ``X-Request-Id`` (the caller's when well-formed, else a fresh one)."""
 
     def __init__(self, service: ServiceConfig, gateway: GatewayConfig, compute: ComputeQueue) -> None:

@@ -21,7 +21,7 @@ import signal
 from typing import Any
 
 from gateway.config import GatewayConfig, ServiceConfig
-from gateway.lean_http import FastProtocol, close_all
+from gateway.lean_http import FastProtocol, Limits, close_all, protocol_factory
 from gateway.workers.compute import ComputeQueue
 from gateway.workers.direct import DirectHTTP
 from gateway.workers.ipc import IPCServerProtocol
@@ -70,21 +70,8 @@ async def serve(
     assert fallback is not None
     conns: set[FastProtocol] = set()
 
-    def http_protocol() -> FastProtocol:
-        return FastProtocol(
-            direct.serve,
-            fallback,
-            conns,
-            gateway.max_body_bytes,
-            accept=direct.accept,
-            # The gateway's connection limits apply on the worker's port too.
-            header_timeout=gateway.header_timeout_s,
-            keepalive_timeout=gateway.keepalive_timeout_s,
-            body_timeout=gateway.body_timeout_s,
-            early=direct.early,
-            late=direct.late,
-        )
-
+    # The gateway's connection limits apply on the worker's port too.
+    http_protocol = protocol_factory(direct, fallback, conns, Limits.of(gateway, gateway.max_body_bytes))
     http_server = await loop.create_server(http_protocol, gateway.worker_host, 0, backlog=1024)
     port = http_server.sockets[0].getsockname()[1]
 

@@ -1,4 +1,4 @@
-"""The queue server's lean HTTP/1.1 front (gateway/lean_http.py) against the real server.
+"""The queue server's lean HTTP/1.1 front (gateway/lean_http) against the real server.
 
 Plain calls are answered by the fast path; anything unusual must reach aiohttp on the
 same connection with every byte intact, and answers must keep the request order.
@@ -7,11 +7,6 @@ same connection with every byte intact, and answers must keep the request order.
 from __future__ import annotations
 
 import socket
-
-import pytest
-from yarl import URL
-
-from gateway.lean_http import Headers, _parse_head, parse_query
 
 from .server_proc import TOKEN, QueueServer
 
@@ -115,36 +110,3 @@ def test_connection_close_and_auth(queue_server: QueueServer, queue_name: str) -
         assert status == 200 and headers["connection"] == "close"
         s.settimeout(5)
         assert s.recv(1) == b""  # the server closed it
-
-
-@pytest.mark.parametrize(
-    "qs",
-    ["", "a=1&b=2", "_attrs_", "a=&b", "a=1&&b=2", "a+b=c%2Cd", "_indexes_=1%2C2", "k=%E4%B8%AD", "x=1=2"],
-)
-def test_parse_query_matches_yarl(qs: str) -> None:
-    assert parse_query(qs) == list(URL("/p?" + qs).query.items())
-
-
-def test_parse_head_hands_over_what_it_does_not_implement() -> None:
-    ok = _parse_head(b"PUT /api/predict/q?_indexes_=1 HTTP/1.1\r\nContent-length: 0\r\nX-A:  b ", 100)
-    assert ok is not None
-    method, path, qs, headers, clen, close = ok
-    assert (method, path, qs, clen, close) == ("PUT", "/api/predict/q", "_indexes_=1", 0, False)
-    assert isinstance(headers, Headers) and headers.get("x-a") == "b" and headers["CONTENT-LENGTH"] == "0"
-    dup = _parse_head(b"GET /api/predict/q HTTP/1.1\r\nX-A: first\r\nx-a: second\r\nHost: h", 100)
-    assert dup is not None and dup[3].get("X-A") == "first" and dup[3].get("host") == "h"
-    for head in (
-        b"GET /api/predict/q HTTP/1.0\r\nHost: x",
-        b"PATCH /api/predict/q HTTP/1.1\r\nHost: x",
-        b"GET /api/predict/q%2Fx HTTP/1.1\r\nHost: x",
-        b"GET /api/predict/ HTTP/1.1\r\nHost: x",
-        b"GET /other HTTP/1.1\r\nHost: x",
-        b"GET /api/predict/q HTTP/1.1\r\nUpgrade: websocket",
-        b"POST /api/predict/q HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6",
-        b"POST /api/predict/q HTTP/1.1\r\nContent-Length: -1",
-        b"POST /api/predict/q HTTP/1.1\r\nContent-Length: 101",
-        b"POST /api/predict/q HTTP/1.1\r\nExpect: 100-continue",
-        b"GET /api/predict/q HTTP/1.1\r\nno colon here",
-        b"GET /api/predict/q HTTP/1.1\r\n folded: x",
-    ):
-        assert _parse_head(head, 100) is None, head

@@ -1,12 +1,31 @@
-"""FastProtocol (gateway/lean_http.py) on a real socket: cancellation when the client leaves."""
+"""The lean front (gateway/lean_http): its connection state, and its protocol on a real socket."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
+from yarl import URL
 
-from gateway.lean_http import FastProtocol, FastRequest, Query, Reply
+from gateway.lean_http import (
+    BODY,
+    HAND_OVER,
+    HEAD,
+    HIGH_WATER,
+    IDLE,
+    MAX_HEAD,
+    Connection,
+    FastProtocol,
+    FastRequest,
+    Headers,
+    Hooks,
+    Limits,
+    Query,
+    Reply,
+    parse_head,
+    parse_query,
+    protocol_factory,
+)
 
 REQUEST = b"POST /api/predict/x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
 
@@ -29,7 +48,7 @@ async def _leave_mid_request(cancel_on_lost: bool) -> tuple[list[str], asyncio.F
 
     conns: set[FastProtocol] = set()
     server = await loop.create_server(
-        lambda: FastProtocol(serve, asyncio.Protocol, conns, 1024, cancel_on_lost=cancel_on_lost),
+        protocol_factory(Hooks(serve), asyncio.Protocol, conns, Limits(1024, cancel_on_lost=cancel_on_lost)),
         "127.0.0.1",
         0,
     )
@@ -64,3 +83,140 @@ async def test_client_leaving_cancels_the_handler_only_when_asked(
         assert events == ["started", "resumed"]  # answered into a closed connection: dropped
     assert shared.done() and not shared.cancelled()
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+@pytest.mark.parametrize(
+    "qs",
+    ["", "a=1&b=2", "_attrs_", "a=&b", "a=1&&b=2", "a+b=c%2Cd", "_indexes_=1%2C2", "k=%E4%B8%AD", "x=1=2"],
+)
+def test_parse_query_matches_yarl(qs: str) -> None:
+    assert parse_query(qs) == list(URL("/p?" + qs).query.items())
+
+
+def test_parse_head_hands_over_what_it_does_not_implement() -> None:
+    ok = parse_head(b"PUT /api/predict/q?_indexes_=1 HTTP/1.1\r\nContent-length: 0\r\nX-A:  b \r\n\r\n", 100)
+    assert ok is not None
+    assert (ok.method, ok.path, ok.query) == ("PUT", "/api/predict/q", "_indexes_=1")
+    assert ok.clen == 0 and not ok.close
+    headers = ok.headers
+    assert isinstance(headers, Headers) and headers.get("x-a") == "b" and headers["CONTENT-LENGTH"] == "0"
+    dup = parse_head(b"GET /api/predict/q HTTP/1.1\r\nX-A: first\r\nx-a: second\r\nHost: h\r\n\r\n", 100)
+    assert dup is not None and dup.headers.get("X-A") == "first" and dup.headers.get("host") == "h"
+    closing = parse_head(b"GET /api/predict/q HTTP/1.1\r\nConnection: close\r\n\r\n", 100)
+    assert closing is not None and closing.close
+    for head in (
+        b"GET /api/predict/q HTTP/1.0\r\nHost: x",
+        b"PATCH /api/predict/q HTTP/1.1\r\nHost: x",
+        b"GET /api/predict/q%2Fx HTTP/1.1\r\nHost: x",
+        b"GET /api/predict/ HTTP/1.1\r\nHost: x",
+        b"GET /other HTTP/1.1\r\nHost: x",
+        b"GET /api/predict/q HTTP/1.1\r\nUpgrade: websocket",
+        b"POST /api/predict/q HTTP/1.1\r\nTransfer-Encoding: chunked",
+        b"POST /api/predict/q HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6",
+        b"POST /api/predict/q HTTP/1.1\r\nContent-Length: -1",
+        b"POST /api/predict/q HTTP/1.1\r\nContent-Length: 101",
+        b"POST /api/predict/q HTTP/1.1\r\nExpect: 100-continue",
+        b"GET /api/predict/q HTTP/1.1\r\nno colon here",
+        b"GET /api/predict/q HTTP/1.1\r\n folded: x",
+        b"GET /api/predict/q HTTP/1.1\r\nX: a\r\n  folded",
+        b"GET /api/predict/q HTTP/1.1\nHost: x\n",  # bare LF line ends
+        b"\r\nGET /api/predict/q HTTP/1.1\r\nHost: x",  # a blank line first
+        b"GET /api/predict/q HTTP/1.1\r\nX-Long: " + b"a" * 9000,
+    ):
+        assert parse_head(head + b"\r\n\r\n", 100) is None, head
+
+
+REQ = b"POST /api/predict/q HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+
+
+def test_connection_yields_pipelined_requests_one_at_a_time() -> None:
+    conn = Connection(100, remote="1.2.3.4")
+    assert conn.next() == IDLE
+    conn.receive(REQ[:10])
+    assert conn.next() == HEAD
+    conn.receive(REQ[10:-2])
+    assert conn.next() == BODY
+    pending = conn.pending()
+    assert pending is not None and pending[1] == 2
+    assert pending[0].body == b"" and pending[0].path == "/api/predict/q"
+    chunked = b"POST /api/predict/q HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    conn.receive(REQ[-2:] + REQ + chunked)  # the rest, a second request, then one to hand over
+    first = conn.next()
+    assert isinstance(first, tuple)
+    req, query, close = first
+    assert req.body == b"abc" and req.remote == "1.2.3.4" and req.content_length == 3
+    assert query == [] and not close
+    second = conn.next()
+    assert isinstance(second, tuple) and second[0].body == b"abc" and second[0] is not req
+    assert conn.next() == HAND_OVER
+    assert bytes(conn.buf) == chunked  # every byte of the request handed over is still there
+
+
+def test_connection_hands_over_what_accept_refuses_and_a_malformed_head() -> None:
+    seen: list[tuple[str, str, int]] = []
+
+    def accept(method: str, path: str, headers: Headers, clen: int) -> bool:
+        seen.append((method, path, clen))
+        return path.endswith("/yes")
+
+    conn = Connection(100, accept)
+    yes, no = REQ.replace(b"/q ", b"/yes "), REQ.replace(b"/q ", b"/no ")
+    conn.receive(yes + no)
+    assert isinstance(conn.next(), tuple)
+    assert conn.next() == HAND_OVER and bytes(conn.buf) == no
+    assert seen == [("POST", "/api/predict/yes", 3), ("POST", "/api/predict/no", 3)]
+    bad = Connection(100)
+    bad.receive(b"GET /api/predict/q HTTP/1.1\r\nBad Header: x\r\n\r\n")
+    assert bad.next() == HAND_OVER and bytes(bad.buf).startswith(b"GET /api/predict/q")
+    big = Connection(100)
+    big.receive(b"GET /api/predict/q HTTP/1.1\r\nX: " + b"a" * MAX_HEAD)
+    assert big.next() == HAND_OVER
+
+
+class _Transport:
+    """Just enough of a transport for FastProtocol."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.reading = True
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return default
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def test_flow_control_pauses_a_client_that_runs_ahead() -> None:
+    loop = asyncio.get_running_loop()
+    gate: asyncio.Future[None] = loop.create_future()
+
+    async def serve(req: FastRequest, query: Query) -> Reply:
+        await gate
+        return Reply(200, req.body)
+
+    proto = protocol_factory(Hooks(serve), asyncio.Protocol, set(), Limits(1 << 20))()
+    t = _Transport()
+    proto.connection_made(t)  # type: ignore[arg-type]
+    proto.data_received(REQ)  # the handler waits on the gate
+    proto.data_received(REQ * (HIGH_WATER // len(REQ) + 1))  # pipelined far ahead
+    assert not t.reading and not t.written
+    gate.set_result(None)
+    await asyncio.sleep(0)
+    assert t.reading and len(t.written) == HIGH_WATER // len(REQ) + 2
+    # A client that does not read its answers: nothing more is answered until it does.
+    proto.pause_writing()
+    proto.data_received(REQ)
+    assert len(t.written) == HIGH_WATER // len(REQ) + 2
+    proto.resume_writing()
+    assert len(t.written) == HIGH_WATER // len(REQ) + 3 and not t.closed
