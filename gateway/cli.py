@@ -139,7 +139,7 @@ async def serve(cfg: Config) -> int:
             await runner.cleanup()
         return 1
     try:
-        site: web.TCPSite
+        site: web.BaseSite
         if gw.predict_fast_path or (gw.queue_fast_path and app[QUEUES_KEY] is not None):
             from gateway.fast_front import FastSite
 

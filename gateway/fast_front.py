@@ -196,25 +196,36 @@ class Front:
         )  # fmt: skip
 
 
-class FastSite(web.TCPSite):
-    """A TCPSite whose connections start on FastProtocol (see the module docstring)."""
+class FastSite(web.BaseSite):
+    """A listener whose connections start on FastProtocol (see the module docstring).
+
+    A ``BaseSite`` as aiohttp's own sites are: ``start`` registers it with the runner and
+    fills in the listening server, which ``stop`` and ``runner.addresses`` use; everything
+    else it needs it keeps itself."""
 
     def __init__(
         self, runner: web.BaseRunner, host: str, port: int, *, conns: set[FastProtocol], backlog: int = 128
     ) -> None:
-        super().__init__(runner, host, port, backlog=backlog)
-        self._conns = conns
+        super().__init__(runner, backlog=backlog)
+        self.front_runner = runner
+        self.host, self.port, self.backlog = host, port, backlog
+        self.conns = conns
+
+    @property
+    def name(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with the runner
-        server = self._runner.server
-        app = getattr(self._runner, "app", None)
+        await super().start()  # registers the site with the runner
+        server = self.front_runner.server
+        app = getattr(self.front_runner, "app", None)
         assert server is not None and isinstance(app, web.Application)
         front = Front(app)
         # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
         limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
-        factory = protocol_factory(front, server, self._conns, limits)
+        factory = protocol_factory(front, server, self.conns, limits)
         loop = asyncio.get_running_loop()
+        # BaseSite's contract with its subclasses: the server it closes on stop().
         self._server = await loop.create_server(
-            factory, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
+            factory, self.host, self.port, backlog=self.backlog, reuse_address=True
         )
