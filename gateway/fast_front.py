@@ -9,9 +9,8 @@ predict's gateway cost):
   same checks as routes/predict.py's queue branch and the queue's own handlers
   (``queue.http.dispatch``);
 * predict calls (``gateway.predict_fast_path``): a ``POST`` to the exact path of a
-  synchronous service, with the same checks and dispatch as routes/predict.py's
-  ``_predict`` (its shared helpers: deadline header, token/signature, worker request,
-  pool errors).
+  synchronous service, through the same dataplane (gateway/dataplane.py) as the aiohttp
+  predict route: deadline header, token or signature, dispatch and pool errors.
 
 Both get the missing-token 401, the ``X-Request-Id`` header, the request metrics, the
 access log line and cancellation when the client leaves, like the aiohttp route.

@@ -5,7 +5,7 @@ Why: most of a small request's server CPU went into aiohttp's generic machinery
 about 120 us per request on the benchmark machine against about 20 us for a bare
 asyncio protocol. Users: the queue-only server (gateway/queue/server.py), the
 gateway's listener (gateway/fast_front.py: plain queue and predict calls) and the
-worker's direct-mode HTTP port (gateway/workers/main.py). Each builds its listener
+worker's direct-mode HTTP port (gateway/workers/serve.py). Each builds its listener
 with :func:`protocol_factory` from a handler (``serve`` and the optional ``accept``,
 ``early`` and ``late`` hooks, the same checks as its aiohttp route), aiohttp's
 ``web.Server`` for everything else, and its :class:`Limits`.
