@@ -224,14 +224,21 @@ class V1Request:
 
 
 def parse_v1_predict(body: bytes, sig: ModelMetadata) -> V1Request:
-    """``{"instances": [...]}``: one instance per row. For a single-input model an
-    instance is that input's row; otherwise an object naming every input."""
+    """``{"instances": [...]}`` (row form): one instance per row; for a single-input model an
+    instance is that input's row, otherwise an object naming every input. ``{"inputs": ...}``
+    (column form, as TensorFlow Serving and KServe accept it): a list of rows for a
+    single-input model, or an object naming every input with its list of rows."""
     doc = loads(body)
-    instances = doc.get("instances") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        doc = {}
+    key = "inputs" if "inputs" in doc and "instances" not in doc else "instances"
+    if key == "inputs" and isinstance(doc["inputs"], dict):
+        return _v1_columns(doc["inputs"], sig)
+    instances = doc.get(key)
     if not isinstance(instances, list) or not instances:
-        raise KServeRequestError('body must be a JSON object with a non-empty "instances" list')
+        raise KServeRequestError('body must be a JSON object with a non-empty "instances" or "inputs" list')
     if len(instances) > MAX_INSTANCES:
-        raise KServeRequestError(f'"instances" has more than {MAX_INSTANCES} entries', 413)
+        raise KServeRequestError(f'"{key}" has more than {MAX_INSTANCES} entries', 413)
     names = [t.name for t in sig.inputs]
     named = all(isinstance(inst, dict) for inst in instances)
     if not named:
@@ -249,6 +256,20 @@ def parse_v1_predict(body: bytes, sig: ModelMetadata) -> V1Request:
         for n in names:
             columns[n].append(inst[n])
     return V1Request(len(instances), dumps({"inputs": columns}))
+
+
+def _v1_columns(inputs: dict[str, Any], sig: ModelMetadata) -> V1Request:
+    """The column form naming every input: each value is that input's list of rows."""
+    names = [t.name for t in sig.inputs]
+    if set(inputs) != set(names):
+        raise KServeRequestError(f'"inputs" names {sorted(inputs)}, the model has {names}')
+    sizes = {len(v) if isinstance(v, list) else -1 for v in inputs.values()}
+    if len(sizes) != 1 or min(sizes) < 1:
+        raise KServeRequestError('every input in "inputs" must be a non-empty list of rows of one length')
+    size = sizes.pop()
+    if size > MAX_INSTANCES:
+        raise KServeRequestError(f'"inputs" has more than {MAX_INSTANCES} rows', 413)
+    return V1Request(size, dumps({"inputs": {n: inputs[n] for n in names}}))
 
 
 def _nest(flat: list[Any], dims: list[int]) -> Any:

@@ -93,6 +93,11 @@ async def server_metadata(request: web.Request) -> web.Response:
     return _json(200, proto.dumps({"name": "easkit-gateway", "version": __version__, "extensions": []}))
 
 
+async def root(request: web.Request) -> web.Response:
+    """KServe's V1 liveness at the server's root."""
+    return _json(200, proto.dumps({"status": "alive"}))
+
+
 async def live(request: web.Request) -> web.Response:
     return _json(200, proto.dumps({"live": True}))
 
@@ -196,6 +201,7 @@ def setup(app: web.Application) -> None:
     model = "/v2/models/{model}"
     versioned = "/v2/models/{model}/versions/{version}"
     r = app.router
+    r.add_get("/", _handler(root))
     r.add_get("/v2", _handler(server_metadata))
     r.add_get("/v2/health/live", _handler(live))
     r.add_get("/v2/health/ready", _handler(ready))

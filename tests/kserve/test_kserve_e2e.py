@@ -158,6 +158,15 @@ def test_v1_predict_matches_onnx_runtime(gw: GatewayProcess, digits_model: Path,
     assert call(gw, "/v1/models/digits", headers=AUTH)[1] == {"name": "digits", "ready": True}
 
 
+def test_v1_column_inputs_and_root_liveness(gw: GatewayProcess, rows: np.ndarray) -> None:
+    by_rows = call(gw, "/v1/models/digits:predict", {"instances": rows.tolist()}, AUTH)
+    by_columns = call(gw, "/v1/models/digits:predict", {"inputs": {"input": rows.tolist()}}, AUTH)
+    as_list = call(gw, "/v1/models/digits:predict", {"inputs": rows.tolist()}, AUTH)
+    assert by_rows[0] == by_columns[0] == as_list[0] == 200
+    assert by_rows[1] == by_columns[1] == as_list[1]
+    assert call(gw, "/")[:2] == (200, {"status": "alive"})
+
+
 def test_v1_named_instances(gw: GatewayProcess) -> None:
     inst = [{"x": [0.5, 1, 2, 3], "y": [1, 2, 3, 4], "z": [1.0, 2, 3, 4]}] * 2
     status, body, _ = call(gw, "/v1/models/multi:predict", {"instances": inst})

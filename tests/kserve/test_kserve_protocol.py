@@ -103,6 +103,26 @@ def test_v1_instances_map_to_the_single_input_and_predictions_split_by_row() -> 
     assert json.loads(proto.v1_predictions(req, reply.encode())) == {"predictions": y.tolist()}
 
 
+def test_v1_inputs_in_row_and_column_form() -> None:
+    one = ModelMetadata((TensorSpec("x", "FP32", (-1, 2)),), (TensorSpec("y", "FP32", (-1, 2)),))
+    req = proto.parse_v1_predict(b'{"inputs": [[1, 2], [3, 4]]}', one)
+    assert (req.size, json.loads(req.body)) == (2, {"inputs": {"x": [[1, 2], [3, 4]]}})
+    two = ModelMetadata(
+        (TensorSpec("a", "FP32", (-1,)), TensorSpec("b", "INT64", (-1,))), (TensorSpec("s", "FP32", (-1,)),)
+    )
+    req = proto.parse_v1_predict(b'{"inputs": {"b": [2, 3], "a": [1.5, 0.5]}}', two)
+    assert (req.size, json.loads(req.body)) == (2, {"inputs": {"a": [1.5, 0.5], "b": [2, 3]}})
+    for bad, message in (
+        (b'{"inputs": {"a": [1]}}', r"names \['a'\]"),
+        (b'{"inputs": {"a": [1], "b": [1, 2]}}', "one length"),
+        (b'{"inputs": {"a": 1, "b": 2}}', "one length"),
+        (b'{"inputs": []}', "non-empty"),
+        (b"[1, 2]", "non-empty"),
+    ):
+        with pytest.raises(proto.KServeRequestError, match=message):
+            proto.parse_v1_predict(bad, two)
+
+
 def test_v1_named_instances_for_a_multi_input_model() -> None:
     sig = ModelMetadata(
         (TensorSpec("a", "FP32", (-1,)), TensorSpec("b", "INT64", (-1,))),
