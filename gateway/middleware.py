@@ -13,6 +13,7 @@ import asyncio
 import logging
 import re
 import secrets
+from collections.abc import Mapping
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -65,6 +66,31 @@ def error_response(
     return resp
 
 
+def _kserve_path(path: str) -> bool:
+    return path == "/v2" or path.startswith(("/v1/", "/v2/"))
+
+
+def _error(
+    request: web.Request,
+    status: int,
+    code: str,
+    message: str,
+    rid: str,
+    headers: Mapping[str, str] | None = None,
+    close: bool = False,
+) -> web.Response:
+    """The gateway's error shape; on KServe and Triton paths their ``{"error": ...}`` shape,
+    which their clients read (for the errors the gateway and aiohttp raise themselves too:
+    an unknown path or method)."""
+    if not _kserve_path(request.path):
+        return error_response(status, code, message, rid, dict(headers or {}), close)
+    resp = web.json_response({"error": message}, status=status, headers=headers)
+    resp.headers[HEADER_REQUEST_ID] = rid
+    if close:
+        resp.force_close()
+    return resp
+
+
 @web.middleware
 async def gateway_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     rid = pick_request_id(request.headers.get(HEADER_REQUEST_ID))
@@ -72,7 +98,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         resp = await handler(request)
     except GatewayError as exc:
-        return error_response(exc.status, exc.code, exc.message, rid, exc.headers, exc.close)
+        return _error(request, exc.status, exc.code, exc.message, rid, exc.headers, exc.close)
     except web.HTTPException as exc:
         # Raised by aiohttp (router 404/405, 413 from read(), ...): same JSON shape.
         if exc.status < 400:
@@ -80,7 +106,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
         code = HTTP_STATUS_CODES.get(exc.status, "Error")
         message = exc.reason or code
-        return error_response(exc.status, code, message, rid, headers, close=exc.status in (408, 413))
+        return _error(request, exc.status, code, message, rid, headers, close=exc.status in (408, 413))
     except (asyncio.CancelledError, ConnectionError):
         # The client went away: nothing to answer, nothing worth a traceback.
         log.debug("client disconnected", extra={"request_id": rid})
@@ -88,7 +114,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.rel_url.raw_path,
                       extra={"request_id": rid})  # fmt: skip
-        return error_response(500, "InternalError", "internal error", rid)
+        return _error(request, 500, "InternalError", "internal error", rid)
     if not resp.prepared:
         resp.headers[HEADER_REQUEST_ID] = rid
     return resp

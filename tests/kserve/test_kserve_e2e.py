@@ -236,3 +236,20 @@ def test_inference_calls_are_counted_in_metrics(gw: GatewayProcess) -> None:
         text = r.read().decode()
     counted = [line for line in text.splitlines() if line.startswith("easgw_requests_total{")]
     assert any('service="multi"' in line and 'status="400"' in line for line in counted), counted
+
+
+def test_kserve_paths_answer_every_error_in_the_error_shape(gw: GatewayProcess) -> None:
+    for method, path, status in (
+        ("GET", "/v2/models/digits/nope", 404),
+        ("GET", "/v2/nope", 404),
+        ("GET", "/v1/models/digits:predict", 405),
+        ("PUT", "/v2/models/digits/infer", 405),
+    ):
+        req = urllib.request.Request(gw.url + path, method=method, headers=AUTH)
+        try:
+            urllib.request.urlopen(req, timeout=10)
+        except urllib.error.HTTPError as err:
+            assert err.code == status, (method, path)
+            assert set(json.loads(err.read())) == {"error"}, (method, path)
+        else:
+            raise AssertionError(f"{method} {path} succeeded")
