@@ -7,6 +7,7 @@ direct port (for the calls its lean protocol hands over).
 from __future__ import annotations
 
 import asyncio
+import zlib
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
@@ -16,12 +17,51 @@ from gateway import errors
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
 
+# Inflating more than this much compressed input runs off the event loop.
+_INFLATE_ON_LOOP_MAX = 64 << 10
 
-async def read_body(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
-    """Read the whole body within limits; the result is cached on the request (request.read())."""
+
+def inflate(data: bytes, encoding: str, max_bytes: int) -> bytes:
+    """A gzip or deflate body, refused (413) once it inflates past ``max_bytes``: a small
+    compressed body must not turn into unbounded memory."""
+    wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+    try:
+        d = zlib.decompressobj(wbits)
+        out = d.decompress(data, max_bytes + 1)
+    except zlib.error:
+        if encoding != "deflate":
+            raise errors.BadRequest("the body is not valid gzip data") from None
+        # Some clients send deflate without its zlib header (raw deflate).
+        try:
+            d = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = d.decompress(data, max_bytes + 1)
+        except zlib.error:
+            raise errors.BadRequest("the body is not valid deflate data") from None
+    if len(out) > max_bytes or d.unconsumed_tail:
+        raise errors.PayloadTooLarge(f"the decompressed body exceeds {max_bytes} bytes")
+    if not d.eof:
+        raise errors.BadRequest(f"the {encoding} body is truncated")
+    return out
+
+
+async def read_body(
+    request: web.Request, max_bytes: int, timeout_s: float, *, decompress: bool = False
+) -> bytes:
+    """Read the whole body within limits; the result is cached on the request (request.read()).
+    ``decompress``: a gzip or deflate body is inflated (within ``max_bytes``); otherwise any
+    Content-Encoding is refused with 415."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    if encoding not in ("", "identity"):
+    if encoding in ("", "identity"):
+        return await _read_raw(request, max_bytes, timeout_s)
+    if not decompress or encoding not in ("gzip", "deflate"):
         raise errors.UnsupportedMediaType(f"Content-Encoding {encoding[:32]!r} is not supported", close=True)
+    raw = await _read_raw(request, max_bytes, timeout_s)
+    if len(raw) > _INFLATE_ON_LOOP_MAX:
+        return await asyncio.to_thread(inflate, raw, encoding, max_bytes)
+    return inflate(raw, encoding, max_bytes)
+
+
+async def _read_raw(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
     length = request.content_length
     if length is not None and length > max_bytes:
         raise errors.PayloadTooLarge(f"request body exceeds {max_bytes} bytes", close=True)

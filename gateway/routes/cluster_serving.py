@@ -25,7 +25,7 @@ from gateway.protocols.cluster_serving import (
     parse_request,
     predictions_from_reply,
 )
-from gateway.routes.predict import read_body, refuse_before_body
+from gateway.routes.body import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 PATH_PREFIX = "/api/cluster-serving/"

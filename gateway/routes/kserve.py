@@ -21,11 +21,12 @@ from gateway import __version__, errors
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
-from gateway.routes.predict import read_body, refuse_before_body
+from gateway.routes.body import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
 from gateway.workers.metadata import ModelMetadata
 
 _LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
+_COMPRESS_MIN = 1024  # smaller answers are not worth compressing
 
 
 def _json(status: int, body: bytes) -> web.Response:
@@ -148,9 +149,18 @@ async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
         raise proto.KServeRequestError("the binary tensor data extension is not supported; send JSON")
     gw = request.app[CONFIG_KEY].gateway
     refuse_before_body(request.app[DATAPLANE_KEY], svc, request)
-    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
+    # Triton's client compresses request bodies when asked to (gzip or deflate).
+    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s, decompress=True)
     _authorize(request, svc, body)
     return body
+
+
+def _answer(request: web.Request, body: bytes) -> web.Response:
+    """An inference answer, compressed when the client accepts it and it is worth it."""
+    resp = _json(200, body)
+    if len(body) >= _COMPRESS_MIN and "gzip" in request.headers.get("Accept-Encoding", "").lower():
+        resp.enable_compression(web.ContentCoding.gzip)
+    return resp
 
 
 async def _parse(body: bytes, parse: Any, *args: Any) -> Any:
@@ -180,7 +190,7 @@ async def v2_infer(request: web.Request) -> web.Response:
     req = await _parse(body, proto.parse_v2_infer)
     reply = await _run(request, svc, req.body, arrived)
     try:
-        return _json(200, proto.v2_response(svc.name, req, reply))
+        return _answer(request, proto.v2_response(svc.name, req, reply))
     except (ValueError, KeyError, TypeError) as exc:
         return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
 
@@ -192,7 +202,7 @@ async def v1_predict(request: web.Request) -> web.Response:
     req = await _parse(body, proto.parse_v1_predict, _signature(request.app, svc))
     reply = await _run(request, svc, req.body, arrived)
     try:
-        return _json(200, proto.v1_predictions(req, reply))
+        return _answer(request, proto.v1_predictions(req, reply))
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
 

@@ -3,9 +3,11 @@ compared with ONNX Runtime run in this process."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import urllib.error
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -253,3 +255,56 @@ def test_kserve_paths_answer_every_error_in_the_error_shape(gw: GatewayProcess) 
             assert set(json.loads(err.read())) == {"error"}, (method, path)
         else:
             raise AssertionError(f"{method} {path} succeeded")
+
+
+def test_compressed_requests_and_answers(gw: GatewayProcess, rows: np.ndarray) -> None:
+    doc = {
+        "inputs": [
+            {"name": "input", "shape": list(rows.shape), "datatype": "FP32", "data": rows.ravel().tolist()}
+        ]
+    }
+    plain = json.dumps(doc).encode()
+    want = call(gw, "/v2/models/digits/infer", raw=plain, headers=AUTH)
+    assert want[0] == 200
+    deflated = zlib.compress(plain)
+    for encoding, data in (
+        ("gzip", gzip.compress(plain)),
+        ("deflate", deflated),
+        ("deflate", deflated[2:-4]),
+    ):
+        got = call(gw, "/v2/models/digits/infer", raw=data, headers={**AUTH, "Content-Encoding": encoding})
+        assert got[:2] == want[:2], encoding
+    # An answer (of more than a few rows) compressed when the client accepts gzip.
+    many = np.repeat(rows, 20, axis=0)
+    doc = {
+        "inputs": [
+            {"name": "input", "shape": list(many.shape), "datatype": "FP32", "data": many.ravel().tolist()}
+        ]
+    }
+    big = json.dumps(doc).encode()
+    req = urllib.request.Request(
+        gw.url + "/v2/models/digits/infer", data=big, headers={**AUTH, "Accept-Encoding": "gzip"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.headers["Content-Encoding"] == "gzip"
+        assert (
+            json.loads(gzip.decompress(r.read()))
+            == call(gw, "/v2/models/digits/infer", raw=big, headers=AUTH)[1]
+        )
+    # A compression bomb: 200 MB of zeros in a few hundred kilobytes is refused, not inflated.
+    bomb = gzip.compress(b"\0" * (200 << 20), compresslevel=9)
+    status, body, _ = call(
+        gw, "/v2/models/digits/infer", raw=bomb, headers={**AUTH, "Content-Encoding": "gzip"}
+    )
+    assert status == 413 and "decompressed" in body["error"]
+    status, body, _ = call(
+        gw, "/v2/models/digits/infer", raw=b"not gzip", headers={**AUTH, "Content-Encoding": "gzip"}
+    )
+    assert status == 400 and "gzip" in body["error"]
+    status, body, _ = call(
+        gw, "/v2/models/digits/infer", raw=plain, headers={**AUTH, "Content-Encoding": "br"}
+    )
+    assert status == 415 and set(body) == {"error"}
+    # Without credentials: 401 before anything is inflated.
+    status, _b, _h = call(gw, "/v2/models/digits/infer", raw=bomb, headers={"Content-Encoding": "gzip"})
+    assert status == 401
