@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.workers.metadata import ModelMetadata
+    from gateway.workers.metadata import ModelMetadata, TensorSpec
 
 try:  # orjson is part of the gateway extra; the stdlib is the fallback
     import orjson as _orjson
@@ -212,6 +212,41 @@ def v2_metadata(model_name: str, meta: ModelMetadata) -> bytes:
             "outputs": [t.as_json() for t in meta.outputs],
         }
     )
+
+
+def triton_config(
+    model_name: str, meta: ModelMetadata, *, workers: int, max_batch_size: int, queue_delay_ms: float
+) -> bytes:
+    """The model's configuration in Triton's JSON form (``GET /v2/models/<m>/config``), derived
+    from its metadata and the service's settings: with dynamic batching on, the first (batch)
+    dimension leaves ``dims`` and ``max_batch_size`` says how many rows a batch takes."""
+    batched = max_batch_size > 1
+
+    def tensor(t: TensorSpec) -> dict[str, Any]:
+        dims = list(t.shape[1:]) if batched and t.shape else list(t.shape)
+        return {
+            "name": t.name,
+            "data_type": "TYPE_" + _TRITON_TYPES.get(t.datatype, t.datatype),
+            "dims": dims,
+        }
+
+    doc: dict[str, Any] = {
+        "name": model_name,
+        "platform": meta.platform,
+        "backend": "onnxruntime" if meta.platform == "onnxruntime_onnx" else "python",
+        "version_policy": {"latest": {"num_versions": 1}},
+        "max_batch_size": max_batch_size if batched else 0,
+        "input": [tensor(t) for t in meta.inputs],
+        "output": [tensor(t) for t in meta.outputs],
+        "instance_group": [{"name": model_name, "kind": "KIND_CPU", "count": workers}],
+    }
+    if batched:
+        doc["dynamic_batching"] = {"max_queue_delay_microseconds": round(queue_delay_ms * 1000)}
+    return dumps(doc)
+
+
+# Triton's model configuration names a V2 datatype TYPE_<name>, except BYTES (TYPE_STRING).
+_TRITON_TYPES = {"BYTES": "STRING"}
 
 
 # ----------------------------------------------------------------------------- V1

@@ -125,6 +125,17 @@ async def model_metadata(request: web.Request) -> web.Response:
     return _json(200, proto.v2_metadata(svc.name, _signature(request.app, svc)))
 
 
+async def model_config(request: web.Request) -> web.Response:
+    svc = _model(request)
+    _authorize(request, svc, b"")
+    meta = _signature(request.app, svc)
+    b = svc.batching
+    body = proto.triton_config(
+        svc.name, meta, workers=svc.workers, max_batch_size=b.max_batch_size, queue_delay_ms=b.max_latency_ms
+    )
+    return _json(200, body)
+
+
 async def v1_model(request: web.Request) -> web.Response:
     svc = _model(request)
     _authorize(request, svc, b"")
@@ -219,6 +230,7 @@ def setup(app: web.Application) -> None:
     for base in (model, versioned):
         r.add_get(base, _handler(model_metadata))
         r.add_get(base + "/ready", _handler(model_ready))
+        r.add_get(base + "/config", _handler(model_config))
         r.add_post(base + "/infer", _observed(_handler(v2_infer)))
     r.add_get("/v1/models", _handler(list_models))
     r.add_get("/v1/models/{model:[^/:]+}", _handler(v1_model))

@@ -169,6 +169,19 @@ def test_v1_column_inputs_and_root_liveness(gw: GatewayProcess, rows: np.ndarray
     assert call(gw, "/")[:2] == (200, {"status": "alive"})
 
 
+def test_triton_model_config(gw: GatewayProcess) -> None:
+    status, cfg, _ = call(gw, "/v2/models/digits/config", headers=AUTH)
+    assert status == 200, cfg
+    assert cfg["name"] == "digits" and cfg["platform"] == "onnxruntime_onnx"
+    assert cfg["input"] == [{"name": "input", "data_type": "TYPE_FP32", "dims": [-1, 64]}]
+    assert {o["name"]: o["data_type"] for o in cfg["output"]} == {
+        "label": "TYPE_INT64",
+        "probabilities": "TYPE_FP32",
+    }
+    assert call(gw, "/v2/models/digits/versions/1/config", headers=AUTH)[:2] == (200, cfg)
+    assert call(gw, "/v2/models/digits/config")[0] == 401
+
+
 def test_v1_named_instances(gw: GatewayProcess) -> None:
     inst = [{"x": [0.5, 1, 2, 3], "y": [1, 2, 3, 4], "z": [1.0, 2, 3, 4]}] * 2
     status, body, _ = call(gw, "/v1/models/multi:predict", {"instances": inst})
