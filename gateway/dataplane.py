@@ -57,6 +57,28 @@ class DispatchObserver(Protocol):
     def observe_dispatch(self, service: str, seconds: float, compute_us: int) -> None: ...
 
 
+class InferStats:
+    """Per-service call figures, as Triton's statistics extension reports them."""
+
+    __slots__ = ("compute_ns", "fail_count", "fail_ns", "last_inference_ms", "success_count", "success_ns")
+
+    def __init__(self) -> None:
+        self.success_count = self.success_ns = self.fail_count = self.fail_ns = 0
+        self.compute_ns = 0
+        self.last_inference_ms = 0
+
+    def record(self, ok: bool, seconds: float, compute_us: int) -> None:
+        ns = int(seconds * 1e9)
+        if ok:
+            self.success_count += 1
+            self.success_ns += ns
+        else:
+            self.fail_count += 1
+            self.fail_ns += ns
+        self.compute_ns += compute_us * 1000
+        self.last_inference_ms = int(time.time() * 1000)
+
+
 class DataPlane:
     """Finds services, checks credentials, admits and dispatches calls; see the module docstring."""
 
@@ -78,6 +100,7 @@ class DataPlane:
         # (service or queue name, raw token) pairs that verified. Tokens come from the config,
         # so a success stays one; a signature covers one call and is always checked. Bounded.
         self._verified: dict[tuple[str, str], None] = {}
+        self.stats: dict[str, InferStats] = {name: InferStats() for name in self.services}
 
     # ------------------------------------------------------------------ find
     def find(self, raw_name: str) -> ServiceConfig:
@@ -201,12 +224,19 @@ class DataPlane:
         if backend is None:
             raise errors.ServiceNotFound(f"service {svc.name!r} not found")
         t0 = time.perf_counter()
+        stats = self.stats.get(svc.name)
         try:
             resp = await backend.dispatch(req, timeout)
         except Exception as exc:
+            if stats is not None:
+                stats.record(False, time.perf_counter() - t0, 0)
             raise errors.from_exception(exc) from None
+        elapsed = time.perf_counter() - t0
+        compute_us = int(resp.compute_us)
+        if stats is not None:
+            stats.record(resp.status < 400, elapsed, compute_us)
         if self.observer is not None:
-            self.observer.observe_dispatch(svc.name, time.perf_counter() - t0, int(resp.compute_us))
+            self.observer.observe_dispatch(svc.name, elapsed, compute_us)
         return resp
 
     async def predict(
@@ -239,4 +269,4 @@ class DataPlane:
         return status, errors.message_of(reply).encode()
 
 
-__all__ = ["DROP_HEADERS", "JSON_FORM_HEADERS", "MIN_DEADLINE_MS", "Backend", "DataPlane"]
+__all__ = ["DROP_HEADERS", "JSON_FORM_HEADERS", "MIN_DEADLINE_MS", "Backend", "DataPlane", "InferStats"]

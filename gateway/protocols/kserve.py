@@ -245,6 +245,40 @@ def triton_config(
     return dumps(doc)
 
 
+def triton_statistics(figures: list[tuple[str, Any]]) -> bytes:
+    """Triton's statistics extension answer for (model name, InferStats) pairs. The gateway
+    measures a call as a whole: ``compute_infer`` is the processor's own time, ``queue`` the
+    rest of a successful call (waiting, transport); input and output are part of those."""
+
+    def d(count: int, ns: int) -> dict[str, int]:
+        return {"count": count, "ns": ns}
+
+    stats = []
+    for name, st in figures:
+        n = st.success_count
+        stats.append(
+            {
+                "name": name,
+                "version": "1",
+                "last_inference": st.last_inference_ms,
+                "inference_count": n,
+                "execution_count": n,
+                "inference_stats": {
+                    "success": d(n, st.success_ns),
+                    "fail": d(st.fail_count, st.fail_ns),
+                    "queue": d(n, max(0, st.success_ns - st.compute_ns)),
+                    "compute_input": d(n, 0),
+                    "compute_infer": d(n, st.compute_ns),
+                    "compute_output": d(n, 0),
+                    "cache_hit": d(0, 0),
+                    "cache_miss": d(0, 0),
+                },
+                "batch_stats": [],
+            }
+        )
+    return dumps({"model_stats": stats})
+
+
 # Triton's model configuration names a V2 datatype TYPE_<name>, except BYTES (TYPE_STRING).
 _TRITON_TYPES = {"BYTES": "STRING"}
 

@@ -110,14 +110,15 @@ class Dispatcher:
         window: int | None = None,
         retry_for_s: float = 60.0,
         timeout_attempts: int = 2,
+        plane: DataPlane | None = None,
     ) -> None:
         self.service = service
         self.pool = pool
-        # The same dispatch and error table as a synchronous predict of this service.
-        self.plane = DataPlane([service], {service.name: pool}, make_request=make_request)
+        # The same dispatch and error table as a synchronous predict of this service: the
+        # gateway's own dataplane (so its figures count these calls), or one of its own.
+        self.plane = plane or DataPlane([service], {service.name: pool}, make_request=make_request)
         self.input_q = input_q
         self.sink_q = sink_q
-        self.make_request = make_request
         self.window = window or worker_capacity(service)
         self.retry_for_s = retry_for_s
         self.timeout_attempts = timeout_attempts
@@ -348,6 +349,7 @@ def setup(app: Any) -> None:
                 _queue_of(qm, svc.name),
                 _queue_of(qm, f"{svc.name}/sink"),
                 app[DATAPLANE_KEY].make_request,
+                plane=app[DATAPLANE_KEY],
             )
             await d.start()
             dispatchers.append(d)

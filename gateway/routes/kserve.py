@@ -136,6 +136,25 @@ async def model_config(request: web.Request) -> web.Response:
     return _json(200, body)
 
 
+def _allowed(request: web.Request, svc: ServiceConfig) -> bool:
+    try:
+        _authorize(request, svc, b"")
+    except errors.GatewayError:
+        return False
+    return True
+
+
+async def model_stats(request: web.Request) -> web.Response:
+    plane = request.app[DATAPLANE_KEY]
+    if "model" in request.match_info:
+        svc = _model(request)
+        _authorize(request, svc, b"")
+        models = [svc]
+    else:  # every model whose token the caller holds (or that is open)
+        models = [s for s in _models(request) if _allowed(request, s)]
+    return _json(200, proto.triton_statistics([(s.name, plane.stats[s.name]) for s in models]))
+
+
 async def v1_model(request: web.Request) -> web.Response:
     svc = _model(request)
     _authorize(request, svc, b"")
@@ -227,10 +246,12 @@ def setup(app: web.Application) -> None:
     r.add_get("/v2/health/live", _handler(live))
     r.add_get("/v2/health/ready", _handler(ready))
     r.add_get("/v2/models", _handler(list_models))
+    r.add_get("/v2/models/stats", _handler(model_stats))
     for base in (model, versioned):
         r.add_get(base, _handler(model_metadata))
         r.add_get(base + "/ready", _handler(model_ready))
         r.add_get(base + "/config", _handler(model_config))
+        r.add_get(base + "/stats", _handler(model_stats))
         r.add_post(base + "/infer", _observed(_handler(v2_infer)))
     r.add_get("/v1/models", _handler(list_models))
     r.add_get("/v1/models/{model:[^/:]+}", _handler(v1_model))

@@ -321,3 +321,26 @@ def test_compressed_requests_and_answers(gw: GatewayProcess, rows: np.ndarray) -
     # Without credentials: 401 before anything is inflated.
     status, _b, _h = call(gw, "/v2/models/digits/infer", raw=bomb, headers={"Content-Encoding": "gzip"})
     assert status == 401
+
+
+def test_triton_statistics_count_calls(gw: GatewayProcess, rows: np.ndarray) -> None:
+    def stats(path: str, headers: dict[str, str]) -> dict[str, Any]:
+        status, body, _ = call(gw, path, headers=headers)
+        assert status == 200, body
+        return {m["name"]: m for m in body["model_stats"]}
+
+    before = stats("/v2/models/digits/stats", AUTH)["digits"]
+    doc = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": rows[0].tolist()}]}
+    assert call(gw, "/v2/models/digits/infer", doc, AUTH)[0] == 200
+    bad = {"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+    assert call(gw, "/v2/models/digits/infer", bad, AUTH)[0] == 400
+    after = stats("/v2/models/digits/stats", AUTH)["digits"]
+    got, was = after["inference_stats"], before["inference_stats"]
+    assert got["success"]["count"] == was["success"]["count"] + 1
+    assert got["fail"]["count"] == was["fail"]["count"] + 1
+    assert got["success"]["ns"] > was["success"]["ns"] and got["compute_infer"]["ns"] > 0
+    assert after["inference_count"] == before["inference_count"] + 1 and after["last_inference"] > 0
+    # Every model: only those the caller may see (multi is open, digits needs the token).
+    assert set(stats("/v2/models/stats", {})) == {"multi"}
+    assert set(stats("/v2/models/stats", AUTH)) == {"digits", "multi"}
+    assert call(gw, "/v2/models/digits/stats")[0] == 401
