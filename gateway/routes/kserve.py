@@ -155,6 +155,28 @@ async def model_stats(request: web.Request) -> web.Response:
     return _json(200, proto.triton_statistics([(s.name, plane.stats[s.name]) for s in models]))
 
 
+async def repository_index(request: web.Request) -> web.Response:
+    """Triton's model repository index: every model with its state. ``{"ready": true}`` in the
+    body lists only the ready ones."""
+    ready_only = False
+    if request.can_read_body:
+        gw = request.app[CONFIG_KEY].gateway
+        doc = await _parse(
+            await read_body(request, min(gw.max_body_bytes, 1 << 16), gw.body_timeout_s), proto.loads
+        )
+        ready_only = isinstance(doc, dict) and doc.get("ready") is True
+    out = []
+    for svc in _models(request):
+        ok = service_ready(request.app, svc.name)
+        if ready_only and not ok:
+            continue
+        entry = {"name": svc.name, "version": "1", "state": "READY" if ok else "UNAVAILABLE"}
+        if not ok:
+            entry["reason"] = "no ready worker"
+        out.append(entry)
+    return _json(200, proto.dumps(out))
+
+
 async def v1_model(request: web.Request) -> web.Response:
     svc = _model(request)
     _authorize(request, svc, b"")
@@ -247,6 +269,7 @@ def setup(app: web.Application) -> None:
     r.add_get("/v2/health/ready", _handler(ready))
     r.add_get("/v2/models", _handler(list_models))
     r.add_get("/v2/models/stats", _handler(model_stats))
+    r.add_post("/v2/repository/index", _handler(repository_index))
     for base in (model, versioned):
         r.add_get(base, _handler(model_metadata))
         r.add_get(base + "/ready", _handler(model_ready))

@@ -344,3 +344,14 @@ def test_triton_statistics_count_calls(gw: GatewayProcess, rows: np.ndarray) -> 
     assert set(stats("/v2/models/stats", {})) == {"multi"}
     assert set(stats("/v2/models/stats", AUTH)) == {"digits", "multi"}
     assert call(gw, "/v2/models/digits/stats")[0] == 401
+
+
+def test_triton_repository_index(gw: GatewayProcess) -> None:
+    want = [
+        {"name": "digits", "version": "1", "state": "READY"},
+        {"name": "multi", "version": "1", "state": "READY"},
+    ]
+    assert call(gw, "/v2/repository/index", raw=b"")[:2] == (200, want)
+    assert call(gw, "/v2/repository/index", {"ready": True})[:2] == (200, want)
+    status, body, _ = call(gw, "/v2/repository/index", raw=b"{not json")
+    assert status == 400 and set(body) == {"error"}
