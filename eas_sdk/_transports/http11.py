@@ -91,6 +91,7 @@ class ResponseParser:
         "_fed",
         "_head_done",
         "_parser",
+        "_received",
         "_seen",
         "body",
         "done",
@@ -112,7 +113,11 @@ class ResponseParser:
         self.will_close = False
         self.leftover = b""
         self._chunks: list[bytes] = []
-        self._seen: list[bytes] = []  # what was fed, to find where the response ended (rare)
+        # What was fed, to find where the response ended if more followed it (see
+        # _locate_leftover); None once a length-delimited body is under way, whose end is
+        # then found by counting: _received body bytes came before the current buffer.
+        self._seen: list[bytes] | None = []
+        self._received = 0
         self._fed = 0
         self._head_done = False
         self._extra = False
@@ -129,7 +134,9 @@ class ResponseParser:
         parser = self._parser
         if parser is None:
             raise ProtocolError("the response already failed")
-        self._seen.append(data)
+        seen = self._seen
+        if seen is not None:
+            seen.append(data)
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -142,13 +149,18 @@ class ResponseParser:
             self._extra = True
         if self.done:
             if self._extra:
-                self.leftover = self._locate_leftover()
+                self.leftover = self._locate_leftover(data)
             self._close()
             return True
         if not self._head_done:
             self._fed += len(data)
             if self._fed > MAX_HEAD:
                 self._fail(ProtocolError("response head too large"))
+        elif seen is not None and self._length_delimited():
+            self._seen = None  # a large body is not kept twice
+            self._received = sum(map(len, self._chunks))
+        elif seen is None:  # the whole buffer was body
+            self._received += len(data)
         return False
 
     def feed_eof(self) -> bool:
@@ -168,13 +180,18 @@ class ResponseParser:
         names = {name.lower() for name in self.headers}
         return "content-length" not in names and "transfer-encoding" not in names
 
+    def _length_delimited(self) -> bool:
+        """The body's size is Content-Length (not chunked, not until the close)."""
+        names = {name.lower() for name in self.headers}
+        return "content-length" in names and "transfer-encoding" not in names
+
     def _fail(self, exc: Exception) -> NoReturn:
         self._close()
         raise exc
 
     def _close(self) -> None:
         self._parser = None
-        self._seen = []
+        self._seen = None
 
     def _complete(self) -> None:
         chunks = self._chunks
@@ -182,18 +199,21 @@ class ResponseParser:
         self._chunks = []
         self.done = True
 
-    def _locate_leftover(self) -> bytes:
-        """The bytes after the response, found by parsing it again a byte at a time.
+    def _locate_leftover(self, last: bytes) -> bytes:
+        """The bytes of ``last`` (the buffer just fed) after the end of the response.
 
         Only when a buffer held more than the response (the server sent something
         unasked for, so the connection is dropped anyway): httptools does not say
-        where inside a buffer a message ended.
+        where inside a buffer a message ended. A length-delimited body begun in an
+        earlier buffer ends where its length does; otherwise the response is parsed
+        again, ``last`` a byte at a time.
         """
-        again = ResponseParser(self.method)
         seen = self._seen
+        if seen is None:
+            return last[len(self.body) - self._received :]
+        again = ResponseParser(self.method)
         for data in seen[:-1]:
             again.feed(data)
-        last = seen[-1]
         for i in range(len(last)):
             if again.feed(last[i : i + 1]):
                 return last[i + 1 :]

@@ -75,6 +75,16 @@ def test_where_a_response_ends_inside_a_buffer(step: int) -> None:
     assert (chunked.body, chunked.leftover, "T" in chunked.headers) == (b"x", b"ZZ", False)
 
 
+def test_where_a_body_begun_in_an_earlier_buffer_ends() -> None:
+    p = ResponseParser()
+    assert not p.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nab")
+    assert not p.feed(b"cd")
+    assert p.feed(b"efJUNK") and (p.body, p.leftover) == (b"abcdef", b"JUNK")
+    chunked = ResponseParser()
+    assert not chunked.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n")
+    assert chunked.feed(b"0\r\n\r\nJUNK") and (chunked.body, chunked.leftover) == (b"ab", b"JUNK")
+
+
 def test_head_answer_ends_with_its_head() -> None:
     # httptools does not know the method: it would read the announced 9 bytes as the body.
     p = _parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nJUNK", method="HEAD")
