@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,15 @@ def test_the_sdk_alone_pulls_no_server_package() -> None:
 def test_server_packages_come_with_the_gateway_extra() -> None:
     gateway = {_name(req) for req in _PROJECT["optional-dependencies"]["gateway"]}
     assert _SERVER_PACKAGES <= gateway
+
+
+def test_importing_every_sdk_module_loads_no_server_or_http_library() -> None:
+    # The failure classifier recognises aiohttp's and urllib3's exceptions without importing them.
+    code = (
+        "import importlib, pkgutil, sys, eas_sdk\n"
+        "for m in pkgutil.walk_packages(eas_sdk.__path__, 'eas_sdk.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] in {names!r}))\n"
+    ).format(names={"aiohttp", "urllib3", "onnxruntime", "prometheus_client", "yaml", "uvloop"})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout
