@@ -64,6 +64,47 @@ def test_connection_close_and_bytes_after_the_response() -> None:
     assert extra.body == b"x" and extra.leftover == b"JUNK"
 
 
+@pytest.mark.parametrize("step", [0, 1, 7])
+def test_where_a_response_ends_inside_a_buffer(step: int) -> None:
+    # httptools does not say where a message ended inside a buffer: the parser finds it.
+    raw = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n"
+    p = _parse(raw, step=step)  # bytes fed once the response is complete are not read
+    after = raw[raw.index(b"okHTTP") + 2 :]
+    assert p.body == b"ok" and after.startswith(p.leftover) and (p.leftover != b"") == (step != 1)
+    chunked = _parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nT: 1\r\n\r\nZZ")
+    assert (chunked.body, chunked.leftover, "T" in chunked.headers) == (b"x", b"ZZ", False)
+
+
+def test_where_a_body_begun_in_an_earlier_buffer_ends() -> None:
+    p = ResponseParser()
+    assert not p.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nab")
+    assert not p.feed(b"cd")
+    assert p.feed(b"efJUNK") and (p.body, p.leftover) == (b"abcdef", b"JUNK")
+    chunked = ResponseParser()
+    assert not chunked.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n")
+    assert chunked.feed(b"0\r\n\r\nJUNK") and (chunked.body, chunked.leftover) == (b"ab", b"JUNK")
+
+
+def test_head_answer_ends_with_its_head() -> None:
+    # httptools does not know the method: it would read the announced 9 bytes as the body.
+    p = _parse(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nJUNK", method="HEAD")
+    assert p.done and (p.body, p.leftover, p.headers["Content-Length"]) == (b"", b"JUNK", "9")
+    assert _parse(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n").done
+
+
+def test_keep_alive_header_on_http_1_0_still_closes() -> None:
+    p = _parse(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\nx")
+    assert p.done and p.will_close
+
+
+def test_a_failed_parser_refuses_more_bytes() -> None:
+    p = ResponseParser()
+    with pytest.raises(ProtocolError):
+        p.feed(b"HTTP/1.1 2xx OK\r\n\r\n")
+    with pytest.raises(ProtocolError):
+        p.feed(b"HTTP/1.1 200 OK\r\n")
+
+
 def test_started_flag_and_where_an_eof_lands() -> None:
     p = ResponseParser()
     assert not p.started
@@ -83,6 +124,10 @@ def test_started_flag_and_where_an_eof_lands() -> None:
         b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx",  # smuggling
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+        b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+        b"HTTP/2 200 OK\r\n\r\n",
     ],
 )
 def test_malformed_responses(raw: bytes) -> None:
