@@ -42,6 +42,7 @@ from ._transports import (
     AsyncHTTPTransport,
     BaseTransport,
     HTTPTransport,
+    TransportFailure,
 )
 from .errors import NoEndpointError
 
@@ -415,6 +416,13 @@ class _ClientBase:
                 )
             else:
                 logger.debug("service discovery failed again: %s", exc)
+
+    @classmethod
+    def _failed_attempt(cls, call: PredictCall, attempt: Attempt, exc: TransportFailure) -> Step:
+        """The step after ``attempt`` failed in the transport (retry or raise), logged."""
+        step = call.on_failure(exc.kind, exc.reason, time.monotonic(), reused=exc.reused, started=exc.started)
+        cls._log_step(attempt, step, type(exc.cause).__name__)
+        return step
 
     @staticmethod
     def _log_step(attempt: Attempt, step: Step, what: str) -> None:

@@ -15,6 +15,26 @@ from ._client_base import _ClientBase
 from ._transports import AsyncBaseTransport, BaseTransport, Request, TransportFailure
 
 
+def _deliver(
+    ref: weakref.ReferenceType[_ClientBase],
+    status: int | None,
+    data: bytes,
+    error: str | None,
+    ready: threading.Event | asyncio.Event,
+) -> bool:
+    """Hand one round's answer to the client; False once the client is gone (the loop then ends).
+
+    Only a weak reference is held between rounds, so that an unreferenced client can be collected.
+    """
+    client = ref()
+    if client is None:
+        return False
+    client._discovery_result(status, data, error)
+    if client._endpoints is not None and client._endpoints.ready:
+        ready.set()
+    return True
+
+
 def sync_discovery_loop(
     ref: weakref.ReferenceType[_ClientBase],
     url: str,
@@ -38,13 +58,8 @@ def sync_discovery_loop(
                 status, data = resp.status, resp.body
             except TransportFailure as exc:  # any failure keeps the last list
                 error = exc.reason
-            client = ref()
-            if client is None or stop.is_set():
+            if stop.is_set() or not _deliver(ref, status, data, error, ready):
                 return
-            client._discovery_result(status, data, error)
-            if client._endpoints is not None and client._endpoints.ready:
-                ready.set()
-            del client
             stop.wait(interval)
     finally:
         transport.close()
@@ -68,13 +83,8 @@ async def async_discovery_loop(
                 status, data = resp.status, resp.body
             except TransportFailure as exc:  # any failure keeps the last list
                 error = exc.reason
-            client = ref()
-            if client is None:
+            if not _deliver(ref, status, data, error, ready):
                 return
-            client._discovery_result(status, data, error)
-            if client._endpoints is not None and client._endpoints.ready:
-                ready.set()
-            del client
             await asyncio.sleep(interval)
     finally:
         await transport.aclose()

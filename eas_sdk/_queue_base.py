@@ -1,22 +1,32 @@
-"""Settings shared by QueueClient and AsyncQueueClient (no I/O)."""
+"""Settings and call set-up shared by QueueClient and AsyncQueueClient (no I/O)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import random
+import time
 import uuid
 from collections.abc import Mapping
 
 from ._core import constants as C
 from ._core import queue as core
+from ._core.queue_call import QueueCall, QueueStep
 from ._core.retry import RetryBudget, RetryPolicy
+from ._transports import Request, TransportFailure
 
 DEFAULT_TIMEOUT_MS = 5000
 PING_INTERVAL = 2.0
 PING_TIMEOUT = 2.0
 
 _log = logging.getLogger("eas_sdk.queue")
+
+
+def failure_step(call: QueueCall, exc: TransportFailure) -> QueueStep:
+    """What ``call`` does after the transport failed: retry (after a delay) or raise."""
+    return call.on_failure(
+        exc.kind, exc.reason, time.monotonic(), reused=exc.reused, started=exc.started, sent=exc.sent
+    )
 
 
 class _Base:
@@ -100,6 +110,31 @@ class _Base:
         if accept_protobuf:
             h.update(core.PROTOBUF_ACCEPT)
         return h
+
+    def _call(
+        self,
+        method: str,
+        query: Mapping[str, object],
+        headers: dict[str, str],
+        body: bytes | None,
+        read_timeout: float | None,
+        idempotent: bool,
+    ) -> tuple[QueueCall, Request]:
+        """The retry state of one queue call and the request each attempt sends."""
+        call = QueueCall(
+            method,
+            core.build_url(self.base_url, query),
+            headers,
+            body,
+            timeout=self.timeout_ms / 1000.0,
+            now=time.monotonic(),
+            policy=self.retry_policy,
+            budget=self.budget,
+            rng=self._rng,
+            read_timeout=read_timeout,
+            idempotent=idempotent,
+        )
+        return call, Request(method, call.url, headers, body, call.attempt_timeout, idempotent)
 
     def __repr__(self) -> str:  # never the token
         return f"{type(self).__name__}(queue={self.queue_name!r}, uid={self.uid!r}, gid={self.gid!r})"

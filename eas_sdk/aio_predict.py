@@ -90,10 +90,7 @@ class AsyncPredictClient(_ClientBase):
                     Request("POST", attempt.url, attempt.headers, attempt.body, attempt.timeout)
                 )
             except TransportFailure as exc:
-                step = call.on_failure(
-                    exc.kind, exc.reason, time.monotonic(), reused=exc.reused, started=exc.started
-                )
-                self._log_step(attempt, step, type(exc.cause).__name__)
+                step = self._failed_attempt(call, attempt, exc)
             else:
                 step = call.on_response(resp.status, resp.headers, resp.body, time.monotonic(), time.time())
                 self._log_step(attempt, step, f"HTTP {resp.status}")

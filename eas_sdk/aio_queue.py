@@ -12,9 +12,8 @@ from typing import Any
 from ._core import constants as C
 from ._core import queue as core
 from ._core.queue import DataFrame
-from ._core.queue_call import QueueCall
-from ._queue_base import _Base
-from ._transports import AsyncBaseTransport, AsyncHTTPTransport, Request, TransportFailure
+from ._queue_base import _Base, failure_step
+from ._transports import AsyncBaseTransport, AsyncHTTPTransport, TransportFailure
 from .errors import PredictException
 from .watcher import AsyncWatcher
 
@@ -60,32 +59,12 @@ class AsyncQueueClient(_Base):
         headers = self._headers(accept_protobuf)
         if extra:
             headers.update(extra)
-        call = QueueCall(
-            method,
-            core.build_url(self.base_url, query),
-            headers,
-            body,
-            timeout=self.timeout_ms / 1000.0,
-            now=time.monotonic(),
-            policy=self.retry_policy,
-            budget=self.budget,
-            rng=self._rng,
-            read_timeout=read_timeout,
-            idempotent=idempotent,
-        )
-        request = Request(method, call.url, headers, body, call.attempt_timeout, idempotent)
+        call, request = self._call(method, query, headers, body, read_timeout, idempotent)
         while True:
             try:
                 resp = await http.handle_async_request(request)
             except TransportFailure as exc:
-                step = call.on_failure(
-                    exc.kind,
-                    exc.reason,
-                    time.monotonic(),
-                    reused=exc.reused,
-                    started=exc.started,
-                    sent=exc.sent,
-                )
+                step = failure_step(call, exc)
             else:
                 step = call.on_response(resp.status, resp.headers, resp.body, time.monotonic(), time.time())
                 if step.body is not None:

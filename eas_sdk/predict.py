@@ -167,10 +167,7 @@ class PredictClient(_ClientBase):
                 # One timeout for the whole attempt: pool wait, connect, send, full response.
                 resp = send(Request("POST", attempt.url, attempt.headers, attempt.body, attempt.timeout))
             except TransportFailure as exc:
-                step = call.on_failure(
-                    exc.kind, exc.reason, time.monotonic(), reused=exc.reused, started=exc.started
-                )
-                self._log_step(attempt, step, type(exc.cause).__name__)
+                step = self._failed_attempt(call, attempt, exc)
             else:
                 step = call.on_response(resp.status, resp.headers, resp.body, time.monotonic(), time.time())
                 if step.body is not None:

@@ -39,9 +39,8 @@ from typing import Any
 from ._core import constants as C
 from ._core import queue as core
 from ._core.queue import DataFrame, to_pandas
-from ._core.queue_call import QueueCall
-from ._queue_base import _Base
-from ._transports import BaseTransport, HTTPTransport, Request, Response, TransportFailure
+from ._queue_base import _Base, failure_step
+from ._transports import BaseTransport, HTTPTransport, Response, TransportFailure
 from .aio_queue import AsyncQueueClient
 from .errors import PredictException
 from .watcher import AsyncWatcher, Watcher
@@ -125,32 +124,12 @@ class QueueClient(_Base):
         headers = self._fixed_headers(accept_protobuf)
         if extra:
             headers = {**headers, **extra}
-        call = QueueCall(
-            method,
-            core.build_url(self.base_url, query),
-            headers,
-            body,
-            timeout=self.timeout_ms / 1000.0,
-            now=time.monotonic(),
-            policy=self.retry_policy,
-            budget=self.budget,
-            rng=self._rng,
-            read_timeout=read_timeout,
-            idempotent=idempotent,
-        )
-        request = Request(method, call.url, headers, body, call.attempt_timeout, idempotent)
+        call, request = self._call(method, query, headers, body, read_timeout, idempotent)
         while True:
             try:
                 resp = http.handle_request(request)
             except TransportFailure as exc:
-                step = call.on_failure(
-                    exc.kind,
-                    exc.reason,
-                    time.monotonic(),
-                    reused=exc.reused,
-                    started=exc.started,
-                    sent=exc.sent,
-                )
+                step = failure_step(call, exc)
             else:
                 step = call.on_response(resp.status, resp.headers, resp.body, time.monotonic(), time.time())
                 if step.body is not None:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._core.queue import DataFrame
 from ._core.queue_call import status_error
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 RECONNECT_BASE = 0.1
 RECONNECT_CAP = 2.0
 WATCH_MAX_QUEUE = 4096
+
+_C = TypeVar("_C")
 
 
 def _reconnect_delay(attempt: int, rng: random.Random) -> float:
@@ -66,16 +68,23 @@ def _handshake_error(exc: BaseException) -> PredictException | None:
     return None
 
 
-class Watcher:
-    """Records pushed by the server over a WebSocket; iterate ``run()``, then ``close()``."""
+class _WatcherState(Generic[_C]):
+    """What the sync and asyncio watchers both keep: where to connect, the live socket, counters."""
 
-    def __init__(self, client: QueueClient, url: str, headers: dict[str, str]) -> None:
+    def __init__(self, client: _C, url: str, headers: dict[str, str]) -> None:
         self.client = client
         self.url = url
         self.headers = headers
         self.closed = False
         self.reconnects = 0
         self._ws: Any = None
+
+
+class Watcher(_WatcherState["QueueClient"]):
+    """Records pushed by the server over a WebSocket; iterate ``run()``, then ``close()``."""
+
+    def __init__(self, client: QueueClient, url: str, headers: dict[str, str]) -> None:
+        super().__init__(client, url, headers)
         self._lock = threading.Lock()
 
     def run(self) -> Iterator[DataFrame]:
@@ -158,16 +167,11 @@ class Watcher:
         self.close()
 
 
-class AsyncWatcher:
+class AsyncWatcher(_WatcherState["AsyncQueueClient"]):
     """``async for df in client.watch(...)``; ``await watcher.close()`` to stop."""
 
     def __init__(self, client: AsyncQueueClient, url: str, headers: dict[str, str]) -> None:
-        self.client = client
-        self.url = url
-        self.headers = headers
-        self.closed = False
-        self.reconnects = 0
-        self._ws: Any = None
+        super().__init__(client, url, headers)
         self._running = False
 
     async def run(self) -> AsyncIterator[DataFrame]:

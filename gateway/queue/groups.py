@@ -253,12 +253,7 @@ class ConsumerGroups(RecordLog):
             rec = self.records.get(idx)
             if rec is None or idx in g.committed:
                 continue
-            uid = g.pending.pop(idx, None)
-            if uid is not None:
-                c = g.consumers.get(uid)
-                if c is not None:
-                    c.pending.pop(idx, None)
-                    self._wake(c)
+            self._unassign(g, idx)
             self.commits_total += 1
             if not self._owed_elsewhere(rec, g):
                 to_delete.append(idx)

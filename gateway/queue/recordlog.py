@@ -116,13 +116,17 @@ class RecordLog:
             for g in self.groups.values():
                 g.committed.discard(idx)
                 g.deliveries.pop(idx, None)
-                uid = g.pending.pop(idx, None)
-                if uid is not None:
-                    c = g.consumers.get(uid)
-                    if c is not None:
-                        c.pending.pop(idx, None)
-                        self._wake(c)
+                self._unassign(g, idx)
         return removed
+
+    def _unassign(self, g: Group, idx: int) -> None:
+        """Take record ``idx`` off whichever consumer of ``g`` holds it, freeing room for a new one."""
+        uid = g.pending.pop(idx, None)
+        if uid is not None:
+            c = g.consumers.get(uid)
+            if c is not None:
+                c.pending.pop(idx, None)
+                self._wake(c)
 
     def _wake(self, c: Consumer) -> None:
         if c.connected and c.wake is not None and c.room > 0:

@@ -335,6 +335,27 @@ class ComputeQueue(RequestSink):
         keep.append(job)
         return rows
 
+    def _fill(
+        self, key: Any, rows: int, batch: list[_Job], keep: deque[_Job], until: float | None
+    ) -> tuple[int, bool]:
+        """Take queued jobs until the batch is full: what is queued now, or (with ``until``) what
+        arrives before that monotonic time. Returns the rows taken and whether the stop marker came."""
+        while rows < self.max_batch:
+            try:
+                if until is None:
+                    job = self._q.get_nowait()
+                else:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    job = self._q.get(timeout=left)
+            except queue.Empty:
+                break
+            if job is None:
+                return rows, True
+            rows = self._take(job, key, rows, batch, keep)
+        return rows, False
+
     def _work_batched(self) -> None:
         pending: deque[_Job] = deque()  # taken off the queue, in arrival order
         stopping = False
@@ -357,26 +378,10 @@ class ComputeQueue(RequestSink):
                 # Greedy: whatever is queued now (already taken, then still in the queue).
                 while pending and rows < self.max_batch:
                     rows = self._take(pending.popleft(), key, rows, batch, keep)
-                while rows < self.max_batch:
-                    try:
-                        job = self._q.get_nowait()
-                    except queue.Empty:
-                        break
-                    if job is None:
-                        stopping = True
-                        break
-                    rows = self._take(job, key, rows, batch, keep)
+                rows, stopping = self._fill(key, rows, batch, keep, None)
                 if self.max_wait_s > 0 and not stopping:
                     until = time.monotonic() + self.max_wait_s
-                    while rows < self.max_batch and (left := until - time.monotonic()) > 0:
-                        try:
-                            job = self._q.get(timeout=left)
-                        except queue.Empty:
-                            break
-                        if job is None:
-                            stopping = True
-                            break
-                        rows = self._take(job, key, rows, batch, keep)
+                    rows, stopping = self._fill(key, rows, batch, keep, until)
                 keep.extend(pending)
                 pending = keep
                 # Cancelled (or expired) while the batch was gathered: drop those now.
