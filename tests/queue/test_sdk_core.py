@@ -83,7 +83,7 @@ def test_idempotent_put_with_request_id(queue_server: QueueServer, queue_name: s
         return out
 
     first, again = put("retry-me"), put("retry-me")
-    assert first == again and first[0] == 200  # Q1: a retried put is stored once, same index
+    assert first == again and first[0] == 200  # a retried put is stored once, same index
 
 
 def test_sdk_retries_5xx_but_never_4xx() -> None:
