@@ -383,7 +383,7 @@ def test_a_started_response_is_never_retried() -> None:
 # --- headers and signing -----------------------------------------------------------------
 
 
-def test_signing_matches_the_fact_sheet_vector() -> None:
+def test_signing_matches_the_reference_client_vector() -> None:
     cfg = ClientConfig(endpoint="h", service_name="my_svc", token="dG9rZW4xMjM=")
     headers = build_headers(cfg, b"hello", request_id="r1", date="Sun, 22 Nov 2026 01:42:15 GMT")
     assert headers["Authorization"] == "EAS 6gEpGaphauPID7xbYB++bq4ERII="

@@ -1,9 +1,9 @@
-"""Drop-in surface: the original's module paths, the API guide's Blade-TF demo, public attributes.
+"""Drop-in surface: eas-prediction's module paths, its documentation's Blade-TF demo, public attributes.
 
 * every module of eas-prediction 0.36 that user code imports exists under ``eas_sdk``
   with the same public names (checked against the real package's source), except the
   ones docs/sdk.md lists as not carried over;
-* the guide's "Blade processor compatible with TensorFlow methods" demo runs with
+* the eas-prediction documentation's "Blade processor compatible with TensorFlow methods" demo runs with
   ``from eas_sdk.blade_tf_request import TFRequest``;
 * the attributes programs assign on the original client (``client.timeout = 3000``)
   take effect, and those with no counterpart raise instead of being ignored.
@@ -107,7 +107,7 @@ def test_docs_list_what_was_not_carried_over() -> None:
             assert name in section, name
 
 
-# --- the API guide's Blade-TF demo -------------------------------------------------------------
+# --- the eas-prediction documentation's Blade-TF demo -------------------------------------------
 
 
 def test_guide_blade_tf_demo(open_server: FakeEAS) -> None:

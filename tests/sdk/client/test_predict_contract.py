@@ -691,8 +691,8 @@ def test_abandoned_sync_client_stops_its_discovery_thread(servers: Any) -> None:
     assert not thread.is_alive()
 
 
-async def test_guide_style_setters_then_init(servers: Any, kind: str) -> None:
-    """The API guide's call sequence, setter by setter, in direct mode."""
+async def test_documented_setters_then_init(servers: Any, kind: str) -> None:
+    """The eas-prediction documentation's call sequence, setter by setter, in direct mode."""
     from .conftest import Harness
 
     disc, worker = servers(), servers(tokens=[TOKEN])

@@ -242,7 +242,7 @@ async def test_deleting_get_on_a_connection_the_server_closed_while_idle(
     assert s.hits == ["GET", "GET"] and s.connections == 2
 
 
-# --- retry rules of both clients (Q3) --------------------------------------------------------------
+# --- retry rules of both clients --------------------------------------------------------------
 
 
 async def test_5xx_retried_and_4xx_never(http_server: Any, queue: Any) -> None:

@@ -23,7 +23,7 @@ def _arrays() -> list[tuple[str, np.ndarray]]:
     return out
 
 
-def test_fact_sheet_vector() -> None:
+def test_reference_client_vector() -> None:
     req = OnnxRequest()
     req.add_tensor(OnnxDataHelper.from_array(np.array([[1, 2]], np.float32), "x"))
     assert req.to_string().hex() == "0a130a01781202010218012a080000803f00000040"

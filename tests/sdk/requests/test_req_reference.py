@@ -30,7 +30,7 @@ from eas_sdk.requests import BladeResponse, BladeTFResponse, TFResponse, TorchRe
 
 pytestmark = pytest.mark.compat
 
-FACT_SHEET = {
+RECORDED_VECTORS = {
     "tf_vector": (
         ["tf", "predict_images", [["feed", "images", [1, 2], 1, [1.0, 2.0]], ["fetch", "scores"]]],
         "0a0e707265646963745f696d61676573121c0a06696d616765731212080112040a0201021a080000803f000000401a0673636f726573",
@@ -51,7 +51,7 @@ FACT_SHEET = {
 
 
 def _request_cases() -> dict[str, list[Any]]:
-    cases: dict[str, list[Any]] = {k: v[0] for k, v in FACT_SHEET.items()}
+    cases: dict[str, list[Any]] = {k: v[0] for k, v in RECORDED_VECTORS.items()}
     for dt, values in TF_DT_VALUES.items():
         cases[f"tf_dt{dt}"] = ["tf", "sig", [["feed", "x", [len(values)], dt, enc(values)]]]
         cases[f"tf_dt{dt}_2d"] = [
@@ -212,8 +212,8 @@ def reference_results() -> dict[str, dict[str, Any]]:
     return dict(zip(names, run_reference_cases(cases), strict=True))
 
 
-def test_fact_sheet_vectors_without_reference() -> None:
-    for name, (case, expected) in FACT_SHEET.items():
+def test_recorded_reference_client_vectors_without_the_client() -> None:
+    for name, (case, expected) in RECORDED_VECTORS.items():
         assert apply(case).hex() == expected, name
 
 
@@ -224,8 +224,8 @@ def test_request_bytes_identical(name: str, reference_results: dict[str, dict[st
     assert "err" not in ref, f"the reference should handle every case here: {ref}"
     ours = apply(case)
     assert ours.hex() == ref["hex"]
-    if name in FACT_SHEET:
-        assert ref["hex"] == FACT_SHEET[name][1]
+    if name in RECORDED_VECTORS:
+        assert ref["hex"] == RECORDED_VECTORS[name][1]
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 from eas_sdk import QueueClient
 
-HERE = Path(__file__).resolve().parent
+PROCESSORS = Path(__file__).resolve().parents[1] / "processors"  # python processors loaded by path
 N = 400
 
 
@@ -22,7 +22,7 @@ def _config() -> dict[str, Any]:
             {
                 "name": "slow",
                 "processor": "python",
-                "entry": f"{HERE / 'slow_echo.py'}:SlowEcho",
+                "entry": f"{PROCESSORS / 'slow_echo.py'}:SlowEcho",
                 "workers": 2,
                 "async": True,
                 "timeout_ms": 3000,

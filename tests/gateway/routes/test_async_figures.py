@@ -10,9 +10,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from tests.async_inference.inproc import InProcPool
+from tests.gateway.routes.inproc import InProcPool
 
-HERE = Path(__file__).resolve().parent
+PROCESSORS = Path(__file__).resolve().parents[2] / "processors"  # python processors loaded by path
 
 
 async def test_dispatcher_and_queue_figures(tmp_path: Path) -> None:
@@ -23,7 +23,7 @@ async def test_dispatcher_and_queue_figures(tmp_path: Path) -> None:
                 {
                     "name": "echo",
                     "processor": "python",
-                    "entry": f"{HERE / 'slow_echo.py'}:SlowEcho",
+                    "entry": f"{PROCESSORS / 'slow_echo.py'}:SlowEcho",
                     "async": True,
                     "config": {"sleep_s": 0.0},
                 }

@@ -17,13 +17,13 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from tests.async_inference.inproc import InProcPool
 from tests.eas_reference import ROOT
+from tests.gateway.routes.inproc import InProcPool
 
 sys.path.insert(0, str(ROOT / "samples"))
 from build_cluster_serving_model import SPARSE_SHAPE, build, reference
 
-HERE = Path(__file__).resolve().parent
+PROCESSORS = Path(__file__).resolve().parents[2] / "processors"  # python processors loaded by path
 TOKEN = "cs-token-1"
 
 
@@ -52,7 +52,7 @@ async def client(model_path: str, tmp_path: Path) -> AsyncIterator[TestClient[An
                 {
                     "name": "inspect",
                     "processor": "python",
-                    "entry": f"{HERE / 'inspect_processor.py'}:InspectProcessor",
+                    "entry": f"{PROCESSORS / 'inspect_processor.py'}:InspectProcessor",
                 },
             ],
         }

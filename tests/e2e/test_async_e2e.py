@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from eas_sdk import QueueClient
-from tests.async_inference.common import (
+from tests.e2e.async_common import (
     REF_PUT,
     SinkCollector,
     digits_rows,

@@ -1,5 +1,5 @@
-"""The guide's demo (a producer thread and a watcher thread) with our SDK and with the real
-eas-prediction 0.36 client, plus the reference client's own queue test cases."""
+"""The eas-prediction documentation's demo (a producer thread and a watcher thread) with our
+SDK and with the real eas-prediction 0.36 client, plus the reference client's own queue test cases."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def any_server(request: pytest.FixtureRequest) -> QueueServer | GatewayServer:
 def queue_name() -> str:
     n = next(_counter)
     if n >= len(NAMES):
-        pytest.fail("tests/queue/conftest.py: add more queue names")
+        pytest.fail("tests/e2e/queue/conftest.py: add more queue names")
     return NAMES[n]
 
 

@@ -16,8 +16,7 @@ from gateway.queue.manager import QueueManager
 from gateway.queue.server import MANAGER_KEY, build_app
 from gateway.queue.sqlite import SqliteBackend
 from gateway.queue.store import QueueError
-
-from .server_proc import TOKEN, queue_config
+from tests.e2e.queue.server_proc import TOKEN, queue_config
 
 
 def manager(tmp_path: Path, fsync: str = "normal") -> QueueManager:
