@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ssl
-from typing import NamedTuple
+import threading
+import weakref
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 # Idle keep-alive connections are dropped after this long (below the 75 s of
 # aiohttp servers, above the 5 s of uvicorn; a stale one is re-sent anyway).
@@ -85,3 +87,74 @@ def tls_context(ca_certs: str | None) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=ca_certs)
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
+
+
+class _Clearable(Protocol):
+    def clear(self) -> None: ...
+
+
+P = TypeVar("P", bound=_Clearable)
+
+
+class PoolSet(Generic[P]):
+    """A transport's settings and its pools, one per endpoint, sync or asyncio alike."""
+
+    def __init__(
+        self,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
+        ca_certs: str | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        self.max_connections = max_connections
+        self.keepalive_expiry = keepalive_expiry
+        self.ca_certs = ca_certs
+        self._tls: ssl.SSLContext | None = None
+        self._pools: dict[str, P] = {}
+        # Guards the pool table where threads share a transport (the sync one).
+        self._lock = threading.Lock()
+
+    def _make_pool(self, origin: Origin, tls: ssl.SSLContext | None) -> P:
+        raise NotImplementedError
+
+    def _add_pool(self, origin_text: str) -> P:
+        """A new pool for ``origin_text``; the oldest is closed past MAX_POOLS (direct-mode
+        endpoints come and go)."""
+        origin = parse_origin(origin_text)
+        tls = None
+        if origin.tls:
+            if self._tls is None:
+                self._tls = tls_context(self.ca_certs)
+            tls = self._tls
+        pool = self._make_pool(origin, tls)
+        if len(self._pools) >= MAX_POOLS:
+            self._pools.pop(next(iter(self._pools))).clear()
+        self._pools[origin_text] = pool
+        return pool
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+def close_all(conns: list[C]) -> None:
+    for conn in conns:
+        conn.close()
+
+
+class PoolBase(Generic[C]):
+    """What a sync and an asyncio pool of connections to one origin both keep."""
+
+    def __init__(self, origin: Origin, expiry: float, tls: ssl.SSLContext | None) -> None:
+        self.origin = origin
+        self.expiry = expiry
+        self.tls = tls
+        self._idle: list[C] = []
+        self.closed = False  # set by clear(): a connection coming back is closed, not kept
+        # A pool dropped without clear() (an abandoned client) still closes its sockets.
+        weakref.finalize(self, close_all, self._idle)

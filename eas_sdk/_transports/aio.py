@@ -14,21 +14,17 @@ import contextlib
 import ssl
 import sys
 import time
-import weakref
 from collections.abc import Awaitable
 from typing import TypeVar
 
 from .._core.failures import classify
 from ._shared import (
     COALESCE_MAX_BODY,
-    DEFAULT_KEEPALIVE_EXPIRY,
-    DEFAULT_MAX_CONNECTIONS,
-    MAX_POOLS,
     RECV_SIZE,
     Origin,
-    parse_origin,
+    PoolBase,
+    PoolSet,
     split_url,
-    tls_context,
 )
 from .base import AsyncBaseTransport, Request, Response, TransportFailure
 from .http11 import ProtocolError, ResponseParser, encode_head, encode_request
@@ -56,21 +52,10 @@ class _Connection:
         return self.reader.at_eof() or self.writer.is_closing()
 
 
-def _close_all(conns: list[_Connection]) -> None:
-    for conn in conns:
-        conn.close()
-
-
-class _Pool:
+class _Pool(PoolBase[_Connection]):
     def __init__(self, origin: Origin, maxsize: int, expiry: float, tls: ssl.SSLContext | None) -> None:
-        self.origin = origin
-        self.expiry = expiry
-        self.tls = tls
+        super().__init__(origin, expiry, tls)
         self._slots = asyncio.Semaphore(maxsize)
-        self._idle: list[_Connection] = []
-        self.closed = False
-        # A pool dropped without clear() (an abandoned client) still closes its sockets.
-        weakref.finalize(self, _close_all, self._idle)
 
     async def take(self) -> _Connection | None:
         """A slot, and a usable idle connection when there is one (checking is free here)."""
@@ -138,37 +123,14 @@ else:  # pragma: no cover - Python 3.10
         return await asyncio.wait_for(aw, timeout)
 
 
-class AsyncHTTPTransport(AsyncBaseTransport):
+class AsyncHTTPTransport(PoolSet[_Pool], AsyncBaseTransport):
     """asyncio HTTP/1.1 transport with a connection pool per endpoint (one event loop)."""
 
-    def __init__(
-        self,
-        *,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
-        ca_certs: str | None = None,
-    ) -> None:
-        if max_connections < 1:
-            raise ValueError("max_connections must be >= 1")
-        self.max_connections = max_connections
-        self.keepalive_expiry = keepalive_expiry
-        self.ca_certs = ca_certs
-        self._tls: ssl.SSLContext | None = None
-        self._pools: dict[str, _Pool] = {}
+    def _make_pool(self, origin: Origin, tls: ssl.SSLContext | None) -> _Pool:
+        return _Pool(origin, self.max_connections, self.keepalive_expiry, tls)
 
     def _pool(self, origin_text: str) -> _Pool:
-        pool = self._pools.get(origin_text)
-        if pool is None:
-            origin = parse_origin(origin_text)
-            tls = None
-            if origin.tls:
-                if self._tls is None:
-                    self._tls = tls_context(self.ca_certs)
-                tls = self._tls
-            if len(self._pools) >= MAX_POOLS:  # endpoints come and go in direct mode
-                self._pools.pop(next(iter(self._pools))).clear()
-            pool = self._pools[origin_text] = _Pool(origin, self.max_connections, self.keepalive_expiry, tls)
-        return pool
+        return self._pools.get(origin_text) or self._add_pool(origin_text)
 
     async def _attempt(self, request: Request, target: str, st: _Attempt) -> None:
         pool = st.pool

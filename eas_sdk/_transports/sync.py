@@ -18,19 +18,15 @@ import socket
 import ssl
 import threading
 import time
-import weakref
 
 from .._core.failures import FailureKind, classify
 from ._shared import (
     COALESCE_MAX_BODY,
-    DEFAULT_KEEPALIVE_EXPIRY,
-    DEFAULT_MAX_CONNECTIONS,
-    MAX_POOLS,
     RECV_SIZE,
     Origin,
-    parse_origin,
+    PoolBase,
+    PoolSet,
     split_url,
-    tls_context,
 )
 from .base import BaseTransport, Request, Response, TransportFailure
 from .http11 import ProtocolError, ResponseParser, encode_head, encode_request
@@ -58,24 +54,13 @@ def _dropped(sock: socket.socket) -> bool:
         return True
 
 
-def _close_all(conns: list[_Connection]) -> None:
-    for conn in conns:
-        conn.close()
-
-
-class _Pool:
+class _Pool(PoolBase[_Connection]):
     """Connections to one origin: at most ``maxsize`` open, idle ones reused last-in first-out."""
 
     def __init__(self, origin: Origin, maxsize: int, expiry: float, tls: ssl.SSLContext | None) -> None:
-        self.origin = origin
-        self.expiry = expiry
-        self.tls = tls
+        super().__init__(origin, expiry, tls)
         self._slots = threading.BoundedSemaphore(maxsize)
-        self._idle: list[_Connection] = []
         self._lock = threading.Lock()
-        self.closed = False  # set by clear(): a connection coming back is closed, not kept
-        # A pool dropped without clear() (an abandoned client) still closes its sockets.
-        weakref.finalize(self, _close_all, self._idle)
 
     def take(self, deadline: float, check_dropped: bool) -> _Connection | None:
         """A slot, and an idle connection when there is a usable one (None: open a new one)."""
@@ -159,41 +144,17 @@ def _exchange(
             return
 
 
-class HTTPTransport(BaseTransport):
+class HTTPTransport(PoolSet[_Pool], BaseTransport):
     """Blocking HTTP/1.1 transport with a connection pool per endpoint (thread-safe)."""
 
-    def __init__(
-        self,
-        *,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
-        ca_certs: str | None = None,
-    ) -> None:
-        if max_connections < 1:
-            raise ValueError("max_connections must be >= 1")
-        self.max_connections = max_connections
-        self.keepalive_expiry = keepalive_expiry
-        self.ca_certs = ca_certs
-        self._tls: ssl.SSLContext | None = None
-        self._pools: dict[str, _Pool] = {}
-        self._lock = threading.Lock()
+    def _make_pool(self, origin: Origin, tls: ssl.SSLContext | None) -> _Pool:
+        return _Pool(origin, self.max_connections, self.keepalive_expiry, tls)
 
     def _pool(self, origin_text: str) -> _Pool:
         pool = self._pools.get(origin_text)
         if pool is None:
-            origin = parse_origin(origin_text)
             with self._lock:
-                pool = self._pools.get(origin_text)
-                if pool is None:
-                    tls = None
-                    if origin.tls:
-                        if self._tls is None:
-                            self._tls = tls_context(self.ca_certs)
-                        tls = self._tls
-                    pool = _Pool(origin, self.max_connections, self.keepalive_expiry, tls)
-                    if len(self._pools) >= MAX_POOLS:  # endpoints come and go in direct mode
-                        self._pools.pop(next(iter(self._pools))).clear()
-                    self._pools[origin_text] = pool
+                pool = self._pools.get(origin_text) or self._add_pool(origin_text)
         return pool
 
     def handle_request(self, request: Request) -> Response:
