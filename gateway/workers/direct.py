@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
@@ -32,8 +33,10 @@ class _ComputeBackend:
     def __init__(self, compute: ComputeQueue) -> None:
         self.compute = compute
 
-    async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
-        return await self.compute.run(req)  # req.deadline bounds it: the dataplane set it
+    def dispatch(self, req: WorkerRequest, timeout: float) -> Coroutine[Any, Any, WorkerResponse]:
+        # The compute queue's own coroutine, not a wrapper around it: one frame less per call.
+        # req.deadline bounds the run: the dataplane set it from ``timeout``.
+        return self.compute.run(req)
 
 
 def _reply(exc: errors.GatewayError, rid: str) -> Reply:
