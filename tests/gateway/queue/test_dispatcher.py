@@ -15,24 +15,11 @@ from gateway import errors
 from gateway.config import QueueConfig, ServiceConfig
 from gateway.queue.dispatcher import DISPATCH_GROUP, Dispatcher, worker_capacity
 from gateway.queue.manager import QueueManager
+from gateway.workers.ipc import WorkerRequest, WorkerResponse
 
-
-@dataclass
-class Req:
-    body: bytes
-    subpath: str
-    content_type: str
-    request_id: str
-    headers: dict[str, str]
-    deadline: float = 0.0
-
-
-@dataclass
-class Resp:
-    status: int
-    body: bytes
-    content_type: str = "application/json"
-    compute_us: int = 0
+# The real request and response types the pool carries.
+Req = WorkerRequest
+Resp = WorkerResponse
 
 
 # The gateway's own errors, as gateway.workers.pool raises them (its classes derive from these).
