@@ -110,8 +110,8 @@ def test_docs_list_what_was_not_carried_over() -> None:
 # --- the eas-prediction documentation's Blade-TF demo -------------------------------------------
 
 
-def test_guide_blade_tf_demo(open_server: FakeEAS) -> None:
-    """The guide's demo, verbatim but for the import line and the endpoint."""
+def test_documented_blade_tf_demo(open_server: FakeEAS) -> None:
+    """The eas-prediction documentation's demo, verbatim but for the import line and the endpoint."""
     from eas_sdk import PredictClient
     from eas_sdk.blade_tf_request import TFRequest  # Need Importing blade TFRequest
 
@@ -119,7 +119,7 @@ def test_guide_blade_tf_demo(open_server: FakeEAS) -> None:
     client.init()
     try:
         req = TFRequest(signature_name="predict_words")
-        # The guide passes [0.8] * 85680 for a [1, 360, 128] (46080 values) input: the
+        # The documentation passes [0.8] * 85680 for a [1, 360, 128] (46080 values) input: the
         # original raises AssertionError on that mismatch, and so do we.
         with pytest.raises(AssertionError, match="input_data"):
             req.add_feed("input_data", [1, 360, 128], TFRequest.DT_FLOAT, [0.8] * 85680)
