@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from email.utils import formatdate
@@ -23,6 +22,7 @@ from eas_sdk._core.auth import http_date, plain_headers, signed_headers
 from eas_sdk._core.request import ClientConfig, build_headers, merge_headers
 from eas_sdk._transports import HTTPTransport, Request
 from eas_sdk.predict import COALESCE_MAX_BODY, PredictClient
+from tests.sdk.socket_server import ThreadedServer
 
 from .conftest import TOKEN, Raw
 from .fake_eas import FakeEAS
@@ -89,24 +89,12 @@ def test_http_date_is_the_current_second() -> None:
     assert http_date(0) == "Thu, 01 Jan 1970 00:00:00 GMT"
 
 
-class RecordingServer:
+class RecordingServer(ThreadedServer):
     """Keep-alive HTTP/1.1 echo server that records every chunk ``recv`` returned per request."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
         self.requests: list[tuple[bytes, int]] = []  # (raw request bytes, recv calls it took)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        super().__init__()
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
@@ -125,9 +113,6 @@ class RecordingServer:
                     reads += 1
                 self.requests.append((head + b"\r\n\r\n" + body, reads))
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -26,29 +25,19 @@ from eas_sdk._transports import (
     TransportFailure,
 )
 from eas_sdk._transports._shared import parse_origin, split_url
+from tests.sdk.socket_server import ThreadedServer
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class Server:
+class Server(ThreadedServer):
     """Answers each request per ``mode``: ``ok``, ``trickle`` (a byte every 50 ms), ``drop``, ``cut``."""
 
     def __init__(self) -> None:
         self.mode = "ok"
         self.requests = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/x"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}/x"
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
@@ -78,9 +67,6 @@ class Server:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                 except OSError:
                     return
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
