@@ -3,6 +3,8 @@
 #   .venv          the project: eas_sdk + gateway + dev tools      (requirements/constraints.txt)
 #   .venv-eas      the public eas-prediction 0.36 client, for compatibility tests
 #   .venv-codegen  protoc for regenerating eas_sdk/_proto
+#   .venv-clients  tritonclient[http,grpc] and kserve, for compatibility tests
+#   .venv-mlserver MLServer's V2 types, for compatibility tests
 # Each is rebuilt only when its pin files change (a stamp holds their hash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,3 +37,7 @@ build_venv .venv-eas "$(stamp_of requirements/eas-reference.txt)" \
   -r requirements/eas-reference.txt
 build_venv .venv-codegen "$(stamp_of requirements/codegen.txt)" \
   -r requirements/codegen.txt
+build_venv .venv-clients "$(stamp_of requirements/clients.txt)" \
+  -r requirements/clients.txt
+build_venv .venv-mlserver "$(stamp_of requirements/mlserver.txt)" \
+  -r requirements/mlserver.txt
