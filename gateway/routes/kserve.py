@@ -21,10 +21,15 @@ from gateway import __version__, errors
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
+from gateway.protocols import kserve_v1, v2_tensors
+from gateway.protocols import v2_infer as infer_proto
+from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.routes.body import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
 from gateway.workers.metadata import ModelMetadata
 
+# The V2 protocol extensions served, by the names Triton gives them.
+EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics")
 _LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
 _COMPRESS_MIN = 1024  # smaller answers are not worth compressing
 
@@ -76,6 +81,8 @@ def _handler(fn: Any) -> Any:
             return await fn(request)
         except proto.KServeRequestError as exc:
             return _error(exc.status, str(exc))
+        except v2_tensors.TensorError as exc:
+            return _error(400, str(exc))
         except errors.GatewayError as exc:
             resp = _error(exc.status, exc.message)
             for k, v in (exc.headers or {}).items():
@@ -91,7 +98,9 @@ def _handler(fn: Any) -> Any:
 
 
 async def server_metadata(request: web.Request) -> web.Response:
-    return _json(200, proto.dumps({"name": "easkit-gateway", "version": __version__, "extensions": []}))
+    return _json(
+        200, proto.dumps({"name": "easkit-gateway", "version": __version__, "extensions": list(EXTENSIONS)})
+    )
 
 
 async def root(request: web.Request) -> web.Response:
@@ -152,7 +161,7 @@ async def model_stats(request: web.Request) -> web.Response:
         models = [svc]
     else:  # every model whose token the caller holds (or that is open)
         models = [s for s in _models(request) if _allowed(request, s)]
-    return _json(200, proto.triton_statistics([(s.name, plane.stats[s.name]) for s in models]))
+    return _json(200, proto.triton_statistics([(s.name, "1", plane.stats[s.name]) for s in models]))
 
 
 async def repository_index(request: web.Request) -> web.Response:
@@ -197,8 +206,6 @@ async def _run(request: web.Request, svc: ServiceConfig, body: bytes, arrived: f
 
 
 async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
-    if request.headers.get(proto.BINARY_HEADER) is not None:
-        raise proto.KServeRequestError("the binary tensor data extension is not supported; send JSON")
     gw = request.app[CONFIG_KEY].gateway
     refuse_before_body(request.app[DATAPLANE_KEY], svc, request)
     # Triton's client compresses request bodies when asked to (gzip or deflate).
@@ -207,9 +214,14 @@ async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
     return body
 
 
-def _answer(request: web.Request, body: bytes) -> web.Response:
-    """An inference answer, compressed when the client accepts it and it is worth it."""
-    resp = _json(200, body)
+def _answer(request: web.Request, body: bytes, header_length: int | None = None) -> web.Response:
+    """An inference answer, compressed when the client accepts it and it is worth it.
+    ``header_length``: binary tensors follow a JSON header of that many bytes."""
+    if header_length is None:
+        resp = _json(200, body)
+    else:
+        resp = web.Response(status=200, body=body, content_type=OCTET_STREAM)
+        resp.headers[proto.BINARY_HEADER] = str(header_length)
     if len(body) >= _COMPRESS_MIN and "gzip" in request.headers.get("Accept-Encoding", "").lower():
         resp.enable_compression(web.ContentCoding.gzip)
     return resp
@@ -236,25 +248,34 @@ def _observed(fn: Any) -> Any:
 
 
 async def v2_infer(request: web.Request) -> web.Response:
+    """JSON and binary tensors alike run on the worker's TF protobuf path (infer_tensors)."""
     arrived = time.monotonic()
     svc = _model(request)
     body = await _read(request, svc)
-    req = await _parse(body, proto.parse_v2_infer)
-    reply = await _run(request, svc, req.body, arrived)
+    req = await _parse(body, infer_proto.parse_request, request.headers.get(proto.BINARY_HEADER))
+    meta = _signature(request.app, svc)
+    types = v2_tensors.DATATYPES
+    declared = {t.name: types[t.datatype] for t in meta.outputs if t.datatype in types}
+    plane = request.app[DATAPLANE_KEY]
+    timeout = plane.budget(svc, plane.caller_deadline(request.headers), arrived)
+    arrays = await plane.infer_tensors(
+        svc, req.inputs, req.output_names, request_id=request_id(request), timeout=timeout, declared=declared
+    )
     try:
-        return _answer(request, proto.v2_response(svc.name, req, reply))
-    except (ValueError, KeyError, TypeError) as exc:
-        return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
+        out, header_length = infer_proto.answer(svc.name, "1", req, arrays, [t.name for t in meta.outputs])
+    except KeyError as exc:
+        return _error(502, str(exc.args[0]))
+    return _answer(request, out, header_length)
 
 
 async def v1_predict(request: web.Request) -> web.Response:
     arrived = time.monotonic()
     svc = _model(request)
     body = await _read(request, svc)
-    req = await _parse(body, proto.parse_v1_predict, _signature(request.app, svc))
+    req = await _parse(body, kserve_v1.parse_v1_predict, _signature(request.app, svc))
     reply = await _run(request, svc, req.body, arrived)
     try:
-        return _answer(request, proto.v1_predictions(req, reply))
+        return _answer(request, kserve_v1.v1_predictions(req, reply))
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
 
