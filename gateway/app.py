@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gateway.config import Config, GatewayConfig, ServiceConfig
+from gateway.config import Config, GatewayConfig, ServiceConfig, version_services
 from gateway.dataplane import DataPlane
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
@@ -39,6 +39,12 @@ QueueFactory = Callable[[Config], Any]
 def predict_services(config: Config) -> list[ServiceConfig]:
     """Services served by a worker pool (everything but plain queues; async ones too)."""
     return [s for s in config.services if s.processor != "queue"]
+
+
+def older_versions(config: Config) -> list[ServiceConfig]:
+    """The services behind the older model versions of versioned services, one pool each
+    (a service's own pool serves its latest version)."""
+    return [v for s in predict_services(config) for v in version_services(s).values() if v is not s]
 
 
 def queue_services(config: Config) -> list[ServiceConfig]:
@@ -91,13 +97,17 @@ def create_app(
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
-    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config)}
+    older = older_versions(config)
+    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in [*predict_services(config), *older]}
     qm = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
     app[DATAPLANE_KEY] = DataPlane(
-        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
+        [*config.services, *older],
+        app[POOLS_KEY],
+        make_request=worker_request or WorkerRequest,
+        observer=metrics,
     )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 

@@ -70,10 +70,18 @@ class ServiceConfig:
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # An onnx service's model versions, (version, model file) by ascending version; ``model`` is
+    # the latest's. Empty: one version, "1" (see version_services).
+    versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def tokens(self) -> tuple[str, ...]:
         return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    @property
+    def version_names(self) -> tuple[str, ...]:
+        """The model versions served, ascending; the last is the latest (the default)."""
+        return tuple(v for v, _ in self.versions) or ("1",)
 
     def __repr__(self) -> str:  # never show tokens
         return (
@@ -252,7 +260,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s",
+        "config", "env", "stall_timeout_s", "versions",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -271,7 +279,10 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     extra_tokens = tuple(_str(str(t), f"{where}.tokens[{j}]") for j, t in enumerate(extra))
     model = raw.get("model")
     entry = raw.get("entry")
-    if processor == "onnx":
+    versions = _versions(raw.get("versions"), processor, model, base, where)
+    if versions:
+        model = versions[-1][1]
+    elif processor == "onnx":
         model = _str(model, f"{where}.model")
         model = _resolve_path(model, base, f"{where}.model")
         _check_file(model, f"{where}.model")
@@ -316,7 +327,53 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
+        versions=versions,
     )
+
+
+def _versions(
+    raw: Any, processor: str, model: Any, base: Path | None, where: str
+) -> tuple[tuple[str, str], ...]:
+    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+    if raw is None:
+        return ()
+    w = f"{where}.versions"
+    if processor != "onnx":
+        raise ConfigError(f"{w}: only an onnx service has model versions")
+    if model is not None:
+        raise ConfigError(f"{w}: give either model or versions, not both")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{w}: expected a mapping of version numbers to model files")
+    out: dict[int, str] = {}
+    for key, path in raw.items():
+        number = _int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
+        if number in out:
+            raise ConfigError(f"{w}: version {number} given twice")
+        resolved = _resolve_path(_str(path, f"{w}.{key}"), base, f"{w}.{key}")
+        _check_file(resolved, f"{w}.{key}")
+        out[number] = resolved
+    return tuple((str(n), out[n]) for n in sorted(out))
+
+
+def version_key(name: str, version: str) -> str:
+    """The name a service's older model version is served under, apart from its latest: never
+    a valid service name (``@``), so no request path can name it."""
+    return f"{name}@{version}"
+
+
+def version_services(svc: ServiceConfig) -> dict[str, ServiceConfig]:
+    """Version -> the service that serves it: the latest is ``svc`` itself (its name, its
+    workers), every older one a copy of ``svc`` under :func:`version_key` with that version's
+    model, given a worker pool of its own."""
+    if not svc.versions:
+        return {"1": svc}
+    latest = svc.versions[-1][0]
+    return {
+        v: svc
+        if v == latest
+        else replace(svc, name=version_key(svc.name, v), model=path, versions=(), async_=False)
+        for v, path in svc.versions
+    }
 
 
 def parse_config(raw: Any, source: str | None = None) -> Config:
