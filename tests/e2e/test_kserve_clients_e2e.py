@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -205,3 +206,105 @@ def test_triton_statistics_and_errors(triton: tuple[dict[str, Any], Any]) -> Non
     assert errors["no_token"].startswith("401") and "token" in errors["no_token"]
     assert errors["unknown_model"].startswith("404") and "nope" in errors["unknown_model"]
     assert errors["unknown_version"].startswith("404") and "no version '9'" in errors["unknown_version"]
+
+
+# ----------------------------------------------------------------------------- kserve
+
+
+@pytest.fixture(scope="module")
+def kserve_results(gw: GatewayProcess, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("kserve")
+    run_client(".venv-clients", "kserve_rest.py", gw.url, TOKEN, str(out))
+    return json.loads((out / "results.json").read_text())
+
+
+def _check_outputs(got: dict[str, Any], want: dict[str, np.ndarray], names: tuple[str, ...]) -> None:
+    for name in names:
+        arr = want[name]
+        assert got[name]["shape"] == list(arr.shape), name
+        if arr.dtype == object:
+            assert got[name]["data"] == arr.ravel().tolist(), name
+        else:
+            np.testing.assert_array_equal(
+                np.array(got[name]["data"], dtype=arr.dtype).reshape(arr.shape), arr
+            )
+
+
+def test_kserve_v2_client(kserve_results: dict[str, Any], versions: dict[str, Path]) -> None:
+    res = kserve_results["v2"]
+    assert res["live"] is res["ready"] is res["model_ready"] is True
+    want = expected(versions)
+    for call_name in ("binary", "json"):
+        _check_outputs(res[call_name], want, ("scores", "count", "echo"))
+    assert list(res["subset"])[1:] == ["count", "echo"]
+    _check_outputs(res["subset"], want, ("count", "echo"))
+    assert res["no_token"].startswith("401")
+
+
+def test_kserve_v1_client(kserve_results: dict[str, Any], versions: dict[str, Path]) -> None:
+    res = kserve_results["v1"]
+    assert res["live"] is res["model_ready"] is True
+    want = expected(versions)
+    preds = res["predict"]["predictions"]
+    assert [p["scores"] for p in preds] == want["scores"].tolist()
+    assert [p["count"] for p in preds] == want["count"].tolist()
+    assert [p["echo"] for p in preds] == [["héllo"], ["wörld"]]
+
+
+# ----------------------------------------------------------------------------- MLServer
+
+
+def test_mlserver_types_and_codecs(
+    gw: GatewayProcess, versions: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp("mlserver")
+    run_client(".venv-mlserver", "mlserver_types.py", gw.url, TOKEN, str(out))
+    res = json.loads((out / "results.json").read_text())
+    want = expected(versions)
+    assert (res["id"], res["model_name"], res["model_version"]) == ("mlserver-1", "mixed", "2")
+    np.testing.assert_array_equal(np.array(res["scores"], dtype=np.float32), want["scores"])
+    assert res["count"] == want["count"].tolist()
+    assert res["echo"] == ["héllo", "wörld"]
+
+
+# ----------------------------------------------------------------------------- docs
+
+
+def test_the_curl_examples_in_the_docs_run_as_written(
+    gw: GatewayProcess, digits_model: Path, tmp_path: Path
+) -> None:
+    """Every ``bash`` block of docs/kserve.md, run as written against this gateway (only the
+    address changes); each answer is checked, the V2 one against ONNX Runtime."""
+    text = (ROOT / "docs" / "kserve.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 3
+    sess = ort.InferenceSession(str(digits_model))
+    for block in blocks:
+        script = block.replace("http://127.0.0.1:8080", gw.url)
+        proc = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        out = proc.stdout.decode()
+        assert proc.returncode == 0, (block, proc.stderr.decode())
+        if "answer.bin" in block:  # the binary example: headers on stdout, the body in a file
+            assert out.startswith("HTTP/1.1 200"), out
+            hlen = int(re.search(r"Inference-Header-Content-Length: (\d+)", out, flags=re.I).group(1))
+            body = (tmp_path / "answer.bin").read_bytes()
+            head = json.loads(body[:hlen])
+            assert [o["name"] for o in head["outputs"]] == ["label", "probabilities"]
+            label = np.frombuffer(body[hlen : hlen + 8], dtype="<i8")
+            np.testing.assert_array_equal(label, sess.run(None, {"input": np.zeros((1, 64), np.float32)})[0])
+            continue
+        answer = json.loads(out)
+        assert "error" not in answer, answer
+        sent = json.loads(re.search(r"-d '(.*)'", block, flags=re.S).group(1))
+        if "/v2/" in block:
+            rows = np.array(sent["inputs"][0]["data"], dtype=np.float32).reshape(1, 64)
+            assert answer["outputs"][0]["data"] == sess.run(None, {"input": rows})[0].tolist()
+        else:
+            rows = np.array(sent["instances"], dtype=np.float32)
+            assert [p["label"] for p in answer["predictions"]] == sess.run(None, {"input": rows})[0].tolist()
