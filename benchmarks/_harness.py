@@ -92,6 +92,10 @@ f:close()
 wrk.headers["Content-Type"] = "application/octet-stream"
 local tok = os.getenv("BENCH_TOKEN")
 if tok and tok ~= "" then wrk.headers["Authorization"] = tok end
+local extra = os.getenv("BENCH_HEADERS")
+if extra then
+  for k, v in string.gmatch(extra, "([^:\\n]+): ([^\\n]+)") do wrk.headers[k] = v end
+end
 """
 
 
@@ -107,10 +111,13 @@ def run_wrk(
     seconds: float,
     token: str = "",
     server_pids: Sequence[int] = (),
+    headers: dict[str, str] | None = None,
 ) -> WrkResult:
+    """``headers``: more request headers (they replace the defaults of the same name)."""
     lua = Path(tempfile.gettempdir()) / "easkit_bench_post.lua"
     lua.write_text(_LUA)
-    env = dict(os.environ, BENCH_BODY=str(body), BENCH_TOKEN=token)
+    extra = "".join(f"{k}: {v}\n" for k, v in (headers or {}).items())
+    env = dict(os.environ, BENCH_BODY=str(body), BENCH_TOKEN=token, BENCH_HEADERS=extra)
     cmd = [
         *pin(1),
         "wrk",

@@ -68,8 +68,17 @@ def json_tensor(data: Any, datatype: str, shape: list[int], where: str) -> np.nd
     dt = v2_tensors.DATATYPES[datatype]
     if not isinstance(data, list):
         raise KServeRequestError(f"{where}: data must be a list")
-    flat = flatten(data, where)
     count = math.prod(shape)
+    if datatype != "BYTES" and data:
+        # Regular numbers, flat or nested evenly: numpy reads them in one pass. Anything else
+        # (ragged nesting, strings, objects) takes the checked path below.
+        try:
+            arr = np.asarray(data)
+        except (ValueError, OverflowError):
+            arr = np.empty(0, dtype=object)
+        if arr.dtype.kind in "biuf" and arr.size == count:
+            return _numbers(arr, dt, datatype, where).reshape(shape)
+    flat = flatten(data, where)
     if len(flat) != count:
         raise KServeRequestError(f"{where}: shape {shape} needs {count} values, got {len(flat)}")
     if datatype == "BYTES":
@@ -84,6 +93,11 @@ def json_tensor(data: Any, datatype: str, shape: list[int], where: str) -> np.nd
         arr = np.asarray(flat)
     except (ValueError, OverflowError):
         arr = np.empty(0, dtype=object)
+    return _numbers(arr, dt, datatype, where).reshape(shape)
+
+
+def _numbers(arr: np.ndarray, dt: np.dtype[Any], datatype: str, where: str) -> np.ndarray:
+    """``arr`` (as numpy read the JSON values) in ``dt``, refused unless every value fits."""
     kind = arr.dtype.kind
     if dt.kind == "b":
         ok = kind == "b"
@@ -93,7 +107,7 @@ def json_tensor(data: Any, datatype: str, shape: list[int], where: str) -> np.nd
         ok = kind in "biuf"
     if not ok:
         raise KServeRequestError(f"{where}: data are not all {datatype} values")
-    return arr.astype(dt, copy=False).reshape(shape)
+    return arr.astype(dt, copy=False)
 
 
 def parse_request(body: bytes, binary_header: str | None = None) -> InferRequest:
