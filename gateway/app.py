@@ -111,9 +111,10 @@ def create_app(
     )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, kserve, predict
+    from gateway.routes import admin, discovery, kserve, openapi, predict
 
     admin.setup(app)
+    openapi.setup(app)
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)
