@@ -138,7 +138,9 @@ async def live(request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
-    ok = all_ready(request.app)
+    """Ready when every service is, and every version of every model."""
+    targets = (t for s in _models(request) for t in _versions(request, s))
+    ok = all_ready(request.app) and all(service_ready(request.app, t.runs.name) for t in targets)
     return _json(200 if ok else 503, proto.dumps({"ready": ok}))
 
 
