@@ -359,8 +359,9 @@ def report(rows: list[dict[str, Any]], samples: Samples, args: Any) -> None:
                 continue
             tp = median([a.rps / b.rps for a, b in zip(ours, theirs, strict=True)])
             p99 = median([a.p99_us / b.p99_us for a, b in zip(ours, theirs, strict=True)])
-            goals.append({"figure": f"digits V2 JSON throughput vs {other}, c={c}", "value": tp,
-                          "goal": f">= {want:.0f}x", "pass": tp >= want})  # fmt: skip
+            if c > 1:  # a throughput goal under load; at one connection latency decides
+                goals.append({"figure": f"digits V2 JSON throughput vs {other}, c={c}", "value": tp,
+                              "goal": f">= {want:.0f}x", "pass": tp >= want})  # fmt: skip
             goals.append({"figure": f"digits V2 JSON p99 vs {other}, c={c}", "value": p99,
                           "goal": "<= 0.5x", "pass": p99 <= 0.5})  # fmt: skip
     print("\nratios (median of per-round ratios):")
