@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", "-c", required=True, help="services YAML file")
     s.add_argument("--host", help="listen address (overrides gateway.host)")
     s.add_argument("--port", type=int, help="listen port, 0 picks a free one (overrides gateway.port)")
+    s.add_argument("--grpc-port", type=int, help="V2 gRPC port, 0 for none (overrides gateway.grpc_port)")
     s.add_argument("--port-file", help="write 'host:port' here once ready (overrides gateway.port_file)")
     s.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="overrides gateway.log_level")
     s.add_argument("--log-format", choices=("text", "json"), help="overrides gateway.log_format")
@@ -68,6 +69,10 @@ def build_config(args: argparse.Namespace) -> Config:
         if not 0 <= args.port <= 65535:
             raise ConfigError(f"--port: must be between 0 and 65535, got {args.port}")
         changes["port"] = args.port
+    if args.grpc_port is not None:
+        if not 0 <= args.grpc_port <= 65535:
+            raise ConfigError(f"--grpc-port: must be between 0 and 65535, got {args.grpc_port}")
+        changes["grpc_port"] = args.grpc_port
     if args.port_file is not None:
         changes["port_file"] = args.port_file
     if args.log_level is not None:
