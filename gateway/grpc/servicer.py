@@ -25,7 +25,7 @@ from google.protobuf import json_format
 from gateway import __version__, errors
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-from gateway.config import ServiceConfig
+from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.grpc.status import grpc_code, trailers
 from gateway.middleware import new_request_id
 from gateway.protocols import kserve, v2_grpc
@@ -93,9 +93,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def _model(self, name: str, version: str) -> ServiceConfig:
         """An onnx service by model name: 400 for a malformed name, 404 for an unknown model
         or version (a service serves version "1"; an empty version is the served one)."""
-        svc = self.plane.find(name)
-        if svc.processor != "onnx" or svc.name not in self.pools:
-            raise errors.ServiceNotFound(f"model {name!r} not found")
+        svc = self.plane.services.get(name) if name in self.pools else None
+        if svc is None or svc.processor != "onnx":
+            if not SERVICE_NAME_RE.fullmatch(name):  # 400, as on every entry point
+                raise errors.InvalidServiceName("invalid model name")
+            raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
         if version not in ("", "1"):
             raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")
         return svc
