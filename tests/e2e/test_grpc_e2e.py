@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -114,24 +115,33 @@ def enc(arr: np.ndarray) -> dict[str, Any]:
     return {"dtype": str(arr.dtype), "shape": list(arr.shape), "data": data}
 
 
-def drive(client: str, port: int, inputs: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+def clients_python() -> str:
     if not CLIENTS_PYTHON.exists():
         if os.environ.get("CI"):
             raise RuntimeError(f"{CLIENTS_PYTHON} is missing: run scripts/setup.sh")
         pytest.skip("the inference clients' environment (.venv-clients) is not built")
+    return str(CLIENTS_PYTHON)
+
+
+def run_clients(argv: list[str], stdin: bytes = b"") -> bytes:
+    """Run the clients' interpreter isolated (-I: neither our PYTHONPATH nor tests/e2e/queue
+    shadowing the stdlib's queue); -> its stdout, or fail with its stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONWARNINGS"] = "ignore"
+    proc = subprocess.run(
+        [clients_python(), "-I", *argv], input=stdin, capture_output=True, timeout=60, env=env, check=False
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    return proc.stdout
+
+
+def drive(client: str, port: int, inputs: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
     doc = {
         "url": f"127.0.0.1:{port}",
         "token": TOKEN,
         "inputs": {m: {n: enc(a) for n, a in arrays.items()} for m, arrays in inputs.items()},
     }
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONWARNINGS"] = "ignore"
-    proc = subprocess.run(
-        [str(CLIENTS_PYTHON), "-I", str(DRIVER), client],  # -I: not tests/e2e/queue for queue
-        input=json.dumps(doc).encode(), capture_output=True, timeout=60, env=env, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
-    return json.loads(proc.stdout)
+    return json.loads(run_clients([str(DRIVER), client], json.dumps(doc).encode()))
 
 
 def check(got: dict[str, Any], want: dict[str, np.ndarray], order: list[str]) -> None:
@@ -226,3 +236,16 @@ def test_kserve_grpc_client(
     check(got["multi_raw"], multi, ["sum", "yy", "zneg", "mask"])
     check(got["strings"], expected(models, "strings", inputs["strings"]), ["same", "more"])
     assert got["wrong_token"] == "StatusCode.UNAUTHENTICATED"
+
+
+@pytest.mark.parametrize("which", ["tritonclient", "kserve"])
+def test_the_documented_examples_run_as_written(
+    gw: tuple[GatewayProcess, int], models: dict[str, Path], which: str
+) -> None:
+    """docs/grpc.md's client examples, with this gateway's port and token."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "grpc.md").read_text(), re.S)
+    (code,) = [b for b in blocks if f"import {which}" in b or f"from {which}" in b]
+    code = code.replace("127.0.0.1:8081", f"127.0.0.1:{gw[1]}").replace("secret-token", TOKEN)
+    out = run_clients(["-c", code]).decode()
+    (label,) = expected(models, "digits", {"input": np.zeros((1, 64), np.float32)})["label"]
+    assert f"[{label}]" in out
