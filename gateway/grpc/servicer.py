@@ -11,9 +11,11 @@ are the V2 REST answers (gateway/protocols/kserve.py) in their protobuf form.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -36,6 +38,9 @@ from gateway.workers.metadata import ModelMetadata
 log = logging.getLogger("gateway.grpc")
 
 SERVER_NAME = "easkit-gateway"
+# Tensors with more elements than this that are read or written element by element (BYTES,
+# typed contents) are handled off the event loop; numeric raw tensors are views either way.
+_LARGE = 1 << 16
 Request = TypeVar("Request")
 Response = TypeVar("Response")
 Context = grpc.aio.ServicerContext
@@ -204,7 +209,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             self.plane.authenticate(svc, auth_headers(context), "", None)
             timeout = self.plane.budget(svc, context.time_remaining(), arrived)
-            call = v2_grpc.parse_infer(request)
+            if any(t.datatype == "BYTES" and math.prod(t.shape) > _LARGE for t in request.inputs):
+                call = await asyncio.to_thread(v2_grpc.parse_infer, request)  # a Python loop per element
+            else:
+                call = v2_grpc.parse_infer(request)  # numeric tensors: views, no loop
             meta: ModelMetadata | None = self.pools[svc.name].metadata
             declared = None
             order = list(call.outputs)
@@ -215,7 +223,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 svc, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared
             )
             order += [n for n in arrays if n not in order]
-            resp = v2_grpc.infer_response(svc.name, request.id, arrays, order, typed=call.typed)
+            build = functools.partial(
+                v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed
+            )
+            if sum(a.size for a in arrays.values() if call.typed or a.dtype.kind in "OSU") > _LARGE:
+                resp = await asyncio.to_thread(build)  # element by element: off the event loop
+            else:
+                resp = build()
             status = 200
             return resp
         except Exception as exc:

@@ -249,3 +249,57 @@ def test_the_documented_examples_run_as_written(
     out = run_clients(["-c", code]).decode()
     (label,) = expected(models, "digits", {"input": np.zeros((1, 64), np.float32)})["label"]
     assert f"[{label}]" in out
+
+
+def test_large_typed_and_bytes_tensors_with_a_plain_stub(
+    gw: tuple[GatewayProcess, int], models: dict[str, Path]
+) -> None:
+    """Typed contents in, typed contents out; BYTES both ways; sizes past the point where the
+    gateway converts them off its event loop."""
+    import grpc
+
+    from gateway._proto import grpc_service_pb2 as pb
+    from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+
+    rng = np.random.default_rng(3)
+    arrays = {
+        "x": rng.random((20_000, 4), dtype=np.float32),
+        "y": rng.integers(-5, 5, (20_000, 4)),
+        "z": rng.random((20_000, 4)),
+    }
+    text = np.array([f"t{i}".encode() for i in range(70_000)], dtype=object)
+    with grpc.insecure_channel(f"127.0.0.1:{gw[1]}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        req = pb.ModelInferRequest(model_name="multi", id="typed")
+        for (name, arr), field in zip(
+            arrays.items(), ("fp32_contents", "int64_contents", "fp64_contents"), strict=True
+        ):
+            t = req.inputs.add(
+                name=name, datatype={"x": "FP32", "y": "INT64", "z": "FP64"}[name], shape=arr.shape
+            )
+            getattr(t.contents, field).extend(arr.ravel().tolist())
+        resp = stub.ModelInfer(req, timeout=30)
+        assert resp.id == "typed" and not resp.raw_output_contents
+        want = expected(models, "multi", arrays)
+        fields = {
+            "FP32": "fp32_contents",
+            "INT64": "int64_contents",
+            "FP64": "fp64_contents",
+            "UINT8": "uint_contents",
+        }
+        for out in resp.outputs:
+            ref = want[out.name]
+            got = np.array(getattr(out.contents, fields[out.datatype]), dtype=ref.dtype).reshape(
+                tuple(out.shape)
+            )
+            np.testing.assert_allclose(got, ref, rtol=1e-6, err_msg=out.name)
+        req = pb.ModelInferRequest(model_name="strings")
+        req.inputs.add(name="text", datatype="BYTES", shape=text.shape)
+        req.raw_input_contents.append(b"".join(len(v).to_bytes(4, "little") + v for v in text))
+        resp = stub.ModelInfer(req, timeout=30)
+        assert [(o.name, o.datatype, list(o.shape)) for o in resp.outputs] == [
+            ("same", "BYTES", [70_000]), ("more", "BYTES", [70_001]),
+        ]  # fmt: skip
+        raw = resp.raw_output_contents[1]
+        assert raw.endswith(b"\x03\x00\x00\x00end") and raw.startswith(b"\x02\x00\x00\x00t0")
+        assert raw == resp.raw_output_contents[0] + b"\x03\x00\x00\x00end"
