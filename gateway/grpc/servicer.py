@@ -27,8 +27,9 @@ from google.protobuf import json_format
 from gateway import __version__, errors
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.config import ServiceConfig
 from gateway.grpc.status import grpc_code, trailers
+from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import new_request_id
 from gateway.protocols import kserve, v2_grpc
 from gateway.protocols.v2_tensors import DATATYPES, TensorError
@@ -38,6 +39,7 @@ from gateway.workers.metadata import ModelMetadata
 log = logging.getLogger("gateway.grpc")
 
 SERVER_NAME = "easkit-gateway"
+SERVICE_PATH = "/inference.GRPCInferenceService"
 # Tensors with more elements than this that are read or written element by element (BYTES,
 # typed contents) are handled off the event loop; numeric raw tensors are views either way.
 _LARGE = 1 << 16
@@ -60,17 +62,31 @@ def _rpc(
 ) -> Callable[[Any, Request, Context], Awaitable[Response]]:
     """A unary call whose failures are answered with their gRPC code, message and request id."""
 
+    path = f"{SERVICE_PATH}/{fn.__name__}"
+
     @functools.wraps(fn)
     async def wrapped(self: Any, request: Request, context: Context) -> Response:
         rid = new_request_id()
+        started = time.perf_counter()
         try:
-            return await fn(self, request, context, rid)
+            resp = await fn(self, request, context, rid)
         except Exception as exc:  # every failure gets a status; abort() itself raises past this
             err = _gateway_error(exc)
+        else:
+            self.access(context, path, 200, resp, started, rid)
+            return resp
+        self.access(context, path, err.status, None, started, rid)
         await context.abort(grpc_code(err.status), err.message, trailers(err, rid))
         raise AssertionError("unreachable: abort() raises")  # pragma: no cover
 
     return wrapped
+
+
+def _remote(peer: str) -> str:
+    """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` -> the address alone."""
+    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return host.strip("[]") or "-"
 
 
 def auth_headers(context: Context) -> dict[str, str]:
@@ -90,6 +106,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.plane = app[DATAPLANE_KEY]
         self.pools: dict[str, Any] = app[POOLS_KEY]
         self.metrics = app[METRICS_KEY]
+        # Disabled unless access logs are on (gateway.access_log), as for HTTP calls.
+        self.access_log = logging.getLogger(ACCESS_LOGGER) if self.config.gateway.access_log else None
+
+    def access(self, context: Context, path: str, status: int, resp: Any, started: float, rid: str) -> None:
+        """The call's access line, as an HTTP call's: the peer's address, ``GRPC``, the method's
+        path, the status it means, the answer's size (never metadata: it holds the token)."""
+        if self.access_log is not None and self.access_log.isEnabledFor(logging.INFO):
+            size = resp.ByteSize() if resp is not None else 0
+            ms = (time.perf_counter() - started) * 1000.0
+            log_access(self.access_log, _remote(context.peer()), "GRPC", path, status, size, ms, rid)
 
     # ------------------------------------------------------------------ lookups
     def _models(self) -> list[ServiceConfig]:
@@ -98,10 +124,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def _model(self, name: str, version: str) -> ServiceConfig:
         """An onnx service by model name: 400 for a malformed name, 404 for an unknown model
         or version (a service serves version "1"; an empty version is the served one)."""
-        svc = self.plane.services.get(name) if name in self.pools else None
+        try:
+            svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
+        except errors.ServiceNotFound:
+            svc = None
         if svc is None or svc.processor != "onnx":
-            if not SERVICE_NAME_RE.fullmatch(name):  # 400, as on every entry point
-                raise errors.InvalidServiceName("invalid model name")
             raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
         if version not in ("", "1"):
             raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")
@@ -249,16 +276,20 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         the stream goes on."""
         async for request in request_iterator:
             rid = new_request_id()
+            started = time.perf_counter()
             try:
                 resp = await self._infer(request, context, rid)
             except Exception as exc:
                 err = _gateway_error(exc)
+                self.access(context, _STREAM_PATH, err.status, None, started, rid)
                 failed = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
                 yield pb.ModelStreamInferResponse(error_message=err.message, infer_response=failed)
             else:
+                self.access(context, _STREAM_PATH, 200, resp, started, rid)
                 yield pb.ModelStreamInferResponse(infer_response=resp)
 
 
+_STREAM_PATH = f"{SERVICE_PATH}/ModelStreamInfer"
 _NO_LOAD = "loading and unloading models is not supported: models are the services of the configuration"
 
 __all__ = ["SERVER_NAME", "InferenceServicer", "auth_headers"]

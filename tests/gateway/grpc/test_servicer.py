@@ -4,6 +4,7 @@ tests/e2e/test_grpc_e2e.py."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import AsyncIterator
 
@@ -141,3 +142,21 @@ async def test_deadline_bounds_the_dispatch_and_body_limit(
         await stub.ModelInfer(infer_request(rows=300), metadata=AUTH)
     assert info.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert len(gw.pools["digits"].calls) == 1
+
+
+async def test_access_lines_name_the_call_never_the_token(
+    live: tuple[Live, pb_grpc.GRPCInferenceServiceStub], caplog: pytest.LogCaptureFixture
+) -> None:
+    gw, stub = live
+    gw.pools["digits"].mode = "overloaded"
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        assert (await stub.ServerLive(pb.ServerLiveRequest(), metadata=AUTH)).live
+        with pytest.raises(grpc.aio.AioRpcError):
+            await stub.ModelInfer(infer_request(), metadata=AUTH)
+    lines = [r for r in caplog.records if r.name == "gateway.access"]
+    assert [(r.method, r.path, r.status, r.remote) for r in lines] == [  # type: ignore[attr-defined]
+        ("GRPC", "/inference.GRPCInferenceService/ServerLive", 200, "127.0.0.1"),
+        ("GRPC", "/inference.GRPCInferenceService/ModelInfer", 450, "127.0.0.1"),
+    ]
+    assert all(len(r.request_id) == 32 for r in lines)  # type: ignore[attr-defined]
+    assert TOKEN not in caplog.text
