@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import ipaddress
 import logging
 import os
@@ -86,6 +87,8 @@ def build_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"gateway.log_level: must be one of {', '.join(LOG_LEVELS)}, got {gw.log_level!r}")
     if gw.loopback_only and not _is_loopback(gw.host):
         raise ConfigError(f"gateway.host: {gw.host!r} is not a loopback address and loopback_only is set")
+    if gw.grpc_port and importlib.util.find_spec("grpc") is None:
+        raise ConfigError("gateway.grpc_port: the gRPC endpoint needs grpcio: pip install 'easkit[grpc]'")
     for key in ("worker_host", "worker_advertise_host"):
         value = getattr(gw, key)
         if gw.loopback_only and value is not None and not _is_loopback(value):

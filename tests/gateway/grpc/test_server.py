@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from pathlib import Path
 
@@ -41,3 +42,18 @@ async def test_a_port_in_use_fails_the_start() -> None:
         with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{port}"):
             async with live_gateway(grpc_port=port):
                 pass  # pragma: no cover
+
+
+def test_a_grpc_port_without_grpcio_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"gateway": {"grpc_port": 8081}}))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "grpc" else real(name, *a)
+    )
+    with pytest.raises(ConfigError, match=r"needs grpcio: pip install 'easkit\[grpc\]'"):
+        build_config(_parser().parse_args(["serve", "--config", str(path)]))
+    # Off: nothing to install.
+    assert build_config(_parser().parse_args(["serve", "--config", str(path), "--grpc-port", "0"]))
