@@ -259,11 +259,21 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 resp = build()
             status = 200
             return resp
+        except asyncio.CancelledError:  # the client went away or its deadline passed: no answer
+            status = 0
+            raise
         except Exception as exc:
-            status = _gateway_error(exc).status
+            status = (
+                exc.status
+                if isinstance(exc, errors.GatewayError)
+                else 400
+                if isinstance(exc, TensorError)
+                else 500
+            )
             raise
         finally:
-            self.metrics.observe(svc.name, status, time.perf_counter() - started)
+            if status:
+                self.metrics.observe(svc.name, status, time.perf_counter() - started)
 
     @_rpc
     async def ModelInfer(self, request: Any, context: Context, rid: str) -> pb.ModelInferResponse:
