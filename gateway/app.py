@@ -123,6 +123,11 @@ def create_app(
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    if gw.grpc_port:
+        # After _lifecycle: gRPC listens once the pools start and stops before they do.
+        from gateway.grpc.server import grpc_lifecycle
+
+        app.cleanup_ctx.append(grpc_lifecycle)
     if qm is not None:
         app.on_shutdown.append(_end_queue_streams)
     if any(s.async_ for s in config.services):

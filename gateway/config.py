@@ -125,6 +125,8 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
+    grpc_port: int = 0
 
     @property
     def advertised_worker_host(self) -> str:
@@ -387,6 +389,8 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
     if gw.port > 65535:
         raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        raise ConfigError(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         raise ConfigError("gateway.log_format: must be 'text' or 'json'")
     if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
