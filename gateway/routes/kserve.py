@@ -60,12 +60,15 @@ class _Target:
 
 
 def _versions(request: web.Request, svc: ServiceConfig) -> list[_Target]:
-    """Every version of ``svc``, ascending; the last is the latest."""
-    plane = request.app[DATAPLANE_KEY]
+    """Every version of ``svc`` that has a worker pool, ascending; the last is the latest."""
+    plane, pools = request.app[DATAPLANE_KEY], request.app[POOLS_KEY]
     names = svc.version_names
-    return [
-        _Target(svc, v, svc if v == names[-1] else plane.services[version_key(svc.name, v)]) for v in names
-    ]
+    out = []
+    for v in names:
+        runs = svc if v == names[-1] else plane.services.get(version_key(svc.name, v))
+        if runs is not None and runs.name in pools:
+            out.append(_Target(svc, v, runs))
+    return out
 
 
 def _model(request: web.Request) -> _Target:
