@@ -38,6 +38,9 @@ class QueueConfig:
     max_window: int = 1024
     heartbeat_s: float = 5.0
     grace_s: float = 0.0
+    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
+    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
+    backend: str = "sqlite"
 
 
 @dataclass(frozen=True)
@@ -296,6 +299,8 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     if not isinstance(env, dict):
         raise ConfigError(f"{where}.env: expected a mapping")
     async_ = _bool(raw.get("async", False), f"{where}.async")
+    queue = _coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue")
+    _check_queue_backend(queue, f"{where}.queue")
     if processor == "queue" and async_:
         raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
     return ServiceConfig(
@@ -313,10 +318,39 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
         stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
-        queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
+        queue=queue,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
     )
+
+
+QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The top-level ``queue:`` mapping holds defaults for every service's ``queue:``
+    (a service's own keys win), e.g. one Redis backend for all queues."""
+    defaults = raw.get("queue")
+    if defaults is None:
+        return raw
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"queue: expected a mapping, got {type(defaults).__name__}")
+    _coerce_dataclass(QueueConfig, defaults, "queue")  # names the bad key at its own place
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return raw
+    merged = [
+        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    ]
+    return {**raw, "services": merged}
+
+
+def _check_queue_backend(cfg: QueueConfig, where: str) -> None:
+    if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(
+            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)}), "
+            f"got {cfg.backend!r}"
+        )
 
 
 def parse_config(raw: Any, source: str | None = None) -> Config:
@@ -324,8 +358,9 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
-    _check_keys(raw, {"gateway", "services"}, "config")
+    _check_keys(raw, {"gateway", "services", "queue"}, "config")
     raw = _expand(raw, "config")
+    raw = _with_queue_defaults(raw)
     base = Path(source).resolve().parent if source else None
     gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
     if gw.port > 65535:

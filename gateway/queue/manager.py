@@ -2,7 +2,8 @@
 
 Queue names: a service with ``processor: queue`` is the queue "<name>"; an
 asynchronous service (``async: true``) has "<name>" (input) and "<name>/sink".
-The store lives in ``<data_dir>/queues.sqlite3``.
+The embedded store lives in ``<data_dir>/queues.sqlite3``; a queue whose config names a
+Redis URL (``queue.backend``) lives in that Redis (one ``RedisBackend`` per URL).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from gateway.config import Config, QueueConfig, ServiceConfig
 from .backend import Backend, MemoryBackend
 from .http import handle_http
 from .records import Consumer
+from .redis_backend import RedisBackend
 from .sqlite import SqliteBackend
 from .store import Queue
 from .ws import handle_watch
@@ -54,12 +56,26 @@ class QueueManager:
             for name in queue_names(svc):
                 self.services[name] = svc
                 self.configs[name] = svc.queue
-        if backend is None:
-            fsync = "always" if any(c.fsync == "always" for c in self.configs.values()) else "normal"
-            path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
-            backend = SqliteBackend(path, fsync=fsync) if self.configs else MemoryBackend()
-        self.backend = backend
-        self.backend_name = getattr(backend, "name", type(backend).__name__)
+        # One backend per store: the embedded SQLite one and one per Redis URL. ``backend``
+        # (tests) replaces them all. fsync "always" on one queue applies to its whole store.
+        kinds = {
+            name: ("sqlite" if backend is not None else cfg.backend) for name, cfg in self.configs.items()
+        }
+        self.backends: dict[str, Backend] = {}
+        for kind in dict.fromkeys(kinds.values()):
+            same = [self.configs[n] for n, k in kinds.items() if k == kind]
+            fsync = "always" if any(c.fsync == "always" for c in same) else "normal"
+            if backend is not None:
+                self.backends[kind] = backend
+            elif kind != "sqlite":
+                self.backends[kind] = RedisBackend(kind, fsync=fsync)
+            else:
+                path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
+                self.backends[kind] = SqliteBackend(path, fsync=fsync)
+        self.queue_backends: dict[str, Backend] = {n: self.backends[k] for n, k in kinds.items()}
+        # The main store: what the service listing and the store's tests look at.
+        self.backend: Backend = next(iter(self.backends.values()), backend or MemoryBackend())
+        self.backend_name = getattr(self.backend, "name", type(self.backend).__name__)
         self.queues: dict[str, Queue] = {}
         self.watchers: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
         self._visible: dict[str, asyncio.Future[None]] = {}
@@ -75,16 +91,24 @@ class QueueManager:
         if self._started:
             return
         loop = asyncio.get_running_loop()
-        recovered = await asyncio.to_thread(self.backend.recover)
+        recovered: dict[str, dict[str, Any]] = {}
+        for b in self.backends.values():
+            mine = [n for n, qb in self.queue_backends.items() if qb is b]
+            recover_async = getattr(b, "recover_async", None)
+            if recover_async is not None:
+                recovered.update(await recover_async(mine))
+            else:
+                recovered.update(await asyncio.to_thread(b.recover))
         for name, cfg in self.configs.items():
-            q = Queue(name, cfg, self.backend)
+            q = Queue(name, cfg, self.queue_backends[name])
             if name in recovered:
                 q.load(recovered[name])
             q.on_visible = lambda n=name: self._notify_visible(n)
             self.queues[name] = q
-        start = getattr(self.backend, "start", None)
-        if start is not None:
-            start(loop)
+        for b in self.backends.values():
+            start = getattr(b, "start", None)
+            if start is not None:
+                start(loop)
         self._started = True
 
     async def stop(self) -> None:
@@ -95,8 +119,13 @@ class QueueManager:
             t.cancel()
         self._timers.clear()
         await self.shutdown()
-        next_idx = {name: q.next_idx for name, q in self.queues.items()}
-        await asyncio.to_thread(self.backend.close, next_idx)
+        for b in self.backends.values():
+            next_idx = {name: q.next_idx for name, q in self.queues.items() if q.backend is b}
+            aclose = getattr(b, "aclose", None)
+            if aclose is not None:
+                await aclose(next_idx)
+            else:
+                await asyncio.to_thread(b.close, next_idx)
 
     async def shutdown(self) -> None:
         """End long-lived requests: pending long-poll gets answer now (empty) and every
@@ -141,6 +170,7 @@ class QueueManager:
     def snapshot(self) -> dict[str, Any]:
         return {
             "backend": self.backend_name,
+            "backends": sorted({getattr(b, "name", type(b).__name__) for b in self.backends.values()}),
             "fsync": getattr(self.backend, "fsync", "n/a"),
             "queues": {name: q.snapshot() for name, q in self.queues.items()},
             "dispatchers": {name: d.snapshot() for name, d in self.dispatchers.items()},

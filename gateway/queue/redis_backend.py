@@ -1,0 +1,296 @@
+"""Redis backend: every queue's journal in Redis Streams, written with group commit.
+
+The queue's semantics stay in ``store.Queue`` (the same code over SQLite and Redis);
+this backend makes its changes durable in Redis instead of a local file, so the data
+outlives the gateway's host. Key layout, per queue ``<q>`` under a prefix (``easq``):
+
+* ``easq:<q>:records`` - a Stream, one entry per live record; the entry id is
+  ``<index>-0`` (so ``XRANGE`` reads records in index order and ``XADD`` refuses an
+  index that is not above every earlier one), fields ``r`` (request id), ``t`` (tags,
+  JSON) and ``d`` (data). A removal is an ``XDEL``.
+* ``easq:<q>:removed`` - a Stream of tombstones, one entry ``i`` (index), ``r``
+  (request id) per removed record, trimmed to about the newest ``RECENT_LIMIT``.
+* ``easq:<q>:groups`` - a Hash, gid -> JSON ``[start, tags]``.
+* ``easq:<q>:acks:<gid>`` - a Set of indexes the group committed while another group
+  still needs them.
+* ``easq:<q>:next`` - the next index, written on a clean stop.
+
+Everything submitted during one event-loop iteration is sent as one ``MULTI``/``EXEC``
+transaction; one transaction is in flight at a time, so handles complete in order
+(``records.last_durable`` relies on it) and the writes that arrive meanwhile form the
+next batch. A handle completes once Redis answered the ``EXEC``: what that survives
+depends on the server's persistence settings (docs/queue.md, "Durability").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from .backend import StorageError
+from .records import RECENT_LIMIT, Durable, Record
+
+log = logging.getLogger(__name__)
+
+PREFIX = "easq"
+PAGE = 1000  # entries per XRANGE page on recovery
+
+# A queued command: it adds its commands to the pipeline and says how many it added.
+_Op = Callable[[Any], int]
+
+
+def _seq(entry_id: bytes | str) -> int:
+    """The index of a records-stream entry id ``<index>-0``."""
+    raw = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(raw.split("-", 1)[0])
+
+
+class RedisBackend:
+    name = "redis"
+
+    def __init__(self, url: str, fsync: str = "normal", prefix: str = PREFIX) -> None:
+        if fsync not in ("normal", "always"):
+            raise ValueError("fsync must be 'normal' or 'always'")
+        self.url = url
+        self.fsync = fsync
+        self.prefix = prefix
+        # Connections are opened lazily, on the loop that first uses them.
+        self.client: aioredis.Redis = aioredis.Redis.from_url(url, socket_connect_timeout=5.0)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[tuple[_Op, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._groups: dict[str, set[str]] = {}  # queue -> gids with an acks set
+        self._checked = False
+        self.batches = 0
+        self.ops = 0
+        self.errors = 0
+
+    # ------------------------------------------------------------------ keys
+    def key(self, queue: str, part: str) -> str:
+        return f"{self.prefix}:{queue}:{part}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def recover(self) -> dict[str, dict[str, Any]]:
+        raise RuntimeError("RedisBackend recovers with 'await recover_async(queues)'")
+
+    async def check_persistence(self) -> None:
+        """Refuse ``fsync: always`` on a server that does not fsync every write, and warn
+        when the server keeps nothing across its own restart (see docs/queue.md)."""
+        try:
+            conf = await self.client.config_get("append*")
+        except RedisError as exc:  # managed services often disable CONFIG
+            log.warning("queue backend %s: cannot read its persistence settings (%s)", self.url, exc)
+            return
+        aof = conf.get("appendonly", "no")
+        every = conf.get("appendfsync", "everysec")
+        if self.fsync == "always" and (aof != "yes" or every != "always"):
+            raise StorageError(
+                f"queue fsync 'always' needs the Redis server at {self.url} to run with "
+                f"'appendonly yes' and 'appendfsync always' (it has appendonly {aof}, appendfsync {every})"
+            )
+        if aof != "yes":
+            log.warning(
+                "queue backend %s runs without 'appendonly yes': acknowledged records do not "
+                "survive a restart of the Redis server",
+                self.url,
+            )
+
+    async def recover_async(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        """The state of each named queue, in the shape of ``Backend.recover``."""
+        out: dict[str, dict[str, Any]] = {}
+        try:
+            await self.check_persistence_once()
+            for queue in queues:
+                state = await self._recover_queue(queue)
+                if state is not None:
+                    out[queue] = state
+        except RedisError as exc:
+            raise StorageError(f"cannot read the queues from {self.url}: {exc}") from exc
+        return out
+
+    async def check_persistence_once(self) -> None:
+        if not self._checked:
+            self._checked = True
+            await self.check_persistence()
+
+    async def _recover_queue(self, queue: str) -> dict[str, Any] | None:
+        c = self.client
+        state: dict[str, Any] = {"next_idx": 1, "records": [], "groups": [], "acks": [], "removed": []}
+        found = False
+        records = state["records"]
+        lo = "-"
+        while True:
+            page = await c.xrange(self.key(queue, "records"), min=lo, max="+", count=PAGE)
+            for entry_id, fields in page:
+                idx = _seq(entry_id)
+                tags = json.loads(fields[b"t"])
+                records.append((idx, fields[b"r"].decode(), tags, bytes(fields[b"d"])))
+            if len(page) < PAGE:
+                break
+            lo = f"({page[-1][0].decode()}"
+        nxt = 1
+        if records:
+            found = True
+            nxt = records[-1][0] + 1
+        try:
+            info = await c.xinfo_stream(self.key(queue, "records"))
+            found = True
+            nxt = max(nxt, _seq(info["last-generated-id"]) + 1)
+        except RedisError:
+            pass  # no stream yet: nothing was ever put
+        stored = await c.get(self.key(queue, "next"))
+        if stored is not None:
+            found = True
+            nxt = max(nxt, int(stored))
+        removed = await c.xrevrange(self.key(queue, "removed"), count=RECENT_LIMIT)
+        if removed:
+            found = True
+            pairs = [(int(f[b"i"]), f[b"r"].decode()) for _id, f in reversed(removed)]
+            state["removed"] = pairs
+            nxt = max(nxt, max(i for i, _ in pairs) + 1)
+        groups = await c.hgetall(self.key(queue, "groups"))
+        for gid_b, raw in groups.items():
+            found = True
+            gid = gid_b.decode()
+            start, tags = json.loads(raw)
+            state["groups"].append((gid, int(start), dict(tags)))
+            acked = await c.smembers(self.key(queue, f"acks:{gid}"))
+            self._groups.setdefault(queue, set()).add(gid)
+            state["acks"].extend((gid, int(i)) for i in acked)
+        state["next_idx"] = nxt
+        return state if found else None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def close(self, next_idx: dict[str, int] | None = None) -> None:
+        raise RuntimeError("RedisBackend stops with 'await aclose(next_idx)'")
+
+    async def aclose(self, next_idx: dict[str, int] | None = None) -> None:
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+        try:
+            if next_idx:
+                pipe = self.client.pipeline(transaction=True)
+                for queue, nxt in next_idx.items():
+                    pipe.set(self.key(queue, "next"), nxt)
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("queue backend %s: could not record the next indexes: %s", self.url, exc)
+        finally:
+            await self.client.aclose()
+
+    # ------------------------------------------------------------------ group commit
+    def _submit(self, op: _Op) -> Durable:
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("RedisBackend.start(loop) was not called")
+        fut: asyncio.Future[None] = loop.create_future()
+        fut.add_done_callback(_retrieve)
+        self._pending.append((op, fut))
+        if self._writer is None or self._writer.done():
+            # A task runs from the next loop iteration: everything submitted until then joins.
+            self._writer = loop.create_task(self._write())
+        return fut
+
+    async def _write(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            pipe = self.client.pipeline(transaction=True)
+            spans = [op(pipe) for op, _ in batch]
+            try:
+                results = await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError) as exc:
+                self.errors += 1
+                log.error("queue storage write failed: %s", exc)
+                _fail([f for _, f in batch], exc)
+                continue
+            self.batches += 1
+            self.ops += len(batch)
+            # Redis applies the other commands of a transaction when one fails: each op is
+            # answered by its own commands' results.
+            at = 0
+            for (_, fut), n in zip(batch, spans, strict=True):
+                errs = [r for r in results[at : at + n] if isinstance(r, Exception)]
+                at += n
+                if fut.done():
+                    continue
+                if errs:
+                    self.errors += 1
+                    log.error("queue storage write failed: %s", errs[0])
+                    fut.set_exception(StorageError(f"queue storage write failed: {errs[0]}"))
+                else:
+                    fut.set_result(None)
+
+    # ------------------------------------------------------------------ journal ops
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
+        key = self.key(queue, "records")
+        rows = [(f"{r.idx}-0", {"r": r.rid, "t": json.dumps(r.tags), "d": r.data}) for r in records]
+
+        def op(pipe: Any) -> int:
+            for entry_id, fields in rows:
+                pipe.xadd(key, fields, id=entry_id)
+            return len(rows)
+
+        return self._submit(op)
+
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
+        """Remove records and leave their tombstones in the same transaction."""
+        key = self.key(queue, "records")
+        removed_key = self.key(queue, "removed")
+        ids = [f"{i}-0" for i in idxs]
+        stones = list(zip(idxs, rids, strict=True)) if rids else []
+        ack_keys = [self.key(queue, f"acks:{gid}") for gid in sorted(self._groups.get(queue, ()))]
+
+        def op(pipe: Any) -> int:
+            n = 0
+            if ids:
+                pipe.xdel(key, *ids)
+                n += 1
+            for idx, rid in stones:
+                pipe.xadd(removed_key, {"i": idx, "r": rid}, maxlen=RECENT_LIMIT, approximate=True)
+                n += 1
+            for ack_key in ack_keys:
+                pipe.srem(ack_key, *idxs)
+                n += 1
+            return n
+
+        return self._submit(op)
+
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
+        key = self.key(queue, f"acks:{gid}")
+        self._groups.setdefault(queue, set()).add(gid)
+
+        def op(pipe: Any) -> int:
+            pipe.sadd(key, *idxs)
+            return 1
+
+        return self._submit(op)
+
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        """Register a group, or record its new tag filter (its start never changes)."""
+        key = self.key(queue, "groups")
+        value = json.dumps([start, tags])
+
+        def op(pipe: Any) -> int:
+            pipe.hset(key, gid, value)
+            return 1
+
+        return self._submit(op)
+
+
+def _retrieve(f: asyncio.Future[None]) -> None:
+    if not f.cancelled():
+        f.exception()
+
+
+def _fail(futs: list[asyncio.Future[None]], err: BaseException) -> None:
+    for f in futs:
+        if not f.done():
+            f.set_exception(StorageError(f"queue storage write failed: {err}"))
