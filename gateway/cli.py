@@ -152,6 +152,8 @@ async def serve(cfg: Config) -> int:
             log.error("cannot listen on %s:%s: %s", gw.host, gw.port, exc.strerror or exc)
             return 1
         port = bound_port(runner)
+        if hasattr(app[QUEUES_KEY], "advertise"):  # where gateways sharing a Redis forward to
+            app[QUEUES_KEY].advertise(gw.host, port)
         url = f"http://{_url_host(gw.host)}:{port}"
         log.info(
             "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__

@@ -41,6 +41,9 @@ class QueueConfig:
     # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
     # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
     backend: str = "sqlite"
+    # Several gateways on one Redis: the one holding the store's lease serves its queues;
+    # when it stops renewing (killed, cut off) another takes over after this long.
+    owner_lease_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,11 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     async_ = _bool(raw.get("async", False), f"{where}.async")
     queue = _coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue")
     _check_queue_backend(queue, f"{where}.queue")
+    if async_ and queue.backend != "sqlite":
+        raise ConfigError(
+            f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+            "store (backend: sqlite); Redis holds plain queue services"
+        )
     if processor == "queue" and async_:
         raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
     return ServiceConfig(

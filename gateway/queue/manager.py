@@ -3,7 +3,9 @@
 Queue names: a service with ``processor: queue`` is the queue "<name>"; an
 asynchronous service (``async: true``) has "<name>" (input) and "<name>/sink".
 The embedded store lives in ``<data_dir>/queues.sqlite3``; a queue whose config names a
-Redis URL (``queue.backend``) lives in that Redis (one ``RedisBackend`` per URL).
+Redis URL (``queue.backend``) lives in that Redis (one ``RedisBackend`` per URL). Several
+gateways may share a Redis: the holder of its owner lease (lease.py) serves its queues,
+the others forward their calls there (proxy.py) and take over when the lease expires.
 """
 
 from __future__ import annotations
@@ -14,16 +16,22 @@ import os
 import weakref
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlencode
 
+import redis.asyncio as aioredis
 from aiohttp import web
 
 from eas_sdk._core import constants as C
 from gateway.config import Config, QueueConfig, ServiceConfig
+from gateway.lean_http import FastRequest, Query, Reply
 
 from .backend import Backend, MemoryBackend
 from .http import handle_http
-from .records import Consumer
+from .lease import Lease
+from .proxy import FORWARDED, Forwarder, unavailable
+from .records import Consumer, QueueError
 from .redis_backend import RedisBackend
+from .replies import error_reply, error_response, to_response
 from .sqlite import SqliteBackend
 from .store import Queue
 from .ws import handle_watch
@@ -73,6 +81,9 @@ class QueueManager:
                 path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
                 self.backends[kind] = SqliteBackend(path, fsync=fsync)
         self.queue_backends: dict[str, Backend] = {n: self.backends[k] for n, k in kinds.items()}
+        # Each Redis store's owner lease; its queues are in self.queues only while it is held.
+        self.leases: dict[str, Lease] = {}
+        self.forwarder = Forwarder()
         # The main store: what the service listing and the store's tests look at.
         self.backend: Backend = next(iter(self.backends.values()), backend or MemoryBackend())
         self.backend_name = getattr(self.backend, "name", type(self.backend).__name__)
@@ -90,26 +101,67 @@ class QueueManager:
     async def start(self) -> None:
         if self._started:
             return
-        loop = asyncio.get_running_loop()
-        recovered: dict[str, dict[str, Any]] = {}
-        for b in self.backends.values():
-            mine = [n for n, qb in self.queue_backends.items() if qb is b]
-            recover_async = getattr(b, "recover_async", None)
-            if recover_async is not None:
-                recovered.update(await recover_async(mine))
+        for kind, b in self.backends.items():
+            if isinstance(b, RedisBackend):
+                await b.check_persistence()
+                ttl = min(self.configs[n].owner_lease_s for n in self._names_of(b))
+                lease = Lease(
+                    aioredis.Redis.from_url(b.url, socket_connect_timeout=2.0, socket_timeout=ttl),
+                    b.key_prefix_key("owner"),
+                    ttl,
+                    lambda b=b: self._gain(b),
+                    lambda b=b: self._lose(b),
+                )
+                b.fence = lease
+                self.leases[kind] = lease
             else:
-                recovered.update(await asyncio.to_thread(b.recover))
-        for name, cfg in self.configs.items():
-            q = Queue(name, cfg, self.queue_backends[name])
-            if name in recovered:
-                q.load(recovered[name])
-            q.on_visible = lambda n=name: self._notify_visible(n)
-            self.queues[name] = q
-        for b in self.backends.values():
-            start = getattr(b, "start", None)
-            if start is not None:
-                start(loop)
+                recovered = await asyncio.to_thread(b.recover)
+                for name in self._names_of(b):
+                    self._install(name, b, recovered.get(name))
+                start = getattr(b, "start", None)
+                if start is not None:
+                    start(asyncio.get_running_loop())
+        for lease in self.leases.values():
+            await lease.claim()  # free (or ours): served here from now on
+            lease.start()
         self._started = True
+
+    def _names_of(self, b: Backend) -> list[str]:
+        return [n for n, qb in self.queue_backends.items() if qb is b]
+
+    def _install(self, name: str, b: Backend, state: dict[str, Any] | None) -> None:
+        q = Queue(name, self.configs[name], b)
+        if state is not None:
+            q.load(state)
+        q.on_visible = lambda n=name: self._notify_visible(n)
+        self.queues[name] = q
+
+    async def _gain(self, b: RedisBackend) -> None:
+        """This gateway took the store's lease: load its queues (what was delivered but not
+        committed under the previous owner is delivered again)."""
+        names = self._names_of(b)
+        recovered = await b.recover_async(names)
+        b.start(asyncio.get_running_loop())
+        for name in names:
+            self._install(name, b, recovered.get(name))
+
+    async def _lose(self, b: RedisBackend) -> None:
+        """Another gateway serves the store now: drop its queues here; watchers reconnect
+        (through this gateway they are relayed to the new owner)."""
+        for name in self._names_of(b):
+            self.queues.pop(name, None)
+            self._notify_visible(name)
+        closing = [
+            ws.close(code=1012, message=b"queue moved to another gateway") for ws in list(self.watchers)
+        ]
+        if closing:
+            await asyncio.gather(*closing, return_exceptions=True)
+
+    def advertise(self, host: str, port: int) -> None:
+        """Where other gateways on the same Redis reach this one (call once listening)."""
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        for lease in self.leases.values():
+            lease.advertise(address)
 
     async def stop(self) -> None:
         if not self._started:
@@ -119,6 +171,8 @@ class QueueManager:
             t.cancel()
         self._timers.clear()
         await self.shutdown()
+        for lease in self.leases.values():
+            await lease.pause()  # no more rounds; still held while the last writes go out
         for b in self.backends.values():
             next_idx = {name: q.next_idx for name, q in self.queues.items() if q.backend is b}
             aclose = getattr(b, "aclose", None)
@@ -126,6 +180,9 @@ class QueueManager:
                 await aclose(next_idx)
             else:
                 await asyncio.to_thread(b.close, next_idx)
+        for lease in self.leases.values():
+            await lease.stop()  # given back: another gateway takes over at once
+        await self.forwarder.close()
 
     async def shutdown(self) -> None:
         """End long-lived requests: pending long-poll gets answer now (empty) and every
@@ -161,16 +218,54 @@ class QueueManager:
 
     async def handle(self, request: web.Request, queue_name: str) -> web.StreamResponse:
         q = self.queues.get(queue_name)
+        watch = request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket"
         if q is None:
-            return web.Response(status=404, text=f"queue {queue_name!r} not found")
-        if request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket":
+            if queue_name not in self.configs:
+                return web.Response(status=404, text=f"queue {queue_name!r} not found")
+            try:
+                owner = self._owner(queue_name, request.headers)
+            except QueueError as err:
+                return error_response(err)
+            if watch:
+                return await self.forwarder.watch(owner, request)
+            body = await request.read()
+            try:
+                reply = await self.forwarder.call(
+                    owner, request.method, request.raw_path, request.headers, body
+                )
+            except QueueError as err:
+                return error_response(err)
+            return to_response(reply)
+        if watch:
             return await handle_watch(self, q, request)
         return await handle_http(self, q, request)
+
+    def _owner(self, queue_name: str, headers: Any) -> str:
+        """The address of the gateway serving a queue this one does not (else a 503 to retry)."""
+        lease = self.leases.get(self.configs[queue_name].backend)
+        if lease is None or lease.owned:
+            raise unavailable(None, "loading")
+        if headers.get(FORWARDED):
+            raise unavailable(None, "its serving gateway changed")
+        if not lease.owner_address or lease.owner_address == "-":
+            raise unavailable(None, "no gateway serves it yet")
+        return lease.owner_address
+
+    async def forward(self, queue_name: str, req: FastRequest, query: Query) -> Reply:
+        """A plain call from the lean front for a queue another gateway serves."""
+        try:
+            owner = self._owner(queue_name, req.headers)
+            path_qs = req.path + ("?" + urlencode(query) if query else "")
+            return await self.forwarder.call(owner, req.method, path_qs, req.headers, req.body)
+        except QueueError as err:
+            return error_reply(err)
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "backend": self.backend_name,
             "backends": sorted({getattr(b, "name", type(b).__name__) for b in self.backends.values()}),
+            "serving": sorted(self.queues),
+            "forwarded_total": self.forwarder.forwarded_total,
             "fsync": getattr(self.backend, "fsync", "n/a"),
             "queues": {name: q.snapshot() for name, q in self.queues.items()},
             "dispatchers": {name: d.snapshot() for name, d in self.dispatchers.items()},

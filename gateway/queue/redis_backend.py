@@ -28,10 +28,10 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, WatchError
 
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
@@ -40,9 +40,16 @@ log = logging.getLogger(__name__)
 
 PREFIX = "easq"
 PAGE = 1000  # entries per XRANGE page on recovery
+FENCE_RETRIES = 5
 
 # A queued command: it adds its commands to the pipeline and says how many it added.
 _Op = Callable[[Any], int]
+
+
+class Fence(Protocol):
+    key: str
+
+    def holds(self, value: bytes | str | None) -> bool: ...
 
 
 def _seq(entry_id: bytes | str) -> int:
@@ -66,7 +73,8 @@ class RedisBackend:
         self._pending: list[tuple[_Op, asyncio.Future[None]]] = []
         self._writer: asyncio.Task[None] | None = None
         self._groups: dict[str, set[str]] = {}  # queue -> gids with an acks set
-        self._checked = False
+        # The owner lease every write checks (lease.py); None: writes are not fenced.
+        self.fence: Fence | None = None
         self.batches = 0
         self.ops = 0
         self.errors = 0
@@ -74,6 +82,10 @@ class RedisBackend:
     # ------------------------------------------------------------------ keys
     def key(self, queue: str, part: str) -> str:
         return f"{self.prefix}:{queue}:{part}"
+
+    def key_prefix_key(self, part: str) -> str:
+        """A key of the whole store (not of one queue), e.g. the owner lease."""
+        return f"{self.prefix}:{part}"
 
     # ------------------------------------------------------------------ lifecycle
     def recover(self) -> dict[str, dict[str, Any]]:
@@ -105,7 +117,6 @@ class RedisBackend:
         """The state of each named queue, in the shape of ``Backend.recover``."""
         out: dict[str, dict[str, Any]] = {}
         try:
-            await self.check_persistence_once()
             for queue in queues:
                 state = await self._recover_queue(queue)
                 if state is not None:
@@ -113,11 +124,6 @@ class RedisBackend:
         except RedisError as exc:
             raise StorageError(f"cannot read the queues from {self.url}: {exc}") from exc
         return out
-
-    async def check_persistence_once(self) -> None:
-        if not self._checked:
-            self._checked = True
-            await self.check_persistence()
 
     async def _recover_queue(self, queue: str) -> dict[str, Any] | None:
         c = self.client
@@ -202,11 +208,9 @@ class RedisBackend:
     async def _write(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
-            pipe = self.client.pipeline(transaction=True)
-            spans = [op(pipe) for op, _ in batch]
             try:
-                results = await pipe.execute(raise_on_error=False)
-            except (RedisError, OSError) as exc:
+                results, spans = await self._execute(batch)
+            except (RedisError, OSError, StorageError) as exc:
                 self.errors += 1
                 log.error("queue storage write failed: %s", exc)
                 _fail([f for _, f in batch], exc)
@@ -227,6 +231,26 @@ class RedisBackend:
                     fut.set_exception(StorageError(f"queue storage write failed: {errs[0]}"))
                 else:
                     fut.set_result(None)
+
+    async def _execute(self, batch: list[tuple[_Op, asyncio.Future[None]]]) -> tuple[list[Any], list[int]]:
+        """One transaction; with a fence, only while the owner lease is this gateway's."""
+        fence = self.fence
+        if fence is None:
+            pipe = self.client.pipeline(transaction=True)
+            spans = [op(pipe) for op, _ in batch]
+            return await pipe.execute(raise_on_error=False), spans
+        for _attempt in range(FENCE_RETRIES):
+            async with self.client.pipeline(transaction=True) as pipe:
+                await pipe.watch(fence.key)
+                if not fence.holds(await pipe.get(fence.key)):
+                    raise StorageError(f"this gateway no longer serves the queues of {self.url}")
+                pipe.multi()
+                spans = [op(pipe) for op, _ in batch]
+                try:
+                    return await pipe.execute(raise_on_error=False), spans
+                except WatchError:
+                    continue  # the lease was renewed (or taken) meanwhile: check again
+        raise StorageError(f"the owner lease of {self.url} kept changing")
 
     # ------------------------------------------------------------------ journal ops
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:

@@ -9,6 +9,7 @@ machine's (test_store_model.py).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from tests.e2e.queue.server_proc import TOKEN, queue_config
 from tests.redis_server import RedisServer
 
 REDIS_DB = 1  # flushed before each test of this module
+LEASE_S = 0.3
 
 
 class Store:
@@ -41,6 +43,7 @@ class Store:
     def config(self, names: list[str], **queue: Any) -> dict[str, Any]:
         if self.redis is not None:
             queue["backend"] = self.redis.url(REDIS_DB)
+            queue["owner_lease_s"] = LEASE_S
         return queue_config(self.tmp_path / "data", names, **queue)
 
     def manager(self, fsync: str = "normal") -> QueueManager:
@@ -53,8 +56,17 @@ class Store:
             b._ckpt_stop.set()
             b._conn.close()
         else:
-            assert isinstance(b, RedisBackend)
-            await b.client.aclose()  # no final write of the next indexes
+            await self.crash_redis(m)
+
+    @staticmethod
+    async def crash_redis(m: QueueManager) -> None:
+        b = m.backend
+        assert isinstance(b, RedisBackend)
+        for lease in m.leases.values():  # never given back: the next one waits for it to expire
+            await lease.pause()
+            await lease.client.aclose()
+        await b.client.aclose()  # no final write of the next indexes
+        await asyncio.sleep(LEASE_S * 1.2)
 
     def break_writes(self, m: QueueManager) -> None:
         """Every write now fails (a read-only disk; a Redis refusing writes)."""

@@ -12,11 +12,13 @@ from gateway.config import parse_config
 from gateway.queue.backend import StorageError
 from gateway.queue.manager import QueueManager
 from tests.e2e.queue.server_proc import queue_config
+from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.redis_server import RedisServer
 
 
 def _manager(tmp_path: Path, url: str, fsync: str = "normal") -> QueueManager:
-    return QueueManager(parse_config(queue_config(tmp_path / "data", ["a"], backend=url, fsync=fsync)))
+    cfg = queue_config(tmp_path / "data", ["a"], backend=url, fsync=fsync, owner_lease_s=LEASE_S)
+    return QueueManager(parse_config(cfg))
 
 
 async def test_key_layout(tmp_path: Path, redis_server: RedisServer) -> None:
@@ -67,7 +69,7 @@ async def test_acknowledged_put_survives_a_kill_of_redis(tmp_path: Path) -> None
             await q.put(f"r{i}".encode(), {}, None)[2]
         await q.delete([1])  # a removal is acknowledged the same way
         server.kill()
-        await m.backend.aclose()  # type: ignore[attr-defined]
+        await Store.crash_redis(m)
         server.start()
         m2 = _manager(tmp_path, server.url(0))
         await m2.start()
