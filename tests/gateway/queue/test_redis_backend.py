@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -77,3 +78,27 @@ async def test_acknowledged_put_survives_a_kill_of_redis(tmp_path: Path) -> None
         assert [r.data for r in q2.records.values()] == [f"r{i}".encode() for i in range(1, 50)]
         assert 1 in q2.recent
         await m2.stop()
+
+
+async def test_a_gateway_that_lost_the_lease_cannot_write(tmp_path: Path, redis_server: RedisServer) -> None:
+    """Fencing: a paused owner whose lease expired and was taken over gets its late writes
+    refused, so they never mix with its successor's."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+    m1 = _manager(tmp_path, redis_server.url(2))
+    await m1.start()
+    q1 = m1.queue("a")
+    await q1.put(b"before", {}, None)[2]
+    [lease1] = m1.leases.values()
+    await lease1.pause()  # "paused": no renewals
+    await asyncio.sleep(LEASE_S * 1.2)
+    m2 = _manager(tmp_path, redis_server.url(2))
+    await m2.start()  # the lease expired: this one serves the queue now
+    assert "a" in m2.queues and m2.queue("a").length == 1
+    with pytest.raises(StorageError, match="no longer serves"):
+        await q1.put(b"late", {}, None)[2]
+    await m2.queue("a").put(b"after", {}, None)[2]
+    await m2.stop()
+    await m1.stop()  # its release checks the token: the successor keeps the lease
+    with redis_server.client(2) as c:
+        assert [f[b"d"] for _id, f in c.xrange("easq:a:records")] == [b"before", b"after"]
