@@ -15,10 +15,9 @@ import contextlib
 import os
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-import redis.asyncio as aioredis
 from aiohttp import web
 
 from eas_sdk._core import constants as C
@@ -27,16 +26,28 @@ from gateway.lean_http import FastRequest, Query, Reply
 
 from .backend import Backend, MemoryBackend
 from .http import handle_http
-from .lease import Lease
 from .proxy import FORWARDED, Forwarder, unavailable
 from .records import Consumer, QueueError
-from .redis_backend import RedisBackend
 from .replies import error_reply, error_response, to_response
 from .sqlite import SqliteBackend
 from .store import Queue
 from .ws import handle_watch
 
+if TYPE_CHECKING:  # redis-py is an extra (easkit[redis]): imported only when a queue uses it
+    from .lease import Lease
+    from .redis_backend import RedisBackend
+
 DB_FILE = "queues.sqlite3"
+
+
+def _redis_backend(url: str, fsync: str) -> RedisBackend:
+    try:
+        from .redis_backend import RedisBackend
+    except ImportError:
+        raise RuntimeError(
+            f"queue backend {url}: Redis needs redis-py, install the extra: pip install 'easkit[redis]'"
+        ) from None
+    return RedisBackend(url, fsync=fsync)
 
 
 def queue_names(service: ServiceConfig) -> list[str]:
@@ -76,7 +87,7 @@ class QueueManager:
             if backend is not None:
                 self.backends[kind] = backend
             elif kind != "sqlite":
-                self.backends[kind] = RedisBackend(kind, fsync=fsync)
+                self.backends[kind] = _redis_backend(kind, fsync)
             else:
                 path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
                 self.backends[kind] = SqliteBackend(path, fsync=fsync)
@@ -102,18 +113,8 @@ class QueueManager:
         if self._started:
             return
         for kind, b in self.backends.items():
-            if isinstance(b, RedisBackend):
-                await b.check_persistence()
-                ttl = min(self.configs[n].owner_lease_s for n in self._names_of(b))
-                lease = Lease(
-                    aioredis.Redis.from_url(b.url, socket_connect_timeout=2.0, socket_timeout=ttl),
-                    b.key_prefix_key("owner"),
-                    ttl,
-                    lambda b=b: self._gain(b),
-                    lambda b=b: self._lose(b),
-                )
-                b.fence = lease
-                self.leases[kind] = lease
+            if kind != "sqlite" and hasattr(b, "recover_async"):
+                self.leases[kind] = await self._lease(b)  # type: ignore[arg-type]
             else:
                 recovered = await asyncio.to_thread(b.recover)
                 for name in self._names_of(b):
@@ -125,6 +126,17 @@ class QueueManager:
             await lease.claim()  # free (or ours): served here from now on
             lease.start()
         self._started = True
+
+    async def _lease(self, b: RedisBackend) -> Lease:
+        from .lease import Lease
+
+        await b.check_persistence()
+        ttl = min(self.configs[n].owner_lease_s for n in self._names_of(b))
+        lease = Lease(
+            b.lease_client(ttl), b.key_prefix_key("owner"), ttl, lambda: self._gain(b), lambda: self._lose(b)
+        )
+        b.fence = lease
+        return lease
 
     def _names_of(self, b: Backend) -> list[str]:
         return [n for n, qb in self.queue_backends.items() if qb is b]

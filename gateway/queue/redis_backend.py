@@ -83,6 +83,10 @@ class RedisBackend:
     def key(self, queue: str, part: str) -> str:
         return f"{self.prefix}:{queue}:{part}"
 
+    def lease_client(self, ttl_s: float) -> aioredis.Redis:
+        """A connection pool of its own for the owner lease: renewals never wait behind a batch."""
+        return aioredis.Redis.from_url(self.url, socket_connect_timeout=2.0, socket_timeout=ttl_s)
+
     def key_prefix_key(self, part: str) -> str:
         """A key of the whole store (not of one queue), e.g. the owner lease."""
         return f"{self.prefix}:{part}"
