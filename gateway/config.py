@@ -47,6 +47,18 @@ class QueueConfig:
 
 
 @dataclass(frozen=True)
+class ClusterServingConfig:
+    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
+    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
+
+    redis: str = ""  # redis://host:port/db
+    stream: str = "serving_stream"  # the clients' ``name``
+    group: str = "serving"  # the consumer group every gateway reads the stream with
+    max_batch: int = 32  # records read (and inferred) at once
+    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
+
+
+@dataclass(frozen=True)
 class BatchingConfig:
     max_batch_size: int = 0  # 0: off
     max_latency_ms: float = 0.0
@@ -73,6 +85,7 @@ class ServiceConfig:
     # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
     async_: bool = False
     queue: QueueConfig = field(default_factory=QueueConfig)
+    cluster_serving: ClusterServingConfig | None = None
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -258,7 +271,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s",
+        "config", "env", "stall_timeout_s", "cluster_serving",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -304,6 +317,17 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     async_ = _bool(raw.get("async", False), f"{where}.async")
     queue = _coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue")
     _check_queue_backend(queue, f"{where}.queue")
+    cluster_serving = None
+    if raw.get("cluster_serving") is not None:
+        cluster_serving = _coerce_dataclass(
+            ClusterServingConfig, raw["cluster_serving"], f"{where}.cluster_serving"
+        )
+        if not cluster_serving.redis.startswith(QUEUE_BACKEND_SCHEMES):
+            raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+        if processor == "queue":
+            raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+        if cluster_serving.max_batch < 1:
+            raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
     if async_ and queue.backend != "sqlite":
         raise ConfigError(
             f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
@@ -327,6 +351,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
         queue=queue,
+        cluster_serving=cluster_serving,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
     )
