@@ -8,8 +8,10 @@ outlives the gateway's host. Key layout, per queue ``<q>`` under a prefix (``eas
   ``<index>-0`` (so ``XRANGE`` reads records in index order and ``XADD`` refuses an
   index that is not above every earlier one), fields ``r`` (request id), ``t`` (tags,
   JSON) and ``d`` (data). A removal is an ``XDEL``.
-* ``easq:<q>:removed`` - a Stream of tombstones, one entry ``i`` (index), ``r``
-  (request id) per removed record, trimmed to about the newest ``RECENT_LIMIT``.
+* ``easq:<q>:removed`` - a Stream of tombstones, one entry per removal (``n``: how many,
+  ``p``: JSON ``[[index, request id], ...]``): one command whatever a commit removes. Once
+  they hold ``PRUNE_SLACK`` records more than ``RECENT_LIMIT``, the entries wholly beyond
+  the newest ``RECENT_LIMIT`` records are trimmed (``XTRIM MINID``).
 * ``easq:<q>:groups`` - a Hash, gid -> JSON ``[start, tags]``.
 * ``easq:<q>:acks:<gid>`` - a Set of indexes the group committed while another group
   still needs them.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -40,10 +43,13 @@ log = logging.getLogger(__name__)
 
 PREFIX = "easq"
 PAGE = 1000  # entries per XRANGE page on recovery
+PRUNE_SLACK = 4096  # tombstones kept beyond RECENT_LIMIT before the oldest entries are trimmed
 FENCE_RETRIES = 5
 
 # A queued command: it adds its commands to the pipeline and says how many it added.
 _Op = Callable[[Any], int]
+# Told the results of its op's commands once the transaction succeeded.
+_Done = Callable[[list[Any]], None] | None
 
 
 class Fence(Protocol):
@@ -70,9 +76,12 @@ class RedisBackend:
         # Connections are opened lazily, on the loop that first uses them.
         self.client: aioredis.Redis = aioredis.Redis.from_url(url, socket_connect_timeout=5.0)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[tuple[_Op, asyncio.Future[None]]] = []
+        self._pending: list[tuple[_Op, asyncio.Future[None], _Done]] = []
         self._writer: asyncio.Task[None] | None = None
         self._groups: dict[str, set[str]] = {}  # queue -> gids with an acks set
+        # Per queue, the tombstone entries known (entry id, records), oldest first, and their sum.
+        self._stones: dict[str, deque[tuple[bytes, int]]] = {}
+        self._stone_total: dict[str, int] = {}
         # The owner lease every write checks (lease.py); None: writes are not fenced.
         self.fence: Fence | None = None
         self.batches = 0
@@ -158,12 +167,14 @@ class RedisBackend:
         if stored is not None:
             found = True
             nxt = max(nxt, int(stored))
-        removed = await c.xrevrange(self.key(queue, "removed"), count=RECENT_LIMIT)
-        if removed:
+        pairs, stones = await self._recent_tombstones(queue)
+        if stones:
             found = True
-            pairs = [(int(f[b"i"]), f[b"r"].decode()) for _id, f in reversed(removed)]
             state["removed"] = pairs
-            nxt = max(nxt, max(i for i, _ in pairs) + 1)
+            self._stones[queue] = stones
+            self._stone_total[queue] = sum(n for _, n in stones)
+            if pairs:
+                nxt = max(nxt, max(i for i, _ in pairs) + 1)
         groups = await c.hgetall(self.key(queue, "groups"))
         for gid_b, raw in groups.items():
             found = True
@@ -175,6 +186,45 @@ class RedisBackend:
             state["acks"].extend((gid, int(i)) for i in acked)
         state["next_idx"] = nxt
         return state if found else None
+
+    async def _recent_tombstones(self, queue: str) -> tuple[list[tuple[int, str]], deque[tuple[bytes, int]]]:
+        """The newest RECENT_LIMIT removed (index, request id), oldest first, and the entries
+        holding them."""
+        key, hi = self.key(queue, "removed"), "+"
+        newest_first: list[tuple[bytes, list[list[Any]]]] = []
+        count = 0
+        while count < RECENT_LIMIT:
+            page = await self.client.xrevrange(key, max=hi, min="-", count=PAGE)
+            for entry_id, f in page:
+                items = json.loads(f[b"p"])
+                newest_first.append((entry_id, items))
+                count += len(items)
+                if count >= RECENT_LIMIT:
+                    break
+            if len(page) < PAGE:
+                break
+            hi = f"({page[-1][0].decode()}"
+        stones: deque[tuple[bytes, int]] = deque((eid, len(items)) for eid, items in reversed(newest_first))
+        flat = [(int(i), str(r)) for _eid, items in reversed(newest_first) for i, r in items]
+        return flat[-RECENT_LIMIT:], stones
+
+    def _stoned(self, queue: str, entry_id: Any, n: int) -> None:
+        """A removal's tombstone entry is written: count it, and trim the entries wholly beyond
+        the newest RECENT_LIMIT records once PRUNE_SLACK more have gathered."""
+        stones = self._stones.setdefault(queue, deque())
+        stones.append((entry_id if isinstance(entry_id, bytes) else str(entry_id).encode(), n))
+        total = self._stone_total.get(queue, 0) + n
+        if total > RECENT_LIMIT + PRUNE_SLACK:
+            while stones and total - stones[0][1] >= RECENT_LIMIT:
+                total -= stones.popleft()[1]
+            key, keep_from = self.key(queue, "removed"), stones[0][0].decode()
+
+            def op(pipe: Any) -> int:
+                pipe.xtrim(key, minid=keep_from, approximate=False)
+                return 1
+
+            self._submit(op)
+        self._stone_total[queue] = total
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -197,13 +247,13 @@ class RedisBackend:
             await self.client.aclose()
 
     # ------------------------------------------------------------------ group commit
-    def _submit(self, op: _Op) -> Durable:
+    def _submit(self, op: _Op, done: _Done = None) -> Durable:
         loop = self._loop
         if loop is None:
             raise RuntimeError("RedisBackend.start(loop) was not called")
         fut: asyncio.Future[None] = loop.create_future()
         fut.add_done_callback(_retrieve)
-        self._pending.append((op, fut))
+        self._pending.append((op, fut, done))
         if self._writer is None or self._writer.done():
             # A task runs from the next loop iteration: everything submitted until then joins.
             self._writer = loop.create_task(self._write())
@@ -217,16 +267,19 @@ class RedisBackend:
             except (RedisError, OSError, StorageError) as exc:
                 self.errors += 1
                 log.error("queue storage write failed: %s", exc)
-                _fail([f for _, f in batch], exc)
+                _fail([f for _, f, _ in batch], exc)
                 continue
             self.batches += 1
             self.ops += len(batch)
             # Redis applies the other commands of a transaction when one fails: each op is
             # answered by its own commands' results.
             at = 0
-            for (_, fut), n in zip(batch, spans, strict=True):
-                errs = [r for r in results[at : at + n] if isinstance(r, Exception)]
+            for (_, fut, done), n in zip(batch, spans, strict=True):
+                mine = results[at : at + n]
+                errs = [r for r in mine if isinstance(r, Exception)]
                 at += n
+                if done is not None and not errs:
+                    done(mine)
                 if fut.done():
                     continue
                 if errs:
@@ -236,12 +289,14 @@ class RedisBackend:
                 else:
                     fut.set_result(None)
 
-    async def _execute(self, batch: list[tuple[_Op, asyncio.Future[None]]]) -> tuple[list[Any], list[int]]:
+    async def _execute(
+        self, batch: list[tuple[_Op, asyncio.Future[None], _Done]]
+    ) -> tuple[list[Any], list[int]]:
         """One transaction; with a fence, only while the owner lease is this gateway's."""
         fence = self.fence
         if fence is None:
             pipe = self.client.pipeline(transaction=True)
-            spans = [op(pipe) for op, _ in batch]
+            spans = [op(pipe) for op, _, _ in batch]
             return await pipe.execute(raise_on_error=False), spans
         for _attempt in range(FENCE_RETRIES):
             async with self.client.pipeline(transaction=True) as pipe:
@@ -249,7 +304,7 @@ class RedisBackend:
                 if not fence.holds(await pipe.get(fence.key)):
                     raise StorageError(f"this gateway no longer serves the queues of {self.url}")
                 pipe.multi()
-                spans = [op(pipe) for op, _ in batch]
+                spans = [op(pipe) for op, _, _ in batch]
                 try:
                     return await pipe.execute(raise_on_error=False), spans
                 except WatchError:
@@ -274,6 +329,7 @@ class RedisBackend:
         removed_key = self.key(queue, "removed")
         ids = [f"{i}-0" for i in idxs]
         stones = list(zip(idxs, rids, strict=True)) if rids else []
+        stone = {"n": len(stones), "p": json.dumps(stones)} if stones else None
         ack_keys = [self.key(queue, f"acks:{gid}") for gid in sorted(self._groups.get(queue, ()))]
 
         def op(pipe: Any) -> int:
@@ -281,15 +337,19 @@ class RedisBackend:
             if ids:
                 pipe.xdel(key, *ids)
                 n += 1
-            for idx, rid in stones:
-                pipe.xadd(removed_key, {"i": idx, "r": rid}, maxlen=RECENT_LIMIT, approximate=True)
+            if stone is not None:
+                pipe.xadd(removed_key, stone)
                 n += 1
             for ack_key in ack_keys:
                 pipe.srem(ack_key, *idxs)
                 n += 1
             return n
 
-        return self._submit(op)
+        def done(results: list[Any]) -> None:
+            if stone is not None:
+                self._stoned(queue, results[1 if ids else 0], len(stones))
+
+        return self._submit(op, done)
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
         key = self.key(queue, f"acks:{gid}")

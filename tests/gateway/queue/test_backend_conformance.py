@@ -10,6 +10,7 @@ machine's (test_store_model.py).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,7 @@ async def test_removed_record_memory_is_bounded(store: Store, monkeypatch: pytes
     monkeypatch.setattr(sqlite_mod, "RECENT_LIMIT", 10)
     monkeypatch.setattr(sqlite_mod, "PRUNE_EVERY", 8)
     monkeypatch.setattr(redis_mod, "RECENT_LIMIT", 10)
+    monkeypatch.setattr(redis_mod, "PRUNE_SLACK", 8)
     monkeypatch.setattr(recordlog_mod, "RECENT_LIMIT", 10)
     m = store.manager()
     await m.start()
@@ -220,6 +222,10 @@ async def test_removed_record_memory_is_bounded(store: Store, monkeypatch: pytes
         await q.delete([i + 1])
     assert len(q.recent) == 10 and next(iter(q.recent)) == 31
     await m.stop()
+    if store.redis is not None:  # the store keeps what it must and a bounded slack, no more
+        with store.redis.client(REDIS_DB) as c:
+            kept = [json.loads(f[b"p"])[0][0] for _id, f in c.xrange("easq:a:removed")]
+        assert len(kept) <= 10 + 8 and min(kept) >= 40 - 10 - 8 + 1 and kept[-1] == 40
     m2 = store.manager()
     await m2.start()
     assert list(m2.queue("a").recent) == list(range(31, 41))

@@ -39,7 +39,7 @@ async def test_key_layout(tmp_path: Path, redis_server: RedisServer) -> None:
         assert entry_id == b"2-0"
         assert fields == {b"r": b"rid-2", b"t": b'{"requestId": "rid-2"}', b"d": b"two"}
         [(_id, stone)] = c.xrange("easq:a:removed")
-        assert stone == {b"i": b"1", b"r": b"rid-1"}
+        assert stone == {b"n": b"1", b"p": b'[[1, "rid-1"]]'}
         assert json.loads(c.hget("easq:a:groups", "g")) == [1, {"k": "v"}]
         assert c.get("easq:a:next") == b"3"
 
