@@ -94,7 +94,7 @@ class Forwarder:
         self.forwarded_total += 1
         try:
             upstream = await self.session.ws_connect(
-                url, headers=forward_headers(request.headers), autoping=True, heartbeat=None, max_msg_size=0
+                url, headers=forward_headers(request.headers), autoping=True, heartbeat=5.0, max_msg_size=0
             )
         except aiohttp.WSServerHandshakeError as exc:
             return web.Response(status=exc.status, text=exc.message or "refused by the serving gateway")
