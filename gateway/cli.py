@@ -81,7 +81,7 @@ def build_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"gateway.log_level: must be one of {', '.join(LOG_LEVELS)}, got {gw.log_level!r}")
     if gw.loopback_only and not _is_loopback(gw.host):
         raise ConfigError(f"gateway.host: {gw.host!r} is not a loopback address and loopback_only is set")
-    for key in ("worker_host", "worker_advertise_host"):
+    for key in ("worker_host", "worker_advertise_host", "advertise_host"):
         value = getattr(gw, key)
         if gw.loopback_only and value is not None and not _is_loopback(value):
             raise ConfigError(f"gateway.{key}: {value!r} is not a loopback address and loopback_only is set")
@@ -153,7 +153,7 @@ async def serve(cfg: Config) -> int:
             return 1
         port = bound_port(runner)
         if hasattr(app[QUEUES_KEY], "advertise"):  # where gateways sharing a Redis forward to
-            app[QUEUES_KEY].advertise(gw.host, port)
+            app[QUEUES_KEY].advertise(gw.advertise_host or gw.host, port)
         url = f"http://{_url_host(gw.host)}:{port}"
         log.info(
             "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__

@@ -136,6 +136,9 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # Where other gateways sharing a Redis queue store reach this one (default: host);
+    # required when host listens on every address.
+    advertise_host: str | None = None
 
     @property
     def advertised_worker_host(self) -> str:
@@ -409,6 +412,15 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(services_raw, list):
         raise ConfigError("services: expected a list")
     services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
+    if (
+        gw.host in ("0.0.0.0", "::")
+        and not gw.advertise_host
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
+    ):
+        raise ConfigError(
+            f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
+            "queues live in Redis: other gateways on the same Redis forward calls there"
+        )
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:

@@ -137,7 +137,7 @@ async def _serve(config: Config, host: str, port: int, port_file: str | None, fa
         await site.start()
         sockets = list(getattr(getattr(site, "_server", None), "sockets", None) or [])
     bound = sockets[0].getsockname()[1] if sockets else port
-    app[MANAGER_KEY].advertise(host, bound)
+    app[MANAGER_KEY].advertise(config.gateway.advertise_host or host, bound)
     if port_file:
         _write_port_file(port_file, f"{host}:{bound}\n")
     print(f"queue server listening on {host}:{bound}", flush=True)

@@ -76,3 +76,11 @@ def test_cluster_serving_stream_settings() -> None:
 def test_bad_cluster_serving_settings_name_the_field(cs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(_cs(**cs))
+
+
+def test_a_gateway_listening_everywhere_names_where_other_gateways_reach_it() -> None:
+    raw = _cfg(queue={"backend": "redis://127.0.0.1:6379/0"}, gateway={"host": "0.0.0.0"})
+    with pytest.raises(ConfigError, match=r"gateway\.advertise_host: required"):
+        parse_config(raw)
+    raw["gateway"]["advertise_host"] = "10.0.0.7"
+    assert parse_config(raw).gateway.advertise_host == "10.0.0.7"
