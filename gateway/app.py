@@ -125,6 +125,11 @@ def create_app(
         from gateway.queue import dispatcher
 
         dispatcher.setup(app)
+    if any(s.cluster_serving is not None for s in config.services):
+        # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
+        from gateway import cluster_serving_redis
+
+        cluster_serving_redis.setup(app)
     return app
 
 
