@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gateway.config import Config, GatewayConfig, ServiceConfig, version_services
+from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
@@ -28,6 +28,7 @@ from gateway.state import (
     STATE_KEY,
     GatewayState,
 )
+from gateway.versions import version_services
 from gateway.workers.ipc import WorkerRequest
 
 LINGERING_S = 2.0
@@ -136,6 +137,11 @@ def create_app(
         from gateway.queue import dispatcher
 
         dispatcher.setup(app)
+    if any(s.cluster_serving is not None for s in config.services):
+        # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
+        from gateway import cluster_serving_redis
+
+        cluster_serving_redis.setup(app)
     return app
 
 

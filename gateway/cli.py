@@ -89,7 +89,7 @@ def build_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"gateway.host: {gw.host!r} is not a loopback address and loopback_only is set")
     if gw.grpc_port and importlib.util.find_spec("grpc") is None:
         raise ConfigError("gateway.grpc_port: the gRPC endpoint needs grpcio: pip install 'easkit[grpc]'")
-    for key in ("worker_host", "worker_advertise_host"):
+    for key in ("worker_host", "worker_advertise_host", "advertise_host"):
         value = getattr(gw, key)
         if gw.loopback_only and value is not None and not _is_loopback(value):
             raise ConfigError(f"gateway.{key}: {value!r} is not a loopback address and loopback_only is set")
@@ -160,6 +160,8 @@ async def serve(cfg: Config) -> int:
             log.error("cannot listen on %s:%s: %s", gw.host, gw.port, exc.strerror or exc)
             return 1
         port = bound_port(runner)
+        if hasattr(app[QUEUES_KEY], "advertise"):  # where gateways sharing a Redis forward to
+            app[QUEUES_KEY].advertise(gw.advertise_host or gw.host, port)
         url = f"http://{_url_host(gw.host)}:{port}"
         log.info(
             "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__

@@ -20,7 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import __version__, errors
-from gateway.config import SERVICE_NAME_RE, ServiceConfig, version_key
+from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
 from gateway.protocols import kserve_v1, v2_tensors
@@ -28,6 +28,7 @@ from gateway.protocols import v2_infer as infer_proto
 from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.routes.body import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
+from gateway.versions import version_key
 from gateway.workers.metadata import ModelMetadata
 
 # The V2 protocol extensions served, by the names Triton gives them.

@@ -11,10 +11,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.config import Config, GatewayConfig, ServiceConfig, version_services
+from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.routes import kserve
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, STATE_KEY, GatewayState
+from gateway.versions import version_services
 from gateway.workers.metadata import ModelMetadata, TensorSpec
 
 OLD = ModelMetadata(
