@@ -45,7 +45,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
     broken.write_bytes(b"this is not an onnx model")
     common = {"token": TOKEN, "workers": 1}
     config = {
-        "gateway": {"worker_start_timeout_s": 3, "grpc_port": _free_port()},
+        "gateway": {"worker_start_timeout_s": 30, "grpc_port": _free_port()},
         "services": [
             {"name": "digits", "processor": "onnx", "model": str(digits_model), **common},
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, **common},
