@@ -91,7 +91,16 @@ def create_app(
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
-    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config)}
+    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config) if s.pipeline is None}
+    if any(s.pipeline is not None for s in config.services):
+        # Pipelines go after the pools they call, so they start after them and reach them.
+        from gateway.pipelines.backend import pipeline_backends
+        from gateway.pipelines.timings import StepTimings
+
+        timings = StepTimings(registry)
+        app[POOLS_KEY].update(
+            pipeline_backends(list(config.services), gw, app[POOLS_KEY], make_pool, timings)
+        )
     qm = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
@@ -101,12 +110,13 @@ def create_app(
     )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, kserve, predict
+    from gateway.routes import admin, discovery, kserve, paddle, predict
 
     admin.setup(app)
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)
+    paddle.setup(app)
     if cluster_serving:
         from gateway.routes import cluster_serving as cluster_serving_routes
 

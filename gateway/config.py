@@ -18,8 +18,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from gateway.pipelines.graph import PipelineConfigError, PipelineSpec, check_services, parse_pipeline
+
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-PROCESSORS = ("onnx", "python", "queue")
+PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -70,6 +72,8 @@ class ServiceConfig:
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # A pipeline service's graph of steps (gateway/pipelines, docs/pipelines.md).
+    pipeline: PipelineSpec | None = None
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -245,6 +249,12 @@ def _check_file(path: str, where: str) -> None:
         raise ConfigError(f"{where}: {what}: {path}")
 
 
+def _existing(value: str, base: Path | None, where: str) -> str:
+    path = _resolve_path(value, base, where)
+    _check_file(path, where)
+    return path
+
+
 def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     where = f"services[{i}]"
     if not isinstance(raw, dict):
@@ -252,7 +262,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s",
+        "config", "env", "stall_timeout_s", "pipeline",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -295,6 +305,14 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     env = raw.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError(f"{where}.env: expected a mapping")
+    pipeline = None
+    if processor == "pipeline":
+        try:
+            pipeline = parse_pipeline(raw.get("pipeline"), where, lambda p, w: _existing(p, base, w))
+        except PipelineConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    elif raw.get("pipeline") is not None:
+        raise ConfigError(f"{where}.pipeline: only a service with processor: pipeline has one")
     async_ = _bool(raw.get("async", False), f"{where}.async")
     if processor == "queue" and async_:
         raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
@@ -316,6 +334,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
+        pipeline=pipeline,
     )
 
 
@@ -346,6 +365,13 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         if svc.name in seen:
             raise ConfigError(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
+    processors = {svc.name: svc.processor for svc in services}
+    for svc in services:
+        if svc.pipeline is not None:
+            try:
+                check_services(svc.pipeline, f"services ({svc.name})", processors)
+            except PipelineConfigError as exc:
+                raise ConfigError(str(exc)) from None
     return apply_env_overrides(Config(gateway=gw, services=services, source=source))
 
 

@@ -167,7 +167,9 @@ class Front:
         except errors.GatewayError as exc:
             return _error(exc, rid)
         ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
-        return Reply(int(wresp.status), wresp.body, ctype, {HEADER_REQUEST_ID: rid})
+        extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+        headers = {**extra, HEADER_REQUEST_ID: rid} if extra else {HEADER_REQUEST_ID: rid}
+        return Reply(int(wresp.status), wresp.body, ctype, headers)
 
     async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
         if svc.tokens:
