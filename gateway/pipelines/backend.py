@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from eas_sdk.codecs import eas
-from gateway.config import GatewayConfig, ServiceConfig
+from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.errors import error_body
 from gateway.pipelines.graph import PipelineSpec, StepSpec, TensorDecl
 from gateway.pipelines.ops import load_op
@@ -123,7 +123,8 @@ class PipelineBackend:
                 try:
                     op = await asyncio.to_thread(load_op, step.op, step.config)
                 except Exception as exc:
-                    raise RuntimeError(
+                    # A config error (the CLI exits 2 with it), not a crash: the config names the op.
+                    raise ConfigError(
                         f"service {self.service.name!r}: step {step.name!r}: "
                         f"cannot load op {step.op!r}: {exc}"
                     ) from exc

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
-from gateway.config import GatewayConfig, parse_config
+from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.pipelines.backend import PipelineBackend
 from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings
 from gateway.workers.ipc import WorkerRequest
@@ -209,5 +209,5 @@ async def test_an_op_that_cannot_load_fails_the_start_naming_the_step(tmp_path: 
         }
     ).services[0]
     backend = PipelineBackend(svc, GatewayConfig(), {}, pool_factory=lambda *a: None)
-    with pytest.raises(RuntimeError, match=r"step 'load': cannot load op .*no such library"):
+    with pytest.raises(ConfigError, match=r"step 'load': cannot load op .*no such library"):
         await backend.start()

@@ -1,0 +1,207 @@
+"""Pipelines on a real gateway with real workers: a transformer in front of a shared
+predictor, fan-out and fan-in over model steps, the asynchronous (queue) mode, and config
+errors as the command line reports them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from eas_sdk import QueueClient
+from tests.e2e.gateway_proc import ROOT, GatewayProcess
+from tests.e2e.pipeline_http import post, wait_ready
+
+MODELS = ROOT / "samples" / "models"
+SAMPLES = ROOT / "samples" / "pipelines"
+OPS = Path(__file__).resolve().parent / "pipeline_ops.py"
+
+
+def _services() -> list[dict[str, Any]]:
+    reviews = next(
+        s
+        for s in yaml.safe_load((SAMPLES / "pipelines.yaml").read_text())["services"]
+        if s["name"] == "reviews"
+    )
+    steps = reviews["pipeline"]["steps"]
+    steps[0]["op"] = f"{SAMPLES / 'text_ops.py'}:Tokenize"
+    steps[1]["model"] = str(MODELS / "text_classifier.onnx")
+    return [
+        {"name": "features", "processor": "onnx", "model": str(MODELS / "digits_features.onnx")},
+        {   # a KServe-style transformer: preprocess -> the shared predictor -> postprocess, one step
+            "name": "transformer",
+            "processor": "pipeline",
+            "pipeline": {
+                "inputs": {"pixels": {"dtype": "float32", "shape": [-1, 64]}},
+                "steps": [{
+                    "name": "around", "op": f"{OPS}:AroundFeatures", "service": "features",
+                    "config": {"factor": 0.5}, "inputs": {"pixels": "request.pixels"},
+                    "outputs": {"features": "float32", "norm": "float32"},
+                }],
+                "outputs": {"features": "around.features", "norm": "around.norm"},
+            },
+        },
+        {   # fan-out after the features, fan-in in a concat
+            "name": "fan",
+            "processor": "pipeline",
+            "pipeline": {
+                "inputs": {"pixels": {"dtype": "float32", "shape": [-1, 64]}},
+                "steps": [
+                    {"name": "features", "service": "features", "inputs": {"pixels": "request.pixels"},
+                     "outputs": ["features"]},
+                    {"name": "classify", "model": str(MODELS / "digits_classifier.onnx"),
+                     "inputs": {"features": "features.features"}, "outputs": ["probabilities"]},
+                    {"name": "soft", "transform": "softmax", "inputs": {"x": "features.features"},
+                     "outputs": ["y"]},
+                    {"name": "join", "transform": "concat",
+                     "inputs": {"p": "classify.probabilities", "s": "soft.y"}, "outputs": ["y"]},
+                ],
+                "outputs": {"joined": "join.y"},
+            },
+        },
+        {   # no shape declared: the model step is the one to check it
+            "name": "loose",
+            "processor": "pipeline",
+            "pipeline": {
+                "inputs": {"pixels": "float32"},
+                "steps": [{"name": "features", "service": "features", "inputs": {"pixels": "request.pixels"},
+                           "outputs": ["features"]}],
+                "outputs": {"features": "features.features"},
+            },
+        },
+        {**reviews, "name": "reviews-async", "async": True},
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    subprocess.run(
+        [sys.executable, str(SAMPLES / "build_models.py")],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    proc = GatewayProcess.start({"services": _services()}, tmp_path_factory.mktemp("pipelines"))
+    try:
+        wait_ready(proc)
+        yield proc
+    finally:
+        assert proc.stop() == 0, proc.output()[-3000:]
+
+
+def _pixels(n: int) -> np.ndarray:
+    return np.random.default_rng(n).random((n, 64), dtype=np.float32)
+
+
+def _features_runs(gw: GatewayProcess) -> int:
+    return sum(int(w.get("runs") or 0) for w in gw.services()["features"]["workers"])
+
+
+def test_a_transformer_in_front_of_a_shared_predictor(gw: GatewayProcess) -> None:
+    pixels = _pixels(2)
+    status, direct, _ = post(gw, "/api/predict/features", {"inputs": {"pixels": (pixels * 0.5).tolist()}})
+    assert status == 200, direct
+    runs_before = _features_runs(gw)
+    status, body, _ = post(gw, "/api/predict/transformer", {"inputs": {"pixels": pixels.tolist()}})
+    assert status == 200, body
+    features = np.reshape(body["outputs"]["features"]["data"], (2, 16))
+    want = np.reshape(direct["outputs"]["features"]["data"], (2, 16))
+    np.testing.assert_allclose(features, want, rtol=1e-5)
+    np.testing.assert_allclose(body["outputs"]["norm"]["data"], np.linalg.norm(want, axis=1), rtol=1e-5)
+    # The pipeline's call ran on the predictor's own worker (its run count, from the health ping).
+    deadline = time.monotonic() + 5
+    while _features_runs(gw) <= runs_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _features_runs(gw) > runs_before
+    assert gw.services()["transformer"].get("workers", []) == []  # no model copy of its own
+
+
+def test_fan_out_and_fan_in_over_model_steps(gw: GatewayProcess) -> None:
+    status, body, headers = post(
+        gw, "/api/predict/fan", {"inputs": {"pixels": _pixels(3).tolist()}}, {"X-Eas-Pipeline-Timings": "yes"}
+    )
+    assert status == 200, body
+    joined = np.reshape(body["outputs"]["joined"]["data"], body["outputs"]["joined"]["shape"])
+    assert joined.shape == (3, 26)  # ten class probabilities, then sixteen softmaxed features
+    np.testing.assert_allclose(joined[:, :10].sum(axis=1), 1.0, rtol=1e-4)
+    np.testing.assert_allclose(joined[:, 10:].sum(axis=1), 1.0, rtol=1e-4)
+    timed = {part.split(";")[0] for part in headers["Server-Timing"].split(", ")}
+    assert timed == {"features", "classify", "soft", "join", "total"}
+    v2 = {
+        "inputs": [
+            {"name": "pixels", "datatype": "FP32", "shape": [1, 64], "data": _pixels(1).ravel().tolist()}
+        ]
+    }
+    status, body, _ = post(gw, "/v2/models/fan/infer", v2)
+    assert status == 200 and body["outputs"][0]["shape"] == [1, 26]
+
+
+def test_a_model_step_refusing_its_input_names_the_step(gw: GatewayProcess) -> None:
+    # The pipeline's declared input shape turns a short row away before any step runs ...
+    status, body, _ = post(gw, "/fan/prediction", {"feed": [{"pixels": [0.5] * 63}]})
+    assert status == 400 and "expected float32[-1,64]" in body["err_msg"]
+    # ... and a shape only the model checks fails at the model's step, with the model's status.
+    status, body, _ = post(gw, "/api/predict/loose", {"inputs": {"pixels": [[0.5] * 63]}})
+    assert status == 400 and body["code"] == "PipelineStepFailed"
+    assert body["message"].startswith("step 'features': input 'pixels': expected float32[N,64]"), body
+    status, body, _ = post(gw, "/api/predict/loose", {"inputs": {"pixels": [[0.5] * 64]}})
+    assert status == 200
+
+
+def test_a_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:
+    texts = ["excellent quality love it", "awful it broke", "the manual is in english"]
+    queue = QueueClient(gw.url, "reviews-async")
+    queue.init()
+    sent = [queue.put(json.dumps({"inputs": {"text": [t]}}).encode())[1] for t in texts]
+    sink = QueueClient(gw.url, "reviews-async/sink")
+    sink.init(uid="pipeline-test")
+    watcher = sink.watch(0, 10, auto_commit=True)
+    results: dict[str, Any] = {}
+    for record in watcher.run():
+        results[record.tags["requestId"]] = json.loads(record.data)
+        if len(results) == len(texts):
+            break
+    watcher.close()
+    assert [results[rid]["outputs"]["label"]["data"] for rid in sent] == [
+        ["positive"],
+        ["negative"],
+        ["neutral"],
+    ]
+
+
+def _serve(tmp_path: Path, services: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"services": services}))
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_config_errors_stop_the_start_naming_step_and_field(tmp_path: Path) -> None:
+    services = _services()[:2]
+    services[1]["pipeline"]["steps"][0]["inputs"] = {"pixels": "request.pixel"}
+    proc = _serve(tmp_path, services)
+    assert proc.returncode == 2
+    assert (
+        "services[1] (transformer).pipeline.steps[0] (around).inputs.pixels: no request input 'pixel'"
+        in proc.stderr
+    )
+    # An op whose code cannot load is found at start, before any request.
+    broken = tmp_path / "broken_ops.py"
+    broken.write_text("import a_module_that_does_not_exist\n")
+    services = _services()[:2]
+    services[1]["pipeline"]["steps"][0]["op"] = f"{broken}:AroundFeatures"
+    proc = _serve(tmp_path, services)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "start-up failed: service 'transformer': step 'around': cannot load op" in proc.stderr
+    assert "a_module_that_does_not_exist" in proc.stderr
