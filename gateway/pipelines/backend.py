@@ -26,10 +26,12 @@ from eas_sdk.codecs import eas
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.errors import error_body
 from gateway.pipelines.graph import PipelineSpec, StepSpec, TensorDecl
+from gateway.pipelines.local import LocalModel
 from gateway.pipelines.ops import load_op
 from gateway.pipelines.runner import (
     CallContext,
     ModelCall,
+    ModelRunner,
     ModelStep,
     OpStep,
     Runner,
@@ -96,7 +98,7 @@ class PipelineBackend:
         for step in self.spec.steps:
             if step.service is not None:
                 self.model_backends[step.name] = pools[step.service]
-            elif step.model is not None:
+            elif step.model is not None and step.placement == "process":
                 pool = pool_factory(step_service(service, step), gateway)
                 self.own_pools[step.name] = self.model_backends[step.name] = pool
         self.metadata: ModelMetadata | None = _metadata(self.spec)
@@ -104,6 +106,7 @@ class PipelineBackend:
         self.output_names = [name for name, _ in self.spec.outputs]
         self.runner: Runner | None = None
         self._ops: list[OpStep] = []
+        self._closers: list[Callable[[], None]] = []
         self.restarts_total = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -112,10 +115,12 @@ class PipelineBackend:
         start the steps' own pools; workers boot in the background, as a pool's do."""
         execs: dict[str, StepExec] = {}
         for step in self.spec.steps:
-            model = None
+            model: ModelRunner | None = None
+            wanted = step.output_names if step.kind == "model" else ()
             if step.name in self.model_backends:
-                wanted = step.output_names if step.kind == "model" else ()
                 model = ModelCall(step.name, self.model_backends[step.name], wanted, step.concurrency)
+            elif step.model is not None:  # placement: thread
+                model = await self._local_model(step, wanted)
             if step.kind == "transform":
                 execs[step.name] = TransformStep(step)
             elif step.kind == "op":
@@ -137,6 +142,18 @@ class PipelineBackend:
         for pool in self.own_pools.values():
             await pool.start()
 
+    async def _local_model(self, step: StepSpec, wanted: tuple[str, ...]) -> LocalModel:
+        assert step.model is not None
+        local = LocalModel(step.name, step.model, wanted, step.concurrency, step.intra_op_threads)
+        try:
+            await asyncio.to_thread(local.load)
+        except Exception as exc:
+            raise ConfigError(
+                f"service {self.service.name!r}: step {step.name!r}: cannot load model {step.model!r}: {exc}"
+            ) from exc
+        self._closers.append(local.close)
+        return local
+
     async def wait_ready(self, timeout: float) -> bool:
         results = await asyncio.gather(*(b.wait_ready(timeout) for b in self.model_backends.values()))
         return all(results)
@@ -154,11 +171,11 @@ class PipelineBackend:
         await asyncio.gather(
             *(p.stop(drain_timeout) for p in self.own_pools.values()), return_exceptions=True
         )
-        for op in self._ops:
+        for close in [op.close for op in self._ops] + self._closers:
             try:
-                op.close()
+                close()
             except Exception:
-                log.exception("closing an op of %s", self.service.name)
+                log.exception("closing a step of %s", self.service.name)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The steps' own workers, each marked with its step."""

@@ -68,7 +68,7 @@ TRANSFORM_DTYPES: dict[tuple[str, str], str] = {
 
 _STEP_KEYS = {
     "name", "inputs", "outputs", "service", "model", "op", "transform", "args", "config",
-    "concurrency", "workers", "intra_op_threads",
+    "concurrency", "workers", "intra_op_threads", "placement",
 }  # fmt: skip
 
 
@@ -114,6 +114,9 @@ class StepSpec:
     args: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
     concurrency: int = 0  # 0: the default (one thread for an op, no limit for a model call)
+    # Where a step's own model runs: "process" (worker processes, ``workers`` of them) or
+    # "thread" (in the gateway process, ``concurrency`` threads, tensors passed as they are).
+    placement: str = "process"
     workers: int = 1
     intra_op_threads: int = 1
 
@@ -274,6 +277,15 @@ def _step(raw: Any, i: int, resolve: Callable[[str, str], str]) -> StepSpec:
     for key, value in (("args", args), ("config", config)):
         if not isinstance(value, Mapping):
             raise _fail(f"{where}.{key}", "expected a mapping")
+    placement = raw.get("placement", "process")
+    if placement not in ("process", "thread"):
+        raise _fail(f"{where}.placement", f"expected process or thread, got {placement!r}")
+    if placement == "thread" and not model:
+        raise _fail(
+            f"{where}.placement",
+            "only a step with its own model file runs it in threads "
+            "(ops always do; a service runs on its workers)",
+        )
     if transform:
         _check_transform(transform, inputs, outputs, args, where)
     elif args:
@@ -282,6 +294,7 @@ def _step(raw: Any, i: int, resolve: Callable[[str, str], str]) -> StepSpec:
         name=name, kind=kind, inputs=inputs, outputs=outputs, service=service, model=model, op=op,
         transform=transform, args=dict(args), config=dict(config),
         concurrency=_int(raw.get("concurrency", 0), f"{where}.concurrency", 0, 256),
+        placement=placement,
         workers=_int(raw.get("workers", 1), f"{where}.workers", 1, 64),
         intra_op_threads=_int(raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", 1, 64),
     )  # fmt: skip

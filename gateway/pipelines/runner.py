@@ -49,6 +49,12 @@ class StepExec(Protocol):
     async def run(self, inputs: dict[str, Any], ctx: CallContext) -> Mapping[str, Any]: ...
 
 
+class ModelRunner(Protocol):
+    """A model a step runs: on a backend's workers (ModelCall) or in process (local.LocalModel)."""
+
+    async def __call__(self, feeds: Mapping[str, Any], ctx: CallContext) -> Mapping[str, Any]: ...
+
+
 class ModelCall:
     """One call of a model on a backend's workers: feeds by name in, outputs by name out."""
 
@@ -110,7 +116,7 @@ class ModelCall:
 
 
 class ModelStep:
-    def __init__(self, call: ModelCall) -> None:
+    def __init__(self, call: ModelRunner) -> None:
         self.call = call
 
     async def run(self, inputs: dict[str, Any], ctx: CallContext) -> Mapping[str, Any]:
@@ -133,7 +139,7 @@ class OpStep:
     """A Python op's hooks in the step's own threads (``concurrency`` of them), around an
     optional model call."""
 
-    def __init__(self, spec: StepSpec, op: Any, model: ModelCall | None) -> None:
+    def __init__(self, spec: StepSpec, op: Any, model: ModelRunner | None) -> None:
         self.name = spec.name
         self.op = op
         self.model = model
@@ -239,6 +245,7 @@ class Runner:
 __all__ = [
     "CallContext",
     "ModelCall",
+    "ModelRunner",
     "ModelStep",
     "OpStep",
     "Runner",

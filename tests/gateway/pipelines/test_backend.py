@@ -211,3 +211,43 @@ async def test_an_op_that_cannot_load_fails_the_start_naming_the_step(tmp_path: 
     backend = PipelineBackend(svc, GatewayConfig(), {}, pool_factory=lambda *a: None)
     with pytest.raises(ConfigError, match=r"step 'load': cannot load op .*no such library"):
         await backend.start()
+
+
+def _double_model(path: Path) -> Path:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "x"], ["y"])],
+        "double",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+async def test_a_model_in_the_gateway_s_threads(tmp_path: Path) -> None:
+    model = _double_model(tmp_path / "double.onnx")
+    raw = {"name": "local", "processor": "pipeline", "pipeline": {
+        "inputs": {"x": "float64"},  # an op's float64 is cast to the model's float32
+        "steps": [
+            {"name": "twice", "model": str(model), "placement": "thread", "concurrency": 2,
+             "inputs": {"x": "request.x"}, "outputs": ["y"]},
+            {"name": "again", "op": f"{OPS}:AroundModel", "model": str(model), "placement": "thread",
+             "inputs": {"x": "twice.y"}, "outputs": ["y"]},
+        ],
+        "outputs": {"y": "again.y"}}}  # fmt: skip
+    svc = parse_config({"services": [raw]}).services[0]
+    backend = PipelineBackend(svc, GatewayConfig(), {}, pool_factory=lambda *a: pytest.fail("no pool"))
+    await backend.start()
+    try:
+        assert backend.is_ready() and backend.snapshot() == []
+        status, body = await _call(backend, {"x": [[1.0, 2.0]]})
+        # twice: 2, 4; again: op doubles (4, 8), the model doubles (8, 16), the op adds 1.
+        assert status == 200 and body["outputs"]["y"]["data"] == [9.0, 17.0]
+        status, body = await _call(backend, {"x": [[1.0, 2.0, 3.0]]})
+        assert status == 400 and body["message"].startswith("step 'twice': model run failed")
+    finally:
+        await backend.stop(0.0)

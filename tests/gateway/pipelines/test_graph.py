@@ -179,3 +179,11 @@ def test_only_a_pipeline_service_has_a_pipeline() -> None:
         parse_config(
             {"services": [{"name": "e", "processor": "python", "entry": f"{OPS}:Scale", "pipeline": {}}]}
         )
+
+
+def test_placement_is_checked() -> None:
+    steps = copy.deepcopy(BASE["steps"])
+    steps[0]["placement"] = "thread"
+    assert "steps[0] (a).placement: only a step with its own model file" in _error(_with(steps=steps))
+    steps[0]["placement"] = "gpu"
+    assert "steps[0] (a).placement: expected process or thread, got 'gpu'" in _error(_with(steps=steps))
