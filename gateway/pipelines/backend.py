@@ -144,7 +144,8 @@ class PipelineBackend:
 
     async def _local_model(self, step: StepSpec, wanted: tuple[str, ...]) -> LocalModel:
         assert step.model is not None
-        local = LocalModel(step.name, step.model, wanted, step.concurrency, step.intra_op_threads)
+        given = [i.name for i in step.inputs] if step.kind == "model" else []
+        local = LocalModel(step.name, step.model, wanted, step.concurrency, step.intra_op_threads, given)
         try:
             await asyncio.to_thread(local.load)
         except Exception as exc:

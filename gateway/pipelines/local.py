@@ -25,9 +25,16 @@ from gateway.workers.processors.onnx import ORT_DTYPES
 
 class LocalModel:
     def __init__(
-        self, step: str, path: str, wanted: Sequence[str], threads: int, intra_op_threads: int
+        self,
+        step: str,
+        path: str,
+        wanted: Sequence[str],
+        threads: int,
+        intra_op_threads: int,
+        given: Sequence[str] = (),
     ) -> None:
         self.step = step
+        self.given = list(given)  # the step's input names, when they are the model's (no op before it)
         self.path = path
         self.wanted = list(wanted) or None
         self.intra_op_threads = intra_op_threads
@@ -48,10 +55,21 @@ class LocalModel:
         opts.log_severity_level = 3
         self.session = ort.InferenceSession(self.path, opts, providers=["CPUExecutionProvider"])
         self.inputs = {a.name: ORT_DTYPES.get(a.type) for a in self.session.get_inputs()}
+        for name in self.given:
+            if name not in self.inputs:
+                raise ValueError(
+                    f"inputs.{name}: the model has no input {name!r}; its inputs: {', '.join(self.inputs)}"
+                )
+        for name in self.inputs if self.given else ():
+            if name not in self.given:
+                raise ValueError(f"inputs: the model's input {name!r} is not given")
         names = [o.name for o in self.session.get_outputs()]
         missing = [w for w in self.wanted or () if w not in names]
         if missing:
-            raise ValueError(f"the model has no output {missing[0]!r}; its outputs: {', '.join(names)}")
+            raise ValueError(
+                f"outputs.{missing[0]}: the model has no output {missing[0]!r}; "
+                f"its outputs: {', '.join(names)}"
+            )
 
     def _run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays: dict[str, np.ndarray] = {}

@@ -64,6 +64,31 @@ class ModelCall:
         self.wanted = tuple(wanted)
         # A step's own limit on calls in flight; the pool's max_pending bounds the rest.
         self.limit = asyncio.Semaphore(concurrency) if concurrency > 0 else None
+        self._checked: object = None  # the metadata the step's names were last checked against
+
+    def _check(self, feeds: Mapping[str, Any]) -> None:
+        """The step's names against the model's signature, once the workers have reported it:
+        a mismatch is the config's fault (500 naming the name), not the caller's (the 400 a
+        worker would answer)."""
+        meta = getattr(self.backend, "metadata", None)
+        if meta is None or meta is self._checked:
+            return
+        inputs = [s.name for s in meta.inputs]
+        outputs = [s.name for s in meta.outputs]
+        for name in feeds:
+            if inputs and name not in inputs:
+                raise StepFailed(
+                    self.step, 500, f"the model has no input {name!r}; its inputs: {', '.join(inputs)}"
+                )
+        for name in inputs:
+            if name not in feeds:
+                raise StepFailed(self.step, 500, f"the model's input {name!r} is not given")
+        for name in self.wanted:
+            if outputs and name not in outputs:
+                raise StepFailed(
+                    self.step, 500, f"the model has no output {name!r}; its outputs: {', '.join(outputs)}"
+                )
+        self._checked = meta
 
     def _types(self, key: str) -> dict[str, np.dtype[Any]]:
         meta = getattr(self.backend, "metadata", None)
@@ -84,6 +109,7 @@ class ModelCall:
         return out
 
     async def __call__(self, feeds: Mapping[str, Any], ctx: CallContext) -> dict[str, np.ndarray]:
+        self._check(feeds)
         try:
             body = v2_tensors.tf_request(self._feeds(feeds), self.wanted)
         except (ValueError, TypeError) as exc:

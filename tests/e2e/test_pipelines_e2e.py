@@ -77,6 +77,16 @@ def _services() -> list[dict[str, Any]]:
                 "outputs": {"features": "features.features"},
             },
         },
+        {   # names the model does not have: the config's fault, found on the first call
+            "name": "misnamed",
+            "processor": "pipeline",
+            "pipeline": {
+                "inputs": {"pixels": "float32"},
+                "steps": [{"name": "features", "service": "features", "inputs": {"pixel": "request.pixels"},
+                           "outputs": ["features"]}],
+                "outputs": {"features": "features.features"},
+            },
+        },
         {**reviews, "name": "reviews-async", "async": True},
     ]  # fmt: skip
 
@@ -155,6 +165,10 @@ def test_a_model_step_refusing_its_input_names_the_step(gw: GatewayProcess) -> N
     assert body["message"].startswith("step 'features': input 'pixels': expected float32[N,64]"), body
     status, body, _ = post(gw, "/api/predict/loose", {"inputs": {"pixels": [[0.5] * 64]}})
     assert status == 200
+    # A step naming an input the model lacks is a 500 that says so, not the caller's 400.
+    status, body, _ = post(gw, "/api/predict/misnamed", {"inputs": {"pixels": [[0.5] * 64]}})
+    assert status == 500, body
+    assert body["message"] == "step 'features': the model has no input 'pixel'; its inputs: pixels"
 
 
 def test_a_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,24 @@ async def test_a_model_in_the_gateway_s_threads(tmp_path: Path) -> None:
         assert status == 400 and body["message"].startswith("step 'twice': model run failed")
     finally:
         await backend.stop(0.0)
+
+
+async def test_a_model_s_names_are_checked_when_it_loads(tmp_path: Path) -> None:
+    model = _double_model(tmp_path / "double.onnx")
+
+    def service(inputs: dict[str, str], outputs: list[str]) -> Any:
+        step = {"name": "m", "model": str(model), "placement": "thread", "inputs": inputs, "outputs": outputs}
+        pipeline = {"inputs": {"x": "float32"}, "steps": [step], "outputs": {o: f"m.{o}" for o in outputs}}
+        return parse_config(
+            {"services": [{"name": "p", "processor": "pipeline", "pipeline": pipeline}]}
+        ).services[0]
+
+    for svc, needle in (
+        (service({"z": "request.x"}, ["y"]), "inputs.z: the model has no input 'z'; its inputs: x"),
+        (service({"x": "request.x"}, ["w"]), "outputs.w: the model has no output 'w'; its outputs: y"),
+    ):
+        backend = PipelineBackend(svc, GatewayConfig(), {}, pool_factory=lambda *a: None)
+        with pytest.raises(
+            ConfigError, match=re.escape(f"step 'm': cannot load model {str(model)!r}: {needle}")
+        ):
+            await backend.start()
