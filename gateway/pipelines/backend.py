@@ -50,11 +50,13 @@ PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
 
 
 def step_service(pipeline: ServiceConfig, step: StepSpec) -> ServiceConfig:
-    """The hidden service whose pool runs a step's own ONNX model."""
+    """The hidden service whose pool runs a step's own ONNX model, or its op."""
     return ServiceConfig(
         name=f"{pipeline.name}.{step.name}",
-        processor="onnx",
+        processor="onnx" if step.model else "op",
         model=step.model,
+        entry=None if step.model else step.op,
+        config=step.config,
         workers=step.workers,
         intra_op_threads=step.intra_op_threads,
         max_pending=pipeline.max_pending,
@@ -98,7 +100,7 @@ class PipelineBackend:
         for step in self.spec.steps:
             if step.service is not None:
                 self.model_backends[step.name] = pools[step.service]
-            elif step.model is not None and step.placement == "process":
+            elif step.placement == "process" and (step.model is not None or step.op is not None):
                 pool = pool_factory(step_service(service, step), gateway)
                 self.own_pools[step.name] = self.model_backends[step.name] = pool
         self.metadata: ModelMetadata | None = _metadata(self.spec)
@@ -116,14 +118,16 @@ class PipelineBackend:
         execs: dict[str, StepExec] = {}
         for step in self.spec.steps:
             model: ModelRunner | None = None
-            wanted = step.output_names if step.kind == "model" else ()
+            # An op alone with placement: process runs on its own workers, like a model.
+            remote_op = step.kind == "op" and step.model is None and step.name in self.own_pools
+            wanted = step.output_names if step.kind == "model" or remote_op else ()
             if step.name in self.model_backends:
                 model = ModelCall(step.name, self.model_backends[step.name], wanted, step.concurrency)
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)
             if step.kind == "transform":
                 execs[step.name] = TransformStep(step)
-            elif step.kind == "op":
+            elif step.kind == "op" and not remote_op:
                 assert step.op is not None
                 try:
                     op = await asyncio.to_thread(load_op, step.op, step.config)

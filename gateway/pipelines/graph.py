@@ -114,9 +114,10 @@ class StepSpec:
     args: Mapping[str, Any] = field(default_factory=dict)
     config: Mapping[str, Any] = field(default_factory=dict)
     concurrency: int = 0  # 0: the default (one thread for an op, no limit for a model call)
-    # Where a step's own model runs: "process" (worker processes, ``workers`` of them) or
-    # "thread" (in the gateway process, ``concurrency`` threads, tensors passed as they are).
-    placement: str = "process"
+    # Where a step's own model runs, or its op when it has none: "process" (worker processes,
+    # ``workers`` of them) or "thread" (in the gateway process, ``concurrency`` threads, values
+    # passed as they are). An op around a model always runs in the gateway's threads.
+    placement: str = "thread"
     workers: int = 1
     intra_op_threads: int = 1
 
@@ -277,15 +278,7 @@ def _step(raw: Any, i: int, resolve: Callable[[str, str], str]) -> StepSpec:
     for key, value in (("args", args), ("config", config)):
         if not isinstance(value, Mapping):
             raise _fail(f"{where}.{key}", "expected a mapping")
-    placement = raw.get("placement", "process")
-    if placement not in ("process", "thread"):
-        raise _fail(f"{where}.placement", f"expected process or thread, got {placement!r}")
-    if placement == "thread" and not model:
-        raise _fail(
-            f"{where}.placement",
-            "only a step with its own model file runs it in threads "
-            "(ops always do; a service runs on its workers)",
-        )
+    placement = _placement(raw.get("placement"), model, op, service or transform, where)
     if transform:
         _check_transform(transform, inputs, outputs, args, where)
     elif args:
@@ -298,6 +291,20 @@ def _step(raw: Any, i: int, resolve: Callable[[str, str], str]) -> StepSpec:
         workers=_int(raw.get("workers", 1), f"{where}.workers", 1, 64),
         intra_op_threads=_int(raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", 1, 64),
     )  # fmt: skip
+
+
+def _placement(value: Any, model: str | None, op: str | None, elsewhere: str | None, where: str) -> str:
+    """Where a step's own model runs (``model``: worker processes by default), or its op when
+    it has no model (the gateway's threads by default)."""
+    if value is None:
+        return "process" if model else "thread"
+    if value not in ("process", "thread"):
+        raise _fail(f"{where}.placement", f"expected process or thread, got {value!r}")
+    if elsewhere and not model and not op:
+        raise _fail(f"{where}.placement", "a service step runs on its workers, a transform in the gateway")
+    if op and not model and elsewhere:
+        raise _fail(f"{where}.placement", "an op around a service runs in the gateway's threads")
+    return str(value)
 
 
 def _check_transform(

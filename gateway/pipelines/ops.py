@@ -1,4 +1,5 @@
-"""Python ops and the built-in transforms a pipeline step runs in the gateway process.
+"""Python ops and the built-in transforms a pipeline step runs (in the gateway's threads, or an
+op alone on its own worker processes: gateway/workers/processors/op.py).
 
 A Python op is a class (``op: path/to/file.py:Class`` or ``package.module:Class``) with
 either or both hooks, in the shape of a Paddle Serving op or a KServe transformer::

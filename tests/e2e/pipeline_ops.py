@@ -1,10 +1,13 @@
-"""An op for the pipeline end-to-end tests: a transformer around a shared feature model."""
+"""Ops for the pipeline end-to-end tests."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
+
+from gateway.pipelines.ops import OpError
 
 
 class AroundFeatures:
@@ -20,3 +23,13 @@ class AroundFeatures:
     def postprocess(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
         features = outputs["features"]
         return {"features": features, "norm": np.linalg.norm(features, axis=-1)}
+
+
+class InWorker:
+    """Doubles ``x`` and says which process it ran in; refuses negative values (422)."""
+
+    def preprocess(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        x = np.asarray(inputs["x"], dtype=np.float32)
+        if (x < 0).any():
+            raise OpError("x must not be negative", 422)
+        return {"y": x * 2, "pid": np.array([os.getpid()], dtype=np.int64)}

@@ -87,6 +87,16 @@ def _services() -> list[dict[str, Any]]:
                 "outputs": {"features": "features.features"},
             },
         },
+        {   # an op on worker processes of its own
+            "name": "procop",
+            "processor": "pipeline",
+            "pipeline": {
+                "inputs": {"x": "float32"},
+                "steps": [{"name": "work", "op": f"{OPS}:InWorker", "placement": "process", "workers": 1,
+                           "inputs": {"x": "request.x"}, "outputs": {"y": "float32", "pid": "int64"}}],
+                "outputs": {"y": "work.y", "pid": "work.pid"},
+            },
+        },
         {**reviews, "name": "reviews-async", "async": True},
     ]  # fmt: skip
 
@@ -169,6 +179,17 @@ def test_a_model_step_refusing_its_input_names_the_step(gw: GatewayProcess) -> N
     status, body, _ = post(gw, "/api/predict/misnamed", {"inputs": {"pixels": [[0.5] * 64]}})
     assert status == 500, body
     assert body["message"] == "step 'features': the model has no input 'pixel'; its inputs: pixels"
+
+
+def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
+    status, body, _ = post(gw, "/api/predict/procop", {"inputs": {"x": [1.5, 2.0]}})
+    assert status == 200, body
+    assert body["outputs"]["y"]["data"] == [3.0, 4.0]
+    workers = gw.services()["procop"]["workers"]
+    assert [(w["step"], w["pid"]) for w in workers] == [("work", body["outputs"]["pid"]["data"][0])]
+    assert workers[0]["pid"] != gw.pid
+    status, body, _ = post(gw, "/procop/prediction", {"feed": [{"x": -1.0}]})
+    assert status == 422 and body["err_msg"] == "step 'work': x must not be negative"
 
 
 def test_a_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:

@@ -183,7 +183,14 @@ def test_only_a_pipeline_service_has_a_pipeline() -> None:
 
 def test_placement_is_checked() -> None:
     steps = copy.deepcopy(BASE["steps"])
-    steps[0]["placement"] = "thread"
-    assert "steps[0] (a).placement: only a step with its own model file" in _error(_with(steps=steps))
+    steps[0]["placement"] = "process"  # an op alone: on worker processes of its own
+    spec = parse_config(_config(_with(steps=steps))).services[0].pipeline
+    assert spec is not None and spec.step("a").placement == "process" and spec.step("b").placement == "thread"
+    steps[2]["placement"] = "thread"
+    assert "steps[2] (join).placement: a service step runs on its workers" in _error(_with(steps=steps))
+    steps = copy.deepcopy(BASE["steps"])
+    steps[0] = {"name": "a", "service": "m", "op": f"{OPS}:Scale", "placement": "process",
+                "inputs": {"x": "request.x"}, "outputs": ["y"]}  # fmt: skip
+    assert "steps[0] (a).placement: an op around a service runs in" in _error(_with(steps=steps))
     steps[0]["placement"] = "gpu"
     assert "steps[0] (a).placement: expected process or thread, got 'gpu'" in _error(_with(steps=steps))
