@@ -213,10 +213,19 @@ class PipelineBackend:
         deadline = time.monotonic() + timeout
         if req.deadline:
             deadline = min(deadline, req.deadline)
+        ctx = CallContext(rid, deadline)
         try:
-            values, timings = await self.runner.run(feeds, CallContext(rid, deadline))
+            # A step's own model calls keep to the deadline; an op cannot be interrupted, so
+            # the whole run is bounded here too.
+            values, timings = await asyncio.wait_for(
+                self.runner.run(feeds, ctx), max(0.0, deadline - time.monotonic())
+            )
         except StepFailed as exc:
             return self._error(exc.status, exc.code, str(exc), rid)
+        except asyncio.TimeoutError:
+            waiting = ", ".join(sorted(ctx.running)) or "none"
+            message = f"the pipeline did not finish within {timeout:g} s (steps still running: {waiting})"
+            return self._error(504, "UpstreamTimeout", message, rid)
         self.timings.observe(self.service.name, timings)
         arrays = [np.asarray(values[f"{src.step}.{src.name}"]) for _, src in self.spec.outputs]
         try:

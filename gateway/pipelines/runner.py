@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,6 +43,8 @@ class StepFailed(Exception):
 class CallContext:
     request_id: str
     deadline: float  # absolute time.monotonic()
+    # The steps started and not yet finished: what a request that runs out of time waits on.
+    running: set[str] = field(default_factory=set)
 
 
 class StepExec(Protocol):
@@ -227,6 +229,8 @@ class Runner:
         except BaseException:
             for t in tasks.values():
                 t.cancel()
+                # Steps that failed after the first failure: their errors are not news.
+                t.add_done_callback(_consume)
             raise
         return values, timings
 
@@ -247,25 +251,37 @@ class Runner:
     ) -> None:
         inputs = {i.name: values[f"{i.source.step}.{i.source.name}"] for i in step.inputs}
         t0 = time.perf_counter()
+        ctx.running.add(step.name)
         try:
             out = await self.execs[step.name].run(inputs, ctx)
-        except StepFailed:
-            raise
-        except OpError as exc:
-            raise StepFailed(step.name, exc.status, exc.message) from None
+        except asyncio.CancelledError:
+            raise  # left in ctx.running: the request ran out of time while this step ran
         except Exception as exc:
-            detail = str(exc).splitlines()[0][:300] if str(exc) else ""
-            raise StepFailed(
-                step.name, 500, f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-            ) from None
-        finally:
             timings[step.name] = time.perf_counter() - t0
+            ctx.running.discard(step.name)
+            raise _failure(step.name, exc) from None
+        timings[step.name] = time.perf_counter() - t0
+        ctx.running.discard(step.name)
         for name in step.output_names:
             if name not in out:
                 raise StepFailed(
                     step.name, 500, f"produced no output {name!r}; it gave: {', '.join(map(str, out))}"
                 )
             values[f"{step.name}.{name}"] = out[name]
+
+
+def _failure(step: str, exc: Exception) -> StepFailed:
+    if isinstance(exc, StepFailed):
+        return exc
+    if isinstance(exc, OpError):
+        return StepFailed(step, exc.status, exc.message)
+    detail = str(exc).splitlines()[0][:300] if str(exc) else ""
+    return StepFailed(step, 500, f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__)
+
+
+def _consume(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 __all__ = [

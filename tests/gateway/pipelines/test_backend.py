@@ -273,3 +273,14 @@ async def test_a_model_s_names_are_checked_when_it_loads(tmp_path: Path) -> None
             ConfigError, match=re.escape(f"step 'm': cannot load model {str(model)!r}: {needle}")
         ):
             await backend.start()
+
+
+async def test_a_run_past_its_time_is_a_504_naming_the_running_step(
+    backends: dict[str, PipelineBackend],
+) -> None:
+    resp = await backends["slow"].dispatch(_json({"x": [1.0]}), 0.05)
+    body = json.loads(resp.body)
+    assert resp.status == 504 and body["code"] == "UpstreamTimeout"
+    assert body["message"] == "the pipeline did not finish within 0.05 s (steps still running: wait)"
+    status, _ = await _call(backends["slow"], {"x": [1.0]})  # the next one has its time
+    assert status == 200
