@@ -1,6 +1,7 @@
 """The two sample pipelines (samples/pipelines/) as a user runs them: their models built
 offline, ``pipelines.yaml`` loaded as it is, the sample client, and each pipeline called
-through EAS (JSON and TF protobuf), KServe V2 and V1 and Paddle Serving's two forms."""
+through EAS (JSON and TF protobuf), KServe V2 and V1, Paddle Serving's two forms and
+Cluster Serving's REST form."""
 
 from __future__ import annotations
 
@@ -130,6 +131,9 @@ def test_text_pipeline_through_every_protocol(gw: GatewayProcess) -> None:
     assert status == 200 and body == {"result": {"label": EXPECTED}}
     status, body, _ = post(gw, "/reviews/prediction", {"key": ["text"], "value": [TEXTS[1]]})
     assert status == 200 and body["value"][body["key"].index("label")] == "negative"
+    cs = {"instances": [{"text": t} for t in TEXTS]}
+    status, body, _ = post(gw, "/api/cluster-serving/reviews/predict", cs)
+    assert status == 200 and [p["label"] for p in body["predictions"]] == EXPECTED
 
 
 def test_the_shared_feature_model_serves_its_own_callers(gw: GatewayProcess) -> None:
