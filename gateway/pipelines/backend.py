@@ -25,7 +25,7 @@ import numpy as np
 from eas_sdk.codecs import eas
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.errors import error_body
-from gateway.pipelines.graph import PipelineSpec, StepSpec, TensorDecl
+from gateway.pipelines.graph import DTYPES, REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
 from gateway.pipelines.local import LocalModel
 from gateway.pipelines.ops import load_op
 from gateway.pipelines.runner import (
@@ -71,10 +71,31 @@ def _tensor_spec(decl: TensorDecl) -> eas.TensorSpec:
     return eas.TensorSpec(decl.name, dtype, decl.shape)
 
 
-def _metadata(spec: PipelineSpec) -> ModelMetadata:
+# Transform outputs of their input's type.
+_FOLLOWS_INPUT = {("topk", "values"), ("softmax", "y"), ("concat", "y")}
+ModelTypes = Callable[[str, str], "str | None"]
+
+
+def _dtype(spec: PipelineSpec, source: Source, model_types: ModelTypes) -> str | None:
+    """A value's V2 datatype: as declared, else as a transform or a model step makes it."""
+    declared = spec.dtype_of(source)
+    if declared is not None or source.step == REQUEST:
+        return declared
+    step = spec.step(source.step)
+    if step.transform == "cast":
+        return DTYPES.get(str(step.args["dtype"]).lower()) or str(step.args["dtype"]).upper()
+    if (step.transform, source.name) in _FOLLOWS_INPUT:
+        found = {_dtype(spec, i.source, model_types) for i in step.inputs}
+        return found.pop() if len(found) == 1 else None
+    return model_types(step.name, source.name) if step.kind == "model" else None
+
+
+def _metadata(spec: PipelineSpec, model_types: ModelTypes) -> ModelMetadata:
     """KServe metadata from the graph's entry (the request's inputs) and exit (its outputs)."""
     inputs = tuple(TensorSpec(d.name, d.dtype or UNKNOWN, d.shape or (-1,)) for d in spec.inputs)
-    outputs = tuple(TensorSpec(name, spec.dtype_of(src) or UNKNOWN, (-1,)) for name, src in spec.outputs)
+    outputs = tuple(
+        TensorSpec(name, _dtype(spec, src, model_types) or UNKNOWN, (-1,)) for name, src in spec.outputs
+    )
     return ModelMetadata(inputs, outputs, platform="pipeline")
 
 
@@ -103,13 +124,38 @@ class PipelineBackend:
             elif step.placement == "process" and (step.model is not None or step.op is not None):
                 pool = pool_factory(step_service(service, step), gateway)
                 self.own_pools[step.name] = self.model_backends[step.name] = pool
-        self.metadata: ModelMetadata | None = _metadata(self.spec)
+        self._metadata: ModelMetadata | None = None
+        self._local: dict[str, LocalModel] = {}
         self.input_specs = [_tensor_spec(d) for d in self.spec.inputs]
         self.output_names = [name for name, _ in self.spec.outputs]
         self.runner: Runner | None = None
         self._ops: list[OpStep] = []
         self._closers: list[Callable[[], None]] = []
         self.restarts_total = 0
+
+    @property
+    def metadata(self) -> ModelMetadata:
+        """The pipeline's signature; a model step's output types fill in once its workers have
+        reported them (kept from then on)."""
+        if self._metadata is not None:
+            return self._metadata
+        complete = True
+
+        def model_types(step: str, output: str) -> str | None:
+            nonlocal complete
+            local = self._local.get(step)
+            if local is not None:
+                return local.outputs.get(output)
+            meta = getattr(self.model_backends.get(step), "metadata", None)
+            if meta is None:
+                complete = False
+                return None
+            return next((t.datatype for t in meta.outputs if t.name == output), None)
+
+        found = _metadata(self.spec, model_types)
+        if complete and self.runner is not None:
+            self._metadata = found
+        return found
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -157,6 +203,7 @@ class PipelineBackend:
                 f"service {self.service.name!r}: step {step.name!r}: cannot load model {step.model!r}: {exc}"
             ) from exc
         self._closers.append(local.close)
+        self._local[step.name] = local
         return local
 
     async def wait_ready(self, timeout: float) -> bool:

@@ -20,7 +20,7 @@ import numpy as np
 
 from gateway.pipelines.ops import OpError
 from gateway.pipelines.runner import CallContext, StepFailed
-from gateway.workers.processors.onnx import ORT_DTYPES
+from gateway.workers.processors.onnx import ORT_DTYPES, ORT_TO_V2
 
 
 class LocalModel:
@@ -41,6 +41,7 @@ class LocalModel:
         self.threads = ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"model-{step}")
         self.session: Any = None
         self.inputs: dict[str, np.dtype[Any] | None] = {}
+        self.outputs: dict[str, str | None] = {}  # output name -> V2 datatype
 
     def load(self) -> None:
         """Open the session (blocking: call it off the event loop, once)."""
@@ -63,7 +64,8 @@ class LocalModel:
         for name in self.inputs if self.given else ():
             if name not in self.given:
                 raise ValueError(f"inputs: the model's input {name!r} is not given")
-        names = [o.name for o in self.session.get_outputs()]
+        self.outputs = {o.name: ORT_TO_V2.get(o.type) for o in self.session.get_outputs()}
+        names = list(self.outputs)
         missing = [w for w in self.wanted or () if w not in names]
         if missing:
             raise ValueError(

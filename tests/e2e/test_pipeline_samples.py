@@ -81,7 +81,7 @@ def test_image_pipeline_through_kserve(gw: GatewayProcess, images: tuple[list[st
     assert meta["platform"] == "pipeline"
     assert meta["inputs"] == [{"name": "image", "datatype": "BYTES", "shape": [-1]}]
     assert {o["name"]: o["datatype"] for o in meta["outputs"]} == {
-        "classes": "INT64", "scores": "UNKNOWN", "labels": "BYTES"
+        "classes": "INT64", "scores": "FP32", "labels": "BYTES"  # scores: the classifier's type, through topk
     }  # fmt: skip
     v2 = {
         "inputs": [{"name": "image", "datatype": "BYTES", "shape": [2], "data": b64[:2]}],
@@ -114,6 +114,10 @@ EXPECTED = ["positive", "negative", "neutral"]
 
 
 def test_text_pipeline_through_every_protocol(gw: GatewayProcess) -> None:
+    status, meta = gw.get_json("/v2/models/reviews")
+    assert status == 200 and {o["name"]: o["datatype"] for o in meta["outputs"]} == {
+        "label": "BYTES", "probabilities": "FP32"  # the in-process model's own output type
+    }  # fmt: skip
     with PredictClient(gw.url, "reviews") as client:
         request = TFRequest("serving_default")
         request.add_feed("text", [3], TFRequest.DT_STRING, [t.encode() for t in TEXTS])

@@ -284,3 +284,11 @@ async def test_a_run_past_its_time_is_a_504_naming_the_running_step(
     assert body["message"] == "the pipeline did not finish within 0.05 s (steps still running: wait)"
     status, _ = await _call(backends["slow"], {"x": [1.0]})  # the next one has its time
     assert status == 200
+
+
+async def test_metadata_types_follow_the_graph(backends: dict[str, PipelineBackend]) -> None:
+    meta = backends["diamond"].metadata
+    assert [(t.name, t.datatype, t.shape) for t in meta.inputs] == [("x", "FP32", (-1, 2))]
+    # concat of two float32 outputs is float32; topk's indices are int64.
+    assert [(t.name, t.datatype) for t in meta.outputs] == [("joined", "FP32"), ("best", "INT64")]
+    assert [(t.name, t.datatype) for t in backends["guarded"].metadata.outputs] == [("label", "BYTES")]
