@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from eas_sdk import QueueClient
+from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.e2e.pipeline_http import post, wait_ready
 
@@ -25,15 +26,24 @@ SAMPLES = ROOT / "samples" / "pipelines"
 OPS = Path(__file__).resolve().parent / "pipeline_ops.py"
 
 
-def _services() -> list[dict[str, Any]]:
-    reviews = next(
-        s
-        for s in yaml.safe_load((SAMPLES / "pipelines.yaml").read_text())["services"]
-        if s["name"] == "reviews"
-    )
+def _samples() -> dict[str, dict[str, Any]]:
+    """The sample pipelines, their files named by absolute paths, in asynchronous mode."""
+    found = {s["name"]: s for s in yaml.safe_load((SAMPLES / "pipelines.yaml").read_text())["services"]}
+    reviews, digits = found["reviews"], found["digits-pipeline"]
     steps = reviews["pipeline"]["steps"]
     steps[0]["op"] = f"{SAMPLES / 'text_ops.py'}:Tokenize"
     steps[1]["model"] = str(MODELS / "text_classifier.onnx")
+    steps = digits["pipeline"]["steps"]
+    steps[0]["op"] = f"{SAMPLES / 'image_ops.py'}:DecodeImage"
+    steps[1]["service"] = "features"  # the same model as the sample's digits-features
+    steps[2]["model"] = str(MODELS / "digits_classifier.onnx")
+    return {
+        "reviews-async": {**reviews, "name": "reviews-async", "async": True},
+        "digits-async": {**digits, "name": "digits-async", "async": True},
+    }
+
+
+def _services() -> list[dict[str, Any]]:
     return [
         {"name": "features", "processor": "onnx", "model": str(MODELS / "digits_features.onnx")},
         {   # a KServe-style transformer: preprocess -> the shared predictor -> postprocess, one step
@@ -97,7 +107,7 @@ def _services() -> list[dict[str, Any]]:
                 "outputs": {"y": "work.y", "pid": "work.pid"},
             },
         },
-        {**reviews, "name": "reviews-async", "async": True},
+        *_samples().values(),
     ]  # fmt: skip
 
 
@@ -192,25 +202,47 @@ def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
     assert status == 422 and body["err_msg"] == "step 'work': x must not be negative"
 
 
-def test_a_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:
-    texts = ["excellent quality love it", "awful it broke", "the manual is in english"]
-    queue = QueueClient(gw.url, "reviews-async")
+def _through_queue(gw: GatewayProcess, service: str, bodies: list[bytes]) -> list[bytes]:
+    """Put ``bodies`` on an asynchronous service's input queue; -> the results, in order."""
+    queue = QueueClient(gw.url, service)
     queue.init()
-    sent = [queue.put(json.dumps({"inputs": {"text": [t]}}).encode())[1] for t in texts]
-    sink = QueueClient(gw.url, "reviews-async/sink")
+    sent = [queue.put(body)[1] for body in bodies]
+    sink = QueueClient(gw.url, f"{service}/sink")
     sink.init(uid="pipeline-test")
     watcher = sink.watch(0, 10, auto_commit=True)
-    results: dict[str, Any] = {}
+    results: dict[str, bytes] = {}
     for record in watcher.run():
-        results[record.tags["requestId"]] = json.loads(record.data)
-        if len(results) == len(texts):
+        assert record.tags.get("status", "200") == "200", record.data
+        results[record.tags["requestId"]] = bytes(record.data)
+        if len(results) == len(bodies):
             break
     watcher.close()
-    assert [results[rid]["outputs"]["label"]["data"] for rid in sent] == [
+    return [results[rid] for rid in sent]
+
+
+def test_the_text_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:
+    texts = ["excellent quality love it", "awful it broke", "the manual is in english"]
+    results = _through_queue(
+        gw, "reviews-async", [json.dumps({"inputs": {"text": [t]}}).encode() for t in texts]
+    )
+    assert [json.loads(r)["outputs"]["label"]["data"] for r in results] == [
         ["positive"],
         ["negative"],
         ["neutral"],
     ]
+
+
+def test_the_image_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:
+    sys.path.insert(0, str(SAMPLES))
+    from client import DIGIT_NAMES, digit_pngs
+
+    pngs, labels = digit_pngs(2)
+    bodies = [
+        encode_tf_request("serving_default", {"image": np.array([p], dtype=object)}, ["labels"]) for p in pngs
+    ]
+    results = _through_queue(gw, "digits-async", bodies)
+    top1 = [decode_tf_response(r)["labels"].to_tensor("labels").array[0][0] for r in results]
+    assert [t.decode() if isinstance(t, bytes) else t for t in top1] == [DIGIT_NAMES[i] for i in labels]
 
 
 def _serve(tmp_path: Path, services: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
