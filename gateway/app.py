@@ -92,15 +92,15 @@ def create_app(
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
     app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config) if s.pipeline is None}
+    pipelines: dict[str, Any] = {}
     if any(s.pipeline is not None for s in config.services):
         # Pipelines go after the pools they call, so they start after them and reach them.
         from gateway.pipelines.backend import pipeline_backends
         from gateway.pipelines.timings import StepTimings
 
         timings = StepTimings(registry)
-        app[POOLS_KEY].update(
-            pipeline_backends(list(config.services), gw, app[POOLS_KEY], make_pool, timings)
-        )
+        pipelines = pipeline_backends(list(config.services), gw, app[POOLS_KEY], make_pool, timings)
+        app[POOLS_KEY].update(pipelines)
     qm = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
@@ -108,6 +108,8 @@ def create_app(
     app[DATAPLANE_KEY] = DataPlane(
         config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
     )
+    for pipeline in pipelines.values():  # their model steps call other services through it
+        pipeline.attach(app[DATAPLANE_KEY])
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
     from gateway.routes import admin, discovery, kserve, paddle, predict

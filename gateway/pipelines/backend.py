@@ -15,6 +15,7 @@ of its own, named ``<pipeline>.<step>``, started and stopped with the pipeline.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ import numpy as np
 
 from eas_sdk.codecs import eas
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
+from gateway.dataplane import TF_FORM_HEADERS, DataPlane
 from gateway.errors import error_body
 from gateway.pipelines.graph import DTYPES, REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
 from gateway.pipelines.local import LocalModel
@@ -125,6 +127,7 @@ class PipelineBackend:
                 pool = pool_factory(step_service(service, step), gateway)
                 self.own_pools[step.name] = self.model_backends[step.name] = pool
         self._metadata: ModelMetadata | None = None
+        self.plane: DataPlane | None = None
         self._local: dict[str, LocalModel] = {}
         self.input_specs = [_tensor_spec(d) for d in self.spec.inputs]
         self.output_names = [name for name, _ in self.spec.outputs]
@@ -168,7 +171,12 @@ class PipelineBackend:
             remote_op = step.kind == "op" and step.model is None and step.name in self.own_pools
             wanted = step.output_names if step.kind == "model" or remote_op else ()
             if step.name in self.model_backends:
-                model = ModelCall(step.name, self.model_backends[step.name], wanted, step.concurrency)
+                through = None
+                if step.service is not None and self.plane is not None:
+                    through = functools.partial(self._through_plane, step.service)
+                model = ModelCall(
+                    step.name, self.model_backends[step.name], wanted, step.concurrency, through
+                )
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)
             if step.kind == "transform":
@@ -205,6 +213,17 @@ class PipelineBackend:
         self._closers.append(local.close)
         self._local[step.name] = local
         return local
+
+    def attach(self, plane: DataPlane) -> None:
+        """Call other services through the gateway's dataplane (set before start)."""
+        self.plane = plane
+
+    async def _through_plane(
+        self, service: str, body: bytes, request_id: str, timeout: float
+    ) -> WorkerResponse:
+        assert self.plane is not None
+        svc = self.plane.services[service]
+        return await self.plane.infer(svc, TF_FORM_HEADERS, body, request_id=request_id, timeout=timeout)
 
     async def wait_ready(self, timeout: float) -> bool:
         results = await asyncio.gather(*(b.wait_ready(timeout) for b in self.model_backends.values()))

@@ -132,6 +132,12 @@ def _pixels(n: int) -> np.ndarray:
     return np.random.default_rng(n).random((n, 64), dtype=np.float32)
 
 
+def _inference_count(gw: GatewayProcess, model: str) -> int:
+    status, body = gw.get_json(f"/v2/models/{model}/stats")
+    assert status == 200, body
+    return int(body["model_stats"][0]["inference_count"])
+
+
 def _features_runs(gw: GatewayProcess) -> int:
     return sum(int(w.get("runs") or 0) for w in gw.services()["features"]["workers"])
 
@@ -141,8 +147,11 @@ def test_a_transformer_in_front_of_a_shared_predictor(gw: GatewayProcess) -> Non
     status, direct, _ = post(gw, "/api/predict/features", {"inputs": {"pixels": (pixels * 0.5).tolist()}})
     assert status == 200, direct
     runs_before = _features_runs(gw)
+    counted_before = _inference_count(gw, "features")
     status, body, _ = post(gw, "/api/predict/transformer", {"inputs": {"pixels": pixels.tolist()}})
     assert status == 200, body
+    # The predictor's statistics count the pipeline's call beside its own callers'.
+    assert _inference_count(gw, "features") == counted_before + 1
     features = np.reshape(body["outputs"]["features"]["data"], (2, 16))
     want = np.reshape(direct["outputs"]["features"]["data"], (2, 16))
     np.testing.assert_allclose(features, want, rtol=1e-5)
