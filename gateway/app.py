@@ -28,6 +28,7 @@ from gateway.state import (
     STATE_KEY,
     GatewayState,
 )
+from gateway.versions import version_services
 from gateway.workers.ipc import WorkerRequest
 
 LINGERING_S = 2.0
@@ -39,6 +40,12 @@ QueueFactory = Callable[[Config], Any]
 def predict_services(config: Config) -> list[ServiceConfig]:
     """Services served by a worker pool (everything but plain queues; async ones too)."""
     return [s for s in config.services if s.processor != "queue"]
+
+
+def older_versions(config: Config) -> list[ServiceConfig]:
+    """The services behind the older model versions of versioned services, one pool each
+    (a service's own pool serves its latest version)."""
+    return [v for s in predict_services(config) for v in version_services(s).values() if v is not s]
 
 
 def queue_services(config: Config) -> list[ServiceConfig]:
@@ -91,7 +98,10 @@ def create_app(
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
-    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config) if s.pipeline is None}
+    older = older_versions(config)
+    app[POOLS_KEY] = {
+        s.name: make_pool(s, gw) for s in [*predict_services(config), *older] if s.pipeline is None
+    }
     pipelines: dict[str, Any] = {}
     if any(s.pipeline is not None for s in config.services):
         # Pipelines go after the pools they call, so they start after them and reach them.
@@ -106,15 +116,19 @@ def create_app(
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
     app[DATAPLANE_KEY] = DataPlane(
-        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
+        [*config.services, *older],
+        app[POOLS_KEY],
+        make_request=worker_request or WorkerRequest,
+        observer=metrics,
     )
     for pipeline in pipelines.values():  # their model steps call other services through it
         pipeline.attach(app[DATAPLANE_KEY])
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, kserve, paddle, predict
+    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict
 
     admin.setup(app)
+    openapi.setup(app)
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)
@@ -124,6 +138,11 @@ def create_app(
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    if gw.grpc_port:
+        # After _lifecycle: gRPC listens once the pools start and stops before they do.
+        from gateway.grpc.server import grpc_lifecycle
+
+        app.cleanup_ctx.append(grpc_lifecycle)
     if qm is not None:
         app.on_shutdown.append(_end_queue_streams)
     if any(s.async_ for s in config.services):
@@ -132,6 +151,11 @@ def create_app(
         from gateway.queue import dispatcher
 
         dispatcher.setup(app)
+    if any(s.cluster_serving is not None for s in config.services):
+        # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
+        from gateway import cluster_serving_redis
+
+        cluster_serving_redis.setup(app)
     return app
 
 

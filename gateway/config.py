@@ -18,16 +18,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.pipelines.graph import PipelineConfigError, PipelineSpec, check_services, parse_pipeline
+from gateway.config_files import ConfigError
+from gateway.config_files import check_file as _check_file
+from gateway.config_files import resolve_path as _resolve_path
+from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
 
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(ValueError):
-    """A config value is missing or wrong; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,24 @@ class QueueConfig:
     max_window: int = 1024
     heartbeat_s: float = 5.0
     grace_s: float = 0.0
+    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
+    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
+    backend: str = "sqlite"
+    # Several gateways on one Redis: the one holding the store's lease serves its queues;
+    # when it stops renewing (killed, cut off) another takes over after this long.
+    owner_lease_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterServingConfig:
+    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
+    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
+
+    redis: str = ""  # redis://host:port/db
+    stream: str = "serving_stream"  # the clients' ``name``
+    group: str = "serving"  # the consumer group every gateway reads the stream with
+    max_batch: int = 32  # records read (and inferred) at once
+    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
 
 
 @dataclass(frozen=True)
@@ -69,15 +86,22 @@ class ServiceConfig:
     # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
     async_: bool = False
     queue: QueueConfig = field(default_factory=QueueConfig)
+    cluster_serving: ClusterServingConfig | None = None
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
-    # A pipeline service's graph of steps (gateway/pipelines, docs/pipelines.md).
-    pipeline: PipelineSpec | None = None
+    # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
+    versions: tuple[tuple[str, str], ...] = ()
+    pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
 
     @property
     def tokens(self) -> tuple[str, ...]:
         return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    @property
+    def version_names(self) -> tuple[str, ...]:
+        """The model versions served, ascending; the last is the latest (the default)."""
+        return tuple(v for v, _ in self.versions) or ("1",)
 
     def __repr__(self) -> str:  # never show tokens
         return (
@@ -121,6 +145,11 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
+    grpc_port: int = 0
+    # Where other gateways sharing a Redis queue store reach this one (default: host);
+    # required when host listens on every address.
+    advertise_host: str | None = None
 
     @property
     def advertised_worker_host(self) -> str:
@@ -231,30 +260,6 @@ def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
     return cls(**out)
 
 
-def _resolve_path(value: str, base: Path | None, where: str) -> str:
-    p = Path(value)
-    if p.is_absolute():
-        return str(p)
-    if p.exists() or base is None:
-        return str(p.resolve())
-    alt = base / p
-    return str(alt.resolve() if alt.exists() else p.resolve())
-
-
-def _check_file(path: str, where: str) -> None:
-    """A missing model or entry file is a config error (exit 2) rather than a worker that
-    never loads (the service answering 503 with the reason only in the log)."""
-    if not Path(path).is_file():
-        what = "not a file" if Path(path).exists() else "file not found"
-        raise ConfigError(f"{where}: {what}: {path}")
-
-
-def _existing(value: str, base: Path | None, where: str) -> str:
-    path = _resolve_path(value, base, where)
-    _check_file(path, where)
-    return path
-
-
 def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     where = f"services[{i}]"
     if not isinstance(raw, dict):
@@ -262,7 +267,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s", "pipeline",
+        "config", "env", "stall_timeout_s", "cluster_serving", "versions", "pipeline",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -281,7 +286,10 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     extra_tokens = tuple(_str(str(t), f"{where}.tokens[{j}]") for j, t in enumerate(extra))
     model = raw.get("model")
     entry = raw.get("entry")
-    if processor == "onnx":
+    versions = _versions(raw.get("versions"), processor, model, base, where)
+    if versions:
+        model = versions[-1][1]
+    elif processor == "onnx":
         model = _str(model, f"{where}.model")
         model = _resolve_path(model, base, f"{where}.model")
         _check_file(model, f"{where}.model")
@@ -305,15 +313,25 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     env = raw.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError(f"{where}.env: expected a mapping")
-    pipeline = None
-    if processor == "pipeline":
-        try:
-            pipeline = parse_pipeline(raw.get("pipeline"), where, lambda p, w: _existing(p, base, w))
-        except PipelineConfigError as exc:
-            raise ConfigError(str(exc)) from None
-    elif raw.get("pipeline") is not None:
-        raise ConfigError(f"{where}.pipeline: only a service with processor: pipeline has one")
     async_ = _bool(raw.get("async", False), f"{where}.async")
+    queue = _coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue")
+    _check_queue_backend(queue, f"{where}.queue")
+    cluster_serving = None
+    if raw.get("cluster_serving") is not None:
+        cluster_serving = _coerce_dataclass(
+            ClusterServingConfig, raw["cluster_serving"], f"{where}.cluster_serving"
+        )
+        if not cluster_serving.redis.startswith(QUEUE_BACKEND_SCHEMES):
+            raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+        if processor == "queue":
+            raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+        if cluster_serving.max_batch < 1:
+            raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    if async_ and queue.backend != "sqlite":
+        raise ConfigError(
+            f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+            "store (backend: sqlite); Redis holds plain queue services"
+        )
     if processor == "queue" and async_:
         raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
     return ServiceConfig(
@@ -331,11 +349,64 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
         stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
-        queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
+        queue=queue,
+        cluster_serving=cluster_serving,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
-        pipeline=pipeline,
+        versions=versions,
+        pipeline=pipeline_of(raw, processor, where, base),
     )
+
+
+def _versions(raw: Any, kind: str, model: Any, base: Path | None, where: str) -> tuple[tuple[str, str], ...]:
+    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+    if raw is None:
+        return ()
+    w = f"{where}.versions"
+    if kind != "onnx":
+        raise ConfigError(f"{w}: only an onnx service has model versions")
+    if model is not None:
+        raise ConfigError(f"{w}: give either model or versions, not both")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{w}: expected a mapping of version numbers to model files")
+    out: dict[int, str] = {}
+    for key, path in raw.items():
+        number = _int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
+        if number in out:
+            raise ConfigError(f"{w}: version {number} given twice")
+        resolved = _resolve_path(_str(path, f"{w}.{key}"), base, f"{w}.{key}")
+        _check_file(resolved, f"{w}.{key}")
+        out[number] = resolved
+    return tuple((str(n), out[n]) for n in sorted(out))
+
+
+QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The top-level ``queue:`` mapping holds defaults for every service's ``queue:``
+    (a service's own keys win), e.g. one Redis backend for all queues."""
+    defaults = raw.get("queue")
+    if defaults is None:
+        return raw
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"queue: expected a mapping, got {type(defaults).__name__}")
+    _coerce_dataclass(QueueConfig, defaults, "queue")  # names the bad key at its own place
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return raw
+    merged = [
+        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    ]
+    return {**raw, "services": merged}
+
+
+def _check_queue_backend(cfg: QueueConfig, where: str) -> None:
+    if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(
+            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)}), "
+            f"got {cfg.backend!r}"
+        )
 
 
 def parse_config(raw: Any, source: str | None = None) -> Config:
@@ -343,12 +414,15 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
-    _check_keys(raw, {"gateway", "services"}, "config")
+    _check_keys(raw, {"gateway", "services", "queue"}, "config")
     raw = _expand(raw, "config")
+    raw = _with_queue_defaults(raw)
     base = Path(source).resolve().parent if source else None
     gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
     if gw.port > 65535:
         raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        raise ConfigError(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         raise ConfigError("gateway.log_format: must be 'text' or 'json'")
     if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
@@ -360,18 +434,21 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(services_raw, list):
         raise ConfigError("services: expected a list")
     services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
+    if (
+        gw.host in ("0.0.0.0", "::")
+        and not gw.advertise_host
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
+    ):
+        raise ConfigError(
+            f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
+            "queues live in Redis: other gateways on the same Redis forward calls there"
+        )
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:
             raise ConfigError(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
-    processors = {svc.name: svc.processor for svc in services}
-    for svc in services:
-        if svc.pipeline is not None:
-            try:
-                check_services(svc.pipeline, f"services ({svc.name})", processors)
-            except PipelineConfigError as exc:
-                raise ConfigError(str(exc)) from None
+    check_pipelines(services)
     return apply_env_overrides(Config(gateway=gw, services=services, source=source))
 
 

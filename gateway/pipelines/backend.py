@@ -27,7 +27,8 @@ from eas_sdk.codecs import eas
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.dataplane import TF_FORM_HEADERS, DataPlane
 from gateway.errors import error_body
-from gateway.pipelines.graph import DTYPES, REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
+from gateway.pipelines.catalog import DTYPES
+from gateway.pipelines.graph import REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
 from gateway.pipelines.local import LocalModel
 from gateway.pipelines.ops import load_op
 from gateway.pipelines.runner import (

@@ -2,7 +2,7 @@
 
 Everything a config can get wrong is found here, at load time, with a message that names
 the step and the field: an unknown step or output, a cycle, a missing or mistyped input,
-an output nothing uses. The module does no I/O beyond the ``resolve`` callback it is given
+an output nothing uses. The module does no I/O beyond checking that the files it names exist
 for file paths, and imports nothing of the gateway, so ``gateway.config`` can call it.
 
 The shape (docs/pipelines.md has the whole story)::
@@ -33,38 +33,17 @@ The shape (docs/pipelines.md has the whole story)::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from gateway.config_files import ConfigError, existing_file
+from gateway.pipelines.catalog import DTYPES, TRANSFORM_DTYPES, TRANSFORMS
 
 REQUEST = "request"  # the source "step" of the request's own inputs
 STEP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
 TENSOR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:/.-]{0,127}$")
-
-# Config dtype spellings -> the V2 datatype names the rest of the gateway uses.
-DTYPES: dict[str, str] = {
-    "float32": "FP32", "float": "FP32", "fp32": "FP32", "float64": "FP64", "double": "FP64",
-    "fp64": "FP64", "float16": "FP16", "fp16": "FP16", "int8": "INT8", "int16": "INT16",
-    "int32": "INT32", "int64": "INT64", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32",
-    "uint64": "UINT64", "bool": "BOOL", "string": "BYTES", "str": "BYTES", "bytes": "BYTES",
-}  # fmt: skip
-
-# Built-in transforms: their input names, their output names and the args they take.
-TRANSFORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]] = {
-    "topk": (("x",), ("indices", "values"), frozenset({"k"})),
-    "argmax": (("x",), ("index",), frozenset()),
-    "softmax": (("x",), ("y",), frozenset()),
-    "label_map": (("x",), ("label",), frozenset({"labels"})),
-    "cast": (("x",), ("y",), frozenset({"dtype"})),
-    # Fan-in: any number of inputs, joined along the last axis in the order given.
-    "concat": ((), ("y",), frozenset()),
-}
-# What a transform's outputs are, when it is fixed (the others follow their input).
-TRANSFORM_DTYPES: dict[tuple[str, str], str] = {
-    ("topk", "indices"): "INT64",
-    ("argmax", "index"): "INT64",
-    ("label_map", "label"): "BYTES",
-}
 
 _STEP_KEYS = {
     "name", "inputs", "outputs", "service", "model", "op", "transform", "args", "config",
@@ -72,7 +51,7 @@ _STEP_KEYS = {
 }  # fmt: skip
 
 
-class PipelineConfigError(ValueError):
+class PipelineConfigError(ConfigError):
     """A pipeline block that cannot run; the message names the step and the field."""
 
 
@@ -236,7 +215,7 @@ def _step_inputs(raw: Any, where: str) -> tuple[StepInput, ...]:
     return tuple(out)
 
 
-def _step(raw: Any, i: int, resolve: Callable[[str, str], str]) -> StepSpec:
+def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
     where = f"steps[{i}]"
     if not isinstance(raw, Mapping):
         raise _fail(where, "expected a mapping")
@@ -259,13 +238,13 @@ def _step(raw: Any, i: int, resolve: Callable[[str, str], str]) -> StepSpec:
         raise _fail(where, "a step needs one of: service, model, op, transform")
     kind = "transform" if transform else ("op" if op else "model")
     if model:
-        model = resolve(model, f"{where}.model")
+        model = existing_file(model, base, f"{where}.model")
     if op:
         if ":" not in op:
             raise _fail(f"{where}.op", "expected 'path/to/file.py:Class' or 'package.module:Class'")
         target, _, cls = op.rpartition(":")
         if target.endswith(".py"):
-            target = resolve(target, f"{where}.op")
+            target = existing_file(target, base, f"{where}.op")
         op = f"{target}:{cls}"
     inputs = _step_inputs(raw.get("inputs"), f"{where}.inputs")
     if "outputs" not in raw:
@@ -339,16 +318,26 @@ def _check_transform(
             raise _fail(f"{where}.args.dtype", "required")
 
 
-def parse_pipeline(raw: Any, where: str, resolve: Callable[[str, str], str]) -> PipelineSpec:
+def pipeline_of(raw: Mapping[str, Any], processor: str, where: str, base: Path | None) -> PipelineSpec | None:
+    """A service's ``pipeline:`` block parsed (``raw``: the service's mapping), or None for a
+    service that is not a pipeline (which must not have one)."""
+    if processor == "pipeline":
+        return parse_pipeline(raw.get("pipeline"), where, base)
+    if raw.get("pipeline") is not None:
+        raise PipelineConfigError(f"{where}.pipeline: only a service with processor: pipeline has one")
+    return None
+
+
+def parse_pipeline(raw: Any, where: str, base: Path | None = None) -> PipelineSpec:
     """The validated spec of a ``pipeline:`` block (``where``: the service, for messages;
-    ``resolve(path, field)``: a config-relative file path, checked to exist)."""
+    ``base``: the config file's directory, for relative file paths)."""
     try:
-        return _parse(raw, resolve)
+        return _parse(raw, base)
     except PipelineConfigError as exc:
         raise PipelineConfigError(f"{where}.pipeline.{exc}") from None
 
 
-def _parse(raw: Any, resolve: Callable[[str, str], str]) -> PipelineSpec:
+def _parse(raw: Any, base: Path | None) -> PipelineSpec:
     if not isinstance(raw, Mapping):
         raise PipelineConfigError("expected a mapping with inputs, steps and outputs")
     unknown = sorted(set(map(str, raw)) - {"inputs", "steps", "outputs"})
@@ -360,7 +349,7 @@ def _parse(raw: Any, resolve: Callable[[str, str], str]) -> PipelineSpec:
     steps_raw = raw.get("steps")
     if not isinstance(steps_raw, list) or not steps_raw:
         raise _fail("steps", "expected a non-empty list of steps")
-    steps = [_step(s, i, resolve) for i, s in enumerate(steps_raw)]
+    steps = [_step(s, i, base) for i, s in enumerate(steps_raw)]
     index: dict[str, int] = {}
     for i, s in enumerate(steps):
         if s.name in index:
@@ -470,6 +459,15 @@ def check_services(spec: PipelineSpec, where: str, processors: Mapping[str, str]
             )
 
 
+def check_pipelines(services: Sequence[Any]) -> None:
+    """Every pipeline's ``service:`` steps against the config's services (each with ``name``,
+    ``processor`` and ``pipeline``)."""
+    processors = {svc.name: svc.processor for svc in services}
+    for svc in services:
+        if svc.pipeline is not None:
+            check_services(svc.pipeline, f"services ({svc.name})", processors)
+
+
 __all__ = [
     "DTYPES",
     "REQUEST",
@@ -480,6 +478,8 @@ __all__ = [
     "StepInput",
     "StepSpec",
     "TensorDecl",
+    "check_pipelines",
     "check_services",
     "parse_pipeline",
+    "pipeline_of",
 ]

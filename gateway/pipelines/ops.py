@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.pipelines.graph import DTYPES
+from gateway.pipelines.catalog import DTYPES
 
 # V2 datatype -> numpy dtype for ``cast``.
 _NUMPY: dict[str, np.dtype[Any]] = {
