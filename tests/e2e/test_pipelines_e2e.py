@@ -5,6 +5,7 @@ errors as the command line reports them."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -120,7 +121,11 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
         capture_output=True,
         timeout=120,
     )
-    proc = GatewayProcess.start({"services": _services()}, tmp_path_factory.mktemp("pipelines"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        grpc_port = s.getsockname()[1]
+    config = {"gateway": {"grpc_port": grpc_port}, "services": _services()}
+    proc = GatewayProcess.start(config, tmp_path_factory.mktemp("pipelines"))
     try:
         wait_ready(proc)
         yield proc
@@ -182,6 +187,26 @@ def test_fan_out_and_fan_in_over_model_steps(gw: GatewayProcess) -> None:
     }
     status, body, _ = post(gw, "/v2/models/fan/infer", v2)
     assert status == 200 and body["outputs"][0]["shape"] == [1, 26]
+
+
+def test_a_pipeline_through_v2_grpc(gw: GatewayProcess) -> None:
+    import grpc
+
+    from gateway._proto import grpc_service_pb2 as pb
+    from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+
+    port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="fan"), timeout=10)
+        assert [(t.name, t.datatype) for t in meta.inputs] == [("pixels", "FP32")]
+        req = pb.ModelInferRequest(model_name="fan")
+        req.inputs.add(name="pixels", datatype="FP32", shape=[2, 64])
+        req.raw_input_contents.append(_pixels(2).tobytes())
+        resp = stub.ModelInfer(req, timeout=10)
+        assert [(o.name, list(o.shape)) for o in resp.outputs] == [("joined", [2, 26])]
+        joined = np.frombuffer(resp.raw_output_contents[0], dtype=np.float32).reshape(2, 26)
+        np.testing.assert_allclose(joined[:, :10].sum(axis=1), 1.0, rtol=1e-4)
 
 
 def test_a_model_step_refusing_its_input_names_the_step(gw: GatewayProcess) -> None:
