@@ -18,14 +18,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from gateway.config_files import ConfigError
+from gateway.config_files import check_file as _check_file
+from gateway.config_files import resolve_path as _resolve_path
+from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
+
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-PROCESSORS = ("onnx", "python", "queue")
+PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(ValueError):
-    """A config value is missing or wrong; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class ServiceConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
     versions: tuple[tuple[str, str], ...] = ()
+    pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -258,24 +260,6 @@ def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
     return cls(**out)
 
 
-def _resolve_path(value: str, base: Path | None, where: str) -> str:
-    p = Path(value)
-    if p.is_absolute():
-        return str(p)
-    if p.exists() or base is None:
-        return str(p.resolve())
-    alt = base / p
-    return str(alt.resolve() if alt.exists() else p.resolve())
-
-
-def _check_file(path: str, where: str) -> None:
-    """A missing model or entry file is a config error (exit 2) rather than a worker that
-    never loads (the service answering 503 with the reason only in the log)."""
-    if not Path(path).is_file():
-        what = "not a file" if Path(path).exists() else "file not found"
-        raise ConfigError(f"{where}: {what}: {path}")
-
-
 def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     where = f"services[{i}]"
     if not isinstance(raw, dict):
@@ -283,7 +267,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s", "cluster_serving", "versions",
+        "config", "env", "stall_timeout_s", "cluster_serving", "versions", "pipeline",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -370,6 +354,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
         versions=versions,
+        pipeline=pipeline_of(raw, processor, where, base),
     )
 
 
@@ -463,6 +448,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         if svc.name in seen:
             raise ConfigError(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
+    check_pipelines(services)
     return apply_env_overrides(Config(gateway=gw, services=services, source=source))
 
 

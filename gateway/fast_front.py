@@ -192,7 +192,9 @@ class Front:
         except errors.GatewayError as exc:
             return _error(exc, rid)
         ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
-        return Reply(int(wresp.status), wresp.body, ctype, {HEADER_REQUEST_ID: rid})
+        extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+        headers = {**extra, HEADER_REQUEST_ID: rid} if extra else {HEADER_REQUEST_ID: rid}
+        return Reply(int(wresp.status), wresp.body, ctype, headers)
 
     async def _v2(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
         """The KServe route's V2 inference for the model's latest version (the body is in)."""

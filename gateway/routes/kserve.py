@@ -45,7 +45,9 @@ def _error(status: int, message: str) -> web.Response:
 
 def _models(request: web.Request) -> list[ServiceConfig]:
     pools = request.app[POOLS_KEY]
-    return [s for s in request.app[CONFIG_KEY].services if s.processor == "onnx" and s.name in pools]
+    return [
+        s for s in request.app[CONFIG_KEY].services if s.processor in ("onnx", "pipeline") and s.name in pools
+    ]
 
 
 @dataclass(frozen=True)
