@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -158,16 +159,22 @@ async def serve(cfg: Config) -> int:
         )
 
         pools = list(app[POOLS_KEY].items())
-        ready_task = asyncio.gather(
-            *(p.wait_ready(gw.worker_start_timeout_s) for _, p in pools), return_exceptions=True
-        )
+        waited_from = time.monotonic()
+
+        async def wait_ready(pool: Any) -> tuple[bool, float]:
+            ok = await pool.wait_ready(gw.worker_start_timeout_s)
+            return ok is True, time.monotonic() - waited_from
+
+        ready_task = asyncio.gather(*(wait_ready(p) for _, p in pools), return_exceptions=True)
         stop_task = asyncio.create_task(stop.wait())
         await asyncio.wait({ready_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if ready_task.done() and not stop.is_set():
             results = ready_task.result()
-            for (name, _), ok in zip(pools, results, strict=True):
-                if ok is not True:
-                    log.warning("service %s has no ready worker after %g s", name, gw.worker_start_timeout_s)
+            for (name, pool), result in zip(pools, results, strict=True):
+                if isinstance(result, BaseException) or not result[0]:
+                    took = result[1] if isinstance(result, tuple) else time.monotonic() - waited_from
+                    reason = getattr(pool, "not_ready_reason", lambda: None)() or "it has no ready worker"
+                    log.warning("service %s is not ready after %.1f s: %s", name, took, reason)
             print(f"gateway listening on {url}", flush=True)
             if gw.port_file:
                 write_port_file(gw.port_file, gw.host, port)

@@ -98,6 +98,8 @@ class GatewayConfig:
     # stop sending) before the listener closes.
     drain_delay_s: float = 0.0
     worker_start_timeout_s: float = 60.0
+    # Restarts of a failing worker back off exponentially up to this many seconds.
+    restart_backoff_max_s: float = 30.0
     health_interval_s: float = 1.0
     access_log: bool = True
     # Plain queue calls / plain predict calls answered by the lean HTTP/1.1 front

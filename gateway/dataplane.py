@@ -22,7 +22,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_AUTHORIZATION, HEADER_DEADLINE_MS
+from eas_sdk._core.constants import (
+    DEFAULT_CONTENT_TYPE,
+    HEADER_AUTHORIZATION,
+    HEADER_DEADLINE_MS,
+    HEADER_QUEUE_UID,
+)
 from gateway import errors
 from gateway.auth import AuthStatus, verify
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
@@ -120,6 +125,16 @@ class DataPlane:
         if svc.name not in self.backends:
             raise errors.ServiceNotFound(f"service {raw_name!r} not found")
         return svc
+
+    @staticmethod
+    def refuse_queue_call(svc: ServiceConfig, headers: Mapping[str, str]) -> None:
+        """A QueueClient pointed at a predict service: 400 saying so. Queue clients send their
+        identity header on every call; a predict call never does."""
+        if HEADER_QUEUE_UID in headers:
+            raise errors.WrongServiceKind(
+                f"service {svc.name!r} is a synchronous predict service, not a queue: "
+                "call it with a PredictClient, not a QueueClient"
+            )
 
     # ------------------------------------------------------------------ authenticate
     def refused_early(self, svc: ServiceConfig, headers: Mapping[str, str], key: str = "") -> bool:
@@ -253,6 +268,7 @@ class DataPlane:
     ) -> WorkerResponse:
         """A whole predict call once its body is in: authenticate, admit, dispatch.
         ``deadline``: :meth:`caller_deadline`, which adapters read before the body."""
+        self.refuse_queue_call(svc, headers)
         self.authenticate(svc, headers, raw_path, body)
         timeout = self.budget(svc, deadline, arrived)
         return await self.infer(svc, headers, body, subpath=subpath, request_id=request_id, timeout=timeout)

@@ -48,6 +48,12 @@ class BadDigest(GatewayError):
     status, code = 400, "BadDigest"
 
 
+class WrongServiceKind(GatewayError):
+    """A queue call (a QueueClient's) to a synchronous predict service."""
+
+    status, code = 400, "WrongServiceKind"
+
+
 class Unauthorized(GatewayError):
     status, code = 401, "Unauthorized"
 

@@ -48,6 +48,23 @@ def service_ready(app: web.Application, name: str) -> bool:
     return app[STATE_KEY].started and app[QUEUES_KEY] is not None
 
 
+def not_ready_reason(app: web.Application, name: str) -> str | None:
+    """Why a service takes no calls (a model that failed to load, workers starting, ...),
+    as a client may read it; None when it is ready."""
+    pool = app[POOLS_KEY].get(name)
+    if pool is not None:
+        reason = getattr(pool, "not_ready_reason", None)
+        if callable(reason):
+            try:
+                return reason()  # type: ignore[no-any-return]
+            except Exception:
+                return "its state cannot be read"
+        return None if service_ready(app, name) else "it has no ready worker"
+    if service_ready(app, name):
+        return None
+    return "the queue store is not open"
+
+
 def all_ready(app: web.Application) -> bool:
     state = app[STATE_KEY]
     if state.shutting_down or not state.started:

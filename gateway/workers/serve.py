@@ -25,6 +25,7 @@ from gateway.lean_http import FastProtocol, Limits, close_all, protocol_factory
 from gateway.workers.compute import ComputeQueue
 from gateway.workers.direct import DirectHTTP
 from gateway.workers.ipc import IPCServerProtocol
+from gateway.workers.processors.base import LoadError
 from gateway.workers.processors.registry import create_processor
 
 log = logging.getLogger("gateway.worker")
@@ -45,7 +46,8 @@ async def serve(
         # Asked once, here: a processor whose metadata cannot be given does not start.
         metadata = processor.metadata()
     except BaseException as exc:
-        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        msg = first if isinstance(exc, LoadError) else f"{type(exc).__name__}: {first}"
         log.error("service %s: processor failed to load: %s", service.name, msg)
         conn.send({"ok": False, "error": msg})
         return 3

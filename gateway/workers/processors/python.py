@@ -28,7 +28,7 @@ from typing import Any
 
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import ModelMetadata
-from gateway.workers.processors.base import Processor, ProcessorError
+from gateway.workers.processors.base import LoadError, Processor, ProcessorError
 
 log = logging.getLogger("gateway.worker")
 
@@ -70,7 +70,11 @@ class PythonProcessor(Processor):
             obj.get_model_path = lambda: self.service.model
         init = getattr(obj, "initialize", None)
         if callable(init):
-            init()
+            try:
+                init()
+            except Exception as exc:
+                detail = str(exc).splitlines()[0] if str(exc) else ""
+                raise LoadError(f"initialize() raised {type(exc).__name__}: {detail}".rstrip(": ")) from exc
         self.obj = obj
         declared = getattr(obj, "metadata", None)
         self._metadata = ModelMetadata.from_json(declared()) if callable(declared) else ModelMetadata()
