@@ -65,6 +65,7 @@ def create_app(
     worker_request: Callable[..., Any] | None = None,
     registry: CollectorRegistry | None = None,
     cluster_serving: bool = False,
+    managed_store: Any = None,
 ) -> web.Application:
     """Build the application. ``cluster_serving`` also mounts the Cluster Serving REST
     routes (``/api/cluster-serving/<svc>/predict``, ``/predict``); the CLI turns it on."""
@@ -101,9 +102,15 @@ def create_app(
     )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, kserve, predict
+    from gateway.manage.manager import MANAGER_KEY, ServiceManager
+
+    # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
+    app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
+
+    from gateway.routes import admin, discovery, kserve, predict, repository
 
     admin.setup(app)
+    repository.setup(app)
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)

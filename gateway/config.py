@@ -18,14 +18,18 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from gateway.config_values import ConfigError, is_loopback
+from gateway.config_values import Errors as _Errors
+from gateway.config_values import as_bool as _bool
+from gateway.config_values import as_float as _float
+from gateway.config_values import as_int as _int
+from gateway.config_values import as_str as _str
+from gateway.config_values import check_keys as _check_keys
+from gateway.config_values import expand as _expand
+
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(ValueError):
-    """A config value is missing or wrong; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -126,10 +130,23 @@ class GatewayConfig:
 
 
 @dataclass(frozen=True)
+class AdminConfig:
+    """The admin API's own listener (gateway.manage.api); off unless configured."""
+
+    host: str = "127.0.0.1"
+    port: int = 8081
+    token: str | None = None
+
+    def __repr__(self) -> str:  # never show the token
+        return f"AdminConfig(host={self.host!r}, port={self.port}, token={'***' if self.token else None})"
+
+
+@dataclass(frozen=True)
 class Config:
     gateway: GatewayConfig
     services: tuple[ServiceConfig, ...]
     source: str | None = None
+    admin: AdminConfig | None = None
 
     def service(self, name: str) -> ServiceConfig | None:
         for svc in self.services:
@@ -137,96 +154,50 @@ class Config:
                 return svc
         return None
 
+    def set_services(self, services: tuple[ServiceConfig, ...]) -> None:
+        """Replace the running gateway's services (the service manager, gateway.manage).
 
-# --- validation helpers ------------------------------------------------------------
-
-
-def _expand(value: Any, where: str) -> Any:
-    if isinstance(value, str):
-
-        def repl(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in os.environ:
-                raise ConfigError(f"{where}: environment variable {name} is not set")
-            return os.environ[name]
-
-        return _ENV_RE.sub(repl, value)
-    if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
-    return value
+        Every route reads the one Config of the application, so the manager swaps the
+        tuple here: one assignment, so a reader sees the old set or the new one, whole."""
+        object.__setattr__(self, "services", tuple(services))
 
 
-def _int(v: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
-            v = int(v)
-        else:
-            raise ConfigError(f"{where}: expected an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise ConfigError(f"{where}: must be >= {lo}, got {v}")
-    if hi is not None and v > hi:
-        raise ConfigError(f"{where}: must be <= {hi}, got {v}")
-    return v
-
-
-def _float(v: Any, where: str, lo: float | None = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise ConfigError(f"{where}: expected a number, got {v!r}")
-    try:
-        out = float(v)
-    except ValueError:
-        raise ConfigError(f"{where}: expected a number, got {v!r}") from None
-    if lo is not None and out < lo:
-        raise ConfigError(f"{where}: must be >= {lo}, got {out}")
-    return out
-
-
-def _bool(v: Any, where: str) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return v.lower() in ("true", "1", "yes")
-    raise ConfigError(f"{where}: expected true or false, got {v!r}")
-
-
-def _str(v: Any, where: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise ConfigError(f"{where}: expected a non-empty string, got {v!r}")
-    return v
-
-
-def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
-        )
+# --- validation ----------------------------------------------------------------------
 
 
 def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
     """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
+    out, errs = _coerce_partial(cls, raw, where)
+    errs.raise_any()
+    return out
+
+
+def _coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, _Errors]:
+    """The dataclass built from the keys that are right, and the errors of the others."""
+    errs = _Errors()
     if raw is None:
-        return cls()
+        return cls(), errs
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+        errs.add(f"{where}: expected a mapping, got {type(raw).__name__}")
+        return cls(), errs
     names = {f.name for f in fields(cls)}
-    _check_keys(raw, names, where)
+    errs.check(_check_keys, raw, names, where)
     out: dict[str, Any] = {}
     defaults = cls()
     for key, value in raw.items():
+        if key not in names:
+            continue
         w = f"{where}.{key}"
         default = getattr(defaults, key)
         if isinstance(default, bool):
-            out[key] = _bool(value, w)
+            out[key] = errs.check(_bool, value, w, default=default)
         elif isinstance(default, int):
-            out[key] = _int(value, w, lo=0)
+            out[key] = errs.check(_int, value, w, lo=0, default=default)
         elif isinstance(default, float):
-            out[key] = _float(value, w, lo=0.0)
+            out[key] = errs.check(_float, value, w, lo=0.0, default=default)
         else:
-            out[key] = None if value is None else _str(str(value), w)
-    return cls(**out)
+            out[key] = None if value is None else errs.check(_str, str(value), w, default=default)
+    return cls(**out), errs
 
 
 def _resolve_path(value: str, base: Path | None, where: str) -> str:
@@ -247,59 +218,113 @@ def _check_file(path: str, where: str) -> None:
         raise ConfigError(f"{where}: {what}: {path}")
 
 
-def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
-    where = f"services[{i}]"
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    allowed = {
-        "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
-        "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s",
-    }  # fmt: skip
-    _check_keys(raw, allowed, where)
-    name = _str(raw.get("name"), f"{where}.name")
-    if not SERVICE_NAME_RE.match(name):
-        raise ConfigError(f"{where}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
-    where = f"services[{i}] ({name})"
-    processor = _str(raw.get("processor"), f"{where}.processor")
-    if processor not in PROCESSORS:
-        raise ConfigError(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
-    token = raw.get("token")
-    if token is not None:
-        token = _str(str(token), f"{where}.token")
-    extra = raw.get("tokens") or []
-    if not isinstance(extra, list):
-        raise ConfigError(f"{where}.tokens: expected a list of strings")
-    extra_tokens = tuple(_str(str(t), f"{where}.tokens[{j}]") for j, t in enumerate(extra))
+def parse_service(raw: Any, base: Path | None = None, where: str = "service") -> ServiceConfig:
+    """One service description (a ``services:`` entry of the config file, or the admin API's
+    body) -> a validated ServiceConfig; relative paths resolve against ``base`` too."""
+    return _service(_expand(raw, where), 0, base, where)
+
+
+_SERVICE_KEYS = {
+    "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
+    "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
+    "config", "env", "stall_timeout_s",
+}  # fmt: skip
+
+
+def _model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
     model = raw.get("model")
-    entry = raw.get("entry")
     if processor == "onnx":
-        model = _str(model, f"{where}.model")
-        model = _resolve_path(model, base, f"{where}.model")
+        model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
         _check_file(model, f"{where}.model")
     elif model is not None:
         model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
-    if processor == "python":
-        entry = _str(entry, f"{where}.entry")
-        if ":" not in entry:
-            raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
-        target, _, cls_name = entry.rpartition(":")
-        if target.endswith(".py"):
-            target = _resolve_path(target, base, f"{where}.entry")
-            _check_file(target, f"{where}.entry")
-        entry = f"{target}:{cls_name}"
-    request_format = raw.get("request_format", "auto")
-    if request_format not in REQUEST_FORMATS:
-        raise ConfigError(f"{where}.request_format: must be one of {', '.join(REQUEST_FORMATS)}")
-    cfg = raw.get("config") or {}
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{where}.config: expected a mapping")
-    env = raw.get("env") or {}
-    if not isinstance(env, dict):
-        raise ConfigError(f"{where}.env: expected a mapping")
-    async_ = _bool(raw.get("async", False), f"{where}.async")
+    return model
+
+
+def _entry(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
+    entry = raw.get("entry")
+    if processor != "python":
+        return entry if entry is None else str(entry)
+    entry = _str(entry, f"{where}.entry")
+    if ":" not in entry:
+        raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
+    target, _, cls_name = entry.rpartition(":")
+    if target.endswith(".py"):
+        target = _resolve_path(target, base, f"{where}.entry")
+        _check_file(target, f"{where}.entry")
+    return f"{target}:{cls_name}"
+
+
+def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    return value
+
+
+def _tokens(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of strings")
+    errs = _Errors()
+    out = tuple(errs.check(_str, str(t), f"{where}[{j}]", default="") for j, t in enumerate(value))
+    errs.raise_any()
+    return out
+
+
+def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> ServiceConfig:
+    """One ``services:`` entry; every error in it is reported (ConfigErrors), each with its place."""
+    prefix = prefix or f"services[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix}: expected a mapping, got {type(raw).__name__}")
+    errs = _Errors()
+    name = errs.check(_str, raw.get("name"), f"{prefix}.name", default="")
+    if name and not SERVICE_NAME_RE.match(name):
+        errs.add(f"{prefix}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
+    where = f"{prefix} ({name})" if name else prefix
+    errs.check(_check_keys, raw, _SERVICE_KEYS, where)
+    processor = errs.check(_str, raw.get("processor"), f"{where}.processor", default="")
+    if processor and processor not in PROCESSORS:
+        errs.add(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
+    token = raw.get("token")
+    if token is not None:
+        token = errs.check(_str, str(token), f"{where}.token")
+    extra_tokens = errs.check(_tokens, raw.get("tokens") or [], f"{where}.tokens", default=())
+    model = errs.check(_model_path, raw, processor, base, where)
+    entry = errs.check(_entry, raw, processor, base, where)
+    request_format = errs.check(
+        _choice, raw.get("request_format", "auto"), REQUEST_FORMATS, f"{where}.request_format", default="auto"
+    )
+    cfg = errs.check(_mapping, raw.get("config"), f"{where}.config", default={})
+    env = errs.check(_mapping, raw.get("env"), f"{where}.env", default={})
+    async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
     if processor == "queue" and async_:
-        raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
+        errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
+    lo_workers = 0 if processor == "queue" else 1
+    values = {
+        "workers": errs.check(
+            _int, raw.get("workers", 1), f"{where}.workers", lo=lo_workers, hi=64, default=1
+        ),
+        "max_pending": errs.check(_int, raw.get("max_pending", 64), f"{where}.max_pending", lo=1, default=64),
+        "timeout_ms": errs.check(_int, raw.get("timeout_ms", 5000), f"{where}.timeout_ms", lo=1, default=1),
+        "intra_op_threads": errs.check(
+            _int, raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64, default=1
+        ),
+        "batching": errs.check(
+            _coerce_dataclass, BatchingConfig, raw.get("batching"), f"{where}.batching", default=None
+        ),
+        "stall_timeout_s": errs.check(
+            _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
+        ),
+        "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
+    }
+    errs.raise_any()
     return ServiceConfig(
         name=name,
         processor=processor,
@@ -307,48 +332,70 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         extra_tokens=extra_tokens,
         model=model,
         entry=entry,
-        workers=_int(raw.get("workers", 1), f"{where}.workers", lo=0 if processor == "queue" else 1, hi=64),
-        max_pending=_int(raw.get("max_pending", 64), f"{where}.max_pending", lo=1),
-        timeout_ms=_int(raw.get("timeout_ms", 5000), f"{where}.timeout_ms", lo=1),
-        intra_op_threads=_int(raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64),
         request_format=request_format,
-        batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
-        stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
-        queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
+        **values,
     )
 
 
+def _gateway(raw: Any) -> GatewayConfig:
+    gw, errs = _coerce_partial(GatewayConfig, _expand(raw, "gateway"), "gateway")
+    if gw.port > 65535:
+        errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.log_format not in ("text", "json"):
+        errs.add("gateway.log_format: must be 'text' or 'json'")
+    if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
+        errs.add(
+            "gateway.worker_advertise_host: required when worker_host listens on every address "
+            f"({gw.worker_host}): discovery must publish an address clients can reach"
+        )
+    errs.raise_any()
+    return gw
+
+
+def _admin(raw: Any) -> AdminConfig | None:
+    if raw is None:
+        return None
+    admin: AdminConfig = _coerce_dataclass(AdminConfig, _expand(raw, "admin"), "admin")
+    if admin.port > 65535:
+        raise ConfigError(f"admin.port: must be <= 65535, got {admin.port}")
+    if not admin.token and not is_loopback(admin.host):
+        raise ConfigError(
+            f"admin.token: required when the admin API listens on {admin.host!r}, not a loopback address"
+        )
+    return admin
+
+
 def parse_config(raw: Any, source: str | None = None) -> Config:
+    """A parsed YAML document -> Config. Every error in it is reported at once (ConfigErrors,
+    one line each, each naming its place in the file)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
-    _check_keys(raw, {"gateway", "services"}, "config")
-    raw = _expand(raw, "config")
+    errs = _Errors()
+    errs.check(_check_keys, raw, {"gateway", "services", "admin"}, "config")
     base = Path(source).resolve().parent if source else None
-    gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
-    if gw.port > 65535:
-        raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
-    if gw.log_format not in ("text", "json"):
-        raise ConfigError("gateway.log_format: must be 'text' or 'json'")
-    if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
-        raise ConfigError(
-            "gateway.worker_advertise_host: required when worker_host listens on every address "
-            f"({gw.worker_host}): discovery must publish an address clients can reach"
-        )
+    gw = errs.check(_gateway, raw.get("gateway"), default=GatewayConfig())
+    admin = errs.check(_admin, raw.get("admin"))
     services_raw = raw.get("services") or []
     if not isinstance(services_raw, list):
-        raise ConfigError("services: expected a list")
-    services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
+        errs.add("services: expected a list")
+        services_raw = []
+    parsed = [
+        errs.check(_service, errs.check(_expand, s, f"services[{i}]"), i, base)
+        for i, s in enumerate(services_raw)
+    ]
+    services = tuple(s for s in parsed if s is not None)
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:
-            raise ConfigError(f"services: duplicate service name {svc.name!r}")
+            errs.add(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
-    return apply_env_overrides(Config(gateway=gw, services=services, source=source))
+    errs.raise_any()
+    return apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
 
 
 def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:

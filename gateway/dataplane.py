@@ -107,6 +107,24 @@ class DataPlane:
         self._verified: dict[tuple[str, str], None] = {}
         self.stats: dict[str, InferStats] = {name: InferStats() for name in self.services}
 
+    # ------------------------------------------------------------------ services at run time
+    def set_service(self, svc: ServiceConfig) -> None:
+        """Add or replace a service (the service manager; its backend is in ``backends``).
+        Tokens verified for the old version are forgotten: a removed token stops working."""
+        self.services[svc.name] = svc
+        self.stats.setdefault(svc.name, InferStats())
+        self._forget(svc.name)
+
+    def remove_service(self, name: str) -> None:
+        self.services.pop(name, None)
+        self.stats.pop(name, None)
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        prefix = name + "/"
+        for key in [k for k in self._verified if k[0] == name or k[0].startswith(prefix)]:
+            del self._verified[key]
+
     # ------------------------------------------------------------------ find
     def find(self, raw_name: str) -> ServiceConfig:
         """The service named by a raw (undecoded) path segment: 400 for a malformed name, 404

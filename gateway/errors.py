@@ -58,6 +58,10 @@ class Unauthorized(GatewayError):
     status, code = 401, "Unauthorized"
 
 
+class Forbidden(GatewayError):
+    status, code = 403, "Forbidden"
+
+
 class ServiceNotFound(GatewayError):
     status, code = 404, "ServiceNotFound"
 
@@ -79,6 +83,18 @@ class RequestTimeout(GatewayError):
 
 class DeadlineExceeded(GatewayError):
     status, code = 408, "DeadlineExceeded"
+
+
+class Conflict(GatewayError):
+    """A service of that name already exists (the admin API's create)."""
+
+    status, code = 409, "Conflict"
+
+
+class RolloutFailed(GatewayError):
+    """The new version of a service did not start; the running version keeps serving."""
+
+    status, code = 422, "RolloutFailed"
 
 
 class PayloadTooLarge(GatewayError):
@@ -121,6 +137,7 @@ HTTP_STATUS_CODES: dict[int, str] = {
     404: "NotFound",
     405: "MethodNotAllowed",
     408: "RequestTimeout",
+    409: "Conflict",
     413: "PayloadTooLarge",
     415: "UnsupportedMediaType",
     429: "TooManyRequests",

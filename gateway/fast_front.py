@@ -46,7 +46,7 @@ from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query,
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
-from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
 
@@ -78,9 +78,24 @@ class Front:
         # raw path -> route: only exact paths of configured services, so everything the
         # predict route would refuse or route elsewhere goes to aiohttp.
         self.paths: dict[str, _Route] = {}
+        # The listener's body limit, fixed when it starts: a predict service added later
+        # takes bodies up to max_body_bytes (accept() still checks each route's own limit).
+        self.max_body = gw.max_body_bytes if gw.predict_fast_path else 0
+        self.refresh()
+        self.plane = app[DATAPLANE_KEY]
+        # Services added, changed or removed at run time (gateway.manage) rebuild the table.
+        state = app.get(STATE_KEY)
+        if state is not None:
+            state.on_services_changed.append(self.refresh)
+
+    def refresh(self) -> None:
+        """(Re)build the path table from the application's current services."""
+        config = self.app[CONFIG_KEY]
+        gw = config.gateway
+        paths: dict[str, _Route] = {}
         qm = self.qm
         queues = getattr(qm, "queues", None)  # a QueueManager's (a test double may have none)
-        pools = app[POOLS_KEY]
+        pools = self.app[POOLS_KEY]
         for svc in config.services:
             if not SERVICE_NAME_RE.fullmatch(svc.name) or config.service(svc.name) is not svc:
                 continue  # a duplicate name: the first one wins in the predict route
@@ -90,11 +105,11 @@ class Front:
                 limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
                 for name in (svc.name, f"{svc.name}/{SINK_SUFFIX}"):
                     if isinstance(queues, dict) and name in queues and qm.has(name):
-                        self.paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
+                        paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
             elif gw.predict_fast_path and svc.name in pools:
-                self.paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
-        self.max_body = max((r.limit for r in self.paths.values()), default=0)
-        self.plane = app[DATAPLANE_KEY]
+                paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
+        self.paths = paths
+        self.max_body = max(self.max_body, max((r.limit for r in paths.values()), default=0))
 
     def accept(self, method: str, path: str, headers: Headers, clen: int) -> bool:
         route = self.paths.get(path)

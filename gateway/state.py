@@ -8,7 +8,9 @@ the fast front and the async dispatcher read the keys without importing the fact
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -26,6 +28,10 @@ class GatewayState:
     shutting_down: bool = False
     # Pools and queues started (cleanup context entered).
     started: bool = False
+    # Called after services were added, changed or removed at run time (gateway.manage).
+    on_services_changed: list[Callable[[], None]] = field(default_factory=list)
+    # Re-reads the config file and applies it (set by the CLI; SIGHUP and the admin API).
+    reload: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
 
 CONFIG_KEY = web.AppKey("config", Config)
