@@ -21,9 +21,15 @@ from typing import Any
 from gateway.config_values import ConfigError, is_loopback
 from gateway.config_values import Errors as _Errors
 from gateway.config_values import as_bool as _bool
+from gateway.config_values import as_choice as _choice
+from gateway.config_values import as_env as _env
 from gateway.config_values import as_float as _float
 from gateway.config_values import as_int as _int
+from gateway.config_values import as_mapping as _mapping
+from gateway.config_values import as_providers as _providers
 from gateway.config_values import as_str as _str
+from gateway.config_values import as_strings as _strings
+from gateway.config_values import as_tokens as _tokens
 from gateway.config_values import check_keys as _check_keys
 from gateway.config_values import expand as _expand
 
@@ -63,6 +69,9 @@ class ServiceConfig:
     max_pending: int = 64
     timeout_ms: int = 5000
     intra_op_threads: int = 1
+    # ONNX Runtime: the execution providers to try, in order, and threads between operators.
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    inter_op_threads: int = 1
     request_format: str = "auto"
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # A worker whose compute thread has spent longer than this on one run while other
@@ -74,6 +83,9 @@ class ServiceConfig:
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # Names passed through from the gateway's environment (``env: {NAME: null}`` or a list of
+    # names); a worker has no other variable of the gateway's but the basics (process.py).
+    env_pass: tuple[str, ...] = ()
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -123,6 +135,8 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # Folders model and entry files must be in (after resolving links); empty: anywhere.
+    model_dirs: tuple[str, ...] = ()
 
     @property
     def advertised_worker_host(self) -> str:
@@ -165,6 +179,28 @@ class Config:
 # --- validation ----------------------------------------------------------------------
 
 
+def check_model_dirs(svc: ServiceConfig, dirs: tuple[str, ...], where: str) -> None:
+    """Refuse a model or entry file outside the configured model directories (links and
+    ``..`` resolved first, so neither can lead out of them)."""
+    if not dirs:
+        return
+    roots = [Path(d).resolve() for d in dirs]
+    files = [("model", svc.model)]
+    if svc.entry and svc.entry.rpartition(":")[0].endswith(".py"):
+        files.append(("entry", svc.entry.rpartition(":")[0]))
+    errs = _Errors()
+    for key, path in files:
+        if path is None:
+            continue
+        real = Path(path).resolve()
+        if not any(real.is_relative_to(root) for root in roots):
+            errs.add(
+                f"{where}.{key}: {Path(path).name} is outside the model directories "
+                f"(gateway.model_dirs: {', '.join(str(r) for r in roots)})"
+            )
+    errs.raise_any()
+
+
 def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
     """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
     out, errs = _coerce_partial(cls, raw, where)
@@ -195,6 +231,8 @@ def _coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, _Errors]:
             out[key] = errs.check(_int, value, w, lo=0, default=default)
         elif isinstance(default, float):
             out[key] = errs.check(_float, value, w, lo=0.0, default=default)
+        elif isinstance(default, tuple):
+            out[key] = errs.check(_strings, value, w, default=default)
         else:
             out[key] = None if value is None else errs.check(_str, str(value), w, default=default)
     return cls(**out), errs
@@ -227,7 +265,7 @@ def parse_service(raw: Any, base: Path | None = None, where: str = "service") ->
 _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-    "config", "env", "stall_timeout_s",
+    "config", "env", "stall_timeout_s", "providers", "inter_op_threads",
 }  # fmt: skip
 
 
@@ -255,29 +293,6 @@ def _entry(raw: Mapping[str, Any], processor: str, base: Path | None, where: str
     return f"{target}:{cls_name}"
 
 
-def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
-    if value not in choices:
-        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    return value
-
-
-def _tokens(value: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list of strings")
-    errs = _Errors()
-    out = tuple(errs.check(_str, str(t), f"{where}[{j}]", default="") for j, t in enumerate(value))
-    errs.raise_any()
-    return out
-
-
 def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> ServiceConfig:
     """One ``services:`` entry; every error in it is reported (ConfigErrors), each with its place."""
     prefix = prefix or f"services[{i}]"
@@ -302,7 +317,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         _choice, raw.get("request_format", "auto"), REQUEST_FORMATS, f"{where}.request_format", default="auto"
     )
     cfg = errs.check(_mapping, raw.get("config"), f"{where}.config", default={})
-    env = errs.check(_mapping, raw.get("env"), f"{where}.env", default={})
+    env, env_pass = errs.check(_env, raw.get("env"), f"{where}.env", default=({}, ()))
     async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
     if processor == "queue" and async_:
         errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
@@ -315,6 +330,12 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         "timeout_ms": errs.check(_int, raw.get("timeout_ms", 5000), f"{where}.timeout_ms", lo=1, default=1),
         "intra_op_threads": errs.check(
             _int, raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64, default=1
+        ),
+        "inter_op_threads": errs.check(
+            _int, raw.get("inter_op_threads", 1), f"{where}.inter_op_threads", lo=1, hi=64, default=1
+        ),
+        "providers": errs.check(
+            _providers, raw.get("providers", ["CPUExecutionProvider"]), f"{where}.providers", default=()
         ),
         "batching": errs.check(
             _coerce_dataclass, BatchingConfig, raw.get("batching"), f"{where}.batching", default=None
@@ -335,7 +356,8 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         request_format=request_format,
         async_=async_,
         config=dict(cfg),
-        env={str(k): str(v) for k, v in env.items()},
+        env=env,
+        env_pass=env_pass,
         **values,
     )
 
@@ -388,6 +410,9 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         errs.check(_service, errs.check(_expand, s, f"services[{i}]"), i, base)
         for i, s in enumerate(services_raw)
     ]
+    for i, svc in enumerate(parsed):
+        if svc is not None:
+            errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")
     services = tuple(s for s in parsed if s is not None)
     seen: set[str] = set()
     for svc in services:

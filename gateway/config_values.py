@@ -122,7 +122,69 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROVIDER_RE = re.compile(r"^[A-Za-z]+ExecutionProvider$")
+
+
+def as_strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of strings")
+    return tuple(as_str(str(v), f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def as_choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def as_mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    return value
+
+
+def as_env(value: Any, where: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``env:`` as (values to set, names passed through from the gateway's environment):
+    a mapping (a null value passes the name through) or a list of names."""
+    if value is None:
+        return {}, ()
+    pairs = [(n, None) for n in value] if isinstance(value, list) else list(as_mapping(value, where).items())
+    errs = Errors()
+    values: dict[str, str] = {}
+    names: list[str] = []
+    for name, v in pairs:
+        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+            errs.add(f"{where}: {name!r} is not an environment variable name")
+        elif v is None:
+            names.append(name)
+        else:
+            values[name] = str(v)
+    errs.raise_any()
+    return values, tuple(names)
+
+
+def as_providers(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: expected a list such as [CUDAExecutionProvider, CPUExecutionProvider]")
+    bad = [p for p in value if not isinstance(p, str) or not _PROVIDER_RE.match(p)]
+    if bad:
+        raise ConfigError(f"{where}: {bad[0]!r} is not an ONNX Runtime execution provider name")
+    return tuple(value)
+
+
+def as_tokens(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of strings")
+    errs = Errors()
+    out = tuple(errs.check(as_str, str(t), f"{where}[{j}]", default="") for j, t in enumerate(value))
+    errs.raise_any()
+    return out
+
+
 __all__ = [
-    "ConfigError", "ConfigErrors", "Errors", "as_bool", "as_float", "as_int", "as_str", "check_keys",
-    "expand", "is_loopback",
+    "ConfigError", "ConfigErrors", "Errors", "as_bool", "as_choice", "as_env", "as_float", "as_int",
+    "as_mapping", "as_providers", "as_str", "as_strings", "as_tokens", "check_keys", "expand", "is_loopback",
 ]  # fmt: skip

@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors
-from gateway.config import Config, ConfigError, ServiceConfig
+from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
 from gateway.manage.spec import IN_PLACE_FIELDS, changed_fields, parse_spec, spec_of
 from gateway.manage.store import ManagedStore
 from gateway.state import (
@@ -99,7 +99,7 @@ class ServiceManager:
 
     # ------------------------------------------------------------------ changes (API)
     async def create(self, raw: Any) -> dict[str, Any]:
-        svc = _parse(raw)
+        svc = _parse(raw, self.config.gateway.model_dirs)
         async with self.lock:
             if svc.name in self.app[DATAPLANE_KEY].services:
                 raise errors.Conflict(f"service {svc.name!r} already exists; update it instead")
@@ -108,7 +108,7 @@ class ServiceManager:
         return self.describe(svc.name)
 
     async def update(self, name: str, raw: Any) -> dict[str, Any]:
-        svc = _parse(raw)
+        svc = _parse(raw, self.config.gateway.model_dirs)
         if svc.name != name:
             raise errors.BadRequest(f"the description names service {svc.name!r}, not {name!r}")
         async with self.lock:
@@ -277,11 +277,13 @@ class ServiceManager:
             callback()
 
 
-def _parse(raw: Any) -> ServiceConfig:
+def _parse(raw: Any, dirs: tuple[str, ...]) -> ServiceConfig:
     try:
-        return parse_spec(raw)
+        svc = parse_spec(raw)
+        check_model_dirs(svc, dirs, f"service ({svc.name})")
     except ConfigError as exc:
         raise errors.BadRequest(str(exc)) from None
+    return svc
 
 
 def _refuse_queue(svc: ServiceConfig) -> None:

@@ -36,6 +36,10 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
             out[key] = asdict(value)
         elif key == "env":
             out["env"] = dict.fromkeys(value, REDACTED) if redact else dict(value)
+        elif key == "env_pass":  # passed through: null in the env mapping
+            out["env"] = {**out.get("env", {}), **dict.fromkeys(value)}
+        elif key == "providers":
+            out["providers"] = list(value)
         elif key == "config":
             out["config"] = dict(value)
         else:

@@ -257,6 +257,7 @@ class WorkerPool(Supervisor):
                 "http_port": w.http_port,
                 "outstanding": w.outstanding,
                 "restarts": w.restarts,
+                "providers": w.providers,
                 "last_error": w.last_error,
                 # Counters from the worker's last health ping (None before the first one).
                 "runs": w.last_stats.get("runs"),

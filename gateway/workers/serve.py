@@ -87,7 +87,10 @@ async def serve(
             stop.set()
 
     loop.add_reader(conn.fileno(), _parent_event)
-    ready = {"ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata}
+    ready = {
+        "ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata,
+        "providers": getattr(processor, "providers_used", None),
+    }  # fmt: skip
     conn.send(ready)
     log.info(
         "service %s: worker ready (pid %d, http %s:%d)", service.name, os.getpid(), gateway.worker_host, port

@@ -103,6 +103,8 @@ class Worker:
     # Our end of the readiness pipe; closing it (or our death) tells the worker to exit.
     conn: Any = None
     task: asyncio.Task[None] | None = None
+    # The ONNX Runtime execution providers the worker really runs on (None: not onnx).
+    providers: list[str] | None = None
 
 
 class Supervisor:
@@ -247,6 +249,7 @@ class Supervisor:
             return False
         w.client = client
         w.http_port = int(msg["http_port"])
+        w.providers = msg.get("providers")
         metadata = msg.get("metadata")
         if isinstance(metadata, ModelMetadata):
             self.metadata = metadata
