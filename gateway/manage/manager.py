@@ -84,11 +84,13 @@ class ServiceManager:
             out["workers"] = pool.snapshot()
             out["restarts"] = pool.restarts_total
             out["in_flight"] = pool.pending
+            # Calls waiting behind the one each worker runs.
+            out["queue_depth"] = sum(max(0, w["outstanding"] - 1) for w in out["workers"])
         qm = app[QUEUES_KEY]
         if qm is not None and (svc.processor == "queue" or svc.async_):
-            queues = qm.snapshot().get("queues", {})
-            depth = queues.get(name, {})
-            out["queue_depth"] = depth.get("length", depth.get("depth")) if isinstance(depth, dict) else None
+            queue = qm.snapshot().get("queues", {}).get(name)
+            if isinstance(queue, dict):
+                out["queue_depth"] = queue.get("length")  # records waiting in the input queue
         count, seconds = app[METRICS_KEY].totals(name)
         out["requests"] = count
         out["latency_sum_s"] = round(seconds, 6)
