@@ -17,10 +17,7 @@ def test_the_openapi_description_lists_exactly_the_routes() -> None:
         if r.resource is not None and r.method != "HEAD"
     }
     described = {
-        (method, path)
-        for path, item in OPENAPI["paths"].items()
-        for method in item
-        if method != "parameters"
+        (method, path) for path, item in OPENAPI["paths"].items() for method in item if method != "parameters"
     }
     assert described == routes - {("get", "/admin/openapi.json")}
 
