@@ -140,8 +140,8 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         from gateway.cli.quick import repository_reloader
 
         app[STATE_KEY].reload = repository_reloader(app, Path(quick.model_repository), quick)
-    if app[STATE_KEY].reload is not None:
-        loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
+    # Never the default action (which ends the process, mid-request).
+    loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
     poller: asyncio.Task[None] | None = None
     runner = GatewayRunner(app)
     admin_runner: web.AppRunner | None = None
@@ -260,6 +260,9 @@ def on_sighup(app: Any) -> None:
     from gateway.state import STATE_KEY
 
     reload = app[STATE_KEY].reload
+    if reload is None:
+        log.info("SIGHUP received: nothing to reload (no config file or model repository)")
+        return
 
     async def run() -> None:
         log.info("SIGHUP received: reloading the config file")

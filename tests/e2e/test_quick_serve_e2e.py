@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import time
 import urllib.error
@@ -104,6 +106,9 @@ def test_serve_model_prints_how_to_call_it(tmp_path: Path, digits_model: Path) -
         gw.wait_workers_ready("digits", 2)
         label = _eas_label(gw, "digits", TOKEN)
         assert _triton(gw, "digits", TOKEN) == {"ready": True, "label": label}
+        os.kill(gw.pid, signal.SIGHUP)  # nothing to reload: said, and the gateway serves on
+        _until(lambda: "SIGHUP received: nothing to reload" in gw.output(), 10, "SIGHUP logged")
+        assert gw.proc.poll() is None and _eas_label(gw, "digits", TOKEN) == label
     finally:
         assert gw.stop() == 0
 
@@ -142,7 +147,8 @@ def test_model_repository_follows_the_folder(tmp_path: Path, digits_model: Path)
         (repo / "multi.onnx").unlink()
         _until(lambda: "multi" not in gw.services(), 30, "multi unloaded")
         assert _status(gw, "/v2/models/multi/ready") == 404
-        out = gw.output()
-        assert "model repository" in out and "added multi" in out and "removed multi" in out
+        # Logged once the scan is applied (the unloaded model's workers have stopped).
+        _until(lambda: "removed multi" in gw.output(), 30, "the unload logged")
+        assert re.search(r"model repository \S+: added multi", gw.output())
     finally:
         assert gw.stop() == 0
