@@ -185,6 +185,10 @@ class Front:
         return Reply(int(wresp.status), wresp.body, ctype, {HEADER_REQUEST_ID: rid})
 
     async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
+        try:
+            self.plane.refuse_predict_call(svc, req.headers, req.method, name)
+        except errors.GatewayError as exc:
+            return _error(exc, rid)
         if svc.tokens:
             # aiohttp's can_read_body: only a POST with a non-empty body hands its bytes to verify.
             body = req.body if req.method == "POST" and req.body else None

@@ -40,6 +40,7 @@ async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.
         raise errors.ServiceNotFound(f"queue {name!r} not found")
     gw = request.app[CONFIG_KEY].gateway
     plane = request.app[DATAPLANE_KEY]
+    plane.refuse_predict_call(svc, request.headers, request.method, name)
     refuse_before_body(plane, svc, request, name)
     body: bytes | None = None
     if request.method == "POST" and request.can_read_body:

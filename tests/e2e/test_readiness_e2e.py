@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from eas_sdk import PredictClient, PredictException, QueueClient, StringRequest
 from eas_sdk._core.constants import HEADER_QUEUE_UID
 from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
 
@@ -54,6 +55,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
             {"name": "broken", "processor": "onnx", "model": str(bad)},
             {"name": "boom", "processor": "python", "entry": f"{tmp / 'boom.py'}:Boom"},
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY},
+            {"name": "q", "processor": "queue", "workers": 0},
         ],
     }
     proc = GatewayProcess.start(config, tmp / "gw")
@@ -66,7 +68,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
 def test_readyz_names_each_cause(gw: GatewayProcess) -> None:
     status, body = gw.get_json("/readyz")
     assert status == 503
-    assert body["services"] == {"broken": False, "boom": False, "echo": True}
+    assert body["services"] == {"broken": False, "boom": False, "echo": True, "q": True}
     assert set(body["reasons"]) == {"broken", "boom"}
     assert body["reasons"]["boom"].startswith(
         "its workers failed to start: initialize() raised RuntimeError: cannot reach the feature store"
@@ -121,3 +123,25 @@ def test_a_queue_call_to_a_predict_service_is_refused_saying_so(gw: GatewayProce
         doc = json.loads(reply)
         assert doc["code"] == "WrongServiceKind"
         assert "is a synchronous predict service, not a queue" in doc["message"]
+
+
+def test_a_predict_client_pointed_at_a_queue_is_refused_saying_so(gw: GatewayProcess) -> None:
+    client = PredictClient(gw.endpoint, "q")
+    client.init()
+    try:
+        with pytest.raises(PredictException) as exc:
+            client.predict(StringRequest("meant for a model"))
+    finally:
+        client.destroy()
+    assert exc.value.code == 400
+    doc = json.loads(exc.value.message)
+    assert doc["code"] == "WrongServiceKind"
+    assert doc["message"].startswith("service 'q' is a queue, not a predict service: put records with")
+    queue = QueueClient(gw.endpoint, "q")
+    queue.init()
+    try:
+        index, _ = queue.put(b"a record")  # nothing was stored by the refused call
+        assert index == "1"
+    finally:
+        queue.destroy()
+    assert _call(gw.url + "/api/predict/q", b"plain HTTP still enqueues")[0] == 200
