@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
+from gateway.manage.manager import MANAGER_KEY, ServiceManager
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
 from gateway.state import (
@@ -102,8 +103,6 @@ def create_app(
     )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.manage.manager import MANAGER_KEY, ServiceManager
-
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
     app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
 
@@ -161,6 +160,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     yield
     app[STATE_KEY].shutting_down = True
     # Pools drain in parallel; the queue store closes last (async services feed it).
-    await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in started), return_exceptions=True)
+    # The pools served now (services changed at run time included) and any the service
+    # manager is still starting or draining; stopping one twice is harmless.
+    current = {id(p): p for p in (*started, *pools.values(), *app[MANAGER_KEY].pools)}
+    await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in current.values()), return_exceptions=True)
     if qm is not None:
         await qm.stop()

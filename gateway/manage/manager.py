@@ -57,6 +57,9 @@ class ServiceManager:
         self.lock = asyncio.Lock()
         # Models unloaded through the Triton repository API, kept to be loaded again.
         self.unloaded: dict[str, ServiceConfig] = {}
+        # Every pool this manager started and has not stopped yet (published or still
+        # starting beside an old version): the application stops them all at shutdown.
+        self.pools: list[Any] = []
 
     # ------------------------------------------------------------------ reading
     @property
@@ -201,9 +204,19 @@ class ServiceManager:
             self.store.load()
         return self.store
 
-    async def _create(self, svc: ServiceConfig) -> None:
+    async def _start(self, svc: ServiceConfig) -> Any:
         pool = self.make_pool(svc, self.config.gateway)
+        self.pools.append(pool)
         await pool.start()
+        return pool
+
+    async def _stop(self, pool: Any, drain_timeout: float) -> None:
+        await pool.stop(drain_timeout)
+        if pool in self.pools:
+            self.pools.remove(pool)
+
+    async def _create(self, svc: ServiceConfig) -> None:
+        pool = await self._start(svc)
         self._publish(svc, pool)
         log.info("service %s created (%d worker(s))", svc.name, svc.workers)
         # Bounded: a model that does not load is reported by the service's state, not here.
@@ -232,11 +245,10 @@ class ServiceManager:
     async def _roll(self, old: ServiceConfig, new: ServiceConfig) -> None:
         gw = self.config.gateway
         t0 = time.monotonic()
-        pool = self.make_pool(new, gw)
-        await pool.start()
+        pool = await self._start(new)
         if not await pool.wait_all_ready(gw.worker_start_timeout_s):
             reason = pool.not_ready_reason() or f"not ready within {gw.worker_start_timeout_s:g} s"
-            await pool.stop(0.0)
+            await self._stop(pool, 0.0)
             log.error(
                 "service %s: the new version did not start (%s); the running one stays", new.name, reason
             )
@@ -246,14 +258,14 @@ class ServiceManager:
         previous = self.app[POOLS_KEY].get(old.name)
         self._publish(new, pool)
         if previous is not None:
-            await previous.stop(gw.shutdown_timeout_s)  # drains: calls already sent finish there
+            await self._stop(previous, gw.shutdown_timeout_s)  # drains: calls already sent finish there
         log.info("service %s rolled to its new version in %.1f s", new.name, time.monotonic() - t0)
 
     async def _delete(self, name: str) -> None:
         pool = self.app[POOLS_KEY].get(name)
         self._unpublish(name)
         if pool is not None:
-            await pool.stop(self.config.gateway.shutdown_timeout_s)
+            await self._stop(pool, self.config.gateway.shutdown_timeout_s)
         log.info("service %s deleted", name)
 
     def _publish(self, svc: ServiceConfig, pool: Any) -> None:
