@@ -32,8 +32,14 @@ log = logging.getLogger("gateway.worker")
 
 
 async def serve(
-    service: ServiceConfig, gateway: GatewayConfig, socket_path: str, conn: Any, drain_s: float
+    service: ServiceConfig,
+    gateway: GatewayConfig,
+    socket_path: str,
+    conn: Any,
+    drain_s: float,
+    loud: bool = True,
 ) -> int:
+    """``loud``: log a failed load at ERROR with its traceback (a first attempt); DEBUG otherwise."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -48,7 +54,8 @@ async def serve(
     except BaseException as exc:
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         msg = first if isinstance(exc, LoadError) else f"{type(exc).__name__}: {first}"
-        log.error("service %s: processor failed to load: %s", service.name, msg)
+        level = logging.ERROR if loud else logging.DEBUG
+        log.log(level, "service %s: processor failed to load: %s", service.name, msg, exc_info=loud)
         conn.send({"ok": False, "error": msg})
         return 3
 

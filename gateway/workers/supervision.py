@@ -217,7 +217,9 @@ class Supervisor:
             os.close(child_fd)
         w.pid = w.process.pid
         w.conn = parent
-        parent.send((self.service, self.gateway, w.index, w.socket_path))
+        # A failed load is logged in full (with its traceback) by the worker on a first
+        # attempt only; the pool reports every change of error itself.
+        parent.send((self.service, self.gateway, w.index, w.socket_path, w.failures == 0))
         msg_fut: asyncio.Future[Any] = loop.create_future()
 
         def on_msg() -> None:

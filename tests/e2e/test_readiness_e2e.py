@@ -109,6 +109,9 @@ def test_restarts_back_off_and_the_log_says_it_once(gw: GatewayProcess) -> None:
     out = gw.output()
     failures = re.findall(r"service boom: worker 0 failed to start after ([\d.]+) s: (.*)", out)
     assert len(failures) == 1, failures  # three attempts, one line: the error did not change
+    # The worker's own account, with the traceback of initialize(), comes once too.
+    assert out.count("service boom: processor failed to load: initialize() raised RuntimeError") == 1
+    assert 'raise RuntimeError("cannot reach the feature store")' in out
     assert float(failures[0][0]) < 10
     assert "cannot reach the feature store" in failures[0][1]
     # The start-up summary says how long it really waited (not the 60 s start timeout).
