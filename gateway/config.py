@@ -14,11 +14,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.config_values import ConfigError, is_loopback
+from gateway.config_values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
 from gateway.config_values import Errors as _Errors
 from gateway.config_values import as_bool as _bool
 from gateway.config_values import as_choice as _choice
@@ -28,10 +28,16 @@ from gateway.config_values import as_int as _int
 from gateway.config_values import as_mapping as _mapping
 from gateway.config_values import as_providers as _providers
 from gateway.config_values import as_str as _str
-from gateway.config_values import as_strings as _strings
 from gateway.config_values import as_tokens as _tokens
+from gateway.config_values import as_versions as _versions
 from gateway.config_values import check_keys as _check_keys
+from gateway.config_values import check_model_dirs as check_model_dirs
+from gateway.config_values import check_queue_backend as _check_queue_backend
+from gateway.config_values import coerce_dataclass as _coerce_dataclass
+from gateway.config_values import coerce_partial as _coerce_partial
+from gateway.config_values import entry_path as _entry
 from gateway.config_values import expand as _expand
+from gateway.config_values import model_path as _model_path
 
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue")
@@ -48,6 +54,24 @@ class QueueConfig:
     max_window: int = 1024
     heartbeat_s: float = 5.0
     grace_s: float = 0.0
+    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
+    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
+    backend: str = "sqlite"
+    # Several gateways on one Redis: the one holding the store's lease serves its queues;
+    # when it stops renewing (killed, cut off) another takes over after this long.
+    owner_lease_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterServingConfig:
+    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
+    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
+
+    redis: str = ""  # redis://host:port/db
+    stream: str = "serving_stream"  # the clients' ``name``
+    group: str = "serving"  # the consumer group every gateway reads the stream with
+    max_batch: int = 32  # records read (and inferred) at once
+    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
 
 
 @dataclass(frozen=True)
@@ -80,16 +104,24 @@ class ServiceConfig:
     # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
     async_: bool = False
     queue: QueueConfig = field(default_factory=QueueConfig)
+    cluster_serving: ClusterServingConfig | None = None
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
     # Names passed through from the gateway's environment (``env: {NAME: null}`` or a list of
     # names); a worker has no other variable of the gateway's but the basics (process.py).
     env_pass: tuple[str, ...] = ()
+    # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
+    versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def tokens(self) -> tuple[str, ...]:
         return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    @property
+    def version_names(self) -> tuple[str, ...]:
+        """The model versions served, ascending; the last is the latest (the default)."""
+        return tuple(v for v, _ in self.versions) or ("1",)
 
     def __repr__(self) -> str:  # never show tokens
         return (
@@ -135,6 +167,11 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
+    grpc_port: int = 0
+    # Where other gateways sharing a Redis queue store reach this one (default: host);
+    # required when host listens on every address.
+    advertise_host: str | None = None
     # Folders model and entry files must be in (after resolving links); empty: anywhere.
     model_dirs: tuple[str, ...] = ()
 
@@ -179,83 +216,6 @@ class Config:
 # --- validation ----------------------------------------------------------------------
 
 
-def check_model_dirs(svc: ServiceConfig, dirs: tuple[str, ...], where: str) -> None:
-    """Refuse a model or entry file outside the configured model directories (links and
-    ``..`` resolved first, so neither can lead out of them)."""
-    if not dirs:
-        return
-    roots = [Path(d).resolve() for d in dirs]
-    files = [("model", svc.model)]
-    if svc.entry and svc.entry.rpartition(":")[0].endswith(".py"):
-        files.append(("entry", svc.entry.rpartition(":")[0]))
-    errs = _Errors()
-    for key, path in files:
-        if path is None:
-            continue
-        real = Path(path).resolve()
-        if not any(real.is_relative_to(root) for root in roots):
-            errs.add(
-                f"{where}.{key}: {Path(path).name} is outside the model directories "
-                f"(gateway.model_dirs: {', '.join(str(r) for r in roots)})"
-            )
-    errs.raise_any()
-
-
-def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
-    """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
-    out, errs = _coerce_partial(cls, raw, where)
-    errs.raise_any()
-    return out
-
-
-def _coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, _Errors]:
-    """The dataclass built from the keys that are right, and the errors of the others."""
-    errs = _Errors()
-    if raw is None:
-        return cls(), errs
-    if not isinstance(raw, dict):
-        errs.add(f"{where}: expected a mapping, got {type(raw).__name__}")
-        return cls(), errs
-    names = {f.name for f in fields(cls)}
-    errs.check(_check_keys, raw, names, where)
-    out: dict[str, Any] = {}
-    defaults = cls()
-    for key, value in raw.items():
-        if key not in names:
-            continue
-        w = f"{where}.{key}"
-        default = getattr(defaults, key)
-        if isinstance(default, bool):
-            out[key] = errs.check(_bool, value, w, default=default)
-        elif isinstance(default, int):
-            out[key] = errs.check(_int, value, w, lo=0, default=default)
-        elif isinstance(default, float):
-            out[key] = errs.check(_float, value, w, lo=0.0, default=default)
-        elif isinstance(default, tuple):
-            out[key] = errs.check(_strings, value, w, default=default)
-        else:
-            out[key] = None if value is None else errs.check(_str, str(value), w, default=default)
-    return cls(**out), errs
-
-
-def _resolve_path(value: str, base: Path | None, where: str) -> str:
-    p = Path(value)
-    if p.is_absolute():
-        return str(p)
-    if p.exists() or base is None:
-        return str(p.resolve())
-    alt = base / p
-    return str(alt.resolve() if alt.exists() else p.resolve())
-
-
-def _check_file(path: str, where: str) -> None:
-    """A missing model or entry file is a config error (exit 2) rather than a worker that
-    never loads (the service answering 503 with the reason only in the log)."""
-    if not Path(path).is_file():
-        what = "not a file" if Path(path).exists() else "file not found"
-        raise ConfigError(f"{where}: {what}: {path}")
-
-
 def parse_service(raw: Any, base: Path | None = None, where: str = "service") -> ServiceConfig:
     """One service description (a ``services:`` entry of the config file, or the admin API's
     body) -> a validated ServiceConfig; relative paths resolve against ``base`` too."""
@@ -265,32 +225,8 @@ def parse_service(raw: Any, base: Path | None = None, where: str = "service") ->
 _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-    "config", "env", "stall_timeout_s", "providers", "inter_op_threads",
+    "config", "env", "stall_timeout_s", "providers", "inter_op_threads", "cluster_serving", "versions",
 }  # fmt: skip
-
-
-def _model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
-    model = raw.get("model")
-    if processor == "onnx":
-        model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
-        _check_file(model, f"{where}.model")
-    elif model is not None:
-        model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
-    return model
-
-
-def _entry(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
-    entry = raw.get("entry")
-    if processor != "python":
-        return entry if entry is None else str(entry)
-    entry = _str(entry, f"{where}.entry")
-    if ":" not in entry:
-        raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
-    target, _, cls_name = entry.rpartition(":")
-    if target.endswith(".py"):
-        target = _resolve_path(target, base, f"{where}.entry")
-        _check_file(target, f"{where}.entry")
-    return f"{target}:{cls_name}"
 
 
 def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> ServiceConfig:
@@ -311,7 +247,13 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     if token is not None:
         token = errs.check(_str, str(token), f"{where}.token")
     extra_tokens = errs.check(_tokens, raw.get("tokens") or [], f"{where}.tokens", default=())
-    model = errs.check(_model_path, raw, processor, base, where)
+    versions = errs.check(
+        _versions, raw.get("versions"), processor, raw.get("model"), base, where, default=()
+    )
+    if versions:
+        model: str | None = versions[-1][1]
+    else:
+        model = errs.check(_model_path, raw, processor, base, where)
     entry = errs.check(_entry, raw, processor, base, where)
     request_format = errs.check(
         _choice, raw.get("request_format", "auto"), REQUEST_FORMATS, f"{where}.request_format", default="auto"
@@ -345,6 +287,15 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         ),
         "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
     }
+    queue = values["queue"]
+    if queue is not None:
+        errs.check(_check_queue_backend, queue, f"{where}.queue")
+        if async_ and queue.backend != "sqlite":
+            errs.add(
+                f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+                "store (backend: sqlite); Redis holds plain queue services"
+            )
+    cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -358,14 +309,49 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         config=dict(cfg),
         env=env,
         env_pass=env_pass,
+        cluster_serving=cluster_serving,
+        versions=versions,
         **values,
     )
+
+
+def _cluster_serving(raw: Any, processor: str, where: str) -> ClusterServingConfig | None:
+    if raw is None:
+        return None
+    cs: ClusterServingConfig = _coerce_dataclass(ClusterServingConfig, raw, f"{where}.cluster_serving")
+    if not cs.redis.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+    if processor == "queue":
+        raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+    if cs.max_batch < 1:
+        raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    return cs
+
+
+def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The top-level ``queue:`` mapping holds defaults for every service's ``queue:``
+    (a service's own keys win), e.g. one Redis backend for all queues."""
+    defaults = raw.get("queue")
+    if defaults is None:
+        return raw
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"queue: expected a mapping, got {type(defaults).__name__}")
+    _coerce_dataclass(QueueConfig, defaults, "queue")  # names the bad key at its own place
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return raw
+    merged = [
+        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    ]
+    return {**raw, "services": merged}
 
 
 def _gateway(raw: Any) -> GatewayConfig:
     gw, errs = _coerce_partial(GatewayConfig, _expand(raw, "gateway"), "gateway")
     if gw.port > 65535:
         errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         errs.add("gateway.log_format: must be 'text' or 'json'")
     if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
@@ -398,7 +384,8 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
     errs = _Errors()
-    errs.check(_check_keys, raw, {"gateway", "services", "admin"}, "config")
+    errs.check(_check_keys, raw, {"gateway", "services", "admin", "queue"}, "config")
+    raw = errs.check(_with_queue_defaults, raw, default=raw)
     base = Path(source).resolve().parent if source else None
     gw = errs.check(_gateway, raw.get("gateway"), default=GatewayConfig())
     admin = errs.check(_admin, raw.get("admin"))
@@ -414,6 +401,15 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         if svc is not None:
             errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")
     services = tuple(s for s in parsed if s is not None)
+    if (
+        gw.host in ("0.0.0.0", "::")
+        and not gw.advertise_host
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
+    ):
+        errs.add(
+            f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
+            "queues live in Redis: other gateways on the same Redis forward calls there"
+        )
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:

@@ -56,3 +56,14 @@ def test_a_description_shows_no_secret() -> None:
     assert shown["env"] == {"KEY": "***", "PASSED": None}
     assert "t0ken" not in json.dumps(shown) and "secret" not in json.dumps(shown)
     assert parse_spec(spec_of(svc, redact=False)) == svc
+
+
+def test_a_versioned_service_round_trips(tmp_path: Path) -> None:
+    for name in ("a.onnx", "b.onnx"):
+        (tmp_path / name).write_bytes(b"")
+    versions = {1: str(tmp_path / "a.onnx"), 2: str(tmp_path / "b.onnx")}
+    raw = {"name": "v", "processor": "onnx", "versions": versions}
+    svc = parse_spec(raw)
+    assert svc.model == str(tmp_path / "b.onnx")
+    assert spec_of(svc) == raw
+    assert parse_spec(json.loads(json.dumps(spec_of(svc, redact=False)))) == svc
