@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
+from gateway.manage.manager import MANAGER_KEY, ServiceManager
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
 from gateway.state import (
@@ -72,6 +73,7 @@ def create_app(
     worker_request: Callable[..., Any] | None = None,
     registry: CollectorRegistry | None = None,
     cluster_serving: bool = False,
+    managed_store: Any = None,
 ) -> web.Application:
     """Build the application. ``cluster_serving`` also mounts the Cluster Serving REST
     routes (``/api/cluster-serving/<svc>/predict``, ``/predict``); the CLI turns it on."""
@@ -125,10 +127,14 @@ def create_app(
         pipeline.attach(app[DATAPLANE_KEY])
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict
+    # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
+    app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
+
+    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository
 
     admin.setup(app)
     openapi.setup(app)
+    repository.setup(app)
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)
@@ -190,6 +196,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     yield
     app[STATE_KEY].shutting_down = True
     # Pools drain in parallel; the queue store closes last (async services feed it).
-    await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in started), return_exceptions=True)
+    # The pools served now (services changed at run time included) and any the service
+    # manager is still starting or draining; stopping one twice is harmless.
+    current = {id(p): p for p in (*started, *pools.values(), *app[MANAGER_KEY].pools)}
+    await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in current.values()), return_exceptions=True)
     if qm is not None:
         await qm.stop()

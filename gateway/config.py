@@ -14,19 +14,35 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.config_files import ConfigError
-from gateway.config_files import check_file as _check_file
-from gateway.config_files import resolve_path as _resolve_path
+from gateway.config_values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
+from gateway.config_values import Errors as _Errors
+from gateway.config_values import as_bool as _bool
+from gateway.config_values import as_choice as _choice
+from gateway.config_values import as_env as _env
+from gateway.config_values import as_float as _float
+from gateway.config_values import as_int as _int
+from gateway.config_values import as_mapping as _mapping
+from gateway.config_values import as_providers as _providers
+from gateway.config_values import as_str as _str
+from gateway.config_values import as_tokens as _tokens
+from gateway.config_values import as_versions as _versions
+from gateway.config_values import check_keys as _check_keys
+from gateway.config_values import check_model_dirs as check_model_dirs
+from gateway.config_values import check_queue_backend as _check_queue_backend
+from gateway.config_values import coerce_dataclass as _coerce_dataclass
+from gateway.config_values import coerce_partial as _coerce_partial
+from gateway.config_values import entry_path as _entry
+from gateway.config_values import expand as _expand
+from gateway.config_values import model_path as _model_path
 from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
 
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,9 @@ class ServiceConfig:
     max_pending: int = 64
     timeout_ms: int = 5000
     intra_op_threads: int = 1
+    # ONNX Runtime: the execution providers to try, in order, and threads between operators.
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    inter_op_threads: int = 1
     request_format: str = "auto"
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # A worker whose compute thread has spent longer than this on one run while other
@@ -90,6 +109,9 @@ class ServiceConfig:
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # Names passed through from the gateway's environment (``env: {NAME: null}`` or a list of
+    # names); a worker has no other variable of the gateway's but the basics (process.py).
+    env_pass: tuple[str, ...] = ()
     # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
     versions: tuple[tuple[str, str], ...] = ()
     pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
@@ -126,6 +148,8 @@ class GatewayConfig:
     # stop sending) before the listener closes.
     drain_delay_s: float = 0.0
     worker_start_timeout_s: float = 60.0
+    # Restarts of a failing worker back off exponentially up to this many seconds.
+    restart_backoff_max_s: float = 30.0
     health_interval_s: float = 1.0
     access_log: bool = True
     # Plain queue calls / plain predict calls answered by the lean HTTP/1.1 front
@@ -150,6 +174,8 @@ class GatewayConfig:
     # Where other gateways sharing a Redis queue store reach this one (default: host);
     # required when host listens on every address.
     advertise_host: str | None = None
+    # Folders model and entry files must be in (after resolving links); empty: anywhere.
+    model_dirs: tuple[str, ...] = ()
 
     @property
     def advertised_worker_host(self) -> str:
@@ -157,10 +183,23 @@ class GatewayConfig:
 
 
 @dataclass(frozen=True)
+class AdminConfig:
+    """The admin API's own listener (gateway.manage.api); off unless configured."""
+
+    host: str = "127.0.0.1"
+    port: int = 8081
+    token: str | None = None
+
+    def __repr__(self) -> str:  # never show the token
+        return f"AdminConfig(host={self.host!r}, port={self.port}, token={'***' if self.token else None})"
+
+
+@dataclass(frozen=True)
 class Config:
     gateway: GatewayConfig
     services: tuple[ServiceConfig, ...]
     source: str | None = None
+    admin: AdminConfig | None = None
 
     def service(self, name: str) -> ServiceConfig | None:
         for svc in self.services:
@@ -168,172 +207,100 @@ class Config:
                 return svc
         return None
 
+    def set_services(self, services: tuple[ServiceConfig, ...]) -> None:
+        """Replace the running gateway's services (the service manager, gateway.manage).
 
-# --- validation helpers ------------------------------------------------------------
-
-
-def _expand(value: Any, where: str) -> Any:
-    if isinstance(value, str):
-
-        def repl(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in os.environ:
-                raise ConfigError(f"{where}: environment variable {name} is not set")
-            return os.environ[name]
-
-        return _ENV_RE.sub(repl, value)
-    if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
-    return value
+        Every route reads the one Config of the application, so the manager swaps the
+        tuple here: one assignment, so a reader sees the old set or the new one, whole."""
+        object.__setattr__(self, "services", tuple(services))
 
 
-def _int(v: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
-            v = int(v)
-        else:
-            raise ConfigError(f"{where}: expected an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise ConfigError(f"{where}: must be >= {lo}, got {v}")
-    if hi is not None and v > hi:
-        raise ConfigError(f"{where}: must be <= {hi}, got {v}")
-    return v
+# --- validation ----------------------------------------------------------------------
 
 
-def _float(v: Any, where: str, lo: float | None = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise ConfigError(f"{where}: expected a number, got {v!r}")
-    try:
-        out = float(v)
-    except ValueError:
-        raise ConfigError(f"{where}: expected a number, got {v!r}") from None
-    if lo is not None and out < lo:
-        raise ConfigError(f"{where}: must be >= {lo}, got {out}")
-    return out
+def parse_service(raw: Any, base: Path | None = None, where: str = "service") -> ServiceConfig:
+    """One service description (a ``services:`` entry of the config file, or the admin API's
+    body) -> a validated ServiceConfig; relative paths resolve against ``base`` too."""
+    return _service(_expand(raw, where), 0, base, where)
 
 
-def _bool(v: Any, where: str) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return v.lower() in ("true", "1", "yes")
-    raise ConfigError(f"{where}: expected true or false, got {v!r}")
+_SERVICE_KEYS = {
+    "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
+    "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
+    "config", "env", "stall_timeout_s", "providers", "inter_op_threads", "cluster_serving", "versions",
+    "pipeline",
+}  # fmt: skip
 
 
-def _str(v: Any, where: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise ConfigError(f"{where}: expected a non-empty string, got {v!r}")
-    return v
-
-
-def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
-        )
-
-
-def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
-    """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
-    if raw is None:
-        return cls()
+def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> ServiceConfig:
+    """One ``services:`` entry; every error in it is reported (ConfigErrors), each with its place."""
+    prefix = prefix or f"services[{i}]"
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    names = {f.name for f in fields(cls)}
-    _check_keys(raw, names, where)
-    out: dict[str, Any] = {}
-    defaults = cls()
-    for key, value in raw.items():
-        w = f"{where}.{key}"
-        default = getattr(defaults, key)
-        if isinstance(default, bool):
-            out[key] = _bool(value, w)
-        elif isinstance(default, int):
-            out[key] = _int(value, w, lo=0)
-        elif isinstance(default, float):
-            out[key] = _float(value, w, lo=0.0)
-        else:
-            out[key] = None if value is None else _str(str(value), w)
-    return cls(**out)
-
-
-def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
-    where = f"services[{i}]"
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
-    allowed = {
-        "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
-        "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s", "cluster_serving", "versions", "pipeline",
-    }  # fmt: skip
-    _check_keys(raw, allowed, where)
-    name = _str(raw.get("name"), f"{where}.name")
-    if not SERVICE_NAME_RE.match(name):
-        raise ConfigError(f"{where}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
-    where = f"services[{i}] ({name})"
-    processor = _str(raw.get("processor"), f"{where}.processor")
-    if processor not in PROCESSORS:
-        raise ConfigError(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
+        raise ConfigError(f"{prefix}: expected a mapping, got {type(raw).__name__}")
+    errs = _Errors()
+    name = errs.check(_str, raw.get("name"), f"{prefix}.name", default="")
+    if name and not SERVICE_NAME_RE.match(name):
+        errs.add(f"{prefix}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
+    where = f"{prefix} ({name})" if name else prefix
+    errs.check(_check_keys, raw, _SERVICE_KEYS, where)
+    processor = errs.check(_str, raw.get("processor"), f"{where}.processor", default="")
+    if processor and processor not in PROCESSORS:
+        errs.add(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
     token = raw.get("token")
     if token is not None:
-        token = _str(str(token), f"{where}.token")
-    extra = raw.get("tokens") or []
-    if not isinstance(extra, list):
-        raise ConfigError(f"{where}.tokens: expected a list of strings")
-    extra_tokens = tuple(_str(str(t), f"{where}.tokens[{j}]") for j, t in enumerate(extra))
-    model = raw.get("model")
-    entry = raw.get("entry")
-    versions = _versions(raw.get("versions"), processor, model, base, where)
+        token = errs.check(_str, str(token), f"{where}.token")
+    extra_tokens = errs.check(_tokens, raw.get("tokens") or [], f"{where}.tokens", default=())
+    versions = errs.check(
+        _versions, raw.get("versions"), processor, raw.get("model"), base, where, default=()
+    )
     if versions:
-        model = versions[-1][1]
-    elif processor == "onnx":
-        model = _str(model, f"{where}.model")
-        model = _resolve_path(model, base, f"{where}.model")
-        _check_file(model, f"{where}.model")
-    elif model is not None:
-        model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
-    if processor == "python":
-        entry = _str(entry, f"{where}.entry")
-        if ":" not in entry:
-            raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
-        target, _, cls_name = entry.rpartition(":")
-        if target.endswith(".py"):
-            target = _resolve_path(target, base, f"{where}.entry")
-            _check_file(target, f"{where}.entry")
-        entry = f"{target}:{cls_name}"
-    request_format = raw.get("request_format", "auto")
-    if request_format not in REQUEST_FORMATS:
-        raise ConfigError(f"{where}.request_format: must be one of {', '.join(REQUEST_FORMATS)}")
-    cfg = raw.get("config") or {}
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{where}.config: expected a mapping")
-    env = raw.get("env") or {}
-    if not isinstance(env, dict):
-        raise ConfigError(f"{where}.env: expected a mapping")
-    async_ = _bool(raw.get("async", False), f"{where}.async")
-    queue = _coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue")
-    _check_queue_backend(queue, f"{where}.queue")
-    cluster_serving = None
-    if raw.get("cluster_serving") is not None:
-        cluster_serving = _coerce_dataclass(
-            ClusterServingConfig, raw["cluster_serving"], f"{where}.cluster_serving"
-        )
-        if not cluster_serving.redis.startswith(QUEUE_BACKEND_SCHEMES):
-            raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
-        if processor == "queue":
-            raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
-        if cluster_serving.max_batch < 1:
-            raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
-    if async_ and queue.backend != "sqlite":
-        raise ConfigError(
-            f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
-            "store (backend: sqlite); Redis holds plain queue services"
-        )
+        model: str | None = versions[-1][1]
+    else:
+        model = errs.check(_model_path, raw, processor, base, where)
+    entry = errs.check(_entry, raw, processor, base, where)
+    request_format = errs.check(
+        _choice, raw.get("request_format", "auto"), REQUEST_FORMATS, f"{where}.request_format", default="auto"
+    )
+    cfg = errs.check(_mapping, raw.get("config"), f"{where}.config", default={})
+    env, env_pass = errs.check(_env, raw.get("env"), f"{where}.env", default=({}, ()))
+    async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
     if processor == "queue" and async_:
-        raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
+        errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
+    lo_workers = 0 if processor == "queue" else 1
+    values = {
+        "workers": errs.check(
+            _int, raw.get("workers", 1), f"{where}.workers", lo=lo_workers, hi=64, default=1
+        ),
+        "max_pending": errs.check(_int, raw.get("max_pending", 64), f"{where}.max_pending", lo=1, default=64),
+        "timeout_ms": errs.check(_int, raw.get("timeout_ms", 5000), f"{where}.timeout_ms", lo=1, default=1),
+        "intra_op_threads": errs.check(
+            _int, raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64, default=1
+        ),
+        "inter_op_threads": errs.check(
+            _int, raw.get("inter_op_threads", 1), f"{where}.inter_op_threads", lo=1, hi=64, default=1
+        ),
+        "providers": errs.check(
+            _providers, raw.get("providers", ["CPUExecutionProvider"]), f"{where}.providers", default=()
+        ),
+        "batching": errs.check(
+            _coerce_dataclass, BatchingConfig, raw.get("batching"), f"{where}.batching", default=None
+        ),
+        "stall_timeout_s": errs.check(
+            _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
+        ),
+        "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
+    }
+    queue = values["queue"]
+    if queue is not None:
+        errs.check(_check_queue_backend, queue, f"{where}.queue")
+        if async_ and queue.backend != "sqlite":
+            errs.add(
+                f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+                "store (backend: sqlite); Redis holds plain queue services"
+            )
+    cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
+    pipeline = errs.check(pipeline_of, raw, processor, where, base)
+    errs.raise_any()
     return ServiceConfig(
         name=name,
         processor=processor,
@@ -341,46 +308,29 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         extra_tokens=extra_tokens,
         model=model,
         entry=entry,
-        workers=_int(raw.get("workers", 1), f"{where}.workers", lo=0 if processor == "queue" else 1, hi=64),
-        max_pending=_int(raw.get("max_pending", 64), f"{where}.max_pending", lo=1),
-        timeout_ms=_int(raw.get("timeout_ms", 5000), f"{where}.timeout_ms", lo=1),
-        intra_op_threads=_int(raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64),
         request_format=request_format,
-        batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
-        stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
-        queue=queue,
-        cluster_serving=cluster_serving,
         config=dict(cfg),
-        env={str(k): str(v) for k, v in env.items()},
+        env=env,
+        env_pass=env_pass,
+        cluster_serving=cluster_serving,
         versions=versions,
-        pipeline=pipeline_of(raw, processor, where, base),
+        pipeline=pipeline,
+        **values,
     )
 
 
-def _versions(raw: Any, kind: str, model: Any, base: Path | None, where: str) -> tuple[tuple[str, str], ...]:
-    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+def _cluster_serving(raw: Any, processor: str, where: str) -> ClusterServingConfig | None:
     if raw is None:
-        return ()
-    w = f"{where}.versions"
-    if kind != "onnx":
-        raise ConfigError(f"{w}: only an onnx service has model versions")
-    if model is not None:
-        raise ConfigError(f"{w}: give either model or versions, not both")
-    if not isinstance(raw, dict) or not raw:
-        raise ConfigError(f"{w}: expected a mapping of version numbers to model files")
-    out: dict[int, str] = {}
-    for key, path in raw.items():
-        number = _int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
-        if number in out:
-            raise ConfigError(f"{w}: version {number} given twice")
-        resolved = _resolve_path(_str(path, f"{w}.{key}"), base, f"{w}.{key}")
-        _check_file(resolved, f"{w}.{key}")
-        out[number] = resolved
-    return tuple((str(n), out[n]) for n in sorted(out))
-
-
-QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
+        return None
+    cs: ClusterServingConfig = _coerce_dataclass(ClusterServingConfig, raw, f"{where}.cluster_serving")
+    if not cs.redis.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+    if processor == "queue":
+        raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+    if cs.max_batch < 1:
+        raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    return cs
 
 
 def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
@@ -401,55 +351,78 @@ def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     return {**raw, "services": merged}
 
 
-def _check_queue_backend(cfg: QueueConfig, where: str) -> None:
-    if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
-        raise ConfigError(
-            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)}), "
-            f"got {cfg.backend!r}"
+def _gateway(raw: Any) -> GatewayConfig:
+    gw, errs = _coerce_partial(GatewayConfig, _expand(raw, "gateway"), "gateway")
+    if gw.port > 65535:
+        errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
+    if gw.log_format not in ("text", "json"):
+        errs.add("gateway.log_format: must be 'text' or 'json'")
+    if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
+        errs.add(
+            "gateway.worker_advertise_host: required when worker_host listens on every address "
+            f"({gw.worker_host}): discovery must publish an address clients can reach"
         )
+    errs.raise_any()
+    return gw
+
+
+def _admin(raw: Any) -> AdminConfig | None:
+    if raw is None:
+        return None
+    admin: AdminConfig = _coerce_dataclass(AdminConfig, _expand(raw, "admin"), "admin")
+    if admin.port > 65535:
+        raise ConfigError(f"admin.port: must be <= 65535, got {admin.port}")
+    if not admin.token and not is_loopback(admin.host):
+        raise ConfigError(
+            f"admin.token: required when the admin API listens on {admin.host!r}, not a loopback address"
+        )
+    return admin
 
 
 def parse_config(raw: Any, source: str | None = None) -> Config:
+    """A parsed YAML document -> Config. Every error in it is reported at once (ConfigErrors,
+    one line each, each naming its place in the file)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
-    _check_keys(raw, {"gateway", "services", "queue"}, "config")
-    raw = _expand(raw, "config")
-    raw = _with_queue_defaults(raw)
+    errs = _Errors()
+    errs.check(_check_keys, raw, {"gateway", "services", "admin", "queue"}, "config")
+    raw = errs.check(_with_queue_defaults, raw, default=raw)
     base = Path(source).resolve().parent if source else None
-    gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
-    if gw.port > 65535:
-        raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
-    if gw.grpc_port > 65535:
-        raise ConfigError(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
-    if gw.log_format not in ("text", "json"):
-        raise ConfigError("gateway.log_format: must be 'text' or 'json'")
-    if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
-        raise ConfigError(
-            "gateway.worker_advertise_host: required when worker_host listens on every address "
-            f"({gw.worker_host}): discovery must publish an address clients can reach"
-        )
+    gw = errs.check(_gateway, raw.get("gateway"), default=GatewayConfig())
+    admin = errs.check(_admin, raw.get("admin"))
     services_raw = raw.get("services") or []
     if not isinstance(services_raw, list):
-        raise ConfigError("services: expected a list")
-    services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
+        errs.add("services: expected a list")
+        services_raw = []
+    parsed = [
+        errs.check(_service, errs.check(_expand, s, f"services[{i}]"), i, base)
+        for i, s in enumerate(services_raw)
+    ]
+    for i, svc in enumerate(parsed):
+        if svc is not None:
+            errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")
+    services = tuple(s for s in parsed if s is not None)
     if (
         gw.host in ("0.0.0.0", "::")
         and not gw.advertise_host
         and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
     ):
-        raise ConfigError(
+        errs.add(
             f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
             "queues live in Redis: other gateways on the same Redis forward calls there"
         )
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:
-            raise ConfigError(f"services: duplicate service name {svc.name!r}")
+            errs.add(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
-    check_pipelines(services)
-    return apply_env_overrides(Config(gateway=gw, services=services, source=source))
+    errs.check(check_pipelines, services)
+    errs.raise_any()
+    return apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
 
 
 def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:

@@ -24,7 +24,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_AUTHORIZATION, HEADER_DEADLINE_MS
+from eas_sdk._core.constants import (
+    DEFAULT_CONTENT_TYPE,
+    HEADER_AUTHORIZATION,
+    HEADER_DEADLINE_MS,
+    HEADER_QUEUE_UID,
+)
 from gateway import errors
 from gateway.auth import AuthStatus, verify
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
@@ -106,6 +111,24 @@ class DataPlane:
         self._verified: dict[tuple[str, str], None] = {}
         self.stats: dict[str, InferStats] = {name: InferStats() for name in self.services}
 
+    # ------------------------------------------------------------------ services at run time
+    def set_service(self, svc: ServiceConfig) -> None:
+        """Add or replace a service (the service manager; its backend is in ``backends``).
+        Tokens verified for the old version are forgotten: a removed token stops working."""
+        self.services[svc.name] = svc
+        self.stats.setdefault(svc.name, InferStats())
+        self._forget(svc.name)
+
+    def remove_service(self, name: str) -> None:
+        self.services.pop(name, None)
+        self.stats.pop(name, None)
+        self._forget(name)
+
+    def _forget(self, name: str) -> None:
+        prefix = name + "/"
+        for key in [k for k in self._verified if k[0] == name or k[0].startswith(prefix)]:
+            del self._verified[key]
+
     # ------------------------------------------------------------------ find
     def find(self, raw_name: str) -> ServiceConfig:
         """The service named by a raw (undecoded) path segment: 400 for a malformed name, 404
@@ -124,6 +147,33 @@ class DataPlane:
         if svc.name not in self.backends:
             raise errors.ServiceNotFound(f"service {raw_name!r} not found")
         return svc
+
+    @staticmethod
+    def refuse_queue_call(svc: ServiceConfig, headers: Mapping[str, str]) -> None:
+        """A QueueClient pointed at a predict service: 400 saying so. Queue clients send their
+        identity header on every call; a predict call never does."""
+        if HEADER_QUEUE_UID in headers:
+            raise errors.WrongServiceKind(
+                f"service {svc.name!r} is a synchronous predict service, not a queue: "
+                "call it with a PredictClient, not a QueueClient"
+            )
+
+    @staticmethod
+    def refuse_predict_call(svc: ServiceConfig, headers: Mapping[str, str], method: str, queue: str) -> None:
+        """A PredictClient pointed at a plain queue: 400 saying so, before anything is stored.
+        Its calls carry the deadline it waits for an answer (``X-Eas-Deadline-Ms``), which a
+        queue put never gives, and no queue identity header."""
+        if (
+            svc.processor == "queue"
+            and queue == svc.name
+            and method == "POST"
+            and HEADER_DEADLINE_MS in headers
+            and HEADER_QUEUE_UID not in headers
+        ):
+            raise errors.WrongServiceKind(
+                f"service {svc.name!r} is a queue, not a predict service: put records with a "
+                "QueueClient and read the results from its consumers, not with a PredictClient"
+            )
 
     # ------------------------------------------------------------------ authenticate
     def refused_early(self, svc: ServiceConfig, headers: Mapping[str, str], key: str = "") -> bool:
@@ -257,6 +307,7 @@ class DataPlane:
     ) -> WorkerResponse:
         """A whole predict call once its body is in: authenticate, admit, dispatch.
         ``deadline``: :meth:`caller_deadline`, which adapters read before the body."""
+        self.refuse_queue_call(svc, headers)
         self.authenticate(svc, headers, raw_path, body)
         timeout = self.budget(svc, deadline, arrived)
         return await self.infer(svc, headers, body, subpath=subpath, request_id=request_id, timeout=timeout)

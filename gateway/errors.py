@@ -48,8 +48,18 @@ class BadDigest(GatewayError):
     status, code = 400, "BadDigest"
 
 
+class WrongServiceKind(GatewayError):
+    """A queue call (a QueueClient's) to a synchronous predict service."""
+
+    status, code = 400, "WrongServiceKind"
+
+
 class Unauthorized(GatewayError):
     status, code = 401, "Unauthorized"
+
+
+class Forbidden(GatewayError):
+    status, code = 403, "Forbidden"
 
 
 class ServiceNotFound(GatewayError):
@@ -73,6 +83,18 @@ class RequestTimeout(GatewayError):
 
 class DeadlineExceeded(GatewayError):
     status, code = 408, "DeadlineExceeded"
+
+
+class Conflict(GatewayError):
+    """A service of that name already exists (the admin API's create)."""
+
+    status, code = 409, "Conflict"
+
+
+class RolloutFailed(GatewayError):
+    """The new version of a service did not start; the running version keeps serving."""
+
+    status, code = 422, "RolloutFailed"
 
 
 class PayloadTooLarge(GatewayError):
@@ -125,6 +147,7 @@ HTTP_STATUS_CODES: dict[int, str] = {
     404: "NotFound",
     405: "MethodNotAllowed",
     408: "RequestTimeout",
+    409: "Conflict",
     413: "PayloadTooLarge",
     415: "UnsupportedMediaType",
     429: "TooManyRequests",

@@ -52,7 +52,7 @@ from gateway.middleware import pick_request_id
 from gateway.protocols import kserve, v2_tensors
 from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.queue.http import Reply, dispatch
-from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
 
@@ -96,9 +96,24 @@ class Front:
         # raw path -> route: only exact paths of configured services, so everything the
         # predict route would refuse or route elsewhere goes to aiohttp.
         self.paths: dict[str, _Route] = {}
+        # The listener's body limit, fixed when it starts: a predict service added later
+        # takes bodies up to max_body_bytes (accept() still checks each route's own limit).
+        self.max_body = gw.max_body_bytes if gw.predict_fast_path else 0
+        self.refresh()
+        self.plane = app[DATAPLANE_KEY]
+        # Services added, changed or removed at run time (gateway.manage) rebuild the table.
+        state = app.get(STATE_KEY)
+        if state is not None:
+            state.on_services_changed.append(self.refresh)
+
+    def refresh(self) -> None:
+        """(Re)build the path table from the application's current services."""
+        config = self.app[CONFIG_KEY]
+        gw = config.gateway
+        paths: dict[str, _Route] = {}
         qm = self.qm
         queues = getattr(qm, "queues", None)  # a QueueManager's (a test double may have none)
-        pools = app[POOLS_KEY]
+        pools = self.app[POOLS_KEY]
         for svc in config.services:
             if not SERVICE_NAME_RE.fullmatch(svc.name) or config.service(svc.name) is not svc:
                 continue  # a duplicate name: the first one wins in the predict route
@@ -108,14 +123,13 @@ class Front:
                 limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
                 for name in (svc.name, f"{svc.name}/{SINK_SUFFIX}"):
                     if isinstance(queues, dict) and name in queues and qm.has(name):
-                        self.paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
+                        paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
             elif gw.predict_fast_path and svc.name in pools:
-                self.paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
+                paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
                 if svc.processor == "onnx":
-                    self.paths[f"/v2/models/{svc.name}/infer"] = _Route(svc, None, gw.max_body_bytes, True)
-        self.max_body = max((r.limit for r in self.paths.values()), default=0)
-        self.plane = app[DATAPLANE_KEY]
-        self.pools = pools
+                    paths[f"/v2/models/{svc.name}/infer"] = _Route(svc, None, gw.max_body_bytes, True)
+        self.paths = paths
+        self.max_body = max(self.max_body, max((r.limit for r in paths.values()), default=0))
 
     def accept(self, method: str, path: str, headers: Headers, clen: int) -> bool:
         route = self.paths.get(path)
@@ -204,7 +218,7 @@ class Front:
             deadline = plane.caller_deadline(req.headers)
             plane.authenticate(svc, req.headers, req.path, req.body)
             out, header_length = await v2_call.infer(
-                plane, svc, svc, svc.version_names[-1], self.pools[svc.name].metadata, req.body,
+                plane, svc, svc, svc.version_names[-1], self.app[POOLS_KEY][svc.name].metadata, req.body,
                 req.headers.get(kserve.BINARY_HEADER), request_id=rid,
                 timeout=plane.budget(svc, deadline, arrived),
             )  # fmt: skip
@@ -216,6 +230,10 @@ class Front:
         return Reply(200, out, OCTET_STREAM, headers)
 
     async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
+        try:
+            self.plane.refuse_predict_call(svc, req.headers, req.method, name)
+        except errors.GatewayError as exc:
+            return _error(exc, rid)
         if svc.tokens:
             # aiohttp's can_read_body: only a POST with a non-empty body hands its bytes to verify.
             body = req.body if req.method == "POST" and req.body else None

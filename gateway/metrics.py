@@ -134,6 +134,13 @@ class _ServiceHistogram(Collector):
         self._sums = dict.fromkeys(self._counts, 0.0)
         registry.register(self)
 
+    def add(self, service: str) -> None:
+        self._counts.setdefault(service, [0] * len(self._les))
+        self._sums.setdefault(service, 0.0)
+
+    def sum_of(self, service: str) -> float:
+        return self._sums.get(service, 0.0)
+
     def observe(self, service: str, value: float) -> None:
         counts = self._counts.get(service)
         if counts is None:
@@ -214,6 +221,17 @@ class GatewayMetrics:
         self.inflight = _Inflight(
             Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
         )
+
+    def add_service(self, name: str) -> None:
+        """Label a service added at run time (the service manager; names pass its validation)."""
+        self.services = self.services | {name}
+        for hist in (self.latency, self.queue_time, self.compute_time):
+            hist.add(name)
+
+    def totals(self, service: str) -> tuple[int, float]:
+        """Requests answered for ``service`` and their summed gateway time in seconds."""
+        count = sum(n for (svc, _), n in self.requests.counts.items() if svc == service)
+        return count, self.latency.sum_of(service)
 
     def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
         self.registry.register(_PoolCollector(pools, queues))

@@ -8,7 +8,9 @@ the fast front and the async dispatcher read the keys without importing the fact
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -26,6 +28,10 @@ class GatewayState:
     shutting_down: bool = False
     # Pools and queues started (cleanup context entered).
     started: bool = False
+    # Called after services were added, changed or removed at run time (gateway.manage).
+    on_services_changed: list[Callable[[], None]] = field(default_factory=list)
+    # Re-reads the config file and applies it (set by the CLI; SIGHUP and the admin API).
+    reload: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
 
 CONFIG_KEY = web.AppKey("config", Config)
@@ -49,6 +55,23 @@ def service_ready(app: web.Application, name: str) -> bool:
             return False
     # Plain queue service: ready once the queue store is up.
     return app[STATE_KEY].started and app[QUEUES_KEY] is not None
+
+
+def not_ready_reason(app: web.Application, name: str) -> str | None:
+    """Why a service takes no calls (a model that failed to load, workers starting, ...),
+    as a client may read it; None when it is ready."""
+    pool = app[POOLS_KEY].get(name)
+    if pool is not None:
+        reason = getattr(pool, "not_ready_reason", None)
+        if callable(reason):
+            try:
+                return reason()  # type: ignore[no-any-return]
+            except Exception:
+                return "its state cannot be read"
+        return None if service_ready(app, name) else "it has no ready worker"
+    if service_ready(app, name):
+        return None
+    return "the queue store is not open"
 
 
 def all_ready(app: web.Application) -> bool:

@@ -18,6 +18,7 @@ from gateway.state import (
     QUEUES_KEY,
     STATE_KEY,
     all_ready,
+    not_ready_reason,
     service_ready,
 )
 
@@ -35,13 +36,22 @@ async def readyz(request: web.Request) -> web.Response:
         if app[CONFIG_KEY].service(name) is None:
             raise ServiceNotFound(f"service {name!r} not found")
         ok = not app[STATE_KEY].shutting_down and app[STATE_KEY].started and service_ready(app, name)
-        return web.json_response({"ready": ok, "service": name}, status=200 if ok else 503)
+        doc: dict[str, Any] = {"ready": ok, "service": name}
+        reason = None if ok else not_ready_reason(app, name)
+        if reason:
+            doc["reason"] = reason
+        return web.json_response(doc, status=200 if ok else 503)
     ok = all_ready(app)
     body: dict[str, Any] = {"ready": ok}
     if app[STATE_KEY].shutting_down:
         body["shutting_down"] = True
     else:
-        body["services"] = {s.name: service_ready(app, s.name) for s in app[CONFIG_KEY].services}
+        names = [s.name for s in app[CONFIG_KEY].services]
+        body["services"] = {n: service_ready(app, n) for n in names}
+        # Why each service that is not ready is not (a model that failed to load, ...).
+        reasons = {n: r for n, ok_ in body["services"].items() if not ok_ and (r := not_ready_reason(app, n))}
+        if reasons:
+            body["reasons"] = reasons
     return web.json_response(body, status=200 if ok else 503)
 
 
@@ -73,6 +83,9 @@ async def services(request: web.Request) -> web.Response:
             "max_pending": svc.max_pending,
             "ready": service_ready(app, svc.name),
         }
+        reason = None if entry["ready"] else not_ready_reason(app, svc.name)
+        if reason:
+            entry["reason"] = reason
         pool = pools.get(svc.name)
         if pool is not None:
             entry["workers"] = pool.snapshot()

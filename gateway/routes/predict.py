@@ -40,6 +40,7 @@ async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.
         raise errors.ServiceNotFound(f"queue {name!r} not found")
     gw = request.app[CONFIG_KEY].gateway
     plane = request.app[DATAPLANE_KEY]
+    plane.refuse_predict_call(svc, request.headers, request.method, name)
     refuse_before_body(plane, svc, request, name)
     body: bytes | None = None
     if request.method == "POST" and request.can_read_body:
@@ -84,6 +85,7 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
     app = request.app
     gw = app[CONFIG_KEY].gateway
     plane = app[DATAPLANE_KEY]
+    plane.refuse_queue_call(svc, request.headers)  # before 405: a queue GET says what is wrong
     if request.method != "POST":
         raise errors.MethodNotAllowed(f"method {request.method} is not allowed; use POST", allow="POST")
     if any(ord(c) < 0x21 or ord(c) > 0x7E for c in subpath):

@@ -25,14 +25,21 @@ from gateway.lean_http import FastProtocol, Limits, close_all, protocol_factory
 from gateway.workers.compute import ComputeQueue
 from gateway.workers.direct import DirectHTTP
 from gateway.workers.ipc import IPCServerProtocol
+from gateway.workers.processors.base import LoadError
 from gateway.workers.processors.registry import create_processor
 
 log = logging.getLogger("gateway.worker")
 
 
 async def serve(
-    service: ServiceConfig, gateway: GatewayConfig, socket_path: str, conn: Any, drain_s: float
+    service: ServiceConfig,
+    gateway: GatewayConfig,
+    socket_path: str,
+    conn: Any,
+    drain_s: float,
+    loud: bool = True,
 ) -> int:
+    """``loud``: log a failed load at ERROR with its traceback (a first attempt); DEBUG otherwise."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -45,8 +52,10 @@ async def serve(
         # Asked once, here: a processor whose metadata cannot be given does not start.
         metadata = processor.metadata()
     except BaseException as exc:
-        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-        log.error("service %s: processor failed to load: %s", service.name, msg)
+        first = str(exc).splitlines()[0][:300] if str(exc) else ""
+        msg = first if isinstance(exc, LoadError) else f"{type(exc).__name__}: {first}"
+        level = logging.ERROR if loud else logging.DEBUG
+        log.log(level, "service %s: processor failed to load: %s", service.name, msg, exc_info=loud)
         conn.send({"ok": False, "error": msg})
         return 3
 
@@ -85,7 +94,10 @@ async def serve(
             stop.set()
 
     loop.add_reader(conn.fileno(), _parent_event)
-    ready = {"ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata}
+    ready = {
+        "ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata,
+        "providers": getattr(processor, "providers_used", None),
+    }  # fmt: skip
     conn.send(ready)
     log.info(
         "service %s: worker ready (pid %d, http %s:%d)", service.name, os.getpid(), gateway.worker_host, port

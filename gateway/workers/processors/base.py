@@ -28,6 +28,10 @@ class ProcessorError(Exception):
         self.code = code
 
 
+class LoadError(Exception):
+    """A processor that cannot load, with a message that already says what failed."""
+
+
 def error_response(status: int, code: str, message: str, request_id: str = "") -> WorkerResponse:
     """The gateway's error shape: {"code", "message", "request_id"}."""
     return WorkerResponse(status, error_body(code, message, request_id), JSON)
@@ -100,4 +104,4 @@ class Batchable(Processor, Generic[ItemT]):
         """Run items with equal keys together: one answer (or error) per item, in order."""
 
 
-__all__ = ["BatchItem", "Batchable", "Processor", "ProcessorError", "error_response"]
+__all__ = ["BatchItem", "Batchable", "LoadError", "Processor", "ProcessorError", "error_response"]

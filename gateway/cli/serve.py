@@ -5,6 +5,10 @@ log the address, start the worker pools, wait until they are ready (at most
 ``worker_start_timeout_s``), then print ``gateway listening on http://H:P`` on
 stdout and write ``H:P`` to ``--port-file`` atomically.
 
+SIGHUP (or ``POST /admin/reload``) re-reads the config file and applies its services as
+the admin API would: added ones start, changed ones roll, removed ones drain and stop.
+Services changed through the admin API (kept in ``data_dir``) stay on top of the file.
+
 Shutdown on SIGTERM/SIGINT: /readyz answers 503 at once, requests are still served
 for ``drain_delay_s`` (default 0; a second signal cuts it short), the listener closes,
 idle keep-alive connections close, in-flight requests finish (up to
@@ -17,52 +21,35 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
-import ipaddress
 import logging
 import os
 import signal
 import sys
 import tempfile
-from collections.abc import Coroutine, Sequence
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gateway import __version__
-from gateway.config import Config, ConfigError, load_config
+from gateway.config import Config, ConfigError, is_loopback, load_config
 
 log = logging.getLogger("gateway")
 
-EXIT_CONFIG = 2
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eas-gateway", description="EAS-compatible inference gateway")
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the gateway")
-    s.add_argument("--config", "-c", required=True, help="services YAML file")
-    s.add_argument("--host", help="listen address (overrides gateway.host)")
-    s.add_argument("--port", type=int, help="listen port, 0 picks a free one (overrides gateway.port)")
-    s.add_argument("--grpc-port", type=int, help="V2 gRPC port, 0 for none (overrides gateway.grpc_port)")
-    s.add_argument("--port-file", help="write 'host:port' here once ready (overrides gateway.port_file)")
-    s.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="overrides gateway.log_level")
-    s.add_argument("--log-format", choices=("text", "json"), help="overrides gateway.log_format")
-    return p
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def build_config(args: argparse.Namespace) -> Config:
-    cfg = load_config(args.config)
+    if args.config:
+        if args.name or args.workers is not None or args.token or args.poll is not None:
+            raise ConfigError("--name, --workers, --token and --poll go with --model or --model-repository")
+        cfg = load_config(args.config)
+    else:
+        from gateway.cli.quick import quick_config
+
+        if args.poll is not None and (not args.model_repository or args.poll <= 0):
+            raise ConfigError("--poll: a number of seconds above 0, with --model-repository")
+        cfg = quick_config(args)
     changes: dict[str, Any] = {}
     if args.host is not None:
         changes["host"] = args.host
@@ -85,14 +72,18 @@ def build_config(args: argparse.Namespace) -> Config:
     gw = cfg.gateway
     if gw.log_level.upper() not in LOG_LEVELS:
         raise ConfigError(f"gateway.log_level: must be one of {', '.join(LOG_LEVELS)}, got {gw.log_level!r}")
-    if gw.loopback_only and not _is_loopback(gw.host):
+    if gw.loopback_only and not is_loopback(gw.host):
         raise ConfigError(f"gateway.host: {gw.host!r} is not a loopback address and loopback_only is set")
     if gw.grpc_port and importlib.util.find_spec("grpc") is None:
         raise ConfigError("gateway.grpc_port: the gRPC endpoint needs grpcio: pip install 'easkit[grpc]'")
     for key in ("worker_host", "worker_advertise_host", "advertise_host"):
         value = getattr(gw, key)
-        if gw.loopback_only and value is not None and not _is_loopback(value):
+        if gw.loopback_only and value is not None and not is_loopback(value):
             raise ConfigError(f"gateway.{key}: {value!r} is not a loopback address and loopback_only is set")
+    if gw.loopback_only and cfg.admin is not None and not is_loopback(cfg.admin.host):
+        raise ConfigError(
+            f"admin.host: {cfg.admin.host!r} is not a loopback address and loopback_only is set"
+        )
     return cfg
 
 
@@ -114,12 +105,16 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def serve(cfg: Config) -> int:
+async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
+    """Run until SIGTERM/SIGINT. ``quick``: the arguments of ``--model`` or
+    ``--model-repository`` (how to call the services is printed once ready)."""
     from aiohttp import web
 
     from gateway.app import create_app
+    from gateway.manage.api import admin_url, start_admin
+    from gateway.manage.store import ManagedStore
     from gateway.server import GatewayRunner, bound_port
-    from gateway.state import POOLS_KEY, QUEUES_KEY, STATE_KEY
+    from gateway.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
     gw = cfg.gateway
     loop = asyncio.get_running_loop()
@@ -135,10 +130,28 @@ async def serve(cfg: Config) -> int:
         app[STATE_KEY].shutting_down = True  # /readyz turns 503 at once
         stop.set()
 
-    app = create_app(cfg, cluster_serving=True)
+    # Services changed through the admin API (data_dir) on top of the config file's.
+    store = ManagedStore(gw.data_dir)
+    try:
+        store.load()
+    except ConfigError as exc:
+        log.error("start-up failed: %s", exc)
+        return 1
+    cfg = replace(cfg, services=store.apply(cfg.services))
+    app = create_app(cfg, cluster_serving=True, managed_store=store)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
+    if cfg.source is not None:
+        app[STATE_KEY].reload = reloader(app, cfg)
+    elif quick is not None and quick.model_repository:
+        from gateway.cli.quick import repository_reloader
+
+        app[STATE_KEY].reload = repository_reloader(app, Path(quick.model_repository), quick)
+    # Never the default action (which ends the process, mid-request).
+    loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
+    poller: asyncio.Task[None] | None = None
     runner = GatewayRunner(app)
+    admin_runner: web.AppRunner | None = None
     try:
         await runner.setup()  # starts worker pools and queues (cleanup context)
     except Exception as exc:
@@ -166,19 +179,40 @@ async def serve(cfg: Config) -> int:
         log.info(
             "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__
         )
+        if cfg.admin is not None:
+            try:
+                admin_runner = await start_admin(app)
+            except OSError as exc:
+                log.error("cannot listen on %s:%s: %s", cfg.admin.host, cfg.admin.port, exc.strerror or exc)
+                return 1
+            if admin_runner is not None:
+                print(f"admin API listening on {admin_url(admin_runner)}", flush=True)
 
         pools = list(app[POOLS_KEY].items())
-        ready_task = asyncio.gather(
-            *(p.wait_ready(gw.worker_start_timeout_s) for _, p in pools), return_exceptions=True
-        )
+        waited_from = time.monotonic()
+
+        async def wait_ready(pool: Any) -> tuple[bool, float]:
+            ok = await pool.wait_ready(gw.worker_start_timeout_s)
+            return ok is True, time.monotonic() - waited_from
+
+        ready_task = asyncio.gather(*(wait_ready(p) for _, p in pools), return_exceptions=True)
         stop_task = asyncio.create_task(stop.wait())
         await asyncio.wait({ready_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if ready_task.done() and not stop.is_set():
             results = ready_task.result()
-            for (name, _), ok in zip(pools, results, strict=True):
-                if ok is not True:
-                    log.warning("service %s has no ready worker after %g s", name, gw.worker_start_timeout_s)
+            for (name, pool), result in zip(pools, results, strict=True):
+                if isinstance(result, BaseException) or not result[0]:
+                    took = result[1] if isinstance(result, tuple) else time.monotonic() - waited_from
+                    reason = getattr(pool, "not_ready_reason", lambda: None)() or "it has no ready worker"
+                    log.warning("service %s is not ready after %.1f s: %s", name, took, reason)
             print(f"gateway listening on {url}", flush=True)
+            if quick is not None:
+                from gateway.cli.quick import poll_repository, usage
+
+                metadata = {n: p.metadata for n, p in app[POOLS_KEY].items()}
+                print(usage(url, app[CONFIG_KEY], metadata), flush=True)
+                if quick.poll:
+                    poller = asyncio.create_task(poll_repository(app, quick.poll))
             if gw.port_file:
                 write_port_file(gw.port_file, gw.host, port)
             log.info("ready")
@@ -192,12 +226,68 @@ async def serve(cfg: Config) -> int:
                 await asyncio.wait_for(again.wait(), gw.drain_delay_s)
     finally:
         app[STATE_KEY].shutting_down = True
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+        if admin_runner is not None:
+            await admin_runner.cleanup()
         # Closes the listener, lets in-flight requests finish, then stops pools/queues.
         await runner.cleanup()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(sig)
     log.info("stopped")
     return 0
+
+
+def reloader(app: Any, cfg: Config) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """Re-read the config file and apply its services through the service manager. Settings
+    outside ``services:`` take effect at the next start (logged when they changed)."""
+    from gateway.manage.manager import MANAGER_KEY
+
+    lock = asyncio.Lock()
+
+    async def reload() -> dict[str, Any]:
+        async with lock:
+            t0 = time.monotonic()
+            new = load_config(cfg.source or "")
+            done = await app[MANAGER_KEY].reload(new)
+            took = time.monotonic() - t0
+            log.info(
+                "config reloaded in %.1f s: added %s, changed %s, removed %s%s",
+                took,
+                ", ".join(done["added"]) or "none",
+                ", ".join(done["changed"]) or "none",
+                ", ".join(done["removed"]) or "none",
+                f"; not applied: {', '.join(done['failed'])}" if done["failed"] else "",
+            )
+            return done
+
+    return reload
+
+
+def on_sighup(app: Any) -> None:
+    from gateway.state import STATE_KEY
+
+    reload = app[STATE_KEY].reload
+    if reload is None:
+        log.info("SIGHUP received: nothing to reload (no config file or model repository)")
+        return
+
+    async def run() -> None:
+        log.info("SIGHUP received: reloading the config file")
+        try:
+            await reload()
+        except ConfigError as exc:
+            log.error("reload refused, the running services stay: %s", exc)
+        except Exception:
+            log.exception("reload failed")
+
+    task = asyncio.ensure_future(run())
+    _RELOADS.add(task)
+    task.add_done_callback(_RELOADS.discard)
+
+
+_RELOADS: set[asyncio.Future[None]] = set()
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
@@ -209,24 +299,3 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(coro)
     return uvloop.run(coro)  # pragma: no cover - python 3.10
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        cfg = build_config(args)
-    except ConfigError as exc:
-        print(f"eas-gateway: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    from gateway.logging import setup_logging
-
-    setup_logging(cfg.gateway.log_level, cfg.gateway.log_format)
-    try:
-        return _run(serve(cfg))
-    except ConfigError as exc:  # raised while building pools/queues
-        print(f"eas-gateway: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,192 @@
+"""``eas-gateway services ...`` and ``eas-gateway status``: the admin API from a shell.
+
+The admin API is found at ``--admin URL`` or ``EAS_ADMIN_URL`` (default
+http://127.0.0.1:8081), its token in ``--token`` or ``EAS_ADMIN_TOKEN``. Service files are
+YAML or JSON: one ``services:`` entry, a list of them, or a config file's ``services:``;
+relative ``model`` and ``entry`` paths are resolved against the file's directory.
+Failures print the gateway's code and message and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ADMIN = "http://127.0.0.1:8081"
+
+
+class AdminError(Exception):
+    pass
+
+
+def add_parsers(sub: Any) -> None:
+    # Accepted before and after the operation; SUPPRESS: an option given at one level is not
+    # overwritten by the other level's default.
+    common = argparse.ArgumentParser(add_help=False)
+    admin_help = f"admin API URL (default: $EAS_ADMIN_URL or {DEFAULT_ADMIN})"
+    common.add_argument("--admin", default=argparse.SUPPRESS, help=admin_help)
+    common.add_argument("--token", default=argparse.SUPPRESS, help="admin token (default: $EAS_ADMIN_TOKEN)")
+    s = sub.add_parser("services", help="manage a running gateway's services", parents=[common])
+    ops = s.add_subparsers(dest="op", required=True)
+    ops.add_parser("list", help="services and their state", parents=[common])
+    get = ops.add_parser("get", help="one service: its description and live state (JSON)", parents=[common])
+    get.add_argument("name")
+    for op, what in (("create", "create services"), ("update", "update services (rolling)")):
+        p = ops.add_parser(op, help=f"{what} from a YAML or JSON file", parents=[common])
+        p.add_argument("-f", "--file", required=True, help="service description file ('-': stdin)")
+    scale = ops.add_parser("scale", help="set a service's worker count", parents=[common])
+    scale.add_argument("name")
+    scale.add_argument("workers", type=int)
+    delete = ops.add_parser("delete", help="drain and remove a service", parents=[common])
+    delete.add_argument("name")
+    st = sub.add_parser("status", help="a table of services, workers, rates and latency", parents=[common])
+    st.add_argument("--interval", type=float, default=1.0, help="seconds over which rates are measured")
+
+
+class Admin:
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if not self.url.startswith(("http://", "https://")):
+            raise AdminError(f"the admin URL must start with http:// or https://, got {self.url!r}")
+        # The scheme is checked just above.
+        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)  # noqa: S310
+        try:
+            with urllib.request.urlopen(req, timeout=300) as resp:  # noqa: S310
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raw = exc.read()
+            try:
+                doc = json.loads(raw)
+                message = f"{doc.get('code', exc.code)}: {doc.get('message', raw.decode(errors='replace'))}"
+            except (ValueError, AttributeError):
+                message = f"{exc.code}: {raw.decode(errors='replace')[:500]}"
+            raise AdminError(message) from None
+        except urllib.error.URLError as exc:
+            raise AdminError(f"cannot reach the admin API at {self.url}: {exc.reason}") from None
+
+
+def read_services(path: str) -> list[dict[str, Any]]:
+    """Service descriptions from a YAML or JSON file, relative paths made absolute."""
+    import yaml
+
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    doc = yaml.safe_load(text)
+    if isinstance(doc, dict) and "services" in doc and "name" not in doc:
+        doc = doc["services"]
+    items = doc if isinstance(doc, list) else [doc]
+    if not items or not all(isinstance(i, dict) for i in items):
+        raise AdminError(f"{path}: expected a service description (a mapping) or a list of them")
+    base = Path.cwd() if path == "-" else Path(path).resolve().parent
+    for item in items:
+        for key in ("model", "entry"):
+            value = item.get(key)
+            if isinstance(value, str):
+                item[key] = _resolve(value, base, key == "entry")
+    return items
+
+
+def _resolve(value: str, base: Path, entry: bool) -> str:
+    target, sep, cls = value.rpartition(":") if entry else (value, "", "")
+    if entry and not target.endswith(".py"):
+        return value  # package.module:Class
+    p = Path(target)
+    if not p.is_absolute() and (base / p).exists():
+        target = str((base / p).resolve())
+    return f"{target}{sep}{cls}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _workers(svc: dict[str, Any]) -> str:
+    ws = svc.get("workers")
+    if ws is None:
+        return "-"
+    return f"{sum(1 for w in ws if w.get('state') == 'ready')}/{len(ws)}"
+
+
+def list_table(services: list[dict[str, Any]]) -> str:
+    rows = [["NAME", "PROCESSOR", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REASON"]]
+    for s in services:
+        rows.append([
+            s["name"], s["spec"]["processor"], "yes" if s["ready"] else "no", _workers(s),
+            str(s.get("restarts", "-")), str(s.get("in_flight", "-")), s.get("reason", ""),
+        ])  # fmt: skip
+    return _table(rows)
+
+
+def status_table(before: dict[str, Any], after: dict[str, Any], seconds: float) -> str:
+    prev = {s["name"]: s for s in before["services"]}
+    rows = [["SERVICE", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REQ/S", "MEAN MS"]]
+    for s in after["services"]:
+        p = prev.get(s["name"], {"requests": 0, "latency_sum_s": 0.0})
+        calls = s["requests"] - p["requests"]
+        rate = calls / seconds if seconds > 0 else 0.0
+        mean = (s["latency_sum_s"] - p["latency_sum_s"]) / calls * 1000 if calls > 0 else None
+        rows.append([
+            s["name"], "yes" if s["ready"] else "no", _workers(s), str(s.get("restarts", "-")),
+            str(s.get("in_flight", "-")), f"{rate:.1f}", "-" if mean is None else f"{mean:.2f}",
+        ])  # fmt: skip
+    g = after["gateway"]
+    head = f"eas-gateway {g['version']} (pid {g['pid']}), up {after['uptime_s']:.0f} s"
+    return head + "\n" + _table(rows)
+
+
+def _execute(args: argparse.Namespace, admin: Admin) -> None:
+    if args.command == "status":
+        t0 = time.monotonic()
+        before = admin.call("GET", "/admin/status")
+        time.sleep(max(0.0, args.interval))
+        after = admin.call("GET", "/admin/status")
+        print(status_table(before, after, time.monotonic() - t0))
+        return
+    op = args.op
+    if op == "list":
+        print(list_table(admin.call("GET", "/admin/services")["services"]))
+    elif op == "get":
+        print(json.dumps(admin.call("GET", f"/admin/services/{args.name}"), indent=2))
+    elif op in ("create", "update"):
+        for item in read_services(args.file):
+            if op == "create":
+                doc = admin.call("POST", "/admin/services", item)
+            else:
+                doc = admin.call("PUT", f"/admin/services/{item.get('name')}", item)
+            state = "ready" if doc["ready"] else f"not ready: {doc.get('reason', '')}"
+            print(f"service {doc['name']} {op}d ({_workers(doc)} workers ready; {state})")
+    elif op == "scale":
+        doc = admin.call("POST", f"/admin/services/{args.name}/scale", {"workers": args.workers})
+        print(f"service {doc['name']} scaled to {args.workers} worker(s) ({_workers(doc)} ready)")
+    elif op == "delete":
+        admin.call("DELETE", f"/admin/services/{args.name}")
+        print(f"service {args.name} deleted")
+
+
+def run(args: argparse.Namespace) -> int:
+    url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
+    token = getattr(args, "token", None) or os.environ.get("EAS_ADMIN_TOKEN") or None
+    try:
+        _execute(args, Admin(url, token))
+    except (AdminError, OSError) as exc:
+        print(f"eas-gateway: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["Admin", "AdminError", "add_parsers", "list_table", "read_services", "run", "status_table"]

@@ -1,0 +1,1 @@
+"""Services managed while the gateway runs: the manager, its store and the admin API."""

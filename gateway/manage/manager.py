@@ -1,0 +1,341 @@
+"""The service manager: services created, updated, scaled and deleted while the gateway runs.
+
+Every change goes through one lock and ends in one swap of the application's service set
+(the dataplane's services, the pools, the Config every route reads, the lean front's path
+table), so a call finds either the old version or the new one, never half of each:
+
+* create: start the pool, then publish the service (its calls get 503 with the reason
+  until a worker is ready, as any service's do);
+* update: a change of worker count, timeout or pending limit applies in place; any other
+  change rolls: a new pool starts beside the old one, and only once all its workers are
+  ready is it swapped in, after which the old pool drains (its calls finish) and stops.
+  A new version that does not start is stopped and reported (422); the old keeps serving;
+* scale: workers added, or the last ones drained and stopped, the others serving on;
+* delete: unpublished at once (404 from then on), then drained and stopped.
+
+Changes made through the API persist in the data directory (gateway.manage.store);
+``reload`` applies a new config file the same way without persisting it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
+from gateway.manage.spec import IN_PLACE_FIELDS, changed_fields, parse_spec, spec_of
+from gateway.manage.store import ManagedStore
+from gateway.state import (
+    CONFIG_KEY,
+    DATAPLANE_KEY,
+    METRICS_KEY,
+    POOLS_KEY,
+    QUEUES_KEY,
+    STATE_KEY,
+    service_ready,
+)
+from gateway.versions import version_services
+
+log = logging.getLogger("gateway.manage")
+
+PoolFactory = Callable[[ServiceConfig, Any], Any]
+
+
+class ServiceManager:
+    def __init__(
+        self, app: web.Application, make_pool: PoolFactory, store: ManagedStore | None = None
+    ) -> None:
+        self.app = app
+        self.make_pool = make_pool
+        self.store = store
+        self.lock = asyncio.Lock()
+        # Models unloaded through the Triton repository API, kept to be loaded again.
+        self.unloaded: dict[str, ServiceConfig] = {}
+        # Every pool this manager started and has not stopped yet (published or still
+        # starting beside an old version): the application stops them all at shutdown.
+        self.pools: list[Any] = []
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def config(self) -> Config:
+        return self.app[CONFIG_KEY]
+
+    def service(self, name: str) -> ServiceConfig:
+        svc = self.app[DATAPLANE_KEY].services.get(name)
+        if svc is None:
+            raise errors.ServiceNotFound(f"service {name!r} not found")
+        return svc
+
+    def describe(self, name: str) -> dict[str, Any]:
+        """The service's description (tokens hidden) and its live state."""
+        svc = self.service(name)
+        app = self.app
+        pool = app[POOLS_KEY].get(name)
+        ready = service_ready(app, name)
+        out: dict[str, Any] = {"name": name, "spec": spec_of(svc), "ready": ready}
+        out["managed"] = self.store is not None and name in self.store.overlay
+        if pool is not None:
+            reason = None if ready else pool.not_ready_reason()
+            if reason:
+                out["reason"] = reason
+            out["workers"] = pool.snapshot()
+            out["restarts"] = pool.restarts_total
+            out["in_flight"] = pool.pending
+            # Calls waiting behind the one each worker runs.
+            out["queue_depth"] = sum(max(0, w["outstanding"] - 1) for w in out["workers"])
+        qm = app[QUEUES_KEY]
+        if qm is not None and (svc.processor == "queue" or svc.async_):
+            queue = qm.snapshot().get("queues", {}).get(name)
+            if isinstance(queue, dict):
+                out["queue_depth"] = queue.get("length")  # records waiting in the input queue
+        count, seconds = app[METRICS_KEY].totals(name)
+        out["requests"] = count
+        out["latency_sum_s"] = round(seconds, 6)
+        return out
+
+    def list(self) -> list[dict[str, Any]]:
+        return [self.describe(s.name) for s in self.config.services]
+
+    # ------------------------------------------------------------------ changes (API)
+    async def create(self, raw: Any) -> dict[str, Any]:
+        svc = _parse(raw, self.config.gateway.model_dirs)
+        async with self.lock:
+            if svc.name in self.app[DATAPLANE_KEY].services:
+                raise errors.Conflict(f"service {svc.name!r} already exists; update it instead")
+            await self._create(svc)
+            self._store().put(svc)
+        return self.describe(svc.name)
+
+    async def update(self, name: str, raw: Any) -> dict[str, Any]:
+        svc = _parse(raw, self.config.gateway.model_dirs)
+        if svc.name != name:
+            raise errors.BadRequest(f"the description names service {svc.name!r}, not {name!r}")
+        async with self.lock:
+            old = self.service(name)
+            _refuse_queue(old)
+            await self._update(old, svc)
+            self._store().put(svc)
+        return self.describe(name)
+
+    async def scale(self, name: str, workers: Any) -> dict[str, Any]:
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
+            raise errors.BadRequest(f"workers: expected an integer from 1 to 64, got {workers!r}")
+        async with self.lock:
+            old = self.service(name)
+            if old.processor == "queue":
+                raise errors.BadRequest(f"service {name!r} is a queue: it has no workers")
+            new = replace(old, workers=workers)
+            await self._update(old, new)
+            self._store().put(new)
+        return self.describe(name)
+
+    async def delete(self, name: str) -> None:
+        async with self.lock:
+            _refuse_queue(self.service(name))
+            await self._delete(name)
+            self._store().delete(name)
+
+    # ------------------------------------------------------------------ model control (Triton)
+    async def load(self, name: str) -> None:
+        """Load an unloaded model again, or roll a loaded one (its model file re-read)."""
+        async with self.lock:
+            current = self.app[DATAPLANE_KEY].services.get(name)
+            if current is not None:
+                _refuse_queue(current)
+                await self._roll(current, current)
+            elif name in self.unloaded:
+                await self._create(self.unloaded[name])
+                del self.unloaded[name]
+            else:
+                raise errors.ServiceNotFound(f"model {name!r} not found")
+
+    async def unload(self, name: str) -> None:
+        async with self.lock:
+            svc = self.service(name)
+            _refuse_queue(svc)
+            await self._delete(name)
+            self.unloaded[name] = svc
+
+    # ------------------------------------------------------------------ reload (config file)
+    async def reload(self, new: Config) -> dict[str, list[str]]:
+        """Apply a new config file's services (the API's changes stay on top): added ones
+        start, changed ones update (rolling), removed ones drain and stop."""
+        async with self.lock:
+            wanted = self._store().apply(new.services) if self.store is not None else new.services
+            current = dict(self.app[DATAPLANE_KEY].services)
+            done: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "failed": []}
+            for svc in wanted:
+                old = current.get(svc.name)
+                try:
+                    if old is None:
+                        _refuse_queue(svc)
+                        await self._create(svc)
+                        done["added"].append(svc.name)
+                    elif old != svc:
+                        _refuse_queue(old)
+                        _refuse_queue(svc)
+                        await self._update(old, svc)
+                        done["changed"].append(svc.name)
+                except errors.GatewayError as exc:
+                    log.error("reload: service %s not applied: %s", svc.name, exc.message)
+                    done["failed"].append(svc.name)
+            names = {s.name for s in wanted}
+            for name, old in current.items():
+                if name in names:
+                    continue
+                if old.processor == "queue" or old.async_:
+                    log.error("reload: queue service %s stays until a restart", name)
+                    done["failed"].append(name)
+                    continue
+                await self._delete(name)
+                done["removed"].append(name)
+            return done
+
+    # ------------------------------------------------------------------ the mechanics
+    def _store(self) -> ManagedStore:
+        if self.store is None:
+            self.store = ManagedStore(self.config.gateway.data_dir)
+            self.store.load()
+        return self.store
+
+    async def _start(self, svc: ServiceConfig) -> Any:
+        pool = self.make_pool(svc, self.config.gateway)
+        self.pools.append(pool)
+        await pool.start()
+        return pool
+
+    async def _stop(self, pool: Any, drain_timeout: float) -> None:
+        await pool.stop(drain_timeout)
+        if pool in self.pools:
+            self.pools.remove(pool)
+
+    async def _start_all(self, svc: ServiceConfig) -> dict[str, Any]:
+        """Pools for the service and for each of its older model versions (gateway.versions)."""
+        return {s.name: await self._start(s) for s in (svc, *_older(svc))}
+
+    async def _create(self, svc: ServiceConfig) -> None:
+        pools = await self._start_all(svc)
+        self._publish(svc, pools)
+        log.info("service %s created (%d worker(s))", svc.name, svc.workers)
+        # Bounded: a model that does not load is reported by the service's state, not here.
+        await pools[svc.name].wait_ready(self.config.gateway.worker_start_timeout_s)
+
+    async def _update(self, old: ServiceConfig, new: ServiceConfig) -> None:
+        changed = changed_fields(old, new)
+        if not changed:
+            return
+        if changed <= IN_PLACE_FIELDS and not old.versions and not new.versions:
+            pool = self.app[POOLS_KEY][old.name]
+            pool.service = new  # the pending limit and the pool's view of the service
+            self._publish(new, {new.name: pool})
+            if "workers" in changed:
+                t0 = time.monotonic()
+                await pool.scale(new.workers, self.config.gateway.shutdown_timeout_s)
+                if new.workers > old.workers:
+                    await pool.wait_all_ready(self.config.gateway.worker_start_timeout_s)
+                log.info(
+                    "service %s scaled from %d to %d worker(s) in %.1f s",
+                    new.name, old.workers, new.workers, time.monotonic() - t0,
+                )  # fmt: skip
+            return
+        await self._roll(old, new)
+
+    async def _roll(self, old: ServiceConfig, new: ServiceConfig) -> None:
+        gw = self.config.gateway
+        t0 = time.monotonic()
+        pools = await self._start_all(new)
+        for pool in pools.values():
+            if not await pool.wait_all_ready(gw.worker_start_timeout_s):
+                reason = pool.not_ready_reason() or f"not ready within {gw.worker_start_timeout_s:g} s"
+                await asyncio.gather(*(self._stop(p, 0.0) for p in pools.values()))
+                raise _rollout_failed(new.name, reason)
+        previous = self._unpublish_older(old)
+        previous.append(self.app[POOLS_KEY].get(old.name))
+        self._publish(new, pools)
+        # The old pools drain: calls already sent finish there.
+        await asyncio.gather(*(self._stop(p, gw.shutdown_timeout_s) for p in previous if p is not None))
+        log.info("service %s rolled to its new version in %.1f s", new.name, time.monotonic() - t0)
+
+    async def _delete(self, name: str) -> None:
+        old = self.app[DATAPLANE_KEY].services.get(name)
+        pools = self._unpublish_older(old) if old is not None else []
+        pools.append(self.app[POOLS_KEY].get(name))
+        self._unpublish(name)
+        gw = self.config.gateway
+        await asyncio.gather(*(self._stop(p, gw.shutdown_timeout_s) for p in pools if p is not None))
+        log.info("service %s deleted", name)
+
+    def _publish(self, svc: ServiceConfig, pools: dict[str, Any]) -> None:
+        """Serve ``svc`` (and its older versions, reachable only through the V2 version routes)
+        from ``pools``; one synchronous step, so a call sees the old set or the new one."""
+        app = self.app
+        for older in _older(svc):
+            app[POOLS_KEY][older.name] = pools[older.name]
+            app[DATAPLANE_KEY].set_service(older)
+        app[POOLS_KEY][svc.name] = pools[svc.name]
+        app[DATAPLANE_KEY].set_service(svc)
+        app[METRICS_KEY].add_service(svc.name)
+        services = [s for s in self.config.services if s.name != svc.name]
+        index = next((i for i, s in enumerate(self.config.services) if s.name == svc.name), len(services))
+        services.insert(index, svc)
+        self.config.set_services(tuple(services))
+        self._changed()
+
+    def _unpublish_older(self, svc: ServiceConfig) -> list[Any]:
+        """Stop serving the older versions of ``svc``; -> their pools, to be stopped."""
+        out = []
+        for older in _older(svc):
+            self.app[DATAPLANE_KEY].remove_service(older.name)
+            out.append(self.app[POOLS_KEY].pop(older.name, None))
+        return out
+
+    def _unpublish(self, name: str) -> None:
+        app = self.app
+        app[DATAPLANE_KEY].remove_service(name)
+        app[POOLS_KEY].pop(name, None)
+        self.config.set_services(tuple(s for s in self.config.services if s.name != name))
+        self._changed()
+
+    def _changed(self) -> None:
+        for callback in self.app[STATE_KEY].on_services_changed:
+            callback()
+
+
+def _rollout_failed(name: str, reason: str) -> errors.RolloutFailed:
+    log.error("service %s: the new version did not start (%s); the old one serves on", name, reason)
+    return errors.RolloutFailed(
+        f"the new version of service {name} did not start: {reason}; the running one serves on"
+    )
+
+
+def _older(svc: ServiceConfig) -> list[ServiceConfig]:
+    """The services behind the older model versions of ``svc`` (none without versions)."""
+    return [v for v in version_services(svc).values() if v is not svc]
+
+
+def _parse(raw: Any, dirs: tuple[str, ...]) -> ServiceConfig:
+    try:
+        svc = parse_spec(raw)
+        check_model_dirs(svc, dirs, f"service ({svc.name})")
+    except ConfigError as exc:
+        raise errors.BadRequest(str(exc)) from None
+    return svc
+
+
+def _refuse_queue(svc: ServiceConfig) -> None:
+    if svc.processor == "queue" or svc.async_:
+        raise errors.BadRequest(
+            f"service {svc.name!r} is a queue or asynchronous service: it is managed in the config file"
+        )
+
+
+MANAGER_KEY = web.AppKey("manager", ServiceManager)
+
+__all__ = ["MANAGER_KEY", "ServiceManager"]

@@ -1,0 +1,133 @@
+"""The admin API's OpenAPI 3 description, served at ``/admin/openapi.json``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_SERVICE_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/ServiceSpec"}},
+        "application/yaml": {"schema": {"$ref": "#/components/schemas/ServiceSpec"}},
+    },
+}
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    text = {
+        400: "invalid description or name",
+        401: "missing or wrong admin token",
+        404: "no such service",
+        409: "the service exists already",
+        422: "the new version did not start; the running one serves on",
+    }
+    return {str(s): _answer(text[s], _ERROR) for s in (401, *statuses)}
+
+
+_SERVICE = {"$ref": "#/components/schemas/Service"}
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "eas-gateway admin API", "version": "1"},
+    "components": {
+        "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}, "request_id": {}},
+            },
+            "ServiceSpec": {
+                "type": "object",
+                "description": "A services: entry of the config file (see docs/configuration.md)",
+                "required": ["name", "processor"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "processor": {"type": "string", "enum": ["onnx", "python"]},
+                    "model": {"type": "string"},
+                    "entry": {"type": "string"},
+                    "workers": {"type": "integer", "minimum": 1, "maximum": 64},
+                    "token": {"type": "string"},
+                    "timeout_ms": {"type": "integer"},
+                    "max_pending": {"type": "integer"},
+                },
+                "additionalProperties": True,
+            },
+            "Service": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "spec": {"$ref": "#/components/schemas/ServiceSpec"},
+                    "managed": {"type": "boolean", "description": "changed through this API"},
+                    "ready": {"type": "boolean"},
+                    "reason": {"type": "string", "description": "why it is not ready"},
+                    "workers": {"type": "array", "items": {"type": "object"}},
+                    "restarts": {"type": "integer"},
+                    "in_flight": {"type": "integer"},
+                    "queue_depth": {"type": "integer"},
+                    "requests": {"type": "integer"},
+                    "latency_sum_s": {"type": "number"},
+                },
+            },
+        },
+    },
+    "security": [{"token": []}],
+    "paths": {
+        "/admin/services": {
+            "get": {
+                "summary": "List services with their live state",
+                "responses": {"200": _answer("services", {"type": "object"}), **_errors()},
+            },
+            "post": {
+                "summary": "Create a service",
+                "requestBody": _SERVICE_BODY,
+                "responses": {"201": _answer("created", _SERVICE), **_errors(400, 409)},
+            },
+        },
+        "/admin/services/{name}": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "One service",
+                "responses": {"200": _answer("the service", _SERVICE), **_errors(404)},
+            },
+            "put": {
+                "summary": "Update a service (rolling: the new version is ready before the old one drains)",
+                "requestBody": _SERVICE_BODY,
+                "responses": {"200": _answer("updated", _SERVICE), **_errors(400, 404, 422)},
+            },
+            "delete": {
+                "summary": "Delete a service (drained, then stopped)",
+                "responses": {"200": _answer("deleted", {"type": "object"}), **_errors(404)},
+            },
+        },
+        "/admin/services/{name}/scale": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "Change the number of workers",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"properties": {"workers": {"type": "integer"}}}}
+                    },
+                },
+                "responses": {"200": _answer("scaled", _SERVICE), **_errors(400, 404)},
+            },
+        },
+        "/admin/status": {
+            "get": {"summary": "The gateway and every service", "responses": {"200": _answer("status", {})}},
+        },
+        "/admin/reload": {
+            "post": {
+                "summary": "Reload the config file (as SIGHUP does)",
+                "responses": {"200": _answer("what changed", {"type": "object"}), **_errors(400)},
+            },
+        },
+    },
+}
+
+__all__ = ["OPENAPI"]

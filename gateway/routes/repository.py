@@ -1,0 +1,51 @@
+"""Triton's model control on the main listener: ``POST /v2/repository/models/<m>/load`` and
+``.../unload``, over the service manager (gateway.manage).
+
+They change what the gateway serves, so they need the admin token (``Authorization:
+Bearer <token>``); without an ``admin.token`` in the config they are refused (403). Load
+starts a model that was unloaded, or rolls a loaded one so its model file is read again
+(the running version serves until the new one is ready); unload drains and stops it.
+Neither is persisted: a restart serves what the config file and the admin API say. Errors
+are ``{"error": ...}``, as Triton answers.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway import errors
+from gateway.config import SERVICE_NAME_RE
+from gateway.manage.api import token_matches
+from gateway.manage.manager import MANAGER_KEY
+from gateway.state import CONFIG_KEY
+
+PREFIX = "/v2/repository/models/{model}"
+
+
+def _authorize(request: web.Request) -> str:
+    admin = request.app[CONFIG_KEY].admin
+    if admin is None or not admin.token:
+        raise errors.Forbidden("model control is off: it needs admin.token in the gateway's config")
+    if not token_matches(request.headers.get("Authorization"), admin.token):
+        raise errors.Unauthorized("invalid or missing admin token")
+    name = request.match_info["model"]
+    if not SERVICE_NAME_RE.fullmatch(name):
+        raise errors.InvalidServiceName("invalid model name")
+    return name
+
+
+async def load(request: web.Request) -> web.Response:
+    name = _authorize(request)
+    await request.app[MANAGER_KEY].load(name)
+    return web.json_response({})
+
+
+async def unload(request: web.Request) -> web.Response:
+    name = _authorize(request)
+    await request.app[MANAGER_KEY].unload(name)
+    return web.json_response({})
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post(PREFIX + "/load", load)
+    app.router.add_post(PREFIX + "/unload", unload)
