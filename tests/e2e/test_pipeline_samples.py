@@ -6,11 +6,13 @@ Cluster Serving's REST form."""
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,8 +22,20 @@ from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.e2e.pipeline_http import post, wait_ready
 
 SAMPLES = ROOT / "samples" / "pipelines"
-sys.path.insert(0, str(SAMPLES))
-from client import DIGIT_NAMES, digit_pngs  # noqa: E402 - the sample client's own helpers
+
+
+def _sample_client() -> Any:
+    """The sample client's own module, under a name of its own: a bare ``client`` on
+    sys.path would shadow the test packages of that name."""
+    spec = importlib.util.spec_from_file_location("pipeline_sample_client", SAMPLES / "client.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_client = _sample_client()
+DIGIT_NAMES, digit_pngs = _client.DIGIT_NAMES, _client.digit_pngs
 
 
 @pytest.fixture(scope="module")
