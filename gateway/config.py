@@ -51,6 +51,17 @@ class BatchingConfig:
 
 
 @dataclass(frozen=True)
+class RemoteWorkersConfig:
+    """Workers on other hosts may join the service (``eas-gateway worker``)."""
+
+    # The secret a remote worker registers with and the gateway opens its connections
+    # with; never a client token (a client must not be able to receive other clients' calls).
+    token: str = ""
+    # A remote worker not heard from (registration, heartbeat) for this long is removed.
+    ttl_s: float = 6.0
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     name: str
     processor: str
@@ -74,6 +85,8 @@ class ServiceConfig:
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # None: only the gateway's own worker processes serve the service.
+    remote_workers: RemoteWorkersConfig | None = None
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -227,7 +240,7 @@ def parse_service(raw: Any, base: Path | None = None, where: str = "service") ->
 _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-    "config", "env", "stall_timeout_s",
+    "config", "env", "stall_timeout_s", "remote_workers",
 }  # fmt: skip
 
 
@@ -306,7 +319,9 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
     if processor == "queue" and async_:
         errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
-    lo_workers = 0 if processor == "queue" else 1
+    remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers", default=None)
+    # A queue service has no workers; one served by remote workers may have no local ones.
+    lo_workers = 0 if processor == "queue" or remote is not None else 1
     values = {
         "workers": errs.check(
             _int, raw.get("workers", 1), f"{where}.workers", lo=lo_workers, hi=64, default=1
@@ -336,8 +351,20 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         async_=async_,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
+        remote_workers=remote,
         **values,
     )
+
+
+def _remote_workers(raw: Any, where: str) -> RemoteWorkersConfig | None:
+    if raw is None:
+        return None
+    cfg = _coerce_dataclass(RemoteWorkersConfig, raw, where)
+    if len(cfg.token) < 16:
+        raise ConfigError(f"{where}.token: a secret of at least 16 characters is required")
+    if cfg.ttl_s <= 0:
+        raise ConfigError(f"{where}.ttl_s: must be > 0")
+    return cfg
 
 
 def _gateway(raw: Any) -> GatewayConfig:

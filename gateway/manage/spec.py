@@ -34,6 +34,8 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
             out["async"] = value
         elif key in ("batching", "queue"):
             out[key] = asdict(value)
+        elif key == "remote_workers":
+            out[key] = {**asdict(value), "token": REDACTED if redact else value.token}
         elif key == "env":
             out["env"] = dict.fromkeys(value, REDACTED) if redact else dict(value)
         elif key == "config":

@@ -103,6 +103,11 @@ class Worker:
     # Our end of the readiness pipe; closing it (or our death) tells the worker to exit.
     conn: Any = None
     task: asyncio.Task[None] | None = None
+    # A remote worker (gateway.workers.remote): its id, the host of its HTTP port, and when
+    # it last registered (monotonic). None for the gateway's own worker processes.
+    remote_id: str | None = None
+    http_host: str | None = None
+    seen_at: float = 0.0
 
 
 class Supervisor:
