@@ -14,10 +14,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gateway.config_sections import (
+    BatchingConfig,
+    ClusterServingConfig,
+    QueueConfig,
+    RemoteWorkersConfig,
+)
+from gateway.config_sections import check_queue_backend as _check_queue_backend
+from gateway.config_sections import cluster_serving as _cluster_serving
+from gateway.config_sections import coerce_dataclass as _coerce_dataclass
+from gateway.config_sections import coerce_partial as _coerce_partial
+from gateway.config_sections import remote_workers as _remote_workers
+from gateway.config_sections import with_queue_defaults as _with_queue_defaults
 from gateway.config_values import ConfigError, is_loopback
 from gateway.config_values import Errors as _Errors
 from gateway.config_values import as_bool as _bool
@@ -30,35 +42,6 @@ from gateway.config_values import expand as _expand
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
-
-
-@dataclass(frozen=True)
-class QueueConfig:
-    max_length: int = 100_000
-    max_payload_bytes: int = 8 * 1024 * 1024
-    # "always": fsync every commit batch (survives power loss);
-    # "normal": survives a gateway crash (kill -9), not power loss.
-    fsync: str = "normal"
-    max_window: int = 1024
-    heartbeat_s: float = 5.0
-    grace_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class BatchingConfig:
-    max_batch_size: int = 0  # 0: off
-    max_latency_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class RemoteWorkersConfig:
-    """Workers on other hosts may join the service (``eas-gateway worker``)."""
-
-    # The secret a remote worker registers with and the gateway opens its connections
-    # with; never a client token (a client must not be able to receive other clients' calls).
-    token: str = ""
-    # A remote worker not heard from (registration, heartbeat) for this long is removed.
-    ttl_s: float = 6.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +65,7 @@ class ServiceConfig:
     # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
     async_: bool = False
     queue: QueueConfig = field(default_factory=QueueConfig)
+    cluster_serving: ClusterServingConfig | None = None
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -136,6 +120,11 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
+    grpc_port: int = 0
+    # Where other gateways sharing a Redis queue store reach this one (default: host);
+    # required when host listens on every address.
+    advertise_host: str | None = None
 
     @property
     def advertised_worker_host(self) -> str:
@@ -178,41 +167,6 @@ class Config:
 # --- validation ----------------------------------------------------------------------
 
 
-def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
-    """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
-    out, errs = _coerce_partial(cls, raw, where)
-    errs.raise_any()
-    return out
-
-
-def _coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, _Errors]:
-    """The dataclass built from the keys that are right, and the errors of the others."""
-    errs = _Errors()
-    if raw is None:
-        return cls(), errs
-    if not isinstance(raw, dict):
-        errs.add(f"{where}: expected a mapping, got {type(raw).__name__}")
-        return cls(), errs
-    names = {f.name for f in fields(cls)}
-    errs.check(_check_keys, raw, names, where)
-    out: dict[str, Any] = {}
-    defaults = cls()
-    for key, value in raw.items():
-        if key not in names:
-            continue
-        w = f"{where}.{key}"
-        default = getattr(defaults, key)
-        if isinstance(default, bool):
-            out[key] = errs.check(_bool, value, w, default=default)
-        elif isinstance(default, int):
-            out[key] = errs.check(_int, value, w, lo=0, default=default)
-        elif isinstance(default, float):
-            out[key] = errs.check(_float, value, w, lo=0.0, default=default)
-        else:
-            out[key] = None if value is None else errs.check(_str, str(value), w, default=default)
-    return cls(**out), errs
-
-
 def _resolve_path(value: str, base: Path | None, where: str) -> str:
     p = Path(value)
     if p.is_absolute():
@@ -240,7 +194,7 @@ def parse_service(raw: Any, base: Path | None = None, where: str = "service") ->
 _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-    "config", "env", "stall_timeout_s", "remote_workers",
+    "config", "env", "stall_timeout_s", "remote_workers", "cluster_serving",
 }  # fmt: skip
 
 
@@ -248,7 +202,9 @@ def _model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where
     model = raw.get("model")
     if processor == "onnx":
         model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
-        _check_file(model, f"{where}.model")
+        # Served only by remote workers: the file is on their hosts, not necessarily here.
+        if not (raw.get("remote_workers") is not None and raw.get("workers") == 0):
+            _check_file(model, f"{where}.model")
     elif model is not None:
         model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
     return model
@@ -317,6 +273,16 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     cfg = errs.check(_mapping, raw.get("config"), f"{where}.config", default={})
     env = errs.check(_mapping, raw.get("env"), f"{where}.env", default={})
     async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
+    queue = errs.check(
+        _coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=QueueConfig()
+    )
+    errs.check(_check_queue_backend, queue, f"{where}.queue")
+    cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where, default=None)
+    if async_ and queue.backend != "sqlite":
+        errs.add(
+            f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+            "store (backend: sqlite); Redis holds plain queue services"
+        )
     if processor == "queue" and async_:
         errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
     remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers", default=None)
@@ -337,7 +303,6 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         "stall_timeout_s": errs.check(
             _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
         ),
-        "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
     }
     errs.raise_any()
     return ServiceConfig(
@@ -349,6 +314,8 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         entry=entry,
         request_format=request_format,
         async_=async_,
+        queue=queue,
+        cluster_serving=cluster_serving,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
         remote_workers=remote,
@@ -356,21 +323,12 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     )
 
 
-def _remote_workers(raw: Any, where: str) -> RemoteWorkersConfig | None:
-    if raw is None:
-        return None
-    cfg = _coerce_dataclass(RemoteWorkersConfig, raw, where)
-    if len(cfg.token) < 16:
-        raise ConfigError(f"{where}.token: a secret of at least 16 characters is required")
-    if cfg.ttl_s <= 0:
-        raise ConfigError(f"{where}.ttl_s: must be > 0")
-    return cfg
-
-
 def _gateway(raw: Any) -> GatewayConfig:
     gw, errs = _coerce_partial(GatewayConfig, _expand(raw, "gateway"), "gateway")
     if gw.port > 65535:
         errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         errs.add("gateway.log_format: must be 'text' or 'json'")
     if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
@@ -403,7 +361,11 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
     errs = _Errors()
-    errs.check(_check_keys, raw, {"gateway", "services", "admin"}, "config")
+    errs.check(_check_keys, raw, {"gateway", "services", "admin", "queue"}, "config")
+    try:
+        raw = _with_queue_defaults(raw)
+    except ConfigError as exc:
+        errs.add(str(exc))
     base = Path(source).resolve().parent if source else None
     gw = errs.check(_gateway, raw.get("gateway"), default=GatewayConfig())
     admin = errs.check(_admin, raw.get("admin"))
@@ -416,6 +378,15 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         for i, s in enumerate(services_raw)
     ]
     services = tuple(s for s in parsed if s is not None)
+    if (
+        gw.host in ("0.0.0.0", "::")
+        and not gw.advertise_host
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
+    ):
+        errs.add(
+            f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
+            "queues live in Redis: other gateways on the same Redis forward calls there"
+        )
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:

@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", "-c", required=True, help="services YAML file")
     s.add_argument("--host", help="listen address (overrides gateway.host)")
     s.add_argument("--port", type=int, help="listen port, 0 picks a free one (overrides gateway.port)")
+    s.add_argument("--grpc-port", type=int, help="V2 gRPC port, 0 for none (overrides gateway.grpc_port)")
     s.add_argument("--port-file", help="write 'host:port' here once ready (overrides gateway.port_file)")
     s.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="overrides gateway.log_level")
     s.add_argument("--log-format", choices=("text", "json"), help="overrides gateway.log_format")

@@ -137,6 +137,7 @@ def test_remote_workers_serve_survive_kills_and_leave_cleanly(
         assert r.status == 200
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(urllib.request.Request(direct, data=body), timeout=5)
+    info.value.close()
     assert info.value.code == 401
 
     # Under continuous load with retries on: kill -9 one worker, start a new one, stop the
@@ -193,8 +194,9 @@ def test_registration_needs_the_worker_token(gw: GatewayProcess, agents: list[Ag
         req = urllib.request.Request(url, data=reg, headers={"Authorization": token} if token else {})
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(req, timeout=5)
-        assert info.value.code == 401
-        assert json.loads(info.value.read())["code"] == "Unauthorized"
+        with info.value:
+            assert info.value.code == 401
+            assert json.loads(info.value.read())["code"] == "Unauthorized"
     # A worker started with a wrong token gives up with a clear message and joins nothing.
     bad = Agent(gw, tmp_path / "bad", token="wrong-worker-token-000000")
     agents.append(bad)
@@ -207,7 +209,8 @@ def test_registration_needs_the_worker_token(gw: GatewayProcess, agents: list[Ag
     )
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=5)
-    assert info.value.code == 400 and "ipc" in json.loads(info.value.read())["message"]
+    with info.value:
+        assert info.value.code == 400 and "ipc" in json.loads(info.value.read())["message"]
 
 
 def test_the_worker_refuses_a_connection_without_the_token(
