@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
+from gateway.manage.manager import MANAGER_KEY, ServiceManager
 from gateway.metrics import GatewayMetrics
 from gateway.middleware import gateway_middleware
 from gateway.state import (
@@ -28,6 +29,7 @@ from gateway.state import (
     STATE_KEY,
     GatewayState,
 )
+from gateway.versions import version_services
 from gateway.workers.ipc import WorkerRequest
 
 LINGERING_S = 2.0
@@ -39,6 +41,12 @@ QueueFactory = Callable[[Config], Any]
 def predict_services(config: Config) -> list[ServiceConfig]:
     """Services served by a worker pool (everything but plain queues; async ones too)."""
     return [s for s in config.services if s.processor != "queue"]
+
+
+def older_versions(config: Config) -> list[ServiceConfig]:
+    """The services behind the older model versions of versioned services, one pool each
+    (a service's own pool serves its latest version)."""
+    return [v for s in predict_services(config) for v in version_services(s).values() if v is not s]
 
 
 def queue_services(config: Config) -> list[ServiceConfig]:
@@ -92,29 +100,46 @@ def create_app(
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
-    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config)}
+    older = older_versions(config)
+    app[POOLS_KEY] = {
+        s.name: make_pool(s, gw) for s in [*predict_services(config), *older] if s.pipeline is None
+    }
+    pipelines: dict[str, Any] = {}
+    if any(s.pipeline is not None for s in config.services):
+        # Pipelines go after the pools they call, so they start after them and reach them.
+        from gateway.pipelines.backend import pipeline_backends
+        from gateway.pipelines.timings import StepTimings
+
+        timings = StepTimings(registry)
+        pipelines = pipeline_backends(list(config.services), gw, app[POOLS_KEY], make_pool, timings)
+        app[POOLS_KEY].update(pipelines)
     qm = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
     app[DATAPLANE_KEY] = DataPlane(
-        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
+        [*config.services, *older],
+        app[POOLS_KEY],
+        make_request=worker_request or WorkerRequest,
+        observer=metrics,
     )
+    for pipeline in pipelines.values():  # their model steps call other services through it
+        pipeline.attach(app[DATAPLANE_KEY])
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
-
-    from gateway.manage.manager import MANAGER_KEY, ServiceManager
 
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
     app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
 
-    from gateway.routes import admin, discovery, kserve, predict, repository, workers
+    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository, workers
 
     admin.setup(app)
+    openapi.setup(app)
     repository.setup(app)
     discovery.setup(app)
     workers.setup(app)
     predict.setup(app)
     kserve.setup(app)
+    paddle.setup(app)
     if cluster_serving:
         from gateway.routes import cluster_serving as cluster_serving_routes
 
@@ -172,6 +197,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     yield
     app[STATE_KEY].shutting_down = True
     # Pools drain in parallel; the queue store closes last (async services feed it).
-    await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in started), return_exceptions=True)
+    # The pools served now (services changed at run time included) and any the service
+    # manager is still starting or draining; stopping one twice is harmless.
+    current = {id(p): p for p in (*started, *pools.values(), *app[MANAGER_KEY].pools)}
+    await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in current.values()), return_exceptions=True)
     if qm is not None:
         await qm.stop()

@@ -18,30 +18,78 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.config_sections import (
-    BatchingConfig,
-    ClusterServingConfig,
-    QueueConfig,
-    RemoteWorkersConfig,
-)
-from gateway.config_sections import check_queue_backend as _check_queue_backend
-from gateway.config_sections import cluster_serving as _cluster_serving
-from gateway.config_sections import coerce_dataclass as _coerce_dataclass
-from gateway.config_sections import coerce_partial as _coerce_partial
-from gateway.config_sections import remote_workers as _remote_workers
-from gateway.config_sections import with_queue_defaults as _with_queue_defaults
-from gateway.config_values import ConfigError, is_loopback
+from gateway.config_values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
 from gateway.config_values import Errors as _Errors
 from gateway.config_values import as_bool as _bool
+from gateway.config_values import as_choice as _choice
+from gateway.config_values import as_env as _env
 from gateway.config_values import as_float as _float
 from gateway.config_values import as_int as _int
+from gateway.config_values import as_mapping as _mapping
+from gateway.config_values import as_providers as _providers
 from gateway.config_values import as_str as _str
+from gateway.config_values import as_tokens as _tokens
+from gateway.config_values import as_versions as _versions
 from gateway.config_values import check_keys as _check_keys
+from gateway.config_values import check_model_dirs as check_model_dirs
+from gateway.config_values import check_queue_backend as _check_queue_backend
+from gateway.config_values import coerce_dataclass as _coerce_dataclass
+from gateway.config_values import coerce_partial as _coerce_partial
+from gateway.config_values import entry_path as _entry
 from gateway.config_values import expand as _expand
+from gateway.config_values import model_path as _model_path
+from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
 
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-PROCESSORS = ("onnx", "python", "queue")
+PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    max_length: int = 100_000
+    max_payload_bytes: int = 8 * 1024 * 1024
+    # "always": fsync every commit batch (survives power loss);
+    # "normal": survives a gateway crash (kill -9), not power loss.
+    fsync: str = "normal"
+    max_window: int = 1024
+    heartbeat_s: float = 5.0
+    grace_s: float = 0.0
+    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
+    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
+    backend: str = "sqlite"
+    # Several gateways on one Redis: the one holding the store's lease serves its queues;
+    # when it stops renewing (killed, cut off) another takes over after this long.
+    owner_lease_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterServingConfig:
+    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
+    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
+
+    redis: str = ""  # redis://host:port/db
+    stream: str = "serving_stream"  # the clients' ``name``
+    group: str = "serving"  # the consumer group every gateway reads the stream with
+    max_batch: int = 32  # records read (and inferred) at once
+    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    max_batch_size: int = 0  # 0: off
+    max_latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RemoteWorkersConfig:
+    """Workers on other hosts may join the service (``eas-gateway worker``)."""
+
+    # The secret a remote worker registers with and the gateway opens its connections
+    # with; never a client token (a client must not be able to receive other clients' calls).
+    token: str = ""
+    # A remote worker not heard from (registration, heartbeat) for this long is removed.
+    ttl_s: float = 6.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +105,9 @@ class ServiceConfig:
     max_pending: int = 64
     timeout_ms: int = 5000
     intra_op_threads: int = 1
+    # ONNX Runtime: the execution providers to try, in order, and threads between operators.
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    inter_op_threads: int = 1
     request_format: str = "auto"
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # A worker whose compute thread has spent longer than this on one run while other
@@ -69,12 +120,23 @@ class ServiceConfig:
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # Names passed through from the gateway's environment (``env: {NAME: null}`` or a list of
+    # names); a worker has no other variable of the gateway's but the basics (process.py).
+    env_pass: tuple[str, ...] = ()
+    # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
+    versions: tuple[tuple[str, str], ...] = ()
+    pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
     # None: only the gateway's own worker processes serve the service.
     remote_workers: RemoteWorkersConfig | None = None
 
     @property
     def tokens(self) -> tuple[str, ...]:
         return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    @property
+    def version_names(self) -> tuple[str, ...]:
+        """The model versions served, ascending; the last is the latest (the default)."""
+        return tuple(v for v, _ in self.versions) or ("1",)
 
     def __repr__(self) -> str:  # never show tokens
         return (
@@ -125,6 +187,8 @@ class GatewayConfig:
     # Where other gateways sharing a Redis queue store reach this one (default: host);
     # required when host listens on every address.
     advertise_host: str | None = None
+    # Folders model and entry files must be in (after resolving links); empty: anywhere.
+    model_dirs: tuple[str, ...] = ()
 
     @property
     def advertised_worker_host(self) -> str:
@@ -167,24 +231,6 @@ class Config:
 # --- validation ----------------------------------------------------------------------
 
 
-def _resolve_path(value: str, base: Path | None, where: str) -> str:
-    p = Path(value)
-    if p.is_absolute():
-        return str(p)
-    if p.exists() or base is None:
-        return str(p.resolve())
-    alt = base / p
-    return str(alt.resolve() if alt.exists() else p.resolve())
-
-
-def _check_file(path: str, where: str) -> None:
-    """A missing model or entry file is a config error (exit 2) rather than a worker that
-    never loads (the service answering 503 with the reason only in the log)."""
-    if not Path(path).is_file():
-        what = "not a file" if Path(path).exists() else "file not found"
-        raise ConfigError(f"{where}: {what}: {path}")
-
-
 def parse_service(raw: Any, base: Path | None = None, where: str = "service") -> ServiceConfig:
     """One service description (a ``services:`` entry of the config file, or the admin API's
     body) -> a validated ServiceConfig; relative paths resolve against ``base`` too."""
@@ -194,57 +240,9 @@ def parse_service(raw: Any, base: Path | None = None, where: str = "service") ->
 _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-    "config", "env", "stall_timeout_s", "remote_workers", "cluster_serving",
+    "config", "env", "stall_timeout_s", "providers", "inter_op_threads", "cluster_serving", "versions",
+    "pipeline", "remote_workers",
 }  # fmt: skip
-
-
-def _model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
-    model = raw.get("model")
-    if processor == "onnx":
-        model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
-        # Served only by remote workers: the file is on their hosts, not necessarily here.
-        if not (raw.get("remote_workers") is not None and raw.get("workers") == 0):
-            _check_file(model, f"{where}.model")
-    elif model is not None:
-        model = _resolve_path(_str(model, f"{where}.model"), base, f"{where}.model")
-    return model
-
-
-def _entry(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
-    entry = raw.get("entry")
-    if processor != "python":
-        return entry if entry is None else str(entry)
-    entry = _str(entry, f"{where}.entry")
-    if ":" not in entry:
-        raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
-    target, _, cls_name = entry.rpartition(":")
-    if target.endswith(".py"):
-        target = _resolve_path(target, base, f"{where}.entry")
-        _check_file(target, f"{where}.entry")
-    return f"{target}:{cls_name}"
-
-
-def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
-    if value not in choices:
-        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
-    return str(value)
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping")
-    return value
-
-
-def _tokens(value: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list of strings")
-    errs = _Errors()
-    out = tuple(errs.check(_str, str(t), f"{where}[{j}]", default="") for j, t in enumerate(value))
-    errs.raise_any()
-    return out
 
 
 def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> ServiceConfig:
@@ -265,27 +263,23 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     if token is not None:
         token = errs.check(_str, str(token), f"{where}.token")
     extra_tokens = errs.check(_tokens, raw.get("tokens") or [], f"{where}.tokens", default=())
-    model = errs.check(_model_path, raw, processor, base, where)
+    versions = errs.check(
+        _versions, raw.get("versions"), processor, raw.get("model"), base, where, default=()
+    )
+    if versions:
+        model: str | None = versions[-1][1]
+    else:
+        model = errs.check(_model_path, raw, processor, base, where)
     entry = errs.check(_entry, raw, processor, base, where)
     request_format = errs.check(
         _choice, raw.get("request_format", "auto"), REQUEST_FORMATS, f"{where}.request_format", default="auto"
     )
     cfg = errs.check(_mapping, raw.get("config"), f"{where}.config", default={})
-    env = errs.check(_mapping, raw.get("env"), f"{where}.env", default={})
+    env, env_pass = errs.check(_env, raw.get("env"), f"{where}.env", default=({}, ()))
     async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
-    queue = errs.check(
-        _coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=QueueConfig()
-    )
-    errs.check(_check_queue_backend, queue, f"{where}.queue")
-    cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where, default=None)
-    if async_ and queue.backend != "sqlite":
-        errs.add(
-            f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
-            "store (backend: sqlite); Redis holds plain queue services"
-        )
     if processor == "queue" and async_:
         errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
-    remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers", default=None)
+    remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers")
     # A queue service has no workers; one served by remote workers may have no local ones.
     lo_workers = 0 if processor == "queue" or remote is not None else 1
     values = {
@@ -297,13 +291,30 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         "intra_op_threads": errs.check(
             _int, raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64, default=1
         ),
+        "inter_op_threads": errs.check(
+            _int, raw.get("inter_op_threads", 1), f"{where}.inter_op_threads", lo=1, hi=64, default=1
+        ),
+        "providers": errs.check(
+            _providers, raw.get("providers", ["CPUExecutionProvider"]), f"{where}.providers", default=()
+        ),
         "batching": errs.check(
             _coerce_dataclass, BatchingConfig, raw.get("batching"), f"{where}.batching", default=None
         ),
         "stall_timeout_s": errs.check(
             _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
         ),
+        "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
     }
+    queue = values["queue"]
+    if queue is not None:
+        errs.check(_check_queue_backend, queue, f"{where}.queue")
+        if async_ and queue.backend != "sqlite":
+            errs.add(
+                f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+                "store (backend: sqlite); Redis holds plain queue services"
+            )
+    cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
+    pipeline = errs.check(pipeline_of, raw, processor, where, base)
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -314,13 +325,57 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         entry=entry,
         request_format=request_format,
         async_=async_,
-        queue=queue,
-        cluster_serving=cluster_serving,
         config=dict(cfg),
-        env={str(k): str(v) for k, v in env.items()},
+        env=env,
+        env_pass=env_pass,
+        cluster_serving=cluster_serving,
+        versions=versions,
+        pipeline=pipeline,
         remote_workers=remote,
         **values,
     )
+
+
+def _remote_workers(raw: Any, where: str) -> RemoteWorkersConfig | None:
+    if raw is None:
+        return None
+    cfg: RemoteWorkersConfig = _coerce_dataclass(RemoteWorkersConfig, raw, where)
+    if len(cfg.token) < 16:
+        raise ConfigError(f"{where}.token: a secret of at least 16 characters is required")
+    if cfg.ttl_s <= 0:
+        raise ConfigError(f"{where}.ttl_s: must be > 0")
+    return cfg
+
+
+def _cluster_serving(raw: Any, processor: str, where: str) -> ClusterServingConfig | None:
+    if raw is None:
+        return None
+    cs: ClusterServingConfig = _coerce_dataclass(ClusterServingConfig, raw, f"{where}.cluster_serving")
+    if not cs.redis.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+    if processor == "queue":
+        raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+    if cs.max_batch < 1:
+        raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    return cs
+
+
+def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The top-level ``queue:`` mapping holds defaults for every service's ``queue:``
+    (a service's own keys win), e.g. one Redis backend for all queues."""
+    defaults = raw.get("queue")
+    if defaults is None:
+        return raw
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"queue: expected a mapping, got {type(defaults).__name__}")
+    _coerce_dataclass(QueueConfig, defaults, "queue")  # names the bad key at its own place
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return raw
+    merged = [
+        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    ]
+    return {**raw, "services": merged}
 
 
 def _gateway(raw: Any) -> GatewayConfig:
@@ -362,10 +417,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
     errs = _Errors()
     errs.check(_check_keys, raw, {"gateway", "services", "admin", "queue"}, "config")
-    try:
-        raw = _with_queue_defaults(raw)
-    except ConfigError as exc:
-        errs.add(str(exc))
+    raw = errs.check(_with_queue_defaults, raw, default=raw)
     base = Path(source).resolve().parent if source else None
     gw = errs.check(_gateway, raw.get("gateway"), default=GatewayConfig())
     admin = errs.check(_admin, raw.get("admin"))
@@ -377,6 +429,9 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         errs.check(_service, errs.check(_expand, s, f"services[{i}]"), i, base)
         for i, s in enumerate(services_raw)
     ]
+    for i, svc in enumerate(parsed):
+        if svc is not None:
+            errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")
     services = tuple(s for s in parsed if s is not None)
     if (
         gw.host in ("0.0.0.0", "::")
@@ -392,6 +447,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         if svc.name in seen:
             errs.add(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
+    errs.check(check_pipelines, services)
     errs.raise_any()
     return apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
 

@@ -7,13 +7,13 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
+from gateway.config_files import ConfigError, check_file, resolve_path
+
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(ValueError):
-    """A config value is missing or wrong; the message names the field."""
 
 
 class ConfigErrors(ConfigError):
@@ -122,7 +122,213 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROVIDER_RE = re.compile(r"^[A-Za-z]+ExecutionProvider$")
+
+
+def as_strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of strings")
+    return tuple(as_str(str(v), f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def as_choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def as_mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    return value
+
+
+def as_env(value: Any, where: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``env:`` as (values to set, names passed through from the gateway's environment):
+    a mapping (a null value passes the name through) or a list of names."""
+    if value is None:
+        return {}, ()
+    pairs = [(n, None) for n in value] if isinstance(value, list) else list(as_mapping(value, where).items())
+    errs = Errors()
+    values: dict[str, str] = {}
+    names: list[str] = []
+    for name, v in pairs:
+        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+            errs.add(f"{where}: {name!r} is not an environment variable name")
+        elif v is None:
+            names.append(name)
+        else:
+            values[name] = str(v)
+    errs.raise_any()
+    return values, tuple(names)
+
+
+def as_providers(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: expected a list such as [CUDAExecutionProvider, CPUExecutionProvider]")
+    bad = [p for p in value if not isinstance(p, str) or not _PROVIDER_RE.match(p)]
+    if bad:
+        raise ConfigError(f"{where}: {bad[0]!r} is not an ONNX Runtime execution provider name")
+    return tuple(value)
+
+
+def as_tokens(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of strings")
+    errs = Errors()
+    out = tuple(errs.check(as_str, str(t), f"{where}[{j}]", default="") for j, t in enumerate(value))
+    errs.raise_any()
+    return out
+
+
+QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def as_versions(
+    raw: Any, kind: str, model: Any, base: Path | None, where: str
+) -> tuple[tuple[str, str], ...]:
+    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+    if raw is None:
+        return ()
+    w = f"{where}.versions"
+    if kind != "onnx":
+        raise ConfigError(f"{w}: only an onnx service has model versions")
+    if model is not None:
+        raise ConfigError(f"{w}: give either model or versions, not both")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{w}: expected a mapping of version numbers to model files")
+    out: dict[int, str] = {}
+    for key, path in raw.items():
+        number = as_int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
+        if number in out:
+            raise ConfigError(f"{w}: version {number} given twice")
+        resolved = resolve_path(as_str(path, f"{w}.{key}"), base, f"{w}.{key}")
+        check_file(resolved, f"{w}.{key}")
+        out[number] = resolved
+    return tuple((str(n), out[n]) for n in sorted(out))
+
+
+def check_queue_backend(cfg: Any, where: str) -> None:
+    if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(
+            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)}), "
+            f"got {cfg.backend!r}"
+        )
+
+
+def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str) -> None:
+    """Refuse a model or entry file outside the configured model directories (links and
+    ``..`` resolved first, so neither can lead out of them)."""
+    if not dirs:
+        return
+    roots = [Path(d).resolve() for d in dirs]
+    files = [("model", svc.model)]
+    if svc.entry and svc.entry.rpartition(":")[0].endswith(".py"):
+        files.append(("entry", svc.entry.rpartition(":")[0]))
+    errs = Errors()
+    for key, path in files:
+        if path is None:
+            continue
+        real = Path(path).resolve()
+        if not any(real.is_relative_to(root) for root in roots):
+            errs.add(
+                f"{where}.{key}: {Path(path).name} is outside the model directories "
+                f"(gateway.model_dirs: {', '.join(str(r) for r in roots)})"
+            )
+    errs.raise_any()
+
+
+def coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
+    """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
+    out, errs = coerce_partial(cls, raw, where)
+    errs.raise_any()
+    return out
+
+
+def coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, Errors]:
+    """The dataclass built from the keys that are right, and the errors of the others."""
+    errs = Errors()
+    if raw is None:
+        return cls(), errs
+    if not isinstance(raw, dict):
+        errs.add(f"{where}: expected a mapping, got {type(raw).__name__}")
+        return cls(), errs
+    names = {f.name for f in fields(cls)}
+    errs.check(check_keys, raw, names, where)
+    out: dict[str, Any] = {}
+    defaults = cls()
+    for key, value in raw.items():
+        if key not in names:
+            continue
+        w = f"{where}.{key}"
+        default = getattr(defaults, key)
+        if isinstance(default, bool):
+            out[key] = errs.check(as_bool, value, w, default=default)
+        elif isinstance(default, int):
+            out[key] = errs.check(as_int, value, w, lo=0, default=default)
+        elif isinstance(default, float):
+            out[key] = errs.check(as_float, value, w, lo=0.0, default=default)
+        elif isinstance(default, tuple):
+            out[key] = errs.check(as_strings, value, w, default=default)
+        else:
+            out[key] = None if value is None else errs.check(as_str, str(value), w, default=default)
+    return cls(**out), errs
+
+
+def model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
+    model = raw.get("model")
+    if processor == "onnx":
+        model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
+        # Served only by remote workers: the file is on their hosts, not necessarily here.
+        if not (raw.get("remote_workers") is not None and raw.get("workers") == 0):
+            check_file(model, f"{where}.model")
+    elif model is not None:
+        model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
+    return model
+
+
+def entry_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
+    entry = raw.get("entry")
+    if processor != "python":
+        return entry if entry is None else str(entry)
+    entry = as_str(entry, f"{where}.entry")
+    if ":" not in entry:
+        raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
+    target, _, cls_name = entry.rpartition(":")
+    if target.endswith(".py"):
+        target = resolve_path(target, base, f"{where}.entry")
+        check_file(target, f"{where}.entry")
+    return f"{target}:{cls_name}"
+
+
 __all__ = [
-    "ConfigError", "ConfigErrors", "Errors", "as_bool", "as_float", "as_int", "as_str", "check_keys",
-    "expand", "is_loopback",
+    "QUEUE_BACKEND_SCHEMES",
+    "ConfigError",
+    "ConfigErrors",
+    "Errors",
+    "as_bool",
+    "as_choice",
+    "as_env",
+    "as_float",
+    "as_int",
+    "as_mapping",
+    "as_providers",
+    "as_str",
+    "as_strings",
+    "as_tokens",
+    "as_versions",
+    "check_file",
+    "check_keys",
+    "check_model_dirs",
+    "check_queue_backend",
+    "coerce_dataclass",
+    "coerce_partial",
+    "entry_path",
+    "expand",
+    "is_loopback",
+    "model_path",
+    "resolve_path",
 ]  # fmt: skip

@@ -158,6 +158,23 @@ class DataPlane:
                 "call it with a PredictClient, not a QueueClient"
             )
 
+    @staticmethod
+    def refuse_predict_call(svc: ServiceConfig, headers: Mapping[str, str], method: str, queue: str) -> None:
+        """A PredictClient pointed at a plain queue: 400 saying so, before anything is stored.
+        Its calls carry the deadline it waits for an answer (``X-Eas-Deadline-Ms``), which a
+        queue put never gives, and no queue identity header."""
+        if (
+            svc.processor == "queue"
+            and queue == svc.name
+            and method == "POST"
+            and HEADER_DEADLINE_MS in headers
+            and HEADER_QUEUE_UID not in headers
+        ):
+            raise errors.WrongServiceKind(
+                f"service {svc.name!r} is a queue, not a predict service: put records with a "
+                "QueueClient and read the results from its consumers, not with a PredictClient"
+            )
+
     # ------------------------------------------------------------------ authenticate
     def refused_early(self, svc: ServiceConfig, headers: Mapping[str, str], key: str = "") -> bool:
         """True when a call to ``svc`` fails authentication whatever its body holds, so it can

@@ -28,7 +28,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the gateway")
-    s.add_argument("--config", "-c", required=True, help="services YAML file")
+    what = s.add_mutually_exclusive_group(required=True)
+    what.add_argument("--config", "-c", help="services YAML file")
+    what.add_argument("--model", action="append", help="serve this .onnx file (repeat for several)")
+    what.add_argument("--model-repository", help="serve every model in this folder (Triton layout)")
+    s.add_argument("--name", action="append", help="service name of the --model at the same place")
+    s.add_argument("--workers", type=int, help="workers per service (--model, --model-repository)")
+    s.add_argument("--token", help="token every service asks for (--model, --model-repository)")
+    s.add_argument("--poll", type=float, help="rescan the --model-repository every SECONDS")
     s.add_argument("--host", help="listen address (overrides gateway.host)")
     s.add_argument("--port", type=int, help="listen port, 0 picks a free one (overrides gateway.port)")
     s.add_argument("--grpc-port", type=int, help="V2 gRPC port, 0 for none (overrides gateway.grpc_port)")
@@ -68,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup_logging(cfg.gateway.log_level, cfg.gateway.log_format)
     try:
-        return _run(serve(cfg))
+        return _run(serve(cfg, None if args.config else args))
     except ConfigError as exc:  # raised while building pools/queues
         print(f"eas-gateway: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -40,7 +40,16 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def build_config(args: argparse.Namespace) -> Config:
-    cfg = load_config(args.config)
+    if args.config:
+        if args.name or args.workers is not None or args.token or args.poll is not None:
+            raise ConfigError("--name, --workers, --token and --poll go with --model or --model-repository")
+        cfg = load_config(args.config)
+    else:
+        from gateway.cli.quick import quick_config
+
+        if args.poll is not None and (not args.model_repository or args.poll <= 0):
+            raise ConfigError("--poll: a number of seconds above 0, with --model-repository")
+        cfg = quick_config(args)
     changes: dict[str, Any] = {}
     if args.host is not None:
         changes["host"] = args.host
@@ -96,14 +105,16 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def serve(cfg: Config) -> int:
+async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
+    """Run until SIGTERM/SIGINT. ``quick``: the arguments of ``--model`` or
+    ``--model-repository`` (how to call the services is printed once ready)."""
     from aiohttp import web
 
     from gateway.app import create_app
     from gateway.manage.api import admin_url, start_admin
     from gateway.manage.store import ManagedStore
     from gateway.server import GatewayRunner, bound_port
-    from gateway.state import POOLS_KEY, QUEUES_KEY, STATE_KEY
+    from gateway.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
     gw = cfg.gateway
     loop = asyncio.get_running_loop()
@@ -132,7 +143,13 @@ async def serve(cfg: Config) -> int:
         loop.add_signal_handler(sig, on_signal, sig.name)
     if cfg.source is not None:
         app[STATE_KEY].reload = reloader(app, cfg)
-        loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
+    elif quick is not None and quick.model_repository:
+        from gateway.cli.quick import repository_reloader
+
+        app[STATE_KEY].reload = repository_reloader(app, Path(quick.model_repository), quick)
+    # Never the default action (which ends the process, mid-request).
+    loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
+    poller: asyncio.Task[None] | None = None
     runner = GatewayRunner(app)
     admin_runner: web.AppRunner | None = None
     try:
@@ -189,6 +206,13 @@ async def serve(cfg: Config) -> int:
                     reason = getattr(pool, "not_ready_reason", lambda: None)() or "it has no ready worker"
                     log.warning("service %s is not ready after %.1f s: %s", name, took, reason)
             print(f"gateway listening on {url}", flush=True)
+            if quick is not None:
+                from gateway.cli.quick import poll_repository, usage
+
+                metadata = {n: p.metadata for n, p in app[POOLS_KEY].items()}
+                print(usage(url, app[CONFIG_KEY], metadata), flush=True)
+                if quick.poll:
+                    poller = asyncio.create_task(poll_repository(app, quick.poll))
             if gw.port_file:
                 write_port_file(gw.port_file, gw.host, port)
             log.info("ready")
@@ -202,6 +226,9 @@ async def serve(cfg: Config) -> int:
                 await asyncio.wait_for(again.wait(), gw.drain_delay_s)
     finally:
         app[STATE_KEY].shutting_down = True
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
         if admin_runner is not None:
             await admin_runner.cleanup()
         # Closes the listener, lets in-flight requests finish, then stops pools/queues.
@@ -242,6 +269,9 @@ def on_sighup(app: Any) -> None:
     from gateway.state import STATE_KEY
 
     reload = app[STATE_KEY].reload
+    if reload is None:
+        log.info("SIGHUP received: nothing to reload (no config file or model repository)")
+        return
 
     async def run() -> None:
         log.info("SIGHUP received: reloading the config file")

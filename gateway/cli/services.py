@@ -27,9 +27,12 @@ class AdminError(Exception):
 
 
 def add_parsers(sub: Any) -> None:
+    # Accepted before and after the operation; SUPPRESS: an option given at one level is not
+    # overwritten by the other level's default.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--admin", help=f"admin API URL (default: $EAS_ADMIN_URL or {DEFAULT_ADMIN})")
-    common.add_argument("--token", help="admin token (default: $EAS_ADMIN_TOKEN)")
+    admin_help = f"admin API URL (default: $EAS_ADMIN_URL or {DEFAULT_ADMIN})"
+    common.add_argument("--admin", default=argparse.SUPPRESS, help=admin_help)
+    common.add_argument("--token", default=argparse.SUPPRESS, help="admin token (default: $EAS_ADMIN_TOKEN)")
     s = sub.add_parser("services", help="manage a running gateway's services", parents=[common])
     ops = s.add_subparsers(dest="op", required=True)
     ops.add_parser("list", help="services and their state", parents=[common])
@@ -176,8 +179,8 @@ def _execute(args: argparse.Namespace, admin: Admin) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    url = args.admin or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
-    token = args.token or os.environ.get("EAS_ADMIN_TOKEN") or None
+    url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
+    token = getattr(args, "token", None) or os.environ.get("EAS_ADMIN_TOKEN") or None
     try:
         _execute(args, Admin(url, token))
     except (AdminError, OSError) as exc:

@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway import errors
-from gateway.config import Config, ConfigError, ServiceConfig
+from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
 from gateway.manage.spec import IN_PLACE_FIELDS, changed_fields, parse_spec, spec_of
 from gateway.manage.store import ManagedStore
 from gateway.state import (
@@ -41,6 +41,7 @@ from gateway.state import (
     STATE_KEY,
     service_ready,
 )
+from gateway.versions import version_services
 
 log = logging.getLogger("gateway.manage")
 
@@ -57,6 +58,9 @@ class ServiceManager:
         self.lock = asyncio.Lock()
         # Models unloaded through the Triton repository API, kept to be loaded again.
         self.unloaded: dict[str, ServiceConfig] = {}
+        # Every pool this manager started and has not stopped yet (published or still
+        # starting beside an old version): the application stops them all at shutdown.
+        self.pools: list[Any] = []
 
     # ------------------------------------------------------------------ reading
     @property
@@ -84,11 +88,13 @@ class ServiceManager:
             out["workers"] = pool.snapshot()
             out["restarts"] = pool.restarts_total
             out["in_flight"] = pool.pending
+            # Calls waiting behind the one each worker runs.
+            out["queue_depth"] = sum(max(0, w["outstanding"] - 1) for w in out["workers"])
         qm = app[QUEUES_KEY]
         if qm is not None and (svc.processor == "queue" or svc.async_):
-            queues = qm.snapshot().get("queues", {})
-            depth = queues.get(name, {})
-            out["queue_depth"] = depth.get("length", depth.get("depth")) if isinstance(depth, dict) else None
+            queue = qm.snapshot().get("queues", {}).get(name)
+            if isinstance(queue, dict):
+                out["queue_depth"] = queue.get("length")  # records waiting in the input queue
         count, seconds = app[METRICS_KEY].totals(name)
         out["requests"] = count
         out["latency_sum_s"] = round(seconds, 6)
@@ -99,7 +105,7 @@ class ServiceManager:
 
     # ------------------------------------------------------------------ changes (API)
     async def create(self, raw: Any) -> dict[str, Any]:
-        svc = _parse(raw)
+        svc = _parse(raw, self.config.gateway.model_dirs)
         async with self.lock:
             if svc.name in self.app[DATAPLANE_KEY].services:
                 raise errors.Conflict(f"service {svc.name!r} already exists; update it instead")
@@ -108,7 +114,7 @@ class ServiceManager:
         return self.describe(svc.name)
 
     async def update(self, name: str, raw: Any) -> dict[str, Any]:
-        svc = _parse(raw)
+        svc = _parse(raw, self.config.gateway.model_dirs)
         if svc.name != name:
             raise errors.BadRequest(f"the description names service {svc.name!r}, not {name!r}")
         async with self.lock:
@@ -199,22 +205,36 @@ class ServiceManager:
             self.store.load()
         return self.store
 
-    async def _create(self, svc: ServiceConfig) -> None:
+    async def _start(self, svc: ServiceConfig) -> Any:
         pool = self.make_pool(svc, self.config.gateway)
+        self.pools.append(pool)
         await pool.start()
-        self._publish(svc, pool)
+        return pool
+
+    async def _stop(self, pool: Any, drain_timeout: float) -> None:
+        await pool.stop(drain_timeout)
+        if pool in self.pools:
+            self.pools.remove(pool)
+
+    async def _start_all(self, svc: ServiceConfig) -> dict[str, Any]:
+        """Pools for the service and for each of its older model versions (gateway.versions)."""
+        return {s.name: await self._start(s) for s in (svc, *_older(svc))}
+
+    async def _create(self, svc: ServiceConfig) -> None:
+        pools = await self._start_all(svc)
+        self._publish(svc, pools)
         log.info("service %s created (%d worker(s))", svc.name, svc.workers)
         # Bounded: a model that does not load is reported by the service's state, not here.
-        await pool.wait_ready(self.config.gateway.worker_start_timeout_s)
+        await pools[svc.name].wait_ready(self.config.gateway.worker_start_timeout_s)
 
     async def _update(self, old: ServiceConfig, new: ServiceConfig) -> None:
         changed = changed_fields(old, new)
         if not changed:
             return
-        if changed <= IN_PLACE_FIELDS:
+        if changed <= IN_PLACE_FIELDS and not old.versions and not new.versions:
             pool = self.app[POOLS_KEY][old.name]
             pool.service = new  # the pending limit and the pool's view of the service
-            self._publish(new, pool)
+            self._publish(new, {new.name: pool})
             if "workers" in changed:
                 t0 = time.monotonic()
                 await pool.scale(new.workers, self.config.gateway.shutdown_timeout_s)
@@ -230,33 +250,36 @@ class ServiceManager:
     async def _roll(self, old: ServiceConfig, new: ServiceConfig) -> None:
         gw = self.config.gateway
         t0 = time.monotonic()
-        pool = self.make_pool(new, gw)
-        await pool.start()
-        if not await pool.wait_all_ready(gw.worker_start_timeout_s):
-            reason = pool.not_ready_reason() or f"not ready within {gw.worker_start_timeout_s:g} s"
-            await pool.stop(0.0)
-            log.error(
-                "service %s: the new version did not start (%s); the running one stays", new.name, reason
-            )
-            raise errors.RolloutFailed(
-                f"the new version of service {new.name} did not start: {reason}; the running one serves on"
-            )
-        previous = self.app[POOLS_KEY].get(old.name)
-        self._publish(new, pool)
-        if previous is not None:
-            await previous.stop(gw.shutdown_timeout_s)  # drains: calls already sent finish there
+        pools = await self._start_all(new)
+        for pool in pools.values():
+            if not await pool.wait_all_ready(gw.worker_start_timeout_s):
+                reason = pool.not_ready_reason() or f"not ready within {gw.worker_start_timeout_s:g} s"
+                await asyncio.gather(*(self._stop(p, 0.0) for p in pools.values()))
+                raise _rollout_failed(new.name, reason)
+        previous = self._unpublish_older(old)
+        previous.append(self.app[POOLS_KEY].get(old.name))
+        self._publish(new, pools)
+        # The old pools drain: calls already sent finish there.
+        await asyncio.gather(*(self._stop(p, gw.shutdown_timeout_s) for p in previous if p is not None))
         log.info("service %s rolled to its new version in %.1f s", new.name, time.monotonic() - t0)
 
     async def _delete(self, name: str) -> None:
-        pool = self.app[POOLS_KEY].get(name)
+        old = self.app[DATAPLANE_KEY].services.get(name)
+        pools = self._unpublish_older(old) if old is not None else []
+        pools.append(self.app[POOLS_KEY].get(name))
         self._unpublish(name)
-        if pool is not None:
-            await pool.stop(self.config.gateway.shutdown_timeout_s)
+        gw = self.config.gateway
+        await asyncio.gather(*(self._stop(p, gw.shutdown_timeout_s) for p in pools if p is not None))
         log.info("service %s deleted", name)
 
-    def _publish(self, svc: ServiceConfig, pool: Any) -> None:
+    def _publish(self, svc: ServiceConfig, pools: dict[str, Any]) -> None:
+        """Serve ``svc`` (and its older versions, reachable only through the V2 version routes)
+        from ``pools``; one synchronous step, so a call sees the old set or the new one."""
         app = self.app
-        app[POOLS_KEY][svc.name] = pool
+        for older in _older(svc):
+            app[POOLS_KEY][older.name] = pools[older.name]
+            app[DATAPLANE_KEY].set_service(older)
+        app[POOLS_KEY][svc.name] = pools[svc.name]
         app[DATAPLANE_KEY].set_service(svc)
         app[METRICS_KEY].add_service(svc.name)
         services = [s for s in self.config.services if s.name != svc.name]
@@ -264,6 +287,14 @@ class ServiceManager:
         services.insert(index, svc)
         self.config.set_services(tuple(services))
         self._changed()
+
+    def _unpublish_older(self, svc: ServiceConfig) -> list[Any]:
+        """Stop serving the older versions of ``svc``; -> their pools, to be stopped."""
+        out = []
+        for older in _older(svc):
+            self.app[DATAPLANE_KEY].remove_service(older.name)
+            out.append(self.app[POOLS_KEY].pop(older.name, None))
+        return out
 
     def _unpublish(self, name: str) -> None:
         app = self.app
@@ -277,11 +308,25 @@ class ServiceManager:
             callback()
 
 
-def _parse(raw: Any) -> ServiceConfig:
+def _rollout_failed(name: str, reason: str) -> errors.RolloutFailed:
+    log.error("service %s: the new version did not start (%s); the old one serves on", name, reason)
+    return errors.RolloutFailed(
+        f"the new version of service {name} did not start: {reason}; the running one serves on"
+    )
+
+
+def _older(svc: ServiceConfig) -> list[ServiceConfig]:
+    """The services behind the older model versions of ``svc`` (none without versions)."""
+    return [v for v in version_services(svc).values() if v is not svc]
+
+
+def _parse(raw: Any, dirs: tuple[str, ...]) -> ServiceConfig:
     try:
-        return parse_spec(raw)
+        svc = parse_spec(raw)
+        check_model_dirs(svc, dirs, f"service ({svc.name})")
     except ConfigError as exc:
         raise errors.BadRequest(str(exc)) from None
+    return svc
 
 
 def _refuse_queue(svc: ServiceConfig) -> None:

@@ -24,7 +24,7 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
         if key in ("name", "processor"):
             continue
         value = getattr(svc, key)
-        if value == getattr(defaults, key):
+        if value == getattr(defaults, key) or (key == "model" and svc.versions):
             continue
         if key == "token":
             out["token"] = REDACTED if redact else value
@@ -32,12 +32,19 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
             out["tokens"] = [REDACTED] * len(value) if redact else list(value)
         elif key == "async_":
             out["async"] = value
-        elif key in ("batching", "queue"):
+        elif key in ("batching", "queue", "cluster_serving"):
             out[key] = asdict(value)
+        elif key == "versions":  # the model is the latest version's: versions alone say it
+            out.pop("model", None)
+            out["versions"] = {int(v): path for v, path in value}
         elif key == "remote_workers":
             out[key] = {**asdict(value), "token": REDACTED if redact else value.token}
         elif key == "env":
             out["env"] = dict.fromkeys(value, REDACTED) if redact else dict(value)
+        elif key == "env_pass":  # passed through: null in the env mapping
+            out["env"] = {**out.get("env", {}), **dict.fromkeys(value)}
+        elif key == "providers":
+            out["providers"] = list(value)
         elif key == "config":
             out["config"] = dict(value)
         else:

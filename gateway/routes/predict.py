@@ -40,6 +40,7 @@ async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.
         raise errors.ServiceNotFound(f"queue {name!r} not found")
     gw = request.app[CONFIG_KEY].gateway
     plane = request.app[DATAPLANE_KEY]
+    plane.refuse_predict_call(svc, request.headers, request.method, name)
     refuse_before_body(plane, svc, request, name)
     body: bytes | None = None
     if request.method == "POST" and request.can_read_body:
@@ -97,11 +98,11 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         svc, request.headers, request.rel_url.raw_path, body,
         subpath=subpath, request_id=request_id(request), arrived=arrived, deadline=deadline,
     )  # fmt: skip
-    return web.Response(
-        status=int(wresp.status),
-        body=wresp.body,
-        headers={"Content-Type": wresp.content_type or DEFAULT_CONTENT_TYPE},
-    )
+    headers = {"Content-Type": wresp.content_type or DEFAULT_CONTENT_TYPE}
+    extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+    if extra:
+        headers.update(extra)
+    return web.Response(status=int(wresp.status), body=wresp.body, headers=headers)
 
 
 def setup(app: web.Application) -> None:

@@ -22,7 +22,7 @@ log = logging.getLogger("gateway.worker")
 
 
 def run_worker(
-    service: ServiceConfig, gateway: GatewayConfig, index: int, socket_path: str, conn: Any
+    service: ServiceConfig, gateway: GatewayConfig, index: int, socket_path: str, conn: Any, loud: bool = True
 ) -> None:
     """Serve one worker until SIGTERM or the gateway goes away; never returns."""
     os.environ.update(service.env)
@@ -38,7 +38,7 @@ def run_worker(
         os.unlink(socket_path)
     code = 1
     try:
-        main = serve(service, gateway, socket_path, conn, gateway.shutdown_timeout_s)
+        main = serve(service, gateway, socket_path, conn, gateway.shutdown_timeout_s, loud=loud)
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is optional
@@ -66,10 +66,10 @@ def main(argv: list[str] | None = None) -> None:
     os.set_inheritable(fd, False)  # processes the user's code starts must not hold it
     conn = Connection(fd)
     try:
-        service, gateway, index, socket_path = conn.recv()
+        service, gateway, index, socket_path, *rest = conn.recv()
     except (EOFError, OSError):
         sys.exit(2)
-    run_worker(service, gateway, index, socket_path, conn)
+    run_worker(service, gateway, index, socket_path, conn, loud=bool(rest[0]) if rest else True)
 
 
 if __name__ == "__main__":

@@ -264,6 +264,7 @@ class WorkerPool(RemoteSupervision):
                 "http_port": w.http_port,
                 "outstanding": w.outstanding,
                 "restarts": w.restarts,
+                "providers": w.providers,
                 "last_error": w.last_error,
                 # Counters from the worker's last health ping (None before the first one).
                 "runs": w.last_stats.get("runs"),

@@ -25,8 +25,21 @@ def socket_dir() -> str:
     return tempfile.mkdtemp(prefix="easgw-", dir=base)
 
 
+# What a worker keeps of the gateway's environment unasked: what an interpreter, its native
+# libraries and a GPU need. Anything else (other services' tokens, credentials) only when a
+# service's ``env:`` passes its name through.
+BASE_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED",
+    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_HOME",
+    "SSL_CERT_FILE", "SSL_CERT_DIR",
+})  # fmt: skip
+BASE_PREFIXES = ("LC_", "OMP_", "MKL_", "OPENBLAS_", "COVERAGE_")
+
+
 def worker_env(service: ServiceConfig) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k in BASE_ENV or k.startswith(BASE_PREFIXES)}
+    env.update({k: os.environ[k] for k in service.env_pass if k in os.environ})
     env.update(service.env)
     # The worker imports this very package, wherever it was imported from.
     root = str(Path(__file__).resolve().parents[2])

@@ -38,10 +38,12 @@ async def serve(
     socket_path: str,
     conn: Any,
     drain_s: float,
+    loud: bool = True,
     key: str | None = None,
 ) -> int:
     """Serve until SIGTERM or EOF on ``conn``. ``socket_path``: the RPC's unix socket, or
-    ``tcp://host:port`` for a remote worker, whose connections must open with ``key``."""
+    ``tcp://host:port`` for a remote worker, whose connections must open with ``key``.
+    ``loud``: log a failed load at ERROR with its traceback (a first attempt); DEBUG otherwise."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -56,7 +58,8 @@ async def serve(
     except BaseException as exc:
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
         msg = first if isinstance(exc, LoadError) else f"{type(exc).__name__}: {first}"
-        log.error("service %s: processor failed to load: %s", service.name, msg)
+        level = logging.ERROR if loud else logging.DEBUG
+        log.log(level, "service %s: processor failed to load: %s", service.name, msg, exc_info=loud)
         conn.send({"ok": False, "error": msg})
         return 3
 
@@ -101,7 +104,10 @@ async def serve(
             stop.set()
 
     loop.add_reader(conn.fileno(), _parent_event)
-    ready = {"ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata}
+    ready = {
+        "ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata,
+        "providers": getattr(processor, "providers_used", None),
+    }  # fmt: skip
     conn.send(ready)
     log.info(
         "service %s: worker ready (pid %d, http %s:%d)", service.name, os.getpid(), gateway.worker_host, port

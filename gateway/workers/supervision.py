@@ -103,6 +103,8 @@ class Worker:
     # Our end of the readiness pipe; closing it (or our death) tells the worker to exit.
     conn: Any = None
     task: asyncio.Task[None] | None = None
+    # The ONNX Runtime execution providers the worker really runs on (None: not onnx).
+    providers: list[str] | None = None
     # A remote worker (gateway.workers.remote): its id, the host of its HTTP port, and when
     # it last registered (monotonic). None for the gateway's own worker processes.
     remote_id: str | None = None
@@ -220,7 +222,9 @@ class Supervisor:
             os.close(child_fd)
         w.pid = w.process.pid
         w.conn = parent
-        parent.send((self.service, self.gateway, w.index, w.socket_path))
+        # A failed load is logged in full (with its traceback) by the worker on a first
+        # attempt only; the pool reports every change of error itself.
+        parent.send((self.service, self.gateway, w.index, w.socket_path, w.failures == 0))
         msg_fut: asyncio.Future[Any] = loop.create_future()
 
         fd = parent.fileno()
@@ -255,6 +259,7 @@ class Supervisor:
             return False
         w.client = client
         w.http_port = int(msg["http_port"])
+        w.providers = msg.get("providers")
         metadata = msg.get("metadata")
         if isinstance(metadata, ModelMetadata):
             self.metadata = metadata

@@ -50,9 +50,13 @@ class GatewayProcess:
         log_level: str = "INFO",
         extra_args: tuple[str, ...] = (),
         timeout: float = 60.0,
+        serve_args: tuple[str, ...] | None = None,
     ) -> GatewayProcess:
+        """``serve_args`` replaces ``--config FILE`` (``--model``, ``--model-repository``)."""
         workdir.mkdir(parents=True, exist_ok=True)
-        if isinstance(config, Mapping):
+        if serve_args is not None:
+            path = None
+        elif isinstance(config, Mapping):
             cfg = dict(config)
             cfg.setdefault("gateway", {})
             cfg["gateway"] = {"data_dir": str(workdir / "data"), **cfg["gateway"]}
@@ -65,8 +69,9 @@ class GatewayProcess:
         full_env = {**os.environ, "EASGW_LOOPBACK_ONLY": "1", "PYTHONUNBUFFERED": "1"}
         if env:
             full_env.update(env)
+        what = ["--config", str(path)] if serve_args is None else list(serve_args)
         argv = [
-            sys.executable, "-m", "gateway", "serve", "--config", str(path),
+            sys.executable, "-m", "gateway", "serve", *what,
             "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
             "--log-level", log_level, *extra_args,
         ]  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from eas_sdk import PredictClient, PredictException, QueueClient, StringRequest
 from eas_sdk._core.constants import HEADER_QUEUE_UID
 from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
 
@@ -54,6 +55,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
             {"name": "broken", "processor": "onnx", "model": str(bad)},
             {"name": "boom", "processor": "python", "entry": f"{tmp / 'boom.py'}:Boom"},
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY},
+            {"name": "q", "processor": "queue", "workers": 0},
         ],
     }
     proc = GatewayProcess.start(config, tmp / "gw")
@@ -66,7 +68,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
 def test_readyz_names_each_cause(gw: GatewayProcess) -> None:
     status, body = gw.get_json("/readyz")
     assert status == 503
-    assert body["services"] == {"broken": False, "boom": False, "echo": True}
+    assert body["services"] == {"broken": False, "boom": False, "echo": True, "q": True}
     assert set(body["reasons"]) == {"broken", "boom"}
     assert body["reasons"]["boom"].startswith(
         "its workers failed to start: initialize() raised RuntimeError: cannot reach the feature store"
@@ -91,10 +93,17 @@ def test_calls_get_503_naming_the_cause_in_each_protocol(gw: GatewayProcess) -> 
         "initialize() raised RuntimeError: cannot reach the feature store"
     )
     assert 1 <= int(headers["Retry-After"]) <= 2  # the next attempt, within the back-off cap
-    status, _, body = _call(gw.url + "/v2/models/broken/infer", V2_BODY)
+    # Cluster Serving: its own {"error"} shape, with the cause.
+    status, _, body = _call(gw.url + "/api/cluster-serving/broken/predict", b'{"instances": [{"x": [1.0]}]}')
     assert status == 503
     message = json.loads(body)["error"]
     assert message.startswith("service broken is not ready: its workers failed to start: ")
+    # KServe V2 and V1 answer 503 in their shape before any dispatch: their routes check the
+    # model's metadata first, and name no cause.
+    v1_body = b'{"instances": [[1.0]]}'
+    for path, doc in (("/v2/models/broken/infer", V2_BODY), ("/v1/models/broken:predict", v1_body)):
+        status, _, body = _call(gw.url + path, doc)
+        assert (status, json.loads(body)) == (503, {"error": "model 'broken' is not ready"}), path
     assert gw.get_json("/v2/models/broken/ready")[0] == 503
     assert _call(gw.url + "/api/predict/echo", b"fine")[:3:2] == (200, b"fine")
 
@@ -107,6 +116,9 @@ def test_restarts_back_off_and_the_log_says_it_once(gw: GatewayProcess) -> None:
     out = gw.output()
     failures = re.findall(r"service boom: worker 0 failed to start after ([\d.]+) s: (.*)", out)
     assert len(failures) == 1, failures  # three attempts, one line: the error did not change
+    # The worker's own account, with the traceback of initialize(), comes once too.
+    assert out.count("service boom: processor failed to load: initialize() raised RuntimeError") == 1
+    assert 'raise RuntimeError("cannot reach the feature store")' in out
     assert float(failures[0][0]) < 10
     assert "cannot reach the feature store" in failures[0][1]
     # The start-up summary says how long it really waited (not the 60 s start timeout).
@@ -121,3 +133,25 @@ def test_a_queue_call_to_a_predict_service_is_refused_saying_so(gw: GatewayProce
         doc = json.loads(reply)
         assert doc["code"] == "WrongServiceKind"
         assert "is a synchronous predict service, not a queue" in doc["message"]
+
+
+def test_a_predict_client_pointed_at_a_queue_is_refused_saying_so(gw: GatewayProcess) -> None:
+    client = PredictClient(gw.endpoint, "q")
+    client.init()
+    try:
+        with pytest.raises(PredictException) as exc:
+            client.predict(StringRequest("meant for a model"))
+    finally:
+        client.destroy()
+    assert exc.value.code == 400
+    doc = json.loads(exc.value.message)
+    assert doc["code"] == "WrongServiceKind"
+    assert doc["message"].startswith("service 'q' is a queue, not a predict service: put records with")
+    queue = QueueClient(gw.endpoint, "q")
+    queue.init()
+    try:
+        index, _ = queue.put(b"a record")  # nothing was stored by the refused call
+        assert index == "1"
+    finally:
+        queue.destroy()
+    assert _call(gw.url + "/api/predict/q", b"plain HTTP still enqueues")[0] == 200

@@ -1,8 +1,10 @@
 """ONNX Runtime processor: EAS TF / Torch / Blade protobuf and JSON requests.
 
 One session per worker process with ``intra_op_num_threads = service.intra_op_threads``
-(default 1), one inter-op thread and sequential execution, so several workers share a
-small machine without oversubscribing its cores. Inputs are checked against the
+(default 1), ``inter_op_threads`` (default 1: sequential execution), so several workers
+share a small machine without oversubscribing its cores, on the service's ``providers``
+(default ``[CPUExecutionProvider]``; those this ONNX Runtime build lacks are skipped and
+logged, the ones really used are logged and shown in the worker's snapshot). Inputs are checked against the
 model's declared dtypes and shapes before running; see docs/processors.md.
 
 Dynamic batching (``batching.max_batch_size > 1``, opt-in) through the
@@ -19,6 +21,7 @@ needs (initializers excluded) and its outputs, with KServe V2 datatype names.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +30,9 @@ import numpy as np
 from eas_sdk.codecs import eas
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import UNKNOWN, ModelMetadata, TensorSpec
-from gateway.workers.processors.base import Batchable, ProcessorError
+from gateway.workers.processors.base import Batchable, LoadError, ProcessorError
+
+log = logging.getLogger("gateway.worker")
 
 # ONNX Runtime type strings -> numpy dtypes.
 ORT_DTYPES: dict[str, np.dtype[Any]] = {
@@ -99,6 +104,24 @@ class Prepared:
     key: tuple[Any, ...] | None
 
 
+def choose_providers(service: str, wanted: tuple[str, ...], available: list[str]) -> list[str]:
+    """The wanted execution providers this ONNX Runtime build has, in the wanted order; the
+    others are logged. None of them available: the service cannot start (LoadError)."""
+    usable = [p for p in wanted if p in available]
+    missing = [p for p in wanted if p not in available]
+    if not usable:
+        raise LoadError(
+            f"none of the execution providers {', '.join(wanted)} is available in this ONNX Runtime "
+            f"(it has {', '.join(available)})"
+        )
+    if missing:
+        log.warning(
+            "service %s: %s not available in this ONNX Runtime build (it has %s)",
+            service, ", ".join(missing), ", ".join(available),
+        )  # fmt: skip
+    return usable
+
+
 class OnnxProcessor(Batchable[Prepared]):
     # cancel_running() interrupts a run (ONNX Runtime's terminate flag).
     interruptible = True
@@ -109,14 +132,24 @@ class OnnxProcessor(Batchable[Prepared]):
         if not self.service.model:
             raise ValueError("the onnx processor needs a model path")
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = max(1, self.service.intra_op_threads)
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        svc = self.service
+        opts.intra_op_num_threads = max(1, svc.intra_op_threads)
+        opts.inter_op_num_threads = max(1, svc.inter_op_threads)
+        # Operators run side by side only when given threads to do it.
+        parallel = svc.inter_op_threads > 1
+        opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
         # Spinning threads burn a core between requests; workers share the machine.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         opts.log_severity_level = 3
-        self.session = ort.InferenceSession(self.service.model, opts, providers=["CPUExecutionProvider"])
+        providers = choose_providers(svc.name, svc.providers, ort.get_available_providers())
+        self.session = ort.InferenceSession(svc.model, opts, providers=providers)
+        # What ONNX Runtime really uses (a provider can also fail to initialise, e.g. no GPU).
+        self.providers_used = list(self.session.get_providers())
+        log.info(
+            "service %s: ONNX Runtime runs on %s (intra-op %d, inter-op %d thread(s))",
+            svc.name, ", ".join(self.providers_used), opts.intra_op_num_threads, opts.inter_op_num_threads,
+        )  # fmt: skip
         self.inputs = [_spec(a) for a in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._strings = {s.name for s in self.inputs if s.dtype == np.dtype(object)}

@@ -3,8 +3,10 @@
 ``entry`` is ``path/to/file.py:Class`` or ``package.module:Class``. The class is
 instantiated without arguments, given ``config`` (the service's ``config`` mapping)
 and ``model_path`` (the service's ``model`` or None), then ``initialize()`` is called
-once. ``process(data: bytes)`` returns a body (bytes or str) or a ``(body, status)``
-pair; status 0 means 200 (allspark samples return 0 for success). An exception in
+once. ``process(data: bytes)`` returns a body (bytes or str), a ``(body, status)`` pair or
+a ``(body, status, content_type)`` triple; status 0 means 200 (allspark samples return 0
+for success). A ``process`` with a ``headers`` parameter is also given the request's
+headers (a dict; credentials and hop-by-hop headers are never among them). An exception in
 ``process`` is answered 400 with its message and the worker keeps serving; so is a
 SystemExit, KeyboardInterrupt or other BaseException (it would otherwise end the worker's
 compute thread), unless the interpreter itself is shutting down.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -76,6 +79,7 @@ class PythonProcessor(Processor):
                 detail = str(exc).splitlines()[0] if str(exc) else ""
                 raise LoadError(f"initialize() raised {type(exc).__name__}: {detail}".rstrip(": ")) from exc
         self.obj = obj
+        self._pass_headers = _takes_headers(obj.process)
         declared = getattr(obj, "metadata", None)
         self._metadata = ModelMetadata.from_json(declared()) if callable(declared) else ModelMetadata()
 
@@ -84,7 +88,10 @@ class PythonProcessor(Processor):
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         try:
-            result = self.obj.process(req.body)
+            if self._pass_headers:
+                result = self.obj.process(req.body, headers=req.headers)
+            else:
+                result = self.obj.process(req.body)
         except Exception as exc:
             log.info("processor raised %s (request %s)", type(exc).__name__, req.request_id)
             raise ProcessorError(str(exc) or type(exc).__name__, code="ProcessorError") from None
@@ -97,10 +104,14 @@ class PythonProcessor(Processor):
             msg = f"process() raised {name}: {detail}" if detail else f"process() raised {name}"
             raise ProcessorError(msg, code="ProcessorError") from None
         status = 200
+        content_type: str | None = None
         if isinstance(result, tuple):
-            if len(result) != 2:
-                raise ProcessorError("process() must return body or (body, status)", 500, "ProcessorError")
-            result, status = result
+            if len(result) not in (2, 3):
+                shapes = "body, (body, status) or (body, status, content_type)"
+                raise ProcessorError(f"process() must return {shapes}", 500, "ProcessorError")
+            result, status, *rest = result
+            if rest:
+                content_type = _content_type(rest[0])
             if isinstance(status, bool) or not isinstance(status, int):
                 raise ProcessorError("process() returned a non-integer status", 500, "ProcessorError")
             if status == 0:
@@ -108,11 +119,11 @@ class PythonProcessor(Processor):
             if not 100 <= status <= 599:
                 raise ProcessorError(f"process() returned status {status}", 500, "ProcessorError")
         if result is None:
-            return WorkerResponse(status, b"", "application/octet-stream")
+            return WorkerResponse(status, b"", content_type or "application/octet-stream")
         if isinstance(result, str):
-            return WorkerResponse(status, result.encode(), "text/plain; charset=utf-8")
+            return WorkerResponse(status, result.encode(), content_type or "text/plain; charset=utf-8")
         if isinstance(result, (bytes, bytearray, memoryview)):
-            return WorkerResponse(status, bytes(result), "application/octet-stream")
+            return WorkerResponse(status, bytes(result), content_type or "application/octet-stream")
         raise ProcessorError(
             f"process() returned {type(result).__name__}; expected bytes or str", 500, "ProcessorError"
         )
@@ -121,3 +132,19 @@ class PythonProcessor(Processor):
         close = getattr(getattr(self, "obj", None), "close", None)
         if callable(close):
             close()
+
+
+def _takes_headers(process: Any) -> bool:
+    """Whether ``process`` accepts the request's headers: a ``headers`` parameter or ``**kwargs``."""
+    try:
+        params = inspect.signature(process).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "headers" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def _content_type(value: Any) -> str:
+    # One header value: printable ASCII, no line breaks (they would split the response head).
+    if not isinstance(value, str) or not value or any(not 0x20 <= ord(c) < 0x7F for c in value):
+        raise ProcessorError("process() returned an invalid content type", 500, "ProcessorError")
+    return value

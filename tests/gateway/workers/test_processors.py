@@ -12,7 +12,7 @@ import pytest
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
 from gateway.config import ServiceConfig
 from gateway.workers.ipc import WorkerRequest
-from gateway.workers.processors.base import ProcessorError
+from gateway.workers.processors.base import LoadError, ProcessorError
 from gateway.workers.processors.onnx import OnnxProcessor
 from gateway.workers.processors.registry import create_processor
 from tests.gateway.workers.conftest import ECHO_ENTRY, echo_service
@@ -168,5 +168,5 @@ def test_python_processor_entry_forms(tmp_path: Path) -> None:
     for entry, err in ((f"{mod}:Nope", "no class"), (f"{tmp_path}/missing.py:P", "not found")):
         with pytest.raises(Exception, match=err):
             create_processor(echo_service(entry=entry)).load()
-    with pytest.raises(RuntimeError, match="initialize failed"):
+    with pytest.raises(LoadError, match=r"^initialize\(\) raised RuntimeError: initialize failed on purpose"):
         create_processor(echo_service(entry=ECHO_ENTRY, config={"fail_initialize": True})).load()

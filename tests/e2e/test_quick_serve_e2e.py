@@ -1,0 +1,154 @@
+"""``eas-gateway serve --model`` and ``--model-repository --poll`` from the command line,
+called by the real eas-prediction client and tritonclient; the repository's new, changed
+and removed models are loaded, rolled and unloaded while serving."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.gateway_proc import ROOT, GatewayProcess
+from tests.eas_reference import run_reference
+
+TOKEN = "quick-token-91b2c6d8e4f0a375"
+CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
+MULTI = ROOT / "samples" / "models" / "multi.onnx"
+
+EAS = r"""
+import sys
+from eas_prediction import PredictClient, TFRequest
+endpoint, service, token = sys.argv[1], sys.argv[2], sys.argv[3]
+client = PredictClient(endpoint, service)
+if token:
+    client.set_token(token)
+client.init()
+req = TFRequest("serving_default")
+req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, [0.5] * 64)
+print(list(client.predict(req).get_values("label")))
+"""
+
+TRITON = r"""
+import json, sys
+import numpy as np
+import tritonclient.http as http
+url, model, token = sys.argv[1], sys.argv[2], sys.argv[3]
+headers = {"Authorization": token} if token else None
+client = http.InferenceServerClient(url)
+inp = http.InferInput("input", [1, 64], "FP32")
+inp.set_data_from_numpy(np.full((1, 64), 0.5, dtype=np.float32), binary_data=False)
+out = http.InferRequestedOutput("label", binary_data=False)
+result = client.infer(model, [inp], outputs=[out], headers=headers)
+ready = client.is_model_ready(model, headers=headers)
+print(json.dumps({"ready": ready, "label": result.as_numpy("label").tolist()}))
+"""
+
+
+def _triton(gw: GatewayProcess, model: str, token: str = "") -> dict[str, Any]:
+    if not CLIENTS_PYTHON.exists():
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{CLIENTS_PYTHON} missing; run scripts/setup.sh")
+        pytest.skip(".venv-clients is not built")
+    proc = subprocess.run(
+        [str(CLIENTS_PYTHON), "-c", TRITON, gw.endpoint, model, token],
+        capture_output=True, text=True, timeout=120, env={"PATH": os.environ.get("PATH", "")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def _eas_label(gw: GatewayProcess, service: str, token: str = "") -> list[int]:
+    out = run_reference(EAS, gw.endpoint, service, token, timeout=60).stdout.decode()
+    return list(json.loads(out))
+
+
+def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def _status(gw: GatewayProcess, path: str) -> int:
+    try:
+        with urllib.request.urlopen(gw.url + path, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code
+
+
+def test_serve_model_prints_how_to_call_it(tmp_path: Path, digits_model: Path) -> None:
+    args = ("--model", str(digits_model), "--name", "digits", "--workers", "2", "--token", TOKEN)
+    gw = GatewayProcess.start({}, tmp_path / "gw", serve_args=args, env={"EASGW_DATA_DIR": str(tmp_path)})
+    try:
+        out = gw.output()
+        assert f"service digits: {digits_model}" in out
+        python_line = f"client = PredictClient('127.0.0.1:{gw.port}', 'digits'); client.set_token("
+        assert python_line in out
+        assert f'curl -H "Authorization: $EAS_TOKEN" {gw.url}/v2/models/digits/infer -d ' in out
+        assert '"name": "input", "shape": [1, 64], "datatype": "FP32"' in out
+        assert TOKEN not in out  # the token is never printed
+        gw.wait_workers_ready("digits", 2)
+        label = _eas_label(gw, "digits", TOKEN)
+        assert _triton(gw, "digits", TOKEN) == {"ready": True, "label": label}
+        os.kill(gw.pid, signal.SIGHUP)  # nothing to reload: said, and the gateway serves on
+        _until(lambda: "SIGHUP received: nothing to reload" in gw.output(), 10, "SIGHUP logged")
+        assert gw.proc.poll() is None and _eas_label(gw, "digits", TOKEN) == label
+    finally:
+        assert gw.stop() == 0
+
+
+def test_model_repository_follows_the_folder(tmp_path: Path, digits_model: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "digits" / "1").mkdir(parents=True)
+    shutil.copy(digits_model, repo / "digits" / "1" / "model.onnx")
+    (repo / "digits" / "config.pbtxt").write_text('name: "digits"\n')  # Triton's, left alone
+    args = ("--model-repository", str(repo), "--poll", "0.3")
+    gw = GatewayProcess.start({}, tmp_path / "gw", serve_args=args, env={"EASGW_DATA_DIR": str(tmp_path)})
+    try:
+        assert set(gw.services()) == {"digits"}
+        label = _eas_label(gw, "digits")
+        first = {w["pid"] for w in gw.services()["digits"]["workers"]}
+
+        # A new version folder: rolled to it; a new model file: loaded.
+        (repo / "digits" / "2").mkdir()
+        shutil.copy(digits_model, repo / "digits" / "2" / "model.onnx")
+        shutil.copy(MULTI, repo / "multi.onnx")
+        _until(lambda: gw.services().get("multi", {}).get("ready") is True, 30, "multi loaded")
+        _until(
+            lambda: (
+                {w["pid"] for w in gw.services()["digits"]["workers"] if w["state"] == "ready"}.isdisjoint(
+                    first
+                )
+                and bool(gw.services()["digits"]["workers"])
+            ),
+            30,
+            "digits rolled to version 2",
+        )
+        assert _triton(gw, "digits") == {"ready": True, "label": label}
+        assert _status(gw, "/v2/models/multi/ready") == 200
+
+        # Removed: unloaded.
+        (repo / "multi.onnx").unlink()
+        _until(lambda: "multi" not in gw.services(), 30, "multi unloaded")
+        assert _status(gw, "/v2/models/multi/ready") == 404
+        # Logged once the scan is applied (the unloaded model's workers have stopped).
+        _until(lambda: "removed multi" in gw.output(), 30, "the unload logged")
+        assert re.search(r"model repository \S+: added multi", gw.output())
+    finally:
+        assert gw.stop() == 0

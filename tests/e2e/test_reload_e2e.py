@@ -1,0 +1,153 @@
+"""SIGHUP reloads the config file under load from the real eas-prediction client: a service
+added, one changed (rolled), one removed, no failed call; Triton's model control from the
+real tritonclient; ``eas-gateway status``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
+from tests.e2e.reference_load import ReferenceLoad
+
+ADMIN_TOKEN = "admin-token-e0d4b7a9c3f21865"
+CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
+
+TRITON = r"""
+import json, sys
+import numpy as np
+import tritonclient.http as http
+from tritonclient.utils import InferenceServerException
+url, token = sys.argv[1], sys.argv[2]
+client = http.InferenceServerClient(url)
+admin = {"Authorization": "Bearer " + token}
+out = {}
+try:
+    client.unload_model("digits")
+except InferenceServerException as exc:
+    out["without_token"] = int(exc.status())
+client.unload_model("digits", headers=admin)
+out["after_unload"] = client.is_model_ready("digits")
+client.load_model("digits", headers=admin)
+out["after_load"] = client.is_model_ready("digits")
+inp = http.InferInput("input", [1, 64], "FP32")
+inp.set_data_from_numpy(np.full((1, 64), 0.5, dtype=np.float32), binary_data=False)
+label = http.InferRequestedOutput("label", binary_data=False)
+out["label"] = client.infer("digits", [inp], outputs=[label]).as_numpy("label").tolist()
+print(json.dumps(out))
+"""
+
+
+def _post(url: str, body: bytes) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
+
+
+def _config(tmp: Path, services: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "admin": {"host": "127.0.0.1", "port": 0, "token": ADMIN_TOKEN},
+        "gateway": {"shutdown_timeout_s": 10, "data_dir": str(tmp / "data")},
+        "services": services,
+    }
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("reload")
+    shutil.copy(digits_model, tmp / "digits-v1.onnx")
+    shutil.copy(digits_model, tmp / "digits-v2.onnx")
+    services = [
+        {"name": "digits", "processor": "onnx", "model": str(tmp / "digits-v1.onnx")},
+        {"name": "echo", "processor": "python", "entry": ECHO_ENTRY},
+    ]
+    gw = GatewayProcess.start(_config(tmp, services), tmp / "gw")
+    try:
+        yield {"gw": gw, "tmp": tmp}
+    finally:
+        gw.kill()
+
+
+def test_sighup_applies_the_changed_file_under_load(env: dict[str, Any]) -> None:
+    gw, tmp = env["gw"], env["tmp"]
+    before = {w["pid"] for w in gw.services()["digits"]["workers"]}
+    changed = [
+        {"name": "digits", "processor": "onnx", "model": str(tmp / "digits-v2.onnx"), "workers": 2},
+        {"name": "echo2", "processor": "python", "entry": ECHO_ENTRY},
+    ]
+    load = ReferenceLoad.start(gw.endpoint, "digits", tmp)
+    try:
+        (gw.workdir / "services.yaml").write_text(yaml.safe_dump(_config(tmp, changed)))
+        os.kill(gw.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 60
+        while "config reloaded" not in gw.output() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)
+    finally:
+        result = load.finish()
+    out = gw.output()
+    assert "config reloaded in " in out and "added echo2, changed digits, removed echo" in out, out[-3000:]
+    assert result["failed"] == [], result["failed"][:5]
+    assert result["ok"] > 100
+    services = gw.services()
+    assert set(services) == {"digits", "echo2"}
+    after = [w for w in services["digits"]["workers"] if w["state"] == "ready"]
+    assert len(after) == 2 and not before & {w["pid"] for w in after}
+    assert _post(gw.url + "/api/predict/echo", b"x")[0] == 404
+    assert _post(gw.url + "/api/predict/echo2", b"new") == (200, b"new")
+    assert gw.proc.poll() is None  # SIGHUP no longer ends the gateway
+
+
+def test_status_table(env: dict[str, Any]) -> None:
+    gw = env["gw"]
+    admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
+    argv = ["status", "--admin", admin, "--token", ADMIN_TOKEN, "--interval", "0.2"]
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway", *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("eas-gateway ") and f"(pid {gw.pid})" in lines[0]
+    assert lines[1].split() == ["SERVICE", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REQ/S", "MEAN", "MS"]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert rows["digits"][:3] == ["digits", "yes", "2/2"]
+
+
+def test_triton_model_control(env: dict[str, Any]) -> None:
+    if not CLIENTS_PYTHON.exists():
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{CLIENTS_PYTHON} missing; run scripts/setup.sh")
+        pytest.skip(".venv-clients is not built")
+    gw = env["gw"]
+    proc = subprocess.run(
+        [str(CLIENTS_PYTHON), "-c", TRITON, gw.endpoint, ADMIN_TOKEN],
+        capture_output=True, text=True, timeout=120, env={"PATH": os.environ.get("PATH", "")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result == {
+        "without_token": 401,
+        "after_unload": False,
+        "after_load": True,
+        "label": result["label"],
+    }
+    assert len(result["label"]) == 1
