@@ -130,12 +130,13 @@ def create_app(
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
     app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
 
-    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository
+    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository, workers
 
     admin.setup(app)
     openapi.setup(app)
     repository.setup(app)
     discovery.setup(app)
+    workers.setup(app)
     predict.setup(app)
     kserve.setup(app)
     paddle.setup(app)

@@ -82,6 +82,17 @@ class BatchingConfig:
 
 
 @dataclass(frozen=True)
+class RemoteWorkersConfig:
+    """Workers on other hosts may join the service (``eas-gateway worker``)."""
+
+    # The secret a remote worker registers with and the gateway opens its connections
+    # with; never a client token (a client must not be able to receive other clients' calls).
+    token: str = ""
+    # A remote worker not heard from (registration, heartbeat) for this long is removed.
+    ttl_s: float = 6.0
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     name: str
     processor: str
@@ -115,6 +126,8 @@ class ServiceConfig:
     # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
     versions: tuple[tuple[str, str], ...] = ()
     pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
+    # None: only the gateway's own worker processes serve the service.
+    remote_workers: RemoteWorkersConfig | None = None
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -228,7 +241,7 @@ _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "providers", "inter_op_threads", "cluster_serving", "versions",
-    "pipeline",
+    "pipeline", "remote_workers",
 }  # fmt: skip
 
 
@@ -266,7 +279,9 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
     if processor == "queue" and async_:
         errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
-    lo_workers = 0 if processor == "queue" else 1
+    remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers")
+    # A queue service has no workers; one served by remote workers may have no local ones.
+    lo_workers = 0 if processor == "queue" or remote is not None else 1
     values = {
         "workers": errs.check(
             _int, raw.get("workers", 1), f"{where}.workers", lo=lo_workers, hi=64, default=1
@@ -316,8 +331,20 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         cluster_serving=cluster_serving,
         versions=versions,
         pipeline=pipeline,
+        remote_workers=remote,
         **values,
     )
+
+
+def _remote_workers(raw: Any, where: str) -> RemoteWorkersConfig | None:
+    if raw is None:
+        return None
+    cfg: RemoteWorkersConfig = _coerce_dataclass(RemoteWorkersConfig, raw, where)
+    if len(cfg.token) < 16:
+        raise ConfigError(f"{where}.token: a secret of at least 16 characters is required")
+    if cfg.ttl_s <= 0:
+        raise ConfigError(f"{where}.ttl_s: must be > 0")
+    return cfg
 
 
 def _cluster_serving(raw: Any, processor: str, where: str) -> ClusterServingConfig | None:

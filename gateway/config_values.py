@@ -282,7 +282,9 @@ def model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where:
     model = raw.get("model")
     if processor == "onnx":
         model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
-        check_file(model, f"{where}.model")
+        # Served only by remote workers: the file is on their hosts, not necessarily here.
+        if not (raw.get("remote_workers") is not None and raw.get("workers") == 0):
+            check_file(model, f"{where}.model")
     elif model is not None:
         model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
     return model

@@ -10,6 +10,7 @@ image's own HEALTHCHECK command) and Redis' (with the persistence the queue requ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,13 +18,17 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
+from eas_sdk import PredictClient, TFRequest
 from eas_sdk.queue import QueueClient
 from gateway.config import parse_config
 from tests.redis_server import RedisServer, free_port
@@ -97,15 +102,29 @@ def _wait_http(url: str, timeout: float = 30.0) -> int:
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return int(resp.status)
+        except urllib.error.HTTPError as exc:  # listening, and answering with an error status
+            return int(exc.code)
         except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 
 
-def test_the_gateway_container_command_runs_here(
+def _secret_values() -> dict[str, str]:
+    """Every key of the Secret, with a test value (tokens from the Secret, never the ConfigMap)."""
+    return {
+        k: f"deploy-test-{k.lower().replace('_', '-')}-0123456789"
+        for k in _one("Secret", "easkit-tokens")["stringData"]
+    }
+
+
+@contextlib.contextmanager
+def _gateway_from_manifests(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The gateway container's exact command line, run here: the image's ENTRYPOINT and CMD
+    (which the Deployment runs), the ConfigMap's services file, the Secret's variables; only
+    file paths, the listen address, the port and the Redis address are substituted."""
     instr = _dockerfile()
     entry = json.loads(next(a for w, a in instr if w == "ENTRYPOINT"))
     cmd = json.loads(next(a for w, a in instr if w == "CMD"))
@@ -120,14 +139,15 @@ def test_the_gateway_container_command_runs_here(
     port = free_port()
     subst = {"/etc/easkit/services.yaml": str(config), "0.0.0.0": "127.0.0.1", "8080": str(port)}
     argv = [str(ROOT / ".venv" / "bin" / entry[0]), *entry[1:], *(subst.get(a, a) for a in cmd)]
+    secrets = _secret_values()
     env = {
         **os.environ,
         "POD_IP": "127.0.0.1",
-        "JOBS_TOKEN": "deploy-test-token",
+        **secrets,
         "EASGW_DATA_DIR": str(tmp_path / "data"),  # the image's ENV, here
         "PYTHONPATH": str(ROOT),
     }
-    for var in ("POD_IP", "JOBS_TOKEN"):
+    for var in ("POD_IP", *secrets):
         monkeypatch.setenv(var, env[var])
     parse_config(yaml.safe_load(config.read_text()))  # valid as written (${VAR} from the environment)
     with redis_server.client(5) as c:
@@ -138,18 +158,10 @@ def test_the_gateway_container_command_runs_here(
     try:
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
             path = container[probe]["httpGet"]["path"]
-            assert _wait_http(f"http://127.0.0.1:{port}{path}") == 200
-        health = json.loads(next(a for w, a in instr if w == "HEALTHCHECK").split(" CMD ", 1)[1])  # exec form
-        check = [sys.executable if health[0] == "python" else health[0], *health[1:]]
-        check = [a.replace(":8080/", f":{port}/") for a in check]
-        assert subprocess.run(check, timeout=10, check=False).returncode == 0
-        q = QueueClient(f"127.0.0.1:{port}", "jobs")
-        q.set_token("deploy-test-token")
-        q.init()
-        index, _ = q.put(b"hello")
-        q.close()
-        with redis_server.client(5) as c:
-            assert c.xlen("easq:jobs:records") == 1 and int(index) == 1  # the queue lives in Redis
+            status = _wait_http(f"http://127.0.0.1:{port}{path}")
+            # /readyz waits for every service: one served only by remote workers has none yet.
+            assert status == 200 or (probe == "readinessProbe" and status == 503)
+        yield port, {"container": container, "instr": instr, "secrets": secrets}
     finally:
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
@@ -160,6 +172,87 @@ def test_the_gateway_container_command_runs_here(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
     assert proc.returncode == 0, (tmp_path / "gateway.log").read_text()[-3000:]
+
+
+def test_the_gateway_container_command_runs_here(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _gateway_from_manifests(redis_server, tmp_path, monkeypatch) as (port, ctx):
+        instr = ctx["instr"]
+        health = json.loads(next(a for w, a in instr if w == "HEALTHCHECK").split(" CMD ", 1)[1])  # exec form
+        check = [sys.executable if health[0] == "python" else health[0], *health[1:]]
+        check = [a.replace(":8080/", f":{port}/") for a in check]
+        assert subprocess.run(check, timeout=10, check=False).returncode == 0
+        q = QueueClient(f"127.0.0.1:{port}", "jobs")
+        q.set_token(ctx["secrets"]["JOBS_TOKEN"])
+        q.init()
+        index, _ = q.put(b"hello")
+        q.close()
+        with redis_server.client(5) as c:
+            assert c.xlen("easq:jobs:records") == 1 and int(index) == 1  # the queue lives in Redis
+
+
+def test_the_worker_container_command_joins_the_gateway(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The remote worker Deployment's exact command line, run here against the gateway's: the
+    worker registers (through what stands for the headless Service) and serves the model."""
+    [worker] = _one("Deployment", "easkit-worker-digits")["spec"]["template"]["spec"]["containers"]
+    (tmp_path / "gw").mkdir()
+    with _gateway_from_manifests(redis_server, tmp_path / "gw", monkeypatch) as (port, ctx):
+        secrets = ctx["secrets"]
+        rpc = free_port()
+        subst = {
+            "http://easkit-gateway-pods:8080": f"http://127.0.0.1:{port}",
+            "/models/digits.onnx": str(ROOT / "samples" / "models" / "digits.onnx"),
+            "0.0.0.0": "127.0.0.1",
+            "9000": str(rpc),
+            "$(POD_IP)": "127.0.0.1",
+        }
+        entry = json.loads(next(a for w, a in ctx["instr"] if w == "ENTRYPOINT"))
+        argv = [
+            str(ROOT / ".venv" / "bin" / entry[0]),
+            *entry[1:],
+            *(subst.get(a, a) for a in worker["args"]),
+        ]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for var in worker["env"]:
+            ref = var.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                env[var["name"]] = secrets[ref["key"]]
+        log = (tmp_path / "worker.log").open("wb")
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=tmp_path, start_new_session=True)
+        log.close()
+        try:
+            x = np.linspace(0, 16, 64, dtype=np.float32).reshape(1, 64)
+            deadline = time.monotonic() + 30
+            while True:
+                req = TFRequest("serving_default")
+                req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, x)
+                try:
+                    with PredictClient(
+                        f"127.0.0.1:{port}", "digits", token=secrets["DIGITS_TOKEN"]
+                    ) as client:
+                        resp = client.predict(req)
+                    break
+                except Exception:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
+                    time.sleep(0.2)
+            assert len(resp.get_values("label")) == 1
+            # Every service has a ready worker now.
+            deadline = time.monotonic() + 10
+            while _wait_http(f"http://127.0.0.1:{port}/readyz") != 200:
+                assert time.monotonic() < deadline, "/readyz stays 503 with the remote worker joined"
+                time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGTERM)  # deregisters, answers what it holds, exits
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        assert proc.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
 
 
 def test_the_redis_container_command_runs_here_with_the_persistence_the_queue_needs(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 * ``serve --config FILE`` runs it (gateway.cli.serve);
 * ``services list|get|create|update|scale|delete`` and ``status`` talk to a running
   gateway's admin API (gateway.cli.services);
-* ``validate FILE`` checks a config file and lists every error (gateway.cli.validate).
+* ``validate FILE`` checks a config file and lists every error (gateway.cli.validate);
+* ``worker --gateway URL --service NAME`` serves a service's model on this host for the
+  gateways there (gateway.cli.worker).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a config file; list every error with its place")
     v.add_argument("config", help="services YAML file")
     services.add_parsers(sub)
+    from gateway.cli import worker
+
+    worker.add_parser(sub)
     return p
 
 
@@ -52,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway.cli.validate import validate
 
         return validate(args.config)
+    if args.command == "worker":
+        from gateway.cli.worker import run as run_worker
+
+        return run_worker(args)
     if args.command in ("services", "status"):
         from gateway.cli.services import run
 

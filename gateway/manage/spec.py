@@ -37,6 +37,8 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
         elif key == "versions":  # the model is the latest version's: versions alone say it
             out.pop("model", None)
             out["versions"] = {int(v): path for v, path in value}
+        elif key == "remote_workers":
+            out[key] = {**asdict(value), "token": REDACTED if redact else value.token}
         elif key == "env":
             out["env"] = dict.fromkeys(value, REDACTED) if redact else dict(value)
         elif key == "env_pass":  # passed through: null in the env mapping

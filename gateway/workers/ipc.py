@@ -7,7 +7,12 @@ per worker (measured: 0.89 of the throughput of calling the worker directly, aga
 0.28 for an HTTP proxy hop).
 
 Kinds: REQUEST (client -> worker), RESPONSE, CANCEL (drop a request that has not
-started yet), PING / PONG (health; the pong carries the worker's counters as JSON).
+started yet), PING / PONG (health; the pong carries the worker's counters as JSON),
+HELLO (the first frame on a TCP connection to a remote worker: the service's
+worker token, without which the worker closes the connection; a local worker's unix
+socket is private to the gateway's user, so it needs none).
+
+Addresses: a unix socket path, or ``tcp://host:port`` for a remote worker.
 
 Writes are corked: frames produced in one event-loop iteration leave in one
 ``write`` call, which keeps syscalls per request low under load.
@@ -16,6 +21,7 @@ Writes are corked: frames produced in one event-loop iteration leave in one
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import json
 import struct
@@ -33,11 +39,13 @@ HEADER_SIZE = HEADER.size
 _META_LEN = struct.Struct("!I")
 _RESP_HEAD = struct.Struct("!HQH")  # status, compute_us, content-type length
 
-REQUEST, RESPONSE, CANCEL, PING, PONG = 1, 2, 3, 4, 5
+REQUEST, RESPONSE, CANCEL, PING, PONG, HELLO = 1, 2, 3, 4, 5, 6
+TCP_PREFIX = "tcp://"
 # A connection with this many corked parts (a few small frames) takes no more this iteration.
 _COALESCE_PARTS = 64
 # A frame larger than this is a protocol error (bodies are capped far below by the gateway).
 MAX_FRAME = 1 << 30
+_HELLO_MAX = 4096
 
 
 def _dumps(obj: Any) -> bytes:
@@ -126,6 +134,7 @@ class FramedProtocol(asyncio.Protocol):
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self.closed = False
+        self.max_frame = MAX_FRAME
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -137,7 +146,7 @@ class FramedProtocol(asyncio.Protocol):
         n = len(buf)
         while n - pos >= HEADER_SIZE:
             length, rid, kind = HEADER.unpack_from(buf, pos)
-            if length > MAX_FRAME:
+            if length > self.max_frame:
                 self.abort()
                 return
             end = pos + HEADER_SIZE + length
@@ -146,6 +155,8 @@ class FramedProtocol(asyncio.Protocol):
             payload = bytes(buf[pos + HEADER_SIZE : end])
             pos = end
             self.frame_received(rid, kind, payload)
+            if self.closed:
+                return
         if pos:
             del buf[:pos]
 
@@ -209,8 +220,15 @@ def _expire(fut: asyncio.Future[Any]) -> None:
 class IPCClient:
     """Pipelined client over ``connections`` persistent unix-socket connections to one worker."""
 
-    def __init__(self, path: str, connections: int = 2, on_lost: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        connections: int = 2,
+        on_lost: Callable[[], None] | None = None,
+        key: str | None = None,
+    ) -> None:
         self.path = path
+        self._key = key
         self.connections = max(1, connections)
         self._conns: list[_ClientProtocol] = []
         self._ids = itertools.count(1)
@@ -220,7 +238,13 @@ class IPCClient:
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
         for _ in range(self.connections):
-            _, proto = await loop.create_unix_connection(lambda: _ClientProtocol(self._lost), self.path)
+            if self.path.startswith(TCP_PREFIX):
+                host, port = split_tcp(self.path)
+                _, proto = await loop.create_connection(lambda: _ClientProtocol(self._lost), host, port)
+            else:
+                _, proto = await loop.create_unix_connection(lambda: _ClientProtocol(self._lost), self.path)
+            if self._key is not None:
+                proto.send(0, HELLO, [self._key.encode()])
             self._conns.append(proto)
 
     def _lost(self) -> None:
@@ -299,13 +323,38 @@ class RequestSink:
         raise NotImplementedError
 
 
+def split_tcp(address: str) -> tuple[str, int]:
+    """``tcp://host:port`` -> (host, port); ValueError when it is not one."""
+    rest = address.removeprefix(TCP_PREFIX)
+    host, sep, port = rest.rpartition(":")
+    if not address.startswith(TCP_PREFIX) or not sep or not host or not port.isdigit():
+        raise ValueError(f"{address!r}: expected tcp://host:port")
+    return host.strip("[]"), int(port)
+
+
 class IPCServerProtocol(FramedProtocol):
-    def __init__(self, sink: RequestSink) -> None:
+    """The worker's end. With ``key`` (a remote worker on TCP), the first frame must be a
+    HELLO carrying it, or the connection is closed before anything else is read."""
+
+    def __init__(self, sink: RequestSink, key: str | None = None) -> None:
         super().__init__()
         self.sink = sink
         self.jobs: dict[int, Any] = {}
+        self._key = key.encode() if key is not None else None
+        self._greeted = key is None
+        if not self._greeted:
+            self.max_frame = _HELLO_MAX  # nothing large is read from a peer not yet known
 
     def frame_received(self, rid: int, kind: int, payload: bytes) -> None:
+        if not self._greeted:
+            assert self._key is not None
+            if kind != HELLO or not hmac.compare_digest(payload, self._key):
+                self.abort()
+                self.closed = True
+                return
+            self._greeted = True
+            self.max_frame = MAX_FRAME
+            return
         if kind == REQUEST:
             try:
                 req = decode_request(payload)

@@ -10,6 +10,8 @@ and the dispatch of requests to them.
   queued in the worker never runs.
 * ``scale(n)`` adds workers, or drains the last ones (out of routing, their requests
   answered, then stopped) while the others keep serving.
+* Workers on other hosts join and leave by themselves (gateway.workers.remote) and are
+  routed to like the pool's own.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from gateway import errors
 from gateway.config import GatewayConfig, ServiceConfig
 from gateway.workers.ipc import IPCTimeout, WorkerConnectionError, WorkerRequest, WorkerResponse
 from gateway.workers.process import kill, socket_dir, wait_exit
-from gateway.workers.supervision import Supervisor, Worker, WorkerState, close_conn
+from gateway.workers.remote import RemoteSupervision
+from gateway.workers.supervision import Worker, WorkerState, close_conn
 
 log = logging.getLogger("gateway.pool")
 
@@ -45,7 +48,7 @@ class UpstreamTimeout(errors.UpstreamTimeout):
     """The worker did not answer within the timeout: 504 (the upstream call is cancelled)."""
 
 
-class WorkerPool(Supervisor):
+class WorkerPool(RemoteSupervision):
     """One per predict service; see docs/architecture.md for the contract."""
 
     def __init__(self, service: ServiceConfig, gateway: GatewayConfig) -> None:
@@ -80,6 +83,8 @@ class WorkerPool(Supervisor):
         """True as soon as one worker is ready; False after ``timeout``, or early once every
         worker has failed to load at least once (a broken model will not fix itself)."""
         assert self._ready_event is not None, "start() first"
+        if self.service.workers == 0:
+            return True  # served by remote workers only: they join when they are ready
         deadline = time.monotonic() + timeout
         while not self._ready_event.is_set():
             if self._workers and all(w.failures and not w.ever_ready for w in self._workers):
@@ -107,8 +112,9 @@ class WorkerPool(Supervisor):
     async def scale(self, workers: int, drain_timeout: float) -> None:
         """Run ``workers`` workers: new ones start in the background (ready when they say so);
         surplus ones leave routing at once, answer what they hold, then stop."""
-        surplus = self._workers[workers:] if workers < len(self._workers) else []
-        while len(self._workers) < workers:
+        local = [w for w in self._workers if w.remote_id is None]  # remote ones come and go by themselves
+        surplus = local[workers:] if workers < len(local) else []
+        for _ in range(workers - len(local)):
             self._add_worker()
         for w in surplus:
             w.retiring = True
@@ -252,6 +258,7 @@ class WorkerPool(Supervisor):
         return [
             {
                 "id": w.index,
+                "remote": w.remote_id and w.socket_path,
                 "pid": w.pid,
                 "state": w.state.value,
                 "http_port": w.http_port,
@@ -268,7 +275,11 @@ class WorkerPool(Supervisor):
 
     def ready_endpoints(self) -> list[tuple[str, int]]:
         host = self.gateway.advertised_worker_host
-        return [(host, w.http_port) for w in self._workers if w.state is WorkerState.READY and w.http_port]
+        return [
+            (w.http_host or host, w.http_port)
+            for w in self._workers
+            if w.state is WorkerState.READY and w.http_port
+        ]
 
     async def worker_stats(self, index: int, timeout: float = 2.0) -> dict[str, Any]:
         """Counters of one worker (runs, dropped, outstanding, pid), fetched by a ping."""

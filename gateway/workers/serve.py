@@ -1,6 +1,7 @@
 """The worker's serve loop: load the processor, serve it two ways, report readiness, drain.
 
-* the framed RPC (gateway.workers.ipc) on a unix socket: what the gateway uses;
+* the framed RPC (gateway.workers.ipc) on a unix socket: what the gateway uses (on TCP
+  for a remote worker, started by ``eas-gateway worker``: gateway.remote.agent);
 * HTTP on ``gateway.worker_host`` (default 127.0.0.1), port 0, for direct-mode clients
   (gateway.workers.direct).
 
@@ -24,7 +25,7 @@ from gateway.config import GatewayConfig, ServiceConfig
 from gateway.lean_http import FastProtocol, Limits, close_all, protocol_factory
 from gateway.workers.compute import ComputeQueue
 from gateway.workers.direct import DirectHTTP
-from gateway.workers.ipc import IPCServerProtocol
+from gateway.workers.ipc import TCP_PREFIX, IPCServerProtocol, split_tcp
 from gateway.workers.processors.base import LoadError
 from gateway.workers.processors.registry import create_processor
 
@@ -38,8 +39,11 @@ async def serve(
     conn: Any,
     drain_s: float,
     loud: bool = True,
+    key: str | None = None,
 ) -> int:
-    """``loud``: log a failed load at ERROR with its traceback (a first attempt); DEBUG otherwise."""
+    """Serve until SIGTERM or EOF on ``conn``. ``socket_path``: the RPC's unix socket, or
+    ``tcp://host:port`` for a remote worker, whose connections must open with ``key``.
+    ``loud``: log a failed load at ERROR with its traceback (a first attempt); DEBUG otherwise."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -66,8 +70,14 @@ async def serve(
         max_latency_ms=service.batching.max_latency_ms,
         stall_s=service.stall_timeout_s,
     )
-    server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
-    os.chmod(socket_path, 0o600)
+    if socket_path.startswith(TCP_PREFIX):
+        # A remote worker: the gateway connects over TCP and must say the worker token first.
+        host, port = split_tcp(socket_path)
+        server = await loop.create_server(lambda: IPCServerProtocol(compute, key), host, port, backlog=128)
+        socket_path = f"{TCP_PREFIX}{host}:{server.sockets[0].getsockname()[1]}"
+    else:
+        server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
+        os.chmod(socket_path, 0o600)
 
     from aiohttp import web
 

@@ -105,6 +105,11 @@ class Worker:
     task: asyncio.Task[None] | None = None
     # The ONNX Runtime execution providers the worker really runs on (None: not onnx).
     providers: list[str] | None = None
+    # A remote worker (gateway.workers.remote): its id, the host of its HTTP port, and when
+    # it last registered (monotonic). None for the gateway's own worker processes.
+    remote_id: str | None = None
+    http_host: str | None = None
+    seen_at: float = 0.0
 
 
 class Supervisor:

@@ -1,0 +1,66 @@
+"""``eas-gateway worker``: serve one service's model on this host for gateways elsewhere."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from gateway.cli.serve import LOG_LEVELS
+
+TOKEN_ENV = "EAS_WORKER_TOKEN"  # noqa: S105 - the name of a variable, not a secret
+
+
+def add_parser(sub: Any) -> None:
+    w = sub.add_parser(
+        "worker",
+        help="run a remote worker that joins a gateway's service",
+        description=(
+            "Serve one service's model on this host and join the pools of the gateways at --gateway "
+            "(every address its host name resolves to). The service must allow remote workers "
+            "(remote_workers: {token: ...} in its config)."
+        ),
+    )
+    w.add_argument("--gateway", required=True, help="a gateway's URL, e.g. http://gateway:8080")
+    w.add_argument("--service", required=True, help="the service to serve")
+    w.add_argument(
+        "--token",
+        help=f"the service's remote_workers.token (default: ${TOKEN_ENV}; prefer the variable, "
+        "a command line is visible to every user of the host)",
+    )
+    w.add_argument("--model", help="the model file on this host (default: the service's own path)")
+    w.add_argument("--entry", help="a python processor's 'file.py:Class' on this host")
+    w.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    w.add_argument("--port", type=int, default=0, help="the RPC port gateways connect to (default: any free)")
+    w.add_argument("--advertise", help="the address gateways and direct clients reach this worker at")
+    w.add_argument("--heartbeat", type=float, help="seconds between registrations (default: ttl_s / 3)")
+    w.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gateway.logging import setup_logging
+    from gateway.workers.agent import AgentOptions
+    from gateway.workers.agent import run as run_agent
+
+    token = args.token or os.environ.get(TOKEN_ENV, "")
+    if not token:
+        print(f"eas-gateway worker: --token or ${TOKEN_ENV} is required", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level, "text")
+    opts = AgentOptions(
+        gateway=args.gateway,
+        service=args.service,
+        token=token,
+        model=args.model,
+        entry=args.entry,
+        host=args.host,
+        port=args.port,
+        advertise=args.advertise,
+        heartbeat_s=args.heartbeat,
+        log_level=args.log_level,
+    )
+    return run_agent(opts)
+
+
+__all__ = ["TOKEN_ENV", "add_parser", "run"]
