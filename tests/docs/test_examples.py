@@ -3,7 +3,9 @@
 Each page is one test; its examples run in order and share one Python namespace, as a
 reader would type them. Sybil finds the examples; the rules:
 
-* ``python`` blocks are executed.
+* ``python`` blocks are executed. A block whose first line is ``# pip install <package>``
+  for a client this project tests against (``eas-prediction``, ``tritonclient``) runs in a
+  subprocess of that client's own virtual environment instead (see ``CLIENT_ENVS``).
 * ``console`` blocks (and ``bash``/``shell``/``sh`` blocks with a ``$`` prompt) run each
   ``$ command`` with bash and compare what it prints with the lines shown under it
   (see ``tests/docs/output.py``).
@@ -39,6 +41,8 @@ from tests.docs.output import output_matches
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 
 DEFAULT_ADDRESSES = ("127.0.0.1:8080", "localhost:8080")
+# Other clients' examples run in the environments scripts/setup.sh builds for them.
+CLIENT_ENVS = {"eas-prediction": ".venv-eas", "tritonclient[http]": ".venv-clients"}
 SHELLS = ("bash", "shell", "sh")
 PAGES = sorted([ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)])
 
@@ -56,11 +60,25 @@ def _point_at_gateway(text: str, example: Example) -> str:
 
 def run_python(example: Example) -> None:
     source = _point_at_gateway(example.parsed, example)
+    first = source.split("\n", 1)[0]
+    if first.startswith("# pip install "):
+        _run_in_client_env(first.removeprefix("# pip install ").strip(), source)
+        return
     # Pad with blank lines so a traceback names the line of the page.
     code = compile("\n" * (example.line) + source, example.path, "exec")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(code, example.namespace)  # noqa: S102 - the documentation's own examples
+
+
+def _run_in_client_env(package: str, source: str) -> None:
+    assert package in CLIENT_ENVS, f"no test environment has {package!r}: {sorted(CLIENT_ENVS)}"
+    python = ROOT / CLIENT_ENVS[package] / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not this checkout's SDK
+    proc = subprocess.run(
+        [str(python), "-c", source], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, f"{package} example failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
 
 
 def _commands(block: str) -> list[tuple[str, str]]:
