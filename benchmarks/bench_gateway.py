@@ -177,9 +177,12 @@ def main() -> None:
         ]
         for label, figure, goal, ok in rows_out:
             print(f"  {label:<40}{figure:>10}   target {goal:<10}{'pass' if ok else 'MISS'}")
+        missed = not all(ok for *_, ok in rows_out)
     finally:
         gateway.stop()
         hello.stop()
+    if missed:
+        sys.exit(1)  # after the servers are stopped; scripts/bench.sh reports it at the end
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +32,65 @@ def test_each_benchmark_takes_quick(bench: str) -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "--quick" in out.stdout
+
+
+_STUBS = {
+    "bench_codec": 'print("encode    1.0 ms   >=100x  NO  25/25")\nraise SystemExit(1)',
+    "bench_gateway": 'print("  p50 added at c=1:   +80 us   target <= 50 us   MISS")',
+    "bench_worker_hop": 'print("rpc/http 2.1x")',
+    "bench_batching": 'raise RuntimeError("wrk crashed")',
+    "bench_queue": "raise SystemExit(3)",
+    "bench_async": 'print("all good")',
+}
+
+
+def _fake_checkout(tmp_path: Path, stubs: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """scripts/bench.sh in a tree whose setup is a no-op and whose benchmarks are stubs."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "bench.sh", tmp_path / "scripts" / "bench.sh")
+    (tmp_path / "scripts" / "setup.sh").write_text("exit 0\n")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    (tmp_path / "benchmarks").mkdir()
+    for name, code in stubs.items():
+        (tmp_path / "benchmarks" / f"{name}.py").write_text(f"import sys\nprint(sys.argv[1:])\n{code}\n")
+    tools = tmp_path / "bin"  # wrk and redis-server present: nothing to install
+    tools.mkdir()
+    for tool in ("wrk", "redis-server"):
+        (tools / tool).write_text("#!/bin/sh\nexit 0\n")
+        (tools / tool).chmod(0o755)
+    return tmp_path, {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_bench_sh_runs_every_benchmark_and_reports_all_misses_at_the_end(tmp_path: Path) -> None:
+    tree, env = _fake_checkout(tmp_path, _STUBS)
+    out = subprocess.run(
+        ["bash", str(tree / "scripts" / "bench.sh"), "--quick"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tree,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    text = out.stdout
+    for i, name in enumerate(BENCHES, 1):
+        assert f"[{i}/{len(BENCHES)}] {name}" in text, name
+        assert (tree / "benchmarks" / "results" / f"{name}.log").read_text().startswith("['--quick']")
+    summary = text.split("=== summary ===", 1)[1]
+    rows = {line.split()[0]: line for line in summary.splitlines()[2:] if line.startswith("bench_")}
+    assert "MISS" in rows["bench_codec"] and "encode" in rows["bench_codec"]
+    assert "MISS" in rows["bench_gateway"] and "p50 added" in rows["bench_gateway"]
+    assert "FAIL (exit 1)" in rows["bench_batching"] and "wrk crashed" in rows["bench_batching"]
+    assert "ERROR (exit 3)" in rows["bench_queue"]
+    assert rows["bench_worker_hop"].split()[1] == "pass" and rows["bench_async"].split()[1] == "pass"
+
+
+def test_bench_sh_exits_zero_when_every_target_is_met(tmp_path: Path) -> None:
+    tree, env = _fake_checkout(tmp_path, {name: 'print("fine")' for name in BENCHES})
+    out = subprocess.run(
+        ["bash", str(tree / "scripts" / "bench.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tree,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.rstrip().endswith("bench.sh: every target met")
