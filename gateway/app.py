@@ -101,9 +101,10 @@ def create_app(
     )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, kserve, predict
+    from gateway.routes import admin, discovery, kserve, predict, status
 
     admin.setup(app)
+    status.setup(app)
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)

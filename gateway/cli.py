@@ -47,7 +47,21 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--port-file", help="write 'host:port' here once ready (overrides gateway.port_file)")
     s.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="overrides gateway.log_level")
     s.add_argument("--log-format", choices=("text", "json"), help="overrides gateway.log_format")
+    st = sub.add_parser("status", help="print a running gateway's status (what /status shows)")
+    st.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway (default: %(default)s)")
     return p
+
+
+def status(url: str) -> int:
+    """``eas-gateway status``: the status page's figures, once, as text."""
+    from gateway.status_text import fetch, render
+
+    try:
+        print(render(fetch(url)))
+    except (OSError, ValueError) as exc:
+        print(f"eas-gateway: cannot read the status of {url}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _is_loopback(host: str) -> bool:
@@ -203,6 +217,8 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "status":
+        return status(args.url)
     try:
         cfg = build_config(args)
     except ConfigError as exc:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -81,7 +82,12 @@ def _check_contents(sdist: Path, wheel: Path) -> None:
         metadata = zf.read(meta).decode()
         (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert "eas-gateway = gateway.cli:main" in zf.read(entry_points).decode()
-    for path in ("eas_sdk/py.typed", "gateway/py.typed", "eas_sdk/_proto/tf_predict_pb2.py"):
+    for path in (
+        "eas_sdk/py.typed",
+        "gateway/py.typed",
+        "gateway/static/status.html",
+        "eas_sdk/_proto/tf_predict_pb2.py",
+    ):
         assert path in names, path
     assert not [n for n in names if n.startswith(("tests/", "samples/", "benchmarks/"))]
     requires = [
@@ -173,9 +179,14 @@ def test_the_built_wheel_installs_and_serves(tmp_path: Path) -> None:
     proc, url = _serve(venv, tmp_path)
     try:
         out = _run([py, "-c", _CLIENT, url], tmp_path, 60)
+        status = _run([str(venv / "bin" / "eas-gateway"), "status", "--url", url], tmp_path, 60)
+        with urllib.request.urlopen(url + "/status", timeout=10) as resp:  # the page ships in the wheel
+            page = resp.read().decode()
     finally:
         _stop(proc)
     expected = _local_labels()
     assert f"labels {expected}" in out, out
     assert "missing 404" in out, out
+    assert "digits" in status and "worker 0:" in status, status
+    assert "<title>easkit gateway status</title>" in page
     assert proc.returncode == 0, (tmp_path / "gateway.log").read_text()

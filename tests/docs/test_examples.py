@@ -28,6 +28,7 @@ import io
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,8 @@ def run_console(example: Example) -> None:
     commands = _commands(example.parsed)
     assert commands, "a console block needs at least one '$ ' command"
     env = {k: v for k, v in os.environ.items() if k not in ("http_proxy", "https_proxy", "HTTP_PROXY")}
+    # As in a shell with the project's environment active: eas-gateway is on the PATH.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     for command, expected in commands:
         proc = subprocess.run(
             ["bash", "-c", _point_at_gateway(command, example)],
