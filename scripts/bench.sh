@@ -18,6 +18,8 @@ if ((${#need[@]})); then
 fi
 export PYTHONUNBUFFERED=1
 mkdir -p benchmarks/results
+rm -f benchmarks/results/bench_*.json
+export EASKIT_BENCH_RESULTS=benchmarks/results  # each benchmark writes its targets there
 results=()
 failed=0
 total=0
@@ -47,6 +49,8 @@ for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_que
     fi
   fi
 done
+echo; echo "=================== targets ==================="
+.venv/bin/python benchmarks/summary.py benchmarks/results || failed=1
 echo; echo "=================== summary ==================="
 printf '%-18s %-16s %-6s %s\n' benchmark result time "missed targets / last line"
 for row in "${results[@]}"; do

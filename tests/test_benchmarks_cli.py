@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -35,7 +36,12 @@ def test_each_benchmark_takes_quick(bench: str) -> None:
 
 
 _STUBS = {
-    "bench_codec": 'print("encode    1.0 ms   >=100x  NO  25/25")\nraise SystemExit(1)',
+    "bench_codec": (
+        "from _harness import Target, report_targets\n"
+        'ok = report_targets("bench_codec", [Target("codec: encode speedup", 42.0, ">=", 100, "x"),'
+        ' Target("codec: decode time", 0.5, "<=", 1, "ms")])\n'
+        "raise SystemExit(0 if ok else 1)"
+    ),
     "bench_gateway": 'print("  p50 added at c=1:   +80 us   target <= 50 us   MISS")',
     "bench_worker_hop": 'print("rpc/http 2.1x")',
     "bench_batching": 'raise RuntimeError("wrk crashed")',
@@ -50,8 +56,12 @@ def _fake_checkout(tmp_path: Path, stubs: dict[str, str]) -> tuple[Path, dict[st
     shutil.copy(ROOT / "scripts" / "bench.sh", tmp_path / "scripts" / "bench.sh")
     (tmp_path / "scripts" / "setup.sh").write_text("exit 0\n")
     (tmp_path / ".venv" / "bin").mkdir(parents=True)
-    (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    python = tmp_path / ".venv" / "bin" / "python"  # this environment's interpreter, site-packages and all
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     (tmp_path / "benchmarks").mkdir()
+    for real in ("_harness.py", "summary.py"):
+        shutil.copy(ROOT / "benchmarks" / real, tmp_path / "benchmarks" / real)
     for name, code in stubs.items():
         (tmp_path / "benchmarks" / f"{name}.py").write_text(f"import sys\nprint(sys.argv[1:])\n{code}\n")
     tools = tmp_path / "bin"  # wrk and redis-server present: nothing to install
@@ -75,7 +85,16 @@ def test_bench_sh_runs_every_benchmark_and_reports_all_misses_at_the_end(tmp_pat
         assert (tree / "benchmarks" / "results" / f"{name}.log").read_text().startswith("['--quick']")
     summary = text.split("=== summary ===", 1)[1]
     rows = {line.split()[0]: line for line in summary.splitlines()[2:] if line.startswith("bench_")}
-    assert "MISS" in rows["bench_codec"] and "encode" in rows["bench_codec"]
+    assert "MISS" in rows["bench_codec"] and "codec: encode speedup" in rows["bench_codec"]
+    targets = text.split("=== targets ===", 1)[1].split("=== summary ===", 1)[0]
+    assert re.search(r"codec: encode speedup\s+42\.00x\s+>= 100x\s+MISS", targets), targets
+    assert re.search(r"codec: decode time\s+0\.50ms\s+<= 1ms\s+pass", targets), targets
+    summary_json = json.loads((tree / "benchmarks" / "results" / "summary.json").read_text())
+    assert [(r["scenario"], r["ok"]) for r in summary_json] == [
+        ("codec: encode speedup", False),
+        ("codec: decode time", True),
+    ]
+    assert (tree / "benchmarks" / "results" / "summary.png").read_bytes()[:4] == b"\x89PNG"
     assert "MISS" in rows["bench_gateway"] and "p50 added" in rows["bench_gateway"]
     assert "FAIL (exit 1)" in rows["bench_batching"] and "wrk crashed" in rows["bench_batching"]
     assert "ERROR (exit 3)" in rows["bench_queue"]
