@@ -113,6 +113,11 @@ def create_app(
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    if gw.grpc_port:
+        # After _lifecycle: gRPC listens once the pools start and stops before they do.
+        from gateway.grpc.server import grpc_lifecycle
+
+        app.cleanup_ctx.append(grpc_lifecycle)
     if qm is not None:
         app.on_shutdown.append(_end_queue_streams)
     if any(s.async_ for s in config.services):
@@ -121,6 +126,11 @@ def create_app(
         from gateway.queue import dispatcher
 
         dispatcher.setup(app)
+    if any(s.cluster_serving is not None for s in config.services):
+        # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
+        from gateway import cluster_serving_redis
+
+        cluster_serving_redis.setup(app)
     return app
 
 

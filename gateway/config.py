@@ -38,6 +38,24 @@ class QueueConfig:
     max_window: int = 1024
     heartbeat_s: float = 5.0
     grace_s: float = 0.0
+    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
+    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
+    backend: str = "sqlite"
+    # Several gateways on one Redis: the one holding the store's lease serves its queues;
+    # when it stops renewing (killed, cut off) another takes over after this long.
+    owner_lease_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterServingConfig:
+    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
+    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
+
+    redis: str = ""  # redis://host:port/db
+    stream: str = "serving_stream"  # the clients' ``name``
+    group: str = "serving"  # the consumer group every gateway reads the stream with
+    max_batch: int = 32  # records read (and inferred) at once
+    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,7 @@ class ServiceConfig:
     # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
     async_: bool = False
     queue: QueueConfig = field(default_factory=QueueConfig)
+    cluster_serving: ClusterServingConfig | None = None
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
@@ -117,6 +136,11 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
+    grpc_port: int = 0
+    # Where other gateways sharing a Redis queue store reach this one (default: host);
+    # required when host listens on every address.
+    advertise_host: str | None = None
 
     @property
     def advertised_worker_host(self) -> str:
@@ -252,7 +276,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s",
+        "config", "env", "stall_timeout_s", "cluster_serving",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -296,6 +320,24 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     if not isinstance(env, dict):
         raise ConfigError(f"{where}.env: expected a mapping")
     async_ = _bool(raw.get("async", False), f"{where}.async")
+    queue = _coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue")
+    _check_queue_backend(queue, f"{where}.queue")
+    cluster_serving = None
+    if raw.get("cluster_serving") is not None:
+        cluster_serving = _coerce_dataclass(
+            ClusterServingConfig, raw["cluster_serving"], f"{where}.cluster_serving"
+        )
+        if not cluster_serving.redis.startswith(QUEUE_BACKEND_SCHEMES):
+            raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+        if processor == "queue":
+            raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+        if cluster_serving.max_batch < 1:
+            raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    if async_ and queue.backend != "sqlite":
+        raise ConfigError(
+            f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+            "store (backend: sqlite); Redis holds plain queue services"
+        )
     if processor == "queue" and async_:
         raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
     return ServiceConfig(
@@ -313,10 +355,40 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
         stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
-        queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
+        queue=queue,
+        cluster_serving=cluster_serving,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
     )
+
+
+QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The top-level ``queue:`` mapping holds defaults for every service's ``queue:``
+    (a service's own keys win), e.g. one Redis backend for all queues."""
+    defaults = raw.get("queue")
+    if defaults is None:
+        return raw
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"queue: expected a mapping, got {type(defaults).__name__}")
+    _coerce_dataclass(QueueConfig, defaults, "queue")  # names the bad key at its own place
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return raw
+    merged = [
+        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    ]
+    return {**raw, "services": merged}
+
+
+def _check_queue_backend(cfg: QueueConfig, where: str) -> None:
+    if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(
+            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)}), "
+            f"got {cfg.backend!r}"
+        )
 
 
 def parse_config(raw: Any, source: str | None = None) -> Config:
@@ -324,12 +396,15 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
-    _check_keys(raw, {"gateway", "services"}, "config")
+    _check_keys(raw, {"gateway", "services", "queue"}, "config")
     raw = _expand(raw, "config")
+    raw = _with_queue_defaults(raw)
     base = Path(source).resolve().parent if source else None
     gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
     if gw.port > 65535:
         raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        raise ConfigError(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         raise ConfigError("gateway.log_format: must be 'text' or 'json'")
     if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
@@ -341,6 +416,15 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(services_raw, list):
         raise ConfigError("services: expected a list")
     services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
+    if (
+        gw.host in ("0.0.0.0", "::")
+        and not gw.advertise_host
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
+    ):
+        raise ConfigError(
+            f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
+            "queues live in Redis: other gateways on the same Redis forward calls there"
+        )
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:

@@ -179,8 +179,12 @@ class Front:
                 return _error(exc, rid)
         q = self.qm.queues.get(name)
         if q is None:
-            return _error(errors.ServiceNotFound(f"queue {name!r} not found"), rid)
-        reply = await dispatch(self.qm, q, req, query)
+            forward = getattr(self.qm, "forward", None)  # served by another gateway on the same Redis
+            if forward is None or not self.qm.has(name):
+                return _error(errors.ServiceNotFound(f"queue {name!r} not found"), rid)
+            reply = await forward(name, req, query)
+        else:
+            reply = await dispatch(self.qm, q, req, query)
         headers: Mapping[str, str] = {HEADER_REQUEST_ID: rid}
         if reply.headers:
             headers = {**reply.headers, HEADER_REQUEST_ID: rid}

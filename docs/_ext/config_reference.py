@@ -19,6 +19,7 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+from gateway import config as gateway_config
 from gateway.config import GatewayConfig, ServiceConfig
 
 log = logging.getLogger(__name__)
@@ -72,14 +73,21 @@ def _default(f: dataclasses.Field[Any]) -> str:
     return f"`{value}`"
 
 
+def _nested(f: dataclasses.Field[Any]) -> type | None:
+    """The config dataclass a field holds (``BatchingConfig``, ``X | None``), if it holds one."""
+    names = [part.strip() for part in str(f.type).split("|")]
+    found = [getattr(gateway_config, n, None) for n in names if n != "None"]
+    return found[0] if len(found) == 1 and dataclasses.is_dataclass(found[0]) else None  # type: ignore[return-value]
+
+
 def schema_keys(cls: type) -> list[tuple[str, str, str]]:
     """``(yaml key, type, default)`` for every key of a config dataclass, nested ones dotted."""
     out: list[tuple[str, str, str]] = []
     for f in dataclasses.fields(cls):
         key = _YAML_NAMES.get(f.name, f.name)
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
-        if dataclasses.is_dataclass(default):
-            out += [(f"{key}.{k}", t, d) for k, t, d in schema_keys(type(default))]
+        nested = _nested(f)
+        if nested is not None:
+            out += [(f"{key}.{k}", t, d) for k, t, d in schema_keys(nested)]
             continue
         out.append((key, _TYPES.get(str(f.type), str(f.type)), _default(f)))
     return out

@@ -3,9 +3,9 @@
 Each page is one test; its examples run in order and share one Python namespace, as a
 reader would type them. Sybil finds the examples; the rules:
 
-* ``python`` blocks are executed. A block whose first line is ``# pip install <package>``
-  for a client this project tests against (``eas-prediction``, ``tritonclient``) runs in a
-  subprocess of that client's own virtual environment instead (see ``CLIENT_ENVS``).
+* ``python`` blocks are executed. A block that imports another project's client
+  (``eas_prediction``, ``tritonclient``, ``kserve``, ``bigdl``) runs in a subprocess of
+  the virtual environment scripts/setup.sh builds for that client (see ``CLIENT_ENVS``).
 * ``console`` blocks (and ``bash``/``shell``/``sh`` blocks with a ``$`` prompt) run each
   ``$ command`` with bash and compare what it prints with the lines shown under it
   (see ``tests/docs/output.py``).
@@ -14,14 +14,17 @@ reader would type them. Sybil finds the examples; the rules:
   and its answer.
 * ``yaml`` blocks must parse; those with ``gateway`` or ``services`` keys are checked by the
   gateway's own config parser (files the snippet names need not exist here).
-* ``<!-- skip: next -->`` before a block leaves it out (API outlines, not code to run).
+* ``<!-- skip: next -->`` (or ``<!-- skip: next "why" -->``) before a block leaves it out:
+  API outlines, and examples that need what the test gateway has not (a Redis server).
 
-The pages show the gateway's default address, ``127.0.0.1:8080``; each example is pointed
-at the test gateway (samples/services.yaml on a free port) before it runs.
+The pages show the gateway's default addresses, ``127.0.0.1:8080`` (and ``127.0.0.1:8081``
+for gRPC); each example is pointed at the test gateway (samples/services.yaml on free
+ports) before it runs.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import gc
 import io
@@ -29,6 +32,7 @@ import os
 import shlex
 import subprocess
 import sys
+import unittest
 from pathlib import Path
 from typing import Any
 
@@ -38,32 +42,56 @@ from sybil import Document, Example
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
 from gateway.config import ConfigError, parse_config
+from tests.docs.conftest import DocsGateway
 from tests.docs.output import output_matches
-from tests.e2e.gateway_proc import ROOT, GatewayProcess
+from tests.e2e.gateway_proc import ROOT
 
-DEFAULT_ADDRESSES = ("127.0.0.1:8080", "localhost:8080")
-# Other clients' examples run in the environments scripts/setup.sh builds for them.
-CLIENT_ENVS = {"eas-prediction": ".venv-eas", "tritonclient[http]": ".venv-clients"}
+DEFAULT_HTTP = "127.0.0.1:8080"
+# Other clients' examples run in the environments scripts/setup.sh builds for them, by the
+# top-level module they import.
+CLIENT_ENVS = {
+    "eas_prediction": ".venv-eas",
+    "tritonclient": ".venv-clients",
+    "kserve": ".venv-clients",
+    "bigdl": ".venv-bigdl",
+}
 SHELLS = ("bash", "shell", "sh")
 PAGES = sorted([ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)])
 
 
-def _address(example: Example) -> str:
-    gw: GatewayProcess = example.namespace["__gateway__"]
-    return gw.endpoint
+def _gateway(example: Example) -> DocsGateway:
+    gw: DocsGateway = example.namespace["__gateway__"]
+    return gw
 
 
 def _point_at_gateway(text: str, example: Example) -> str:
-    for default in DEFAULT_ADDRESSES:
-        text = text.replace(default, _address(example))
+    for shown, real in _gateway(example).addresses.items():
+        text = text.replace(shown, real)
     return text
+
+
+def _client_env(source: str) -> str | None:
+    """The environment of the other project's client the example imports, if any."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None  # run here, where the error is reported with the page's line
+    for node in ast.walk(tree):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        for name in names:
+            env = CLIENT_ENVS.get(name.split(".")[0])
+            if env is not None:
+                return env
+    return None
 
 
 def run_python(example: Example) -> None:
     source = _point_at_gateway(example.parsed, example)
-    first = source.split("\n", 1)[0]
-    if first.startswith("# pip install "):
-        _run_in_client_env(first.removeprefix("# pip install ").strip(), source)
+    env = _client_env(source)
+    if env is not None:
+        _run_in_client_env(env, source)
         return
     # Pad with blank lines so a traceback names the line of the page.
     code = compile("\n" * (example.line) + source, example.path, "exec")
@@ -72,14 +100,15 @@ def run_python(example: Example) -> None:
         exec(code, example.namespace)  # noqa: S102 - the documentation's own examples
 
 
-def _run_in_client_env(package: str, source: str) -> None:
-    assert package in CLIENT_ENVS, f"no test environment has {package!r}: {sorted(CLIENT_ENVS)}"
-    python = ROOT / CLIENT_ENVS[package] / "bin" / "python"
+def _run_in_client_env(venv: str, source: str) -> None:
+    python = ROOT / venv / "bin" / "python"
+    assert python.exists(), f"{venv} is missing: scripts/setup.sh builds it"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not this checkout's SDK
     proc = subprocess.run(
         [str(python), "-c", source], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
-    assert proc.returncode == 0, f"{package} example failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    tail = f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"the example failed in {venv}:\n{tail}"
 
 
 def _commands(block: str) -> list[tuple[str, str]]:
@@ -122,7 +151,7 @@ def run_console(example: Example) -> None:
             ["bash", "-c", _point_at_gateway(command, example)],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=30,
         )  # fmt: skip
-        actual = proc.stdout.replace(_address(example), DEFAULT_ADDRESSES[0])
+        actual = proc.stdout.replace(_gateway(example).process.endpoint, DEFAULT_HTTP)
         assert proc.returncode == 0, f"$ {command}\nexited {proc.returncode}: {proc.stderr[-2000:]}"
         assert output_matches(expected, actual), f"$ {command}\nshown:\n{expected}\nprinted:\n{actual}"
 
@@ -156,12 +185,14 @@ PARSERS: list[Any] = [
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_example_on_the_page_runs(page: Path, docs_gateway: GatewayProcess) -> None:
+def test_every_example_on_the_page_runs(page: Path, docs_gateway: DocsGateway) -> None:
     document = Document.parse(str(page), *PARSERS)
     document.namespace["__gateway__"] = docs_gateway
     for example in document.examples():
         try:
             example.evaluate()
+        except unittest.SkipTest:
+            continue  # skipped by the page, with its reason
         except Exception as exc:
             where = f"{page.relative_to(ROOT)}, line {example.line}"
             raise AssertionError(f"the example at {where} failed: {type(exc).__name__}: {exc}") from exc
