@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway import __version__
-from gateway.config import Config, ConfigError, load_config
+from gateway.config import Config, ConfigError, load_config, parse_config
 
 log = logging.getLogger("gateway")
 
@@ -42,7 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the gateway")
-    s.add_argument("--config", "-c", required=True, help="services YAML file")
+    what = s.add_mutually_exclusive_group(required=True)
+    what.add_argument("--config", "-c", help="services YAML file")
+    what.add_argument(
+        "--model", "-m", action="append", metavar="FILE.onnx",
+        help="serve ONNX models with the defaults, no config file: each is a service named after "
+        "its file (digits.onnx -> digits); repeatable",
+    )  # fmt: skip
     s.add_argument("--host", help="listen address (overrides gateway.host)")
     s.add_argument("--port", type=int, help="listen port, 0 picks a free one (overrides gateway.port)")
     s.add_argument("--grpc-port", type=int, help="V2 gRPC port, 0 for none (overrides gateway.grpc_port)")
@@ -75,8 +81,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _model_config(models: list[str]) -> Config:
+    """``serve --model a.onnx --model b.onnx``: one onnx service per file, named by its stem."""
+    services = [{"name": Path(m).stem, "processor": "onnx", "model": m} for m in models]
+    return parse_config({"services": services})
+
+
 def build_config(args: argparse.Namespace) -> Config:
-    cfg = load_config(args.config)
+    cfg = _model_config(args.model) if args.model else load_config(args.config)
     changes: dict[str, Any] = {}
     if args.host is not None:
         changes["host"] = args.host

@@ -1,6 +1,6 @@
 """The package as a user gets it: ``python -m build`` makes an sdist and a wheel, the wheel
 installs with its ``gateway`` extra into a fresh virtual environment, and the installed
-``eas-gateway`` serves an ONNX model that the installed SDK then calls.
+``eas-gateway serve --model`` serves an ONNX model that the installed SDK then calls.
 
 Nothing here imports the working tree: the build runs on a copy of the sources, and the
 gateway, its workers and the client run from the fresh environment with no ``PYTHONPATH``.
@@ -22,7 +22,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "samples" / "models" / "digits.onnx"
@@ -39,7 +38,7 @@ from eas_sdk import PredictClient, TFRequest
 from eas_sdk.errors import NotFoundError
 
 assert "site-packages" in eas_sdk.__file__, eas_sdk.__file__
-with PredictClient(sys.argv[1], "digits", token="pkg-token") as client:
+with PredictClient(sys.argv[1], "digits") as client:
     req = TFRequest("serving_default")
     req.add_feed("input", [2, 64], TFRequest.DT_FLOAT, np.zeros((2, 64), np.float32))
     print("labels", client.predict(req).to_numpy("label").tolist())
@@ -104,22 +103,11 @@ def _check_contents(sdist: Path, wheel: Path) -> None:
 
 
 def _serve(venv: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    model = tmp / "model.onnx"
+    model = tmp / "digits.onnx"  # served as the service "digits"
     shutil.copyfile(DIGITS, model)
-    config = tmp / "services.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "gateway": {"data_dir": str(tmp / "data"), "loopback_only": True},
-                "services": [
-                    {"name": "digits", "processor": "onnx", "model": str(model), "token": "pkg-token"}
-                ],
-            }
-        )
-    )
     port_file = tmp / "port"
     log = (tmp / "gateway.log").open("wb")
-    argv = [str(venv / "bin" / "eas-gateway"), "serve", "--config", str(config)]
+    argv = [str(venv / "bin" / "eas-gateway"), "serve", "--model", str(model)]
     argv += ["--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)]
     proc = subprocess.Popen(
         argv, cwd=tmp, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
