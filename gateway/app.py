@@ -28,6 +28,7 @@ from gateway.state import (
     STATE_KEY,
     GatewayState,
 )
+from gateway.versions import version_services
 from gateway.workers.ipc import WorkerRequest
 
 LINGERING_S = 2.0
@@ -39,6 +40,12 @@ QueueFactory = Callable[[Config], Any]
 def predict_services(config: Config) -> list[ServiceConfig]:
     """Services served by a worker pool (everything but plain queues; async ones too)."""
     return [s for s in config.services if s.processor != "queue"]
+
+
+def older_versions(config: Config) -> list[ServiceConfig]:
+    """The services behind the older model versions of versioned services, one pool each
+    (a service's own pool serves its latest version)."""
+    return [v for s in predict_services(config) for v in version_services(s).values() if v is not s]
 
 
 def queue_services(config: Config) -> list[ServiceConfig]:
@@ -91,19 +98,24 @@ def create_app(
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
-    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config)}
+    older = older_versions(config)
+    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in [*predict_services(config), *older]}
     qm = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
     app[DATAPLANE_KEY] = DataPlane(
-        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
+        [*config.services, *older],
+        app[POOLS_KEY],
+        make_request=worker_request or WorkerRequest,
+        observer=metrics,
     )
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
-    from gateway.routes import admin, discovery, kserve, predict, status
+    from gateway.routes import admin, discovery, kserve, openapi, predict, status
 
     admin.setup(app)
+    openapi.setup(app)
     status.setup(app)
     discovery.setup(app)
     predict.setup(app)

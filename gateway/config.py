@@ -89,10 +89,17 @@ class ServiceConfig:
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
+    versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def tokens(self) -> tuple[str, ...]:
         return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    @property
+    def version_names(self) -> tuple[str, ...]:
+        """The model versions served, ascending; the last is the latest (the default)."""
+        return tuple(v for v, _ in self.versions) or ("1",)
 
     def __repr__(self) -> str:  # never show tokens
         return (
@@ -276,7 +283,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s", "cluster_serving",
+        "config", "env", "stall_timeout_s", "cluster_serving", "versions",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -295,7 +302,10 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     extra_tokens = tuple(_str(str(t), f"{where}.tokens[{j}]") for j, t in enumerate(extra))
     model = raw.get("model")
     entry = raw.get("entry")
-    if processor == "onnx":
+    versions = _versions(raw.get("versions"), processor, model, base, where)
+    if versions:
+        model = versions[-1][1]
+    elif processor == "onnx":
         model = _str(model, f"{where}.model")
         model = _resolve_path(model, base, f"{where}.model")
         _check_file(model, f"{where}.model")
@@ -359,7 +369,30 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         cluster_serving=cluster_serving,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
+        versions=versions,
     )
+
+
+def _versions(raw: Any, kind: str, model: Any, base: Path | None, where: str) -> tuple[tuple[str, str], ...]:
+    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+    if raw is None:
+        return ()
+    w = f"{where}.versions"
+    if kind != "onnx":
+        raise ConfigError(f"{w}: only an onnx service has model versions")
+    if model is not None:
+        raise ConfigError(f"{w}: give either model or versions, not both")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{w}: expected a mapping of version numbers to model files")
+    out: dict[int, str] = {}
+    for key, path in raw.items():
+        number = _int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
+        if number in out:
+            raise ConfigError(f"{w}: version {number} given twice")
+        resolved = _resolve_path(_str(path, f"{w}.{key}"), base, f"{w}.{key}")
+        _check_file(resolved, f"{w}.{key}")
+        out[number] = resolved
+    return tuple((str(n), out[n]) for n in sorted(out))
 
 
 QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")

@@ -123,14 +123,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def _model(self, name: str, version: str) -> ServiceConfig:
         """An onnx service by model name: 400 for a malformed name, 404 for an unknown model
-        or version (a service serves version "1"; an empty version is the served one)."""
+        or version (gRPC serves a model's latest version; an empty version is that one)."""
         try:
             svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
         except errors.ServiceNotFound:
             svc = None
         if svc is None or svc.processor != "onnx":
             raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
-        if version not in ("", "1"):
+        if version not in ("", svc.version_names[-1]):
             raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")
         return svc
 
@@ -167,7 +167,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(self, request: Any, context: Context, rid: str) -> pb.ModelMetadataResponse:
         svc = self._authorized(request.name, request.version, context)
         meta = self._metadata(svc)
-        resp = pb.ModelMetadataResponse(name=svc.name, versions=meta.versions, platform=meta.platform)
+        resp = pb.ModelMetadataResponse(
+            name=svc.name, versions=svc.version_names[-1:], platform=meta.platform
+        )
         for specs, into in ((meta.inputs, resp.inputs), (meta.outputs, resp.outputs)):
             for t in specs:
                 into.add(name=t.name, datatype=t.datatype, shape=t.shape)
@@ -192,7 +194,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         else:  # every model whose token the caller holds (or that is open), as over REST
             headers = auth_headers(context)
             models = [s for s in self._models() if self._allowed(s, headers)]
-        doc = kserve.triton_statistics([(s.name, self.plane.stats[s.name]) for s in models])
+        doc = kserve.triton_statistics(
+            [(s.name, s.version_names[-1], self.plane.stats[s.name]) for s in models]
+        )
         resp = pb.ModelStatisticsResponse()
         json_format.ParseDict(json.loads(doc), resp, ignore_unknown_fields=True)
         return resp
@@ -211,7 +215,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             ok = service_ready(self.app, svc.name)
             if request.ready and not ok:
                 continue
-            entry = resp.models.add(name=svc.name, version="1", state="READY" if ok else "UNAVAILABLE")
+            entry = resp.models.add(
+                name=svc.name, version=svc.version_names[-1], state="READY" if ok else "UNAVAILABLE"
+            )
             if not ok:
                 entry.reason = "no ready worker"
         return resp

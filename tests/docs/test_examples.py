@@ -9,9 +9,9 @@ reader would type them. Sybil finds the examples; the rules:
 * ``console`` blocks (and ``bash``/``shell``/``sh`` blocks with a ``$`` prompt) run each
   ``$ command`` with bash and compare what it prints with the lines shown under it
   (see ``tests/docs/output.py``).
-* Other shell blocks are instructions to copy (install, start, run the suite), not run
-  here; they must not call ``curl``: a request against the gateway is shown with a prompt
-  and its answer.
+* A ``bash`` block without prompts that calls ``curl`` runs as one script (in a scratch
+  directory); when a ``json`` block follows it at once, that is the output it must print.
+* Other shell blocks are instructions to copy (install, start, run the suite), not run.
 * ``yaml`` blocks must parse; those with ``gateway`` or ``services`` keys are checked by the
   gateway's own config parser (files the snippet names need not exist here).
 * ``<!-- skip: next -->`` (or ``<!-- skip: next "why" -->``) before a block leaves it out:
@@ -29,6 +29,7 @@ import contextlib
 import gc
 import io
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -140,12 +141,21 @@ def _complete(command: str) -> bool:
     return True
 
 
-def run_console(example: Example) -> None:
-    commands = _commands(example.parsed)
-    assert commands, "a console block needs at least one '$ ' command"
+# A ``json`` block right after a shell block: the output the command prints.
+_SHOWN_OUTPUT = re.compile(r"\s*```json\n(.*?)```", re.S)
+
+
+def _shell_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("http_proxy", "https_proxy", "HTTP_PROXY")}
     # As in a shell with the project's environment active: eas-gateway is on the PATH.
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run_console(example: Example) -> None:
+    commands = _commands(example.parsed)
+    assert commands, "a console block needs at least one '$ ' command"
+    env = _shell_env()
     for command, expected in commands:
         proc = subprocess.run(
             ["bash", "-c", _point_at_gateway(command, example)],
@@ -160,7 +170,17 @@ def run_shell(example: Example) -> None:
     if any(line.startswith("$ ") for line in example.parsed.splitlines()):
         run_console(example)
         return
-    assert "curl " not in example.parsed, "show a curl request with a '$ ' prompt and its answer"
+    if "curl " not in example.parsed:
+        return  # an instruction (install, start the gateway, run the suite), not run here
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _point_at_gateway(example.parsed, example)],
+        cwd=example.namespace["__scratch__"], env=_shell_env(), capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"exited {proc.returncode}: {proc.stderr[-2000:]}"
+    shown = _SHOWN_OUTPUT.match(example.document.text, example.end)
+    if shown is not None:
+        actual = proc.stdout.replace(_gateway(example).process.endpoint, DEFAULT_HTTP)
+        assert output_matches(shown.group(1), actual), f"shown:\n{shown.group(1)}\nprinted:\n{actual}"
 
 
 def check_yaml(example: Example) -> None:
@@ -185,9 +205,10 @@ PARSERS: list[Any] = [
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_example_on_the_page_runs(page: Path, docs_gateway: DocsGateway) -> None:
+def test_every_example_on_the_page_runs(page: Path, docs_gateway: DocsGateway, tmp_path: Path) -> None:
     document = Document.parse(str(page), *PARSERS)
     document.namespace["__gateway__"] = docs_gateway
+    document.namespace["__scratch__"] = tmp_path
     for example in document.examples():
         try:
             example.evaluate()
