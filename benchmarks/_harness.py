@@ -7,6 +7,7 @@ within a round, then the median over rounds is reported.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -208,3 +209,40 @@ def median(values: Sequence[float]) -> float:
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+@dataclass
+class Target:
+    """One figure a benchmark holds itself to: ``figure`` compared with ``goal`` by ``op``."""
+
+    scenario: str
+    figure: float
+    op: str  # ">=" or "<="; "" for a figure reported without a goal
+    goal: float | None = None
+    unit: str = ""
+
+    @property
+    def ok(self) -> bool:
+        if self.goal is None or not self.op:
+            return True
+        return self.figure >= self.goal if self.op == ">=" else self.figure <= self.goal
+
+
+RESULTS_ENV = "EASKIT_BENCH_RESULTS"  # scripts/bench.sh: where each benchmark writes its targets
+
+
+def report_targets(bench: str, targets: Sequence[Target]) -> bool:
+    """Print the targets in one shape, write them as JSON where scripts/bench.sh asks
+    (``$EASKIT_BENCH_RESULTS/<bench>.json``, gathered by benchmarks/summary.py) and say
+    whether every goal was met."""
+    print(f"\n{bench}: targets")
+    for t in targets:
+        goal = f"{t.op} {t.goal:g}{t.unit}" if t.goal is not None else "-"
+        verdict = "-" if t.goal is None else "pass" if t.ok else "MISS"
+        print(f"  {t.scenario:<46}{t.figure:>10.2f}{t.unit:<3} goal {goal:<12}{verdict}")
+    out = os.environ.get(RESULTS_ENV)
+    if out:
+        rows = [{**t.__dict__, "ok": t.ok} for t in targets]
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{bench}.json").write_text(json.dumps({"bench": bench, "targets": rows}))
+    return all(t.ok for t in targets)

@@ -32,6 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._harness import Target, report_targets
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "samples" / "models" / "digits.onnx"
 
@@ -196,6 +198,9 @@ async def main_async(args: argparse.Namespace) -> None:
         f"sync  predict : {sorted(syncs)[len(syncs) // 2]:8.0f} req/s (median)\n"
         f"async put->result: {sorted(asyncs)[len(asyncs) // 2]:8.0f} records/s (median)\n"
         f"async/sync throughput ratio: {med:.2f}"
+    )
+    report_targets(
+        "bench_async", [Target("async: put->result / sync predict throughput", med, "", None, "x")]
     )
 
 

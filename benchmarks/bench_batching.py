@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import PY, ROOT, Child, WrkResult, median, pin, run_wrk, tree_pids
+from _harness import PY, ROOT, Child, Target, WrkResult, median, pin, report_targets, run_wrk, tree_pids
 
 TOKEN = "bench-token-0123456789"
 SERVICES = ("mlp_on", "mlp_off", "digits_on", "digits_off", "tok_on", "tok_off")
@@ -103,6 +103,7 @@ def main() -> None:
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
     argv = [*pin(0), PY, "-m", "gateway", "serve", "--config", str(cfg), "--port", "0"]
     gateway = Child([*argv, "--port-file", str(port_file)], env=env)
+    met = True
     try:
         deadline = time.monotonic() + 120
         while not port_file.exists() or not port_file.read_text().strip():
@@ -183,10 +184,21 @@ def main() -> None:
         print(f"  mlp p50 on/off at c=1:            {median(lat_ratio):.2f}    goal <= 1.1")
         print(f"  digits throughput on/off (c={c}): {median(control):.2f}x   goal >= 0.9")
         print(f"  tok throughput on/off (c={c}):    {median(control_tok):.2f}x   goal >= 0.9 (control)")
+        met = report_targets(
+            "bench_batching",
+            [
+                Target(f"batching: mlp throughput on/off (c={c})", median(speedup), ">=", 2.5, "x"),
+                Target("batching: mlp p50 on/off at c=1", median(lat_ratio), "<=", 1.1, "x"),
+                Target(f"batching: digits throughput on/off (c={c})", median(control), ">=", 0.9, "x"),
+                Target(f"batching: tok throughput on/off (c={c})", median(control_tok), ">=", 0.9, "x"),
+            ],
+        )
         gains = ", ".join(f"{m} {median(g):.2f}x" for m, g in cpu_gain.items())
         print(f"  server CPU per request, off/on:   {gains}")
     finally:
         gateway.stop()
+    if not met:
+        sys.exit(1)  # after the gateway is stopped; scripts/bench.sh reports it at the end
 
 
 if __name__ == "__main__":

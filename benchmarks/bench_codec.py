@@ -40,7 +40,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._harness import free_port, median, pin, stop_group, wait_port  # noqa: E402
+from benchmarks._harness import (  # noqa: E402
+    Target,
+    free_port,
+    median,
+    pin,
+    report_targets,
+    stop_group,
+    wait_port,
+)
 from eas_sdk.codecs import eas as codec  # noqa: E402
 from eas_sdk.requests import StringRequest, TFRequest  # noqa: E402
 
@@ -437,6 +445,15 @@ def main() -> None:
     res = run(args.quick)
     res["wall_s"] = time.monotonic() - t0
     ok = report(res)
+    targets = [
+        Target("codec: encode speedup vs eas-prediction", res["encode"]["ratio"], ">=", 100, "x"),
+        Target("codec: encode time", res["encode"]["ours_ms"], "<=", 1, "ms"),
+        Target("codec: decode speedup vs eas-prediction", res["decode"]["ratio"], ">=", 100, "x"),
+        Target("codec: decode time", res["decode"]["ours_ms"], "<=", 1, "ms"),
+        Target("codec: signed predict e2e speedup", res["e2e"]["ratio"], ">=", 20, "x"),
+        Target("codec: small call speedup (theirs/ours)", res["small"]["ratio"], ">=", 1, "x"),
+    ]
+    ok = report_targets("bench_codec", targets) and ok
     print(f"wall time {res['wall_s']:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))

@@ -30,7 +30,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import PY, ROOT, Child, free_port, median, pin, run_wrk, tree_pids, wait_port
+from _harness import (
+    PY,
+    ROOT,
+    Child,
+    Target,
+    free_port,
+    median,
+    pin,
+    report_targets,
+    run_wrk,
+    tree_pids,
+    wait_port,
+)
 
 TOKEN = "bench-token-0123456789"
 
@@ -177,9 +189,19 @@ def main() -> None:
         ]
         for label, figure, goal, ok in rows_out:
             print(f"  {label:<40}{figure:>10}   target {goal:<10}{'pass' if ok else 'MISS'}")
+        missed = not report_targets(
+            "bench_gateway",
+            [
+                Target(f"gateway: throughput / direct (c={args.connections})", r_tp, ">=", 0.90, "x"),
+                Target("gateway: p50 added at c=1", r_dp, "<=", 50, "us"),
+                Target("gateway: worker CPU per request / aiohttp", r_cpu, "<=", 2.0, "x"),
+            ],
+        )
     finally:
         gateway.stop()
         hello.stop()
+    if missed:
+        sys.exit(1)  # after the servers are stopped; scripts/bench.sh reports it at the end
 
 
 if __name__ == "__main__":

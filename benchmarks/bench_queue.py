@@ -36,6 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._harness import Target, report_targets  # noqa: E402
 from eas_sdk.queue import AsyncQueueClient, QueueClient  # noqa: E402
 
 PAYLOAD = os.urandom(512).hex().encode()  # 1,024 bytes
@@ -410,11 +411,18 @@ def main() -> int:
     for name, r, o, ratio, target in rows:
         verdict = "ok" if ratio >= target else "below"
         print(f"{name:52s} {r:10,.0f} {o:10,.0f} {ratio:7.2f} >= {target} {verdict}")
+    met = report_targets(
+        "bench_queue",
+        [
+            Target(f"queue: {name.split(',')[0]} / redis", ratio, ">=", target, "x")
+            for name, _, _, ratio, target in rows
+        ],
+    )
     print(f"{'stream server CPU us/msg':52s} {med['redis_stream_cpu']:10.1f} {med['ours_stream_cpu']:10.1f}")
     print(
         f"records checked for loss/duplicates over the stream runs: {total_checked:,} (0 lost, 0 duplicated)"
     )
-    return 0
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

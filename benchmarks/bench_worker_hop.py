@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks._harness import Target, report_targets  # noqa: E402
 from eas_sdk.codecs import eas  # noqa: E402
 from gateway.config import GatewayConfig, ServiceConfig  # noqa: E402
 from gateway.workers.ipc import WorkerRequest  # noqa: E402
@@ -123,6 +124,18 @@ async def main(seconds: float, concurrency: int, echo: bool, rounds: int) -> Non
     print(f"  http (aiohttp ClientSession) : {rps['http']:8.0f} req/s  p50 {p50['http']:6.0f} us")
     print(f"  ratio rpc/http: {rps['rpc'] / rps['http']:.2f}")
     print(f"  concurrency 1 p50: rpc {c1_rpc[1]:.0f} us, http {c1_http[1]:.0f} us")
+    report_targets(
+        "bench_worker_hop",
+        [
+            Target(
+                f"worker hop: rpc / http throughput (c={concurrency})",
+                rps["rpc"] / rps["http"],
+                "",
+                None,
+                "x",
+            )
+        ],
+    )
 
 
 if __name__ == "__main__":

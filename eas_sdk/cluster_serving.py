@@ -37,7 +37,7 @@ from ._core.cluster_serving import (
 from ._core.constants import SINK_SUFFIX, TAG_STATUS
 from ._core.failures import FailureKind
 from ._transports import HTTPTransport, Request, TransportFailure
-from .errors import ConnectError, PredictException, TimeoutError
+from .errors import ConnectError, PredictException, TimeoutError, error_for_status
 
 TAG_URI = "uri"
 # One dequeue() page; dequeue loops until the sink has nothing more.
@@ -122,8 +122,8 @@ def decode_result(data: bytes, tags: Mapping[str, str]) -> Any:
     """A sink record -> ndarray | {name: ndarray}; a failed inference -> PredictException."""
     status = int(tags.get(TAG_STATUS, "200") or 200)
     if status != 200:
-        text = data.decode("utf-8", "replace")
-        return PredictException(status, text)
+        # The worker's error reply, typed and decoded as any other client's error.
+        return error_for_status(status, data, request_id=tags.get("requestId"))
     try:
         outputs = outputs_from_reply(json.loads(data))
     except (ValueError, TypeError, KeyError) as exc:

@@ -130,10 +130,11 @@ def create_app(
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
     app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
 
-    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository, workers
+    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository, status, workers
 
     admin.setup(app)
     openapi.setup(app)
+    status.setup(app)
     repository.setup(app)
     discovery.setup(app)
     workers.setup(app)

@@ -26,7 +26,9 @@ from eas_sdk._core.constants import HEADER_REQUEST_ID
 ACCESS_LOGGER = "gateway.access"
 _CTRL_RE = re.compile(r"[\x00-\x1f\x7f\\]")
 # Extra attributes a record may carry (logger.info(..., extra={...})) that the JSON format emits.
-_EXTRA_FIELDS = ("request_id", "service", "method", "path", "status", "bytes", "duration_ms", "remote")
+_EXTRA_FIELDS = (
+    "request_id", "service", "worker", "method", "path", "status", "bytes", "duration_ms", "remote",
+)  # fmt: skip
 
 
 def escape(value: object) -> str:
@@ -53,8 +55,14 @@ def _timestamp(record: logging.LogRecord) -> str:
 
 
 class TextFormatter(logging.Formatter):
+    def __init__(self, tag: str = "") -> None:
+        """``tag``: written before the logger's name on every line (a worker's ``worker[svc/0]``)."""
+        super().__init__()
+        self._prefix = f"{escape(tag)} " if tag else ""
+
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_timestamp(record)} {record.levelname:<7} {record.name}: {escape(record.getMessage())}"
+        message = escape(record.getMessage())
+        line = f"{_timestamp(record)} {record.levelname:<7} {self._prefix}{record.name}: {message}"
         rid = getattr(record, "request_id", None)
         if rid and "rid=" not in line:
             line += f" rid={escape(rid)}"

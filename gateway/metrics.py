@@ -148,6 +148,15 @@ class _ServiceHistogram(Collector):
         counts[bisect.bisect_left(self._bounds, value)] += 1  # "le" buckets: value <= bound
         self._sums[service] += value
 
+    @property
+    def bounds(self) -> list[float]:
+        """The buckets' upper bounds (the last bucket, +Inf, is not listed)."""
+        return list(self._bounds)
+
+    def counts(self, service: str) -> list[int]:
+        """A copy of ``service``'s per-bucket counts (not cumulative); empty if unknown."""
+        return list(self._counts.get(service, ()))
+
     def collect(self) -> Iterable[Metric]:
         family = HistogramMetricFamily(self.name, self.doc, labels=["service"])
         for service, counts in self._counts.items():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -214,20 +215,34 @@ def _loadable(path: Path) -> bool:
     return True
 
 
-def build_all(out_dir: str | Path | None = None) -> dict[str, Path]:
-    """Build every sample model into ``out_dir`` (idempotent); return name -> path."""
+def build_all(out_dir: str | Path | None = None, progress: Any = None) -> dict[str, Path]:
+    """Build every sample model into ``out_dir`` (idempotent); return name -> path.
+
+    ``progress``: called with one line per model as it is built or found (the command line
+    prints them, so a first build that takes a while shows where it is)."""
     out = Path(out_dir) if out_dir is not None else DEFAULT_DIR
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    for name, builder in BUILDERS.items():
+    total = len(BUILDERS) + 1
+    for i, (name, builder) in enumerate(BUILDERS.items(), 1):
         path = out / name
-        if not _loadable(path):
+        started = time.monotonic()
+        if _loadable(path):
+            note = "already built"
+        else:
             builder(path)
+            note = f"built in {time.monotonic() - started:.1f} s"
+        if progress is not None:
+            progress(f"[{i}/{total}] {name}: {note}")
         paths[name.removesuffix(".onnx")] = path
     paths["cluster_serving"] = build_cluster_serving(out)
+    if progress is not None:
+        progress(f"[{total}/{total}] cluster_serving.onnx: ready")
     return paths
 
 
 if __name__ == "__main__":
-    for name, p in build_all(sys.argv[1] if len(sys.argv) > 1 else None).items():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else None
+    built = build_all(out_dir, progress=lambda line: print(line, flush=True))
+    for name, p in built.items():
         print(f"{name}: {p}")

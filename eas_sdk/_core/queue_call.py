@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ..errors import ConnectError, PredictException, TimeoutError, TransportError, error_for_status
+from .request import redact_url
 from .retry import FailureKind, RetryBudget, RetryDecision, RetryPolicy
 
 NOT_REPEATABLE = "the request may have reached the server, which may have deleted the records it read"
@@ -47,8 +48,14 @@ class QueueStep(NamedTuple):
     delay: float = 0.0
 
 
-def status_error(status: int, body: bytes, headers: Mapping[str, str]) -> PredictException:
-    return error_for_status(status, body.decode("utf-8", "replace"), dict(headers))
+def status_error(
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str],
+    request_id: str | None = None,
+    attempts: int | None = None,
+) -> PredictException:
+    return error_for_status(status, body, dict(headers), request_id, attempts)
 
 
 class QueueCall:
@@ -56,6 +63,7 @@ class QueueCall:
 
     __slots__ = (
         "attempt_timeout",
+        "attempts",
         "body",
         "budget",
         "deadline",
@@ -97,6 +105,7 @@ class QueueCall:
         self.attempt_timeout = max(timeout, read_timeout or 0.0)
         self.deadline = now + max(policy.total_timeout(timeout), self.attempt_timeout + timeout)
         self.retries = 0
+        self.attempts = 0  # attempts that ended, free re-sends included
         self.stale_left = policy.stale_connection_retries
         budget.on_call()
 
@@ -109,6 +118,7 @@ class QueueCall:
     def on_response(
         self, status: int, headers: Mapping[str, str], body: bytes, now: float, now_epoch: float | None = None
     ) -> QueueStep:
+        self.attempts += 1
         if 200 <= status < 300:
             return QueueStep(status, headers, body)
         decision = self.policy.after_status(
@@ -116,7 +126,7 @@ class QueueCall:
         )
         if self._retry(decision, now):
             return QueueStep(delay=decision.delay)
-        return QueueStep(error=status_error(status, body, headers))
+        return QueueStep(error=status_error(status, body, headers, self._request_id(), self.attempts))
 
     def on_failure(
         self,
@@ -129,6 +139,7 @@ class QueueCall:
         sent: bool = True,
     ) -> QueueStep:
         """An attempt without a complete answer; ``sent``: the request may have reached the server."""
+        self.attempts += 1
         if kind is FailureKind.BROKEN:
             kind = FailureKind.DISCONNECTED  # a cut-off or garbled answer: ask again (see above)
         if (
@@ -147,10 +158,15 @@ class QueueCall:
             cls = TransportError
         else:
             cls = ConnectError
+        # The same message, type and code (500, no status) as a predict call's failure.
+        text = f"url: {redact_url(self.url)}, error: {reason}"
         if sent and not self.idempotent and kind is not FailureKind.FATAL:
-            text = f"queue {self.method} failed: {reason} (not retried: {NOT_REPEATABLE})"
-            return QueueStep(error=cls(text, code=502))
+            text += f" (not retried: {NOT_REPEATABLE})"
+            return QueueStep(error=cls(text, request_id=self._request_id(), attempts=self.attempts))
         decision = self.policy.after_failure(kind, self.retries, self.deadline - now, self.rng)
         if self._retry(decision, now):
             return QueueStep(delay=decision.delay)
-        return QueueStep(error=cls(f"queue {self.method} failed: {reason}", code=502))
+        return QueueStep(error=cls(text, request_id=self._request_id(), attempts=self.attempts))
+
+    def _request_id(self) -> str | None:
+        return next((v for k, v in self.headers.items() if k.lower() == "x-request-id"), None)

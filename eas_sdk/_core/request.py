@@ -343,7 +343,9 @@ class PredictCall:
         if remaining <= 0:
             raise TimeoutError(
                 f"url: {redact_url(self.last_target)}, error: deadline of "
-                f"{config.total_timeout:.3f}s exceeded after {self.attempts} attempts"
+                f"{config.total_timeout:.3f}s exceeded after {self.attempts} attempts",
+                request_id=self.request_id,
+                attempts=self.attempts,
             )
         endpoint: Endpoint | None = None
         url = self.url
@@ -382,7 +384,7 @@ class PredictCall:
         )
         if self._retry(decision, now):
             return Step(delay=decision.delay)
-        return Step(error=error_for_status(status, body, headers, self.request_id))
+        return Step(error=error_for_status(status, body, headers, self.request_id, self.attempts))
 
     def on_failure(
         self, kind: FailureKind, reason: str, now: float, *, reused: bool = False, started: bool = False
@@ -415,11 +417,11 @@ class PredictCall:
         message = f"url: {redact_url(self.last_target)}, error: {_sanitize(reason)}"
         error: TransportError
         if kind is FailureKind.TIMEOUT:
-            error = TimeoutError(message)
+            error = TimeoutError(message, request_id=self.request_id, attempts=self.attempts)
         elif kind in (FailureKind.CONNECT, FailureKind.DISCONNECTED):
-            error = ConnectError(message)
+            error = ConnectError(message, request_id=self.request_id, attempts=self.attempts)
         else:
-            error = TransportError(message)
+            error = TransportError(message, request_id=self.request_id, attempts=self.attempts)
         return Step(error=error)
 
 

@@ -46,8 +46,14 @@ def add_parsers(sub: Any) -> None:
     scale.add_argument("workers", type=int)
     delete = ops.add_parser("delete", help="drain and remove a service", parents=[common])
     delete.add_argument("name")
-    st = sub.add_parser("status", help="a table of services, workers, rates and latency", parents=[common])
+    st = sub.add_parser(
+        "status",
+        help="a table of services, workers, rates and latency (the admin API's), or with --url "
+        "the gateway's status page figures",
+        parents=[common],
+    )
     st.add_argument("--interval", type=float, default=1.0, help="seconds over which rates are measured")
+    st.add_argument("--url", help="a gateway's own URL: print what its /status page shows (loopback only)")
 
 
 class Admin:
@@ -149,6 +155,18 @@ def status_table(before: dict[str, Any], after: dict[str, Any], seconds: float) 
     return head + "\n" + _table(rows)
 
 
+def page_status(url: str) -> int:
+    """``eas-gateway status --url``: the status page's figures, once, as text."""
+    from gateway.status_text import fetch, render
+
+    try:
+        print(render(fetch(url)))
+    except (OSError, ValueError) as exc:
+        print(f"eas-gateway: cannot read the status of {url}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _execute(args: argparse.Namespace, admin: Admin) -> None:
     if args.command == "status":
         t0 = time.monotonic()
@@ -179,6 +197,8 @@ def _execute(args: argparse.Namespace, admin: Admin) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command == "status" and getattr(args, "url", None):
+        return page_status(args.url)
     url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
     token = getattr(args, "token", None) or os.environ.get("EAS_ADMIN_TOKEN") or None
     try:

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.workers.ipc import RequestSink, WorkerRequest, WorkerResponse
+from gateway.workers.logs import REQUEST_ID
 from gateway.workers.processors.base import Batchable, Processor, ProcessorError, error_response
 
 log = logging.getLogger("gateway.worker")
@@ -157,6 +158,7 @@ class ComputeQueue(RequestSink):
         t0 = time.perf_counter_ns()
         self._inline_since = now
         interrupted = False
+        rid_token = REQUEST_ID.set(req.request_id)  # for the processor's log lines
         try:
             resp = self.processor.handle(req)
         except ProcessorError as exc:
@@ -167,6 +169,7 @@ class ComputeQueue(RequestSink):
             resp = _failure(exc, f"request {req.request_id}", req.request_id)
         finally:
             self._inline_since = 0.0
+            REQUEST_ID.reset(rid_token)
         if interrupted or self._preempt_seq == seq:
             # Too slow for the loop: run it again on the compute thread, where pings and
             # cancels are served while it runs.
@@ -281,6 +284,7 @@ class ComputeQueue(RequestSink):
             t0 = time.perf_counter_ns()
             self._running = (job,)
             self._run_started = t0
+            REQUEST_ID.set(req.request_id)  # for the processor's log lines
             try:
                 resp = self.processor.handle(req)
             except ProcessorError as exc:
@@ -290,6 +294,7 @@ class ComputeQueue(RequestSink):
             finally:
                 self._running = ()
                 self._run_started = 0
+                REQUEST_ID.set("")
             resp.compute_us = (time.perf_counter_ns() - t0) // 1000
             self._post(job, resp)
 

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from gateway.config import GatewayConfig, ServiceConfig
+from gateway.workers.logs import setup_worker_logging
 from gateway.workers.serve import serve
 
 log = logging.getLogger("gateway.worker")
@@ -29,11 +30,7 @@ def run_worker(
     # The event loop and the compute thread share the GIL: a shorter switch interval than
     # the default 5 ms keeps one from stalling the other (about +10% req/s measured).
     sys.setswitchinterval(0.0005)
-    logging.basicConfig(
-        level=getattr(logging, gateway.log_level.upper(), logging.INFO),
-        format=f"%(asctime)s worker[{service.name}/{index}] %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    setup_worker_logging(service.name, index, gateway.log_level, gateway.log_format)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)
     code = 1

@@ -168,3 +168,20 @@ def test_second_signal_cuts_the_drain_delay_short(gateway_factory: Any) -> None:
         time.sleep(0.02)
     os.kill(gw.pid, signal.SIGINT)
     assert gw.proc.wait(15) == 0
+
+
+def test_serve_model_makes_one_onnx_service_per_file(digits_model: Path, tmp_path: Path) -> None:
+    from gateway.cli import _parser, build_config
+
+    other = tmp_path / "other-name.onnx"
+    other.write_bytes(digits_model.read_bytes())
+    args = _parser().parse_args(["serve", "--model", str(digits_model), "-m", str(other), "--port", "0"])
+    cfg = build_config(args)
+    assert [(s.name, s.processor, s.model) for s in cfg.services] == [
+        ("digits", "onnx", str(digits_model)),
+        ("other-name", "onnx", str(other)),
+    ]
+    assert cfg.gateway.port == 0 and cfg.services[0].workers == 1 and not cfg.services[0].tokens
+    with pytest.raises(SystemExit) as exc:  # a config file or models, not both and not neither
+        _parser().parse_args(["serve", "--model", str(digits_model), "--config", "x.yaml"])
+    assert exc.value.code == 2

@@ -18,6 +18,7 @@ from eas_sdk._core.cluster_serving import (
     wire_to_tensor,
 )
 from eas_sdk.cluster_serving import decode_result, encode_instance
+from eas_sdk.errors import BadRequestError
 from gateway.protocols.cluster_serving import predictions_from_reply
 
 
@@ -121,8 +122,9 @@ def test_decode_result() -> None:
     ).encode()
     got2 = decode_result(two, {"status": "200"})
     assert set(got2) == {"a", "s"} and got2["a"] == 3 and got2["s"].tolist() == ["x", "y"]
-    err = decode_result(b'{"code":"InvalidInput","message":"bad"}', {"status": "400"})
-    assert isinstance(err, PredictException) and err.code == 400
+    err = decode_result(b'{"code":"InvalidInput","message":"bad"}', {"status": "400", "requestId": "r7"})
+    assert isinstance(err, BadRequestError) and err.code == 400 and err.message == "bad"
+    assert err.error_code == "InvalidInput" and err.request_id == "r7"
     assert isinstance(decode_result(b"garbage", {"status": "200"}), PredictException)
     assert wire_to_tensor({"shape": [2], "data": [1, 2]}).dtype == np.float32
 

@@ -153,7 +153,8 @@ async def test_retryable_status_makes_one_plus_retries_attempts(
     with pytest.raises(PredictException) as info:
         await h.predict(Raw(b"x"))
     assert info.value.code == status
-    assert info.value.message == b"busy"
+    assert info.value.message == "busy" and info.value.body == b"busy"  # type: ignore[attr-defined]
+    assert info.value.status == status and info.value.attempts == 4
     assert len(server.predicts) == 4
 
 

@@ -1,0 +1,86 @@
+"""The status page: ``GET /status`` (the page), ``GET /status/events`` (its live stream,
+server-sent events, one snapshot a second) and ``GET /api/status`` (one snapshot, JSON; what
+``eas-gateway status`` prints). The snapshot is ``gateway.status``'s.
+
+Everything the page needs is served from here (no external script, style or font), and
+only to loopback callers: the page shows worker pids and traffic figures, which are for
+the machine's operator. A call from elsewhere is refused with 403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+from importlib import resources
+
+from aiohttp import web
+
+from gateway.errors import GatewayError
+from gateway.status import SAMPLE_INTERVAL_S, SAMPLER_KEY, StatusSampler, sampler_context
+
+PAGE = "status.html"
+
+
+class Forbidden(GatewayError):
+    status, code = 403, "Forbidden"
+
+
+def _check_local(request: web.Request) -> None:
+    try:
+        local = ipaddress.ip_address(request.remote or "").is_loopback
+    except ValueError:
+        local = False
+    if not local:
+        raise Forbidden("the status page is served to loopback callers only")
+
+
+async def page(request: web.Request) -> web.Response:
+    _check_local(request)
+    html = resources.files("gateway").joinpath("static", PAGE).read_text(encoding="utf-8")
+    return web.Response(
+        text=html,
+        content_type="text/html",
+        # The page loads nothing from anywhere else; say so to the browser as well.
+        headers={"Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                 "script-src 'self' 'unsafe-inline'", "Cache-Control": "no-store"},
+    )  # fmt: skip
+
+
+async def snapshot(request: web.Request) -> web.Response:
+    _check_local(request)
+    return web.json_response(request.app[SAMPLER_KEY].snapshot())
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    _check_local(request)
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
+    await resp.prepare(request)
+    sampler = request.app[SAMPLER_KEY]
+    try:
+        while not sampler.stopping.is_set():
+            data = json.dumps(sampler.snapshot(), separators=(",", ":"))
+            await resp.write(f"event: status\ndata: {data}\n\n".encode())
+            try:
+                await asyncio.wait_for(sampler.stopping.wait(), SAMPLE_INTERVAL_S)
+            except TimeoutError:
+                pass
+    except ConnectionResetError:
+        pass  # the page was closed
+    return resp
+
+
+async def _end_streams(app: web.Application) -> None:
+    """End the live streams at shutdown: aiohttp waits for open handlers before it stops."""
+    app[SAMPLER_KEY].stopping.set()
+
+
+def setup(app: web.Application) -> None:
+    app[SAMPLER_KEY] = StatusSampler(app)
+    app.cleanup_ctx.append(sampler_context)
+    app.on_shutdown.append(_end_streams)
+    app.router.add_get("/status", page)
+    app.router.add_get("/status/events", events)
+    app.router.add_get("/api/status", snapshot)

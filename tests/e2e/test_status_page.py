@@ -1,0 +1,137 @@
+"""The status page in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, which scripts/test.sh installs when missing) driven by Selenium. The
+numbers change under load, queue depth shows, a killed worker shows as restarting, and a
+screenshot is saved. ``eas-gateway status`` prints the same figures."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.gateway_proc import ROOT, GatewayProcess
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="chromium and chromium-driver are not installed (scripts/test.sh installs them)",
+)
+SLOW_START = f"{ROOT / 'tests' / 'processors' / 'slow_start.py'}:SlowStart"
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1100,1300",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"the page never showed {what}"
+        time.sleep(0.1)
+
+
+def _field(driver: Any, service: str, field: str) -> str:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        return str(
+            driver.find_element(By.CSS_SELECTOR, f'[data-service="{service}"][data-field="{field}"]').text
+        )
+    except StaleElementReferenceException:  # redrawn between find and read
+        return ""
+
+
+def _load(url: str, stop: threading.Event) -> None:
+    while not stop.is_set():
+        req = urllib.request.Request(url + "/api/predict/svc", data=b"x", method="POST")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            resp.read()
+        time.sleep(0.01)
+
+
+def test_the_status_page_is_live_in_a_browser(gateway_factory: Any, browser: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    marker = tmp_path / "slow"
+    config = {
+        "gateway": {"health_interval_s": 0.2},
+        "services": [
+            {"name": "svc", "processor": "python", "entry": SLOW_START, "workers": 1,
+             "config": {"slow_file": str(marker), "start_s": 2}},
+            {"name": "jobs", "processor": "queue"},
+        ],
+    }  # fmt: skip
+    gw: GatewayProcess = gateway_factory(config)
+    for i in range(3):
+        urllib.request.urlopen(
+            urllib.request.Request(gw.url + "/api/predict/jobs", data=b"%d" % i), timeout=5
+        )
+
+    browser.get(gw.url + "/status")
+    _wait("the live stream", lambda: browser.find_element(By.ID, "live").text == "live")
+    assert _field(browser, "svc", "requests_total") == "0"
+    assert browser.find_element(By.CSS_SELECTOR, '[data-queue="jobs"] [data-field="length"]').text == "3"
+    assert browser.find_element(By.CSS_SELECTOR, '[data-queue="jobs"] [data-field="lag"]').text == "3"
+
+    stop = threading.Event()
+    loader = threading.Thread(target=_load, args=(gw.url, stop), daemon=True)
+    loader.start()
+    try:
+        _wait("a request rate", lambda: float(_field(browser, "svc", "rate_rps") or 0) > 0)
+        _wait("a latency", lambda: _field(browser, "svc", "p50_ms") not in ("", "-"))
+        assert int(_field(browser, "svc", "requests_total")) > 0
+    finally:
+        stop.set()
+        loader.join(10)
+
+    marker.touch()  # the replacement worker takes 2 s to start
+    (pid,) = gw.worker_pids("svc")
+    os.kill(pid, signal.SIGKILL)
+    state = '[data-worker="svc/0"] [data-field="state"]'
+    _wait("a restarting worker", lambda: browser.find_element(By.CSS_SELECTOR, state).text == "restarting")
+    browser.save_screenshot(str(tmp_path / "status.png"))
+    assert (tmp_path / "status.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _field(browser, "svc", "restarts") == "1"
+    _wait("the worker ready again", lambda: browser.find_element(By.CSS_SELECTOR, state).text == "ready", 20)
+
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway", "status", "--url", gw.url],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "svc" in out.stdout and "worker 0:" in out.stdout and ", 1 restarts" in out.stdout
+    assert "queue jobs: depth 3, pending 0, lag 3, 0 consumers" in out.stdout

@@ -1,0 +1,60 @@
+"""The status snapshot's arithmetic, its text form, and who may read it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from gateway.routes.status import Forbidden, _check_local
+from gateway.status import quantile
+from gateway.status_text import render
+
+BOUNDS = [0.001, 0.002, 0.005]
+
+
+def test_quantiles_interpolate_within_a_bucket() -> None:
+    assert quantile(0.5, BOUNDS, [0, 0, 0, 0]) is None
+    assert quantile(0.5, BOUNDS, [10, 0, 0, 0]) == pytest.approx(0.0005)
+    assert quantile(0.5, BOUNDS, [0, 10, 0, 0]) == pytest.approx(0.0015)
+    assert quantile(0.99, BOUNDS, [90, 9, 1, 0]) == pytest.approx(0.002)
+    assert quantile(0.99, BOUNDS, [50, 0, 0, 50]) == 0.005  # beyond the last bound: at least it
+
+
+class _Transport:
+    def __init__(self, peer: tuple[str, int]) -> None:
+        self.peer = peer
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.peer if name == "peername" else default
+
+
+@pytest.mark.parametrize(("peer", "allowed"), [("127.0.0.1", True), ("::1", True), ("192.0.2.7", False)])
+def test_only_loopback_callers_see_the_status(peer: str, allowed: bool) -> None:
+    request = make_mocked_request("GET", "/status", transport=_Transport((peer, 40000)))
+    if allowed:
+        _check_local(request)
+    else:
+        with pytest.raises(Forbidden):
+            _check_local(request)
+
+
+def test_the_text_form_shows_every_figure() -> None:
+    status = {
+        "gateway": {"version": "1.2.3"},
+        "uptime_s": 42.0,
+        "window_s": 5.0,
+        "services": [
+            {"name": "svc", "processor": "onnx", "async": True, "ready": False, "rate_rps": 12.5,
+             "p50_ms": 1.234, "p99_ms": None, "error_rate": 0.25, "requests_total": 99, "restarts": 2,
+             "workers": [{"id": 0, "pid": 7, "state": "backoff", "outstanding": 1, "restarts": 2}],
+             "queues": {"svc": {"length": 4, "pending": 1, "lag": 3, "consumers": 1}}},
+        ],
+    }  # fmt: skip
+    text = render(status)
+    assert "gateway 1.2.3, up 42 s; rates over the last 5 s" in text
+    row = next(line for line in text.splitlines() if line.startswith("svc"))
+    assert row.split() == ["svc", "onnx*", "NO", "12.5", "1.23", "-", "25.0", "99", "2"]
+    assert "    worker 0: pid 7, backoff, 1 in flight, 2 restarts" in text
+    assert "    queue svc: depth 4, pending 1, lag 3, 1 consumers" in text
