@@ -112,6 +112,9 @@ class GatewayConfig:
     loopback_only: bool = False
     # The service a bare Cluster Serving ``POST /predict`` goes to (default: the only one).
     cluster_serving_service: str | None = None
+    # Pixels of all images in one Cluster Serving request together, checked from each image's
+    # header before it is decoded (413 beyond).
+    max_image_pixels: int = 2048 * 2048
     # Where workers' direct-mode HTTP ports listen, and the address discovery publishes for
     # them (default: worker_host). Bind a LAN/VPC address (or 0.0.0.0 with an advertised
     # address) so that direct-mode clients on other hosts reach the workers.

@@ -12,6 +12,7 @@ Auth is the service's token, as for ``/api/predict``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 
@@ -31,6 +32,8 @@ from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
 JSON_TYPE = "application/json"
+# Bodies and replies larger than this are parsed (and images decoded) off the event loop.
+_PARSE_ON_LOOP_MAX = 64 << 10
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -62,7 +65,9 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
             resp.force_close()
         return resp
     try:
-        batch = await asyncio.to_thread(parse_request, body) if len(body) > 1 << 20 else parse_request(body)
+        # Images are decoded while parsing: anything beyond a small body runs off the event loop.
+        parse = functools.partial(parse_request, body, max_image_pixels=gw.max_image_pixels)
+        batch = await asyncio.to_thread(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
     except ClusterServingRequestError as exc:
         return _error(exc.status, str(exc))
     try:
@@ -73,10 +78,17 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     if status != 200:
         return _error(status, reply.decode())
     try:
-        preds = predictions_from_reply(reply, batch.size)
+        if len(reply) > _PARSE_ON_LOOP_MAX:
+            text = await asyncio.to_thread(_predictions_text, reply, batch.size)
+        else:
+            text = _predictions_text(reply, batch.size)
     except (ValueError, TypeError, KeyError) as exc:
         return _error(502, f"the service's reply is not an onnx JSON reply ({exc})")
-    return web.Response(text=json.dumps({"predictions": preds}), content_type=JSON_TYPE)
+    return web.Response(text=text, content_type=JSON_TYPE)
+
+
+def _predictions_text(reply: bytes, size: int) -> str:
+    return json.dumps({"predictions": predictions_from_reply(reply, size)})
 
 
 async def predict_named(request: web.Request) -> web.Response:
