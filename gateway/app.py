@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gateway.admission import Admission, AdmissionLimits
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.metrics import GatewayMetrics
@@ -97,9 +98,11 @@ def create_app(
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
     app[DATAPLANE_KEY] = DataPlane(
-        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics
-    )
+        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics,
+        admission=Admission(AdmissionLimits.of(gw)), max_response_bytes=gw.max_response_bytes,
+    )  # fmt: skip
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
+    metrics.attach_admission(app[DATAPLANE_KEY].admission)
 
     from gateway.routes import admin, discovery, kserve, predict
 

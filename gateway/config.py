@@ -112,6 +112,17 @@ class GatewayConfig:
     loopback_only: bool = False
     # The service a bare Cluster Serving ``POST /predict`` goes to (default: the only one).
     cluster_serving_service: str | None = None
+    # Gateway-wide admission (gateway/admission.py; 0 turns a limit off): open connections
+    # (503 beyond), bytes of request bodies being received (429 beyond), of those the bytes of
+    # calls not yet authenticated (an EAS signature needs the body; 429 beyond), calls in
+    # flight per service (429 beyond).
+    max_connections: int = 2048
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    max_unverified_bytes: int = 64 * 1024 * 1024
+    max_inflight_per_service: int = 1024
+    # The largest answer a worker may give (413 ResponseTooLarge beyond; 0: no limit): an
+    # answer's size can follow from a client-given shape.
+    max_response_bytes: int = 64 * 1024 * 1024
     # Pixels of all images in one Cluster Serving request together, checked from each image's
     # header before it is decoded (413 beyond).
     max_image_pixels: int = 2048 * 2048

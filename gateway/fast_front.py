@@ -29,8 +29,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, cast
 
 from aiohttp import web
 
@@ -42,7 +42,15 @@ from eas_sdk._core.constants import (
 )
 from gateway import errors
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
-from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
+from gateway.lean_http import (
+    FastProtocol,
+    FastRequest,
+    Headers,
+    Limits,
+    Query,
+    encode_reply,
+    protocol_factory,
+)
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
@@ -140,6 +148,15 @@ class Front:
             return None
         return self._refusal(route, req, errors.Unauthorized("invalid or missing token"), 0.0)
 
+    def admit(self, req: FastRequest) -> Callable[[], None] | None:
+        """The body is still arriving (FastProtocol's ``admit``): hold its length against the
+        gateway's admission budget; None when that is spent (aiohttp then answers the 429)."""
+        try:
+            hold = self.plane.hold_body(self.paths[req.path].svc, req.headers, req.content_length or 0)
+        except errors.TooManyRequests:
+            return None
+        return hold.release
+
     def late(self, req: FastRequest) -> Reply:
         """The 408 for a body not complete within body_timeout_s (FastProtocol's ``late``)."""
         timeout = self.app[CONFIG_KEY].gateway.body_timeout_s
@@ -195,6 +212,16 @@ class Front:
         )  # fmt: skip
 
 
+class _Refused(asyncio.Protocol):
+    """A connection past ``gateway.max_connections``: answered 503 at once and closed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        exc = errors.ServiceNotReady("the gateway has too many open connections")
+        reply = _error(exc, pick_request_id(None))
+        cast(asyncio.Transport, transport).write(encode_reply(reply, close=True))
+        transport.close()
+
+
 class FastSite(web.BaseSite):
     """A listener whose connections start on FastProtocol (see the module docstring).
 
@@ -223,8 +250,16 @@ class FastSite(web.BaseSite):
         # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
         limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
         factory = protocol_factory(front, server, self.conns, limits)
+        admission = front.plane.admission
+        conns = self.conns
+        # Every connection starts here: those still on the fast path, and those handed to aiohttp.
+        admission.open_connections = lambda: len(conns) + len(server.connections)
+
+        def admitted() -> asyncio.Protocol:
+            return factory() if admission.admit_connection() else _Refused()
+
         loop = asyncio.get_running_loop()
         # BaseSite's contract with its subclasses: the server it closes on stop().
         self._server = await loop.create_server(
-            factory, self.host, self.port, backlog=self.backlog, reuse_address=True
+            admitted, self.host, self.port, backlog=self.backlog, reuse_address=True
         )

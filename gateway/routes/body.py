@@ -14,11 +14,17 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from eas_sdk._core.constants import HEADER_AUTHORIZATION
 from gateway import errors
+from gateway.admission import BodyHold
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
 
 # Inflating more than this much compressed input runs off the event loop.
 _INFLATE_ON_LOOP_MAX = 64 << 10
+# What a body still arriving holds against the gateway's admission budget (routes/body.py
+# holds it before reading, releases it once read; the middleware releases any left over).
+BODY_HOLD_KEY = web.RequestKey("body_hold", BodyHold)
+# A chunked body (no Content-Length) holds this much unless the caller names its limit.
+_CHUNKED_HOLD = 16 << 20
 
 
 def inflate(data: bytes, encoding: str, max_bytes: int) -> bytes:
@@ -52,13 +58,27 @@ async def read_body(
     Content-Encoding is refused with 415."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
-        return await _read_raw(request, max_bytes, timeout_s)
+        return await _read_held(request, max_bytes, timeout_s)
     if not decompress or encoding not in ("gzip", "deflate"):
         raise errors.UnsupportedMediaType(f"Content-Encoding {encoding[:32]!r} is not supported", close=True)
-    raw = await _read_raw(request, max_bytes, timeout_s)
+    raw = await _read_held(request, max_bytes, timeout_s)
     if len(raw) > _INFLATE_ON_LOOP_MAX:
         return await asyncio.to_thread(inflate, raw, encoding, max_bytes)
     return inflate(raw, encoding, max_bytes)
+
+
+async def _read_held(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
+    try:
+        return await _read_raw(request, max_bytes, timeout_s)
+    finally:
+        release_body(request)
+
+
+def release_body(request: web.Request) -> None:
+    """Give back what the request's body held against the admission budget (idempotent)."""
+    hold = request.get(BODY_HOLD_KEY)
+    if hold is not None:
+        hold.release()
 
 
 async def _read_raw(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -78,13 +98,21 @@ async def _read_raw(request: web.Request, max_bytes: int, timeout_s: float) -> b
         raise errors.BadRequest("malformed request body", close=True) from None
 
 
-def refuse_before_body(plane: DataPlane, svc: ServiceConfig, request: web.Request, key: str = "") -> None:
+def refuse_before_body(
+    plane: DataPlane, svc: ServiceConfig, request: web.Request, key: str = "", max_bytes: int = 0
+) -> None:
     """401 before the body is read: no token at all; or, while the body is still arriving, a
     raw token that is wrong (a body already in costs nothing to read, and the dataplane then
-    looks at the token once)."""
-    if not svc.tokens:
-        return
-    if not request.headers.get(HEADER_AUTHORIZATION) or (
-        not request.content.is_eof() and plane.refused_early(svc, request.headers, key)
+    looks at the token once). A body still arriving is then admitted (429 when the gateway
+    receives too much already): it holds its length, or ``max_bytes`` when chunked."""
+    arriving = request.body_exists and not request.content.is_eof()
+    if svc.tokens and (
+        not request.headers.get(HEADER_AUTHORIZATION)
+        or (arriving and plane.refused_early(svc, request.headers, key))
     ):
         raise errors.Unauthorized("invalid or missing token")
+    if arriving and BODY_HOLD_KEY not in request:
+        nbytes = request.content_length or max_bytes or _CHUNKED_HOLD
+        if max_bytes:
+            nbytes = min(nbytes, max_bytes)  # a longer body is refused (413) unread anyway
+        request[BODY_HOLD_KEY] = plane.hold_body(svc, request.headers, nbytes)

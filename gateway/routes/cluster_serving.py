@@ -53,7 +53,7 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     gw = app[CONFIG_KEY].gateway
     plane = app[DATAPLANE_KEY]
     try:
-        refuse_before_body(plane, svc, request)
+        refuse_before_body(plane, svc, request, max_bytes=gw.max_body_bytes)
         arrived = time.monotonic()
         deadline = plane.caller_deadline(request.headers)
         body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)

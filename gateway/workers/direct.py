@@ -105,7 +105,7 @@ class DirectHTTP:
 
         async def predict(request: web.Request) -> web.StreamResponse:
             rid = request[REQUEST_ID_KEY]
-            refuse_before_body(self.plane, self.service, request)
+            refuse_before_body(self.plane, self.service, request, max_bytes=self.gateway.max_body_bytes)
             try:
                 body = await read_body(request, self.gateway.max_body_bytes, self.gateway.body_timeout_s)
             except ConnectionError:
