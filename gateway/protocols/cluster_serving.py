@@ -46,6 +46,7 @@ from eas_sdk._core.cluster_serving import (
     tensor_to_wire,
     to_jsonable,
 )
+from eas_sdk.codecs.eas.json_form import nested_leaves
 
 MAX_INSTANCES = 4096
 # Deeper nesting than any tensor has (numpy allows 64 dimensions): refused before recursion.
@@ -96,21 +97,11 @@ class _Budget:
 
 
 def _flatten(value: Any, where: str) -> tuple[list[int], list[Any]]:
-    """A rectangular nested list -> (its shape, its leaves in order), level by level, so
-    that nothing recurses and nothing is allocated beyond references to the parsed values."""
-    shape: list[int] = []
-    level = [value]
-    while level and isinstance(level[0], list):
-        n = len(level[0])
-        if any(not isinstance(x, list) or len(x) != n for x in level):
-            raise ClusterServingRequestError(f"{where}: nested lists must be rectangular")
-        shape.append(n)
-        if len(shape) > MAX_DIMS:
-            raise ClusterServingRequestError(f"{where}: more than {MAX_DIMS} dimensions")
-        level = [x for sub in level for x in sub]
-    if any(isinstance(x, list) for x in level):
-        raise ClusterServingRequestError(f"{where}: nested lists must be rectangular")
-    return shape, level
+    """A rectangular nested list -> (its shape, its leaves), without recursion (the codec's)."""
+    try:
+        return nested_leaves(value, MAX_DIMS)
+    except ValueError as exc:
+        raise ClusterServingRequestError(f"{where}: {exc}") from None
 
 
 def _leaf_kind(leaves: list[Any], where: str) -> str:

@@ -189,6 +189,27 @@ def test_shape_checks_happen_before_allocation() -> None:
         eas.decode_request(b'{"inputs": {"x": {"shape": [2, 3], "dtype": "float32", "data": [1, 2]}}}')
 
 
+def test_json_strings_are_never_padded_to_the_longest() -> None:
+    # numpy's fixed-width unicode would take 200,001 x 400 kB = 80 GB for this 300 kB body.
+    words = ["a"] * 200_000 + ["b" * 100_000]
+    for doc in ({"x": words}, {"x": {"shape": [len(words)], "data": words}}):
+        req = eas.decode_request(json.dumps({"inputs": doc}).encode())
+        arr = req.named["x"].array
+        assert arr.dtype == object and arr.shape == (len(words),) and arr[-1] == b"b" * 100_000
+    for bad in (
+        {"x": [1, "a" * 1000]},
+        {"x": [[1], 2]},
+        {"x": {"shape": [2], "dtype": "float32", "data": ["1", 2]}},
+    ):
+        with pytest.raises(eas.InvalidInput, match="input 'x'"):
+            eas.decode_request(json.dumps({"inputs": bad}).encode())
+    deep = b'{"inputs": {"x": ' + b"[" * 40 + b"1" + b"]" * 40 + b"}}"
+    with pytest.raises(eas.InvalidInput, match="dimensions"):
+        eas.decode_request(deep)
+    with pytest.raises(eas.InvalidInput):
+        eas.decode_request(b'{"inputs": {"x": ' + b"[" * 100_000 + b"}}")
+
+
 def test_json_form() -> None:
     req = eas.decode_request(
         b'{"inputs": {"x": [[1, 2], [3, 4]], "y": {"shape": [2], "dtype": "int64", "data": [5, 6]}},'
