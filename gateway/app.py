@@ -16,6 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gateway.admission import Admission, AdmissionLimits
+from gateway.auth import SignaturePolicy, replay_cache
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.metrics import GatewayMetrics
@@ -100,6 +101,7 @@ def create_app(
     app[DATAPLANE_KEY] = DataPlane(
         config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics,
         admission=Admission(AdmissionLimits.of(gw)), max_response_bytes=gw.max_response_bytes,
+        signature=SignaturePolicy.of(gw), replay=replay_cache(gw),
     )  # fmt: skip
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
     metrics.attach_admission(app[DATAPLANE_KEY].admission)

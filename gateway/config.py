@@ -123,6 +123,13 @@ class GatewayConfig:
     # The largest answer a worker may give (413 ResponseTooLarge beyond; 0: no limit): an
     # answer's size can follow from a client-given shape.
     max_response_bytes: int = 64 * 1024 * 1024
+    # The EAS signature: a Date within this many seconds of the gateway's clock (0: not
+    # checked), Content-MD5 required with a body, the signed Content-Type the one sent, and an
+    # optional cache of this many signatures seen (a replay within the window gets 401; 0: off).
+    signature_max_skew_s: float = 900.0
+    signature_require_md5: bool = True
+    signature_bind_content_type: bool = True
+    signature_replay_cache: int = 0
     # Pixels of all images in one Cluster Serving request together, checked from each image's
     # header before it is decoded (413 beyond).
     max_image_pixels: int = 2048 * 2048

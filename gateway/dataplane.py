@@ -25,7 +25,7 @@ from typing import Protocol
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_AUTHORIZATION, HEADER_DEADLINE_MS
 from gateway import errors
 from gateway.admission import Admission, BodyHold
-from gateway.auth import AuthStatus, verify
+from gateway.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, verify
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 
@@ -92,6 +92,8 @@ class DataPlane:
         observer: DispatchObserver | None = None,
         admission: Admission | None = None,
         max_response_bytes: int = 0,
+        signature: SignaturePolicy = STRICT,
+        replay: ReplayCache | None = None,
     ) -> None:
         # The first service of a name wins, as in the configuration's own lookup.
         self.services: dict[str, ServiceConfig] = {}
@@ -103,6 +105,9 @@ class DataPlane:
         # Gateway-wide limits: connections, body bytes being received, calls in flight.
         self.admission = admission or Admission()
         self.max_response_bytes = max_response_bytes
+        # What an EAS signature must carry, and the optional cache of signatures seen.
+        self.signature = signature
+        self.replay = replay
         # (service or queue name, raw token) pairs that verified. Tokens come from the config,
         # so a success stays one; a signature covers one call and is always checked. Bounded.
         self._verified: dict[tuple[str, str], None] = {}
@@ -157,13 +162,17 @@ class DataPlane:
         name = key or svc.name
         if (name, auth) in self._verified:
             return
-        result = verify(svc.tokens, headers, raw_path, body)
+        result = verify(svc.tokens, headers, raw_path, body, self.signature)
         if not result.ok:
             if result.status is AuthStatus.BAD_DIGEST:
                 raise errors.BadDigest("Content-MD5 does not match the body")
+            if result.status is AuthStatus.STALE or result.reason.endswith("Content-MD5"):
+                raise errors.Unauthorized(result.reason)  # a valid HMAC: the reason gives nothing away
             raise errors.Unauthorized("invalid or missing token")
         if not auth.startswith("EAS "):
             self._remember(name, auth)
+        elif self.replay is not None and self.replay.replayed(auth):
+            raise errors.Unauthorized("this signature was already used (replay)")
 
     def _remember(self, name: str, auth: str) -> None:
         if len(self._verified) >= _VERIFIED_MAX:
