@@ -204,7 +204,11 @@ class FastProtocol(asyncio.Protocol):
             return
         else:
             delay = self._delays[kind]
-            log.info("closing connection from %s: no request head within %.3g s", self.conn.remote, delay)
+            # An idle connection (nothing sent) is routine: DEBUG; a head left half-sent, INFO.
+            level = logging.INFO if self.conn.buf else logging.DEBUG
+            log.log(
+                level, "closing connection from %s: no request head within %.3g s", self.conn.remote, delay
+            )
         self.transport = None
         self._conns.discard(self)
         t.close()
