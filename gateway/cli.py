@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway import __version__
-from gateway.config import Config, ConfigError, load_config
+from gateway.config import Config, ConfigError, load_config, open_service_warnings
 
 log = logging.getLogger("gateway")
 
@@ -156,6 +156,8 @@ async def serve(cfg: Config) -> int:
         log.info(
             "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__
         )
+        for warning in open_service_warnings(cfg):
+            log.warning("%s", warning)
 
         pools = list(app[POOLS_KEY].items())
         ready_task = asyncio.gather(

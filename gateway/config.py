@@ -51,6 +51,8 @@ class ServiceConfig:
     name: str
     processor: str
     token: str | None = None
+    # Declared open: no token at all (``public: true``); a service without one is a config error.
+    public: bool = False
     # Extra accepted tokens (rotation: add the next token here, then promote it).
     extra_tokens: tuple[str, ...] = ()
     model: str | None = None
@@ -210,10 +212,52 @@ def _bool(v: Any, where: str) -> bool:
     raise ConfigError(f"{where}: expected true or false, got {v!r}")
 
 
+def _yaml_hint(v: Any, where: str) -> str:
+    """The message for a value YAML read as something other than the string that was meant."""
+    if isinstance(v, bool):
+        return (
+            f"{where}: expected a string, got the boolean {v!r}: YAML reads unquoted yes/no/on/off/"
+            f'true/false as booleans; quote the value, e.g. {where.rsplit(".", 1)[-1]}: "yes"'
+        )
+    return (
+        f"{where}: expected a string, got the number {v!r}: YAML reads unquoted digits as a number "
+        f'(and 0-prefixed digits as octal); quote the value, e.g. {where.rsplit(".", 1)[-1]}: "0123456"'
+    )
+
+
 def _str(v: Any, where: str) -> str:
+    if isinstance(v, (bool, int, float)):
+        raise ConfigError(_yaml_hint(v, where))
     if not isinstance(v, str) or not v:
         raise ConfigError(f"{where}: expected a non-empty string, got {v!r}")
     return v
+
+
+def _tokens(raw: Mapping[str, Any], where: str) -> tuple[str | None, tuple[str, ...], bool]:
+    """(token, extra tokens, public). An open service must say so: ``public: true`` with no
+    token (missing or ``token: null``); an empty token, or no token without ``public: true``,
+    is an error, so a typo or an unset variable never opens a service."""
+    public = _bool(raw.get("public", False), f"{where}.public")
+    extra = raw.get("tokens") or []
+    if not isinstance(extra, list):
+        raise ConfigError(f"{where}.tokens: expected a list of strings")
+    extra_tokens = tuple(_str(t, f"{where}.tokens[{j}]") for j, t in enumerate(extra))
+    token = raw.get("token")
+    if token is not None:
+        if token == "":
+            raise ConfigError(
+                f"{where}.token: empty; give the service a token, or declare it open with "
+                "'public: true' (and no token)"
+            )
+        token = _str(token, f"{where}.token")
+    if public and (token is not None or extra_tokens):
+        raise ConfigError(f"{where}: 'public: true' and a token contradict each other; keep one")
+    if not public and token is None and not extra_tokens:
+        said = "token: null" if "token" in raw else "no token"
+        raise ConfigError(
+            f"{where}: {said}; give the service a token, or declare it open with 'public: true'"
+        )
+    return token, extra_tokens, public
 
 
 def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -244,7 +288,7 @@ def _coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
         elif isinstance(default, float):
             out[key] = _float(value, w, lo=0.0)
         else:
-            out[key] = None if value is None else _str(str(value), w)
+            out[key] = None if value is None else _str(value, w)
     return cls(**out)
 
 
@@ -273,7 +317,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s",
+        "config", "env", "stall_timeout_s", "public",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -283,13 +327,6 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     processor = _str(raw.get("processor"), f"{where}.processor")
     if processor not in PROCESSORS:
         raise ConfigError(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
-    token = raw.get("token")
-    if token is not None:
-        token = _str(str(token), f"{where}.token")
-    extra = raw.get("tokens") or []
-    if not isinstance(extra, list):
-        raise ConfigError(f"{where}.tokens: expected a list of strings")
-    extra_tokens = tuple(_str(str(t), f"{where}.tokens[{j}]") for j, t in enumerate(extra))
     model = raw.get("model")
     entry = raw.get("entry")
     if processor == "onnx":
@@ -316,6 +353,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     env = raw.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError(f"{where}.env: expected a mapping")
+    token, extra_tokens, public = _tokens(raw, where)
     async_ = _bool(raw.get("async", False), f"{where}.async")
     if processor == "queue" and async_:
         raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
@@ -323,6 +361,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         name=name,
         processor=processor,
         token=token,
+        public=public,
         extra_tokens=extra_tokens,
         model=model,
         entry=entry,
@@ -368,6 +407,19 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
             raise ConfigError(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
     return apply_env_overrides(Config(gateway=gw, services=services, source=source))
+
+
+def open_service_warnings(cfg: Config) -> list[str]:
+    """Warnings due at start: services anyone who reaches the listener can call."""
+    host = cfg.gateway.host
+    if host in ("localhost", "") or host.startswith("127.") or host == "::1":
+        return []
+    return [
+        f"service {svc.name!r} is public (no token) and the gateway listens on {host}, "
+        "which is not a loopback address: anyone who reaches it can call the service"
+        for svc in cfg.services
+        if not svc.tokens
+    ]
 
 
 def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:

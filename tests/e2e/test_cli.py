@@ -22,7 +22,7 @@ from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT
 
 QUEUE_ONLY = {
     "gateway": {"shutdown_timeout_s": 5},
-    "services": [{"name": "q", "processor": "queue", "workers": 0}],
+    "services": [{"name": "q", "processor": "queue", "workers": 0, "public": True}],
 }
 
 
@@ -92,16 +92,16 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     ("config", "field"),
     [
         ({"gateway": {"port": "eighty"}, "services": []}, "gateway.port"),
-        ({"services": [{"name": "x", "processor": "onnx"}]}, "services[0] (x).model"),
+        ({"services": [{"name": "x", "processor": "onnx", "public": True}]}, "services[0] (x).model"),
         (
-            {"services": [{"name": "x", "processor": "onnx", "model": "no/such/model.onnx"}]},
+            {"services": [{"name": "x", "processor": "onnx", "model": "no/such/model.onnx", "public": True}]},
             "services[0] (x).model: file not found: ",
         ),
         (
             {
                 "services": [
-                    {"name": "q", "processor": "queue"},
-                    {"name": "p", "processor": "python", "entry": "no/such/processor.py:Cls"},
+                    {"name": "q", "processor": "queue", "public": True},
+                    {"name": "p", "processor": "python", "entry": "no/such/processor.py:Cls", "public": True},
                 ]
             },
             "services[1] (p).entry: file not found: ",
