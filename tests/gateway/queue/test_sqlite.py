@@ -253,3 +253,14 @@ async def test_group_filter_change_is_kept(tmp_path: Path) -> None:
     q2 = m2.queue("a")
     assert q2.groups["g"].tags == {"color": "blue"}
     await m2.stop()
+
+
+async def test_data_files_are_private(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    await m.start()
+    await m.queue("a").put(b"secret payload", {}, None)[2]
+    data = tmp_path / "data"
+    modes = {p.name: p.stat().st_mode & 0o777 for p in data.iterdir()}
+    await m.stop()
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert modes and set(modes.values()) == {0o600}, modes
