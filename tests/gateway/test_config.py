@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.config import ConfigError, load_config, open_service_warnings, parse_config
 
@@ -76,3 +78,40 @@ def test_public_service_on_a_non_loopback_address_warns() -> None:
     assert "'q' is public" in warning and "0.0.0.0" in warning
     assert open_service_warnings(parse_config(_queue(public=True))) == []
     assert open_service_warnings(parse_config({**_queue(token="t"), "gateway": {"host": "0.0.0.0"}})) == []
+
+
+# --- property tests: any document is a Config or a ConfigError naming what is wrong ---------
+
+_SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 1 << 40), st.floats(allow_nan=False), st.text(max_size=12),
+    st.sampled_from(["queue", "python", "onnx", "q", "t0k3n", "${NOPE}", "0.0.0.0", "json"]),
+)  # fmt: skip
+_KEYS = st.sampled_from(
+    ["name", "processor", "token", "tokens", "public", "workers", "queue", "max_length", "host", "port",
+     "max_connections", "signature_max_skew_s", "async", "batching", "max_batch_size", "entry", "model"]
+)  # fmt: skip
+_DOC = st.recursive(
+    _SCALAR,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["gateway", "services"]), _DOC, max_size=2))
+def test_any_document_is_a_config_or_a_config_error(doc: dict[str, object]) -> None:
+    try:
+        cfg = parse_config(doc)
+    except ConfigError as exc:
+        assert str(exc)
+        return
+    assert all(svc.tokens or svc.public for svc in cfg.services)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=200))
+def test_any_yaml_text_is_a_config_or_a_config_error(tmp_path: Path, text: str) -> None:
+    try:
+        _load(tmp_path, text)
+    except ConfigError:
+        pass

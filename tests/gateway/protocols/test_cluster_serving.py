@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.protocols.cluster_serving import ClusterServingRequestError, parse_request
 
@@ -115,3 +117,47 @@ def test_dense_values_keep_their_json_kind() -> None:
     assert got["s"] == {"shape": [1], "dtype": "string", "data": ["hi"]}
     assert got["e"] == {"shape": [1, 0], "data": []}
     assert np.asarray(_inputs({"instances": [{"f": [1]}, {"f": [2.5]}]})["f"]["data"]).dtype.kind == "f"
+
+
+# --- property tests: any JSON document is parsed or refused with a 4xx, nothing else -------
+
+_LEAF = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.floats(allow_nan=True), st.text(max_size=8),
+    st.sampled_from(["float32", "U9999999", "string", "int8", "b64", "iVBORw0KGgo="]),
+)  # fmt: skip
+_JSON = st.recursive(
+    _LEAF,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["shape", "dtype", "data", "indices", "b64", "path", "x"]), inner, max_size=4
+        )
+    ),
+    max_leaves=24,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(["a", "b"]), _JSON, min_size=1, max_size=2), min_size=1, max_size=3
+    )
+)
+def test_any_instances_parse_or_are_refused_with_a_4xx(instances: list[dict[str, Any]]) -> None:
+    try:
+        batch = parse_request(json.dumps({"instances": instances}).encode(), max_image_pixels=1 << 16)
+    except ClusterServingRequestError as exc:
+        assert 400 <= exc.status < 500
+        return
+    assert batch.size == len(instances)
+    json.loads(batch.body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_bytes_parse_or_are_refused_with_a_4xx(body: bytes) -> None:
+    try:
+        parse_request(body)
+    except ClusterServingRequestError as exc:
+        assert 400 <= exc.status < 500
