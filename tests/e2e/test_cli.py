@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from gateway.cli import main, write_port_file
-from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT
+from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, config_tokens, token_leaks
 
 QUEUE_ONLY = {
     "gateway": {"shutdown_timeout_s": 5},
@@ -168,3 +168,15 @@ def test_second_signal_cuts_the_drain_delay_short(gateway_factory: Any) -> None:
         time.sleep(0.02)
     os.kill(gw.pid, signal.SIGINT)
     assert gw.proc.wait(15) == 0
+
+
+def test_token_scan_finds_a_token_in_a_log(tmp_path: Path) -> None:
+    config = {
+        "services": [{"name": "a", "token": "leaky-token-123"}, {"name": "b", "tokens": ["other-token-9"]}]
+    }
+    tokens = config_tokens(config)
+    assert tokens == ("leaky-token-123", "other-token-9")
+    (tmp_path / "stderr.log").write_text("INFO all good\n")
+    assert token_leaks([(tmp_path, tokens)]) == []
+    (tmp_path / "stdout.log").write_text("DEBUG Authorization: leaky-token-123\n")
+    assert token_leaks([(tmp_path, tokens)]) == [f"{tmp_path / 'stdout.log'}: lea..."]

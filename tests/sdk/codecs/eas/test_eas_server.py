@@ -164,6 +164,40 @@ def test_random_bytes_never_raise_anything_but_invalid_input(body: bytes, fmt: s
     assert req.kind in eas.FORMATS
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(-3, 25),
+    st.lists(st.integers(-(1 << 62), 1 << 62), max_size=4),
+    st.lists(st.floats(width=32), max_size=6),
+    st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=6),
+    st.lists(st.binary(max_size=5), max_size=4),
+    st.booleans(),
+)
+def test_any_tf_and_torch_message_decodes_or_is_invalid_input(
+    dtype: int, dims: list[int], floats: list[float], ints: list[int], strings: list[bytes], torch: bool
+) -> None:
+    """Well-formed protobuf with any DT code, any dims and any values: a tensor whose size
+    follows from the values sent, or InvalidInput; never another exception."""
+    if torch:
+        msg = torch_predict_pb2.PredictRequest()
+        arr = msg.inputs.add()
+    else:
+        msg = tf_predict_pb2.PredictRequest(signature_name="s")
+        arr = msg.inputs["x"]
+    arr.dtype = dtype
+    arr.array_shape.dim.extend(dims)
+    arr.float_val.extend(floats)
+    arr.int64_val.extend(ints)
+    arr.string_val.extend(strings)
+    try:
+        req = eas.decode_request(msg.SerializeToString(), "torch" if torch else "tf")
+    except eas.InvalidInput:
+        return
+    tensors = [t for t in [*req.named.values(), *req.positional] if t is not None]
+    for t in tensors:
+        assert t.array.size <= len(floats) + len(ints) + len(strings)
+
+
 def test_shape_checks_happen_before_allocation() -> None:
     a = tf_predict_pb2.PredictRequest(signature_name="s")
     a.inputs["x"].dtype = tf_predict_pb2.DT_FLOAT
