@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
+from eas_sdk import QueueClient
 from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
 
 TOKEN = "e2e-hostile-token-5f1c0a9e"
@@ -43,12 +44,14 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
         "services": [
             {"name": "digits", "processor": "onnx", "model": str(digits_model), "token": TOKEN},
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 2},
+            {"name": "aecho", "processor": "python", "entry": ECHO_ENTRY, "async": True, "token": TOKEN},
         ],
     }
     proc = GatewayProcess.start(config, tmp_path_factory.mktemp("gw-hostile"))
     try:
         proc.wait_workers_ready("digits", 1)
         proc.wait_workers_ready("echo", 2)
+        proc.wait_workers_ready("aecho", 1)
         yield proc
     finally:
         proc.kill()
@@ -232,6 +235,22 @@ def test_answer_size_is_bounded(gw: GatewayProcess) -> None:
     status, doc = _post(gw, "/api/predict/echo", b"x" * (2 << 20))
     assert (status, doc["code"]) == (413, "ResponseTooLarge")
     assert _post(gw, "/api/predict/echo", b'"small"') == (200, "small")
+    # An asynchronous call: the refusal is its result, at once (retrying cannot help).
+    q, sink = QueueClient(gw.endpoint, "aecho"), QueueClient(gw.endpoint, "aecho/sink")
+    for client in (q, sink):
+        client.set_token(TOKEN)
+        client.init()
+    try:
+        started = time.monotonic()
+        _index, rid = q.put(b"x" * (2 << 20))
+        frames: list[Any] = []
+        while not frames and time.monotonic() - started < 10:
+            frames = sink.get(request_id=rid, length=1, timeout="2s")
+        assert frames and frames[0].tags["status"] == "413", frames
+        assert time.monotonic() - started < 5
+    finally:
+        q.close()
+        sink.close()
 
 
 def test_connections_are_capped(gw: GatewayProcess) -> None:
