@@ -59,6 +59,7 @@ class DirectHTTP:
         self.plane = DataPlane(
             [service], {service.name: _ComputeBackend(compute)},
             signature=SignaturePolicy.of(gateway), replay=replay_cache(gateway),
+            max_response_bytes=gateway.max_response_bytes,
         )  # fmt: skip
 
     async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes, rid: str) -> WorkerResponse:

@@ -296,11 +296,20 @@ class RequestSink:
         raise NotImplementedError
 
 
+def _too_large(limit: int, compute_us: int) -> WorkerResponse:
+    message = f"the answer exceeds {limit} bytes"
+    body = _dumps({"code": "ResponseTooLarge", "message": message})
+    return WorkerResponse(413, bytes(body), "application/json", compute_us)
+
+
 class IPCServerProtocol(FramedProtocol):
-    def __init__(self, sink: RequestSink) -> None:
+    def __init__(self, sink: RequestSink, max_response_bytes: int = 0) -> None:
         super().__init__()
         self.sink = sink
         self.jobs: dict[int, Any] = {}
+        # An answer larger than this (gateway.max_response_bytes) is replaced by a 413 here,
+        # so it never crosses to the gateway (0: no limit).
+        self.max_response_bytes = max_response_bytes
 
     def frame_received(self, rid: int, kind: int, payload: bytes) -> None:
         if kind == REQUEST:
@@ -313,6 +322,9 @@ class IPCServerProtocol(FramedProtocol):
             def done(resp: WorkerResponse | None, rid: int = rid) -> None:
                 self.jobs.pop(rid, None)
                 if resp is not None:
+                    limit = self.max_response_bytes
+                    if limit and len(resp.body) > limit:
+                        resp = _too_large(limit, resp.compute_us)
                     self.send(rid, RESPONSE, encode_response(resp))
 
             job = self.sink.submit(req, done)

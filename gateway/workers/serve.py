@@ -57,7 +57,9 @@ async def serve(
         max_latency_ms=service.batching.max_latency_ms,
         stall_s=service.stall_timeout_s,
     )
-    server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
+    server = await loop.create_unix_server(
+        lambda: IPCServerProtocol(compute, gateway.max_response_bytes), path=socket_path
+    )
     os.chmod(socket_path, 0o600)
 
     from aiohttp import web
