@@ -135,6 +135,9 @@ class GatewayConfig:
     # Pixels of all images in one Cluster Serving request together, checked from each image's
     # header before it is decoded (413 beyond).
     max_image_pixels: int = 2048 * 2048
+    # JSON values in one Cluster Serving request (each a Python object while it is parsed),
+    # counted before parsing (413 beyond).
+    max_json_values: int = 1_000_000
     # Where workers' direct-mode HTTP ports listen, and the address discovery publishes for
     # them (default: worker_host). Bind a LAN/VPC address (or 0.0.0.0 with an advertised
     # address) so that direct-mode clients on other hosts reach the workers.

@@ -86,9 +86,9 @@ def tensor_to_wire(arr: np.ndarray, exact: bool = False) -> dict[str, Any]:
     """
     dtype = wire_dtype(arr)
     if dtype == "string":
-        data: list[Any] = [
-            x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in arr.reshape(-1).tolist()
-        ]
+        data: list[Any] = arr.reshape(-1).tolist()
+        if set(map(type, data)) != {str}:  # bytes or numpy strings: converted (else no copy)
+            data = [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in data]
         return {"shape": list(arr.shape), "dtype": dtype, "data": data}
     out: dict[str, Any] = {"shape": list(arr.shape), "data": arr.reshape(-1).tolist()}
     if exact:

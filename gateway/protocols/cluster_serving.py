@@ -34,6 +34,11 @@ from typing import Any
 
 import numpy as np
 
+try:  # orjson is part of the gateway extra; the stdlib is the fallback
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - exercised only without the extra
+    _orjson = None  # type: ignore[assignment]
+
 from eas_sdk._core.cluster_serving import (
     ClusterServingInputError,
     ImageTooLarge,
@@ -53,6 +58,8 @@ MAX_INSTANCES = 4096
 MAX_DIMS = 32
 # Pixels of all images of one request (uint8 RGB: 3 bytes each once decoded).
 DEFAULT_MAX_IMAGE_PIXELS = 2048 * 2048
+# JSON values of one request (a Python object each while it is parsed).
+DEFAULT_MAX_VALUES = 1_000_000
 _SPARSE_KEYS = {"shape", "data", "indices"}
 _EXPLICIT_KEYS = {"shape", "dtype", "data"}
 # The dtypes an explicit tensor may name: a client names one of these, never a numpy type
@@ -106,14 +113,14 @@ def _flatten(value: Any, where: str) -> tuple[list[int], list[Any]]:
 
 def _leaf_kind(leaves: list[Any], where: str) -> str:
     """ "b" (bools), "i" (ints), "f" (numbers with a float), "s" (strings); one kind only."""
-    kinds = {"b" if isinstance(x, bool) else type(x).__name__ for x in leaves}
-    if kinds == {"b"}:
+    kinds = set(map(type, leaves))  # in C: millions of values cost milliseconds
+    if kinds == {bool}:
         return "b"
-    if kinds <= {"int", "float"} and kinds:
-        return "f" if "float" in kinds else "i"
-    if kinds == {"str"}:
+    if kinds <= {int, float} and kinds:
+        return "f" if float in kinds else "i"
+    if kinds == {str}:
         return "s"
-    if "NoneType" in kinds:
+    if type(None) in kinds:
         raise ClusterServingRequestError(f"{where}: null is not a value")
     raise ClusterServingRequestError(f"{where}: nested lists must be rectangular and of one kind")
 
@@ -212,9 +219,16 @@ def _load(body: bytes) -> Any:
         raise ClusterServingRequestError(f"body is not valid JSON ({str(exc)[:200]})") from None
 
 
-def parse_request(body: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> ClusterServingBatch:
+def parse_request(
+    body: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_values: int = DEFAULT_MAX_VALUES
+) -> ClusterServingBatch:
     """A /predict body -> one batched onnx-processor request; raises ClusterServingRequestError.
-    ``max_image_pixels``: all images of the request together (413 beyond)."""
+    ``max_image_pixels``: all images of the request together; ``max_values``: JSON values of
+    the document, counted before it is parsed (413 beyond either)."""
+    # Each JSON value becomes a Python object of 30-80 bytes: counting the separators (in C)
+    # bounds what parsing can take before it starts.
+    if max_values and body.count(b",") >= max_values:
+        raise ClusterServingRequestError(f"the body holds more than {max_values} JSON values", 413)
     doc = _load(body)
     if not isinstance(doc, dict) or not isinstance(doc.get("instances"), list):
         raise ClusterServingRequestError('body must be a JSON object with an "instances" list')
@@ -246,7 +260,7 @@ def parse_request(body: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXE
     inputs: dict[str, Any] = {}
     for name, col in columns.items():
         inputs.update(_column(name, col))
-    return ClusterServingBatch(size=len(instances), body=json.dumps({"inputs": inputs}).encode())
+    return ClusterServingBatch(size=len(instances), body=dumps({"inputs": inputs}))
 
 
 def _column(name: str, col: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -288,15 +302,25 @@ def predictions_from_reply(reply_body: bytes, size: int) -> list[dict[str, Any]]
     return preds
 
 
+def dumps(doc: Any) -> bytes:
+    """JSON bytes; orjson (the gateway extra) when installed: 5-8 times faster on large
+    tensors, and it holds the GIL (the event loop waits) for that much less."""
+    if _orjson is not None:
+        return _orjson.dumps(doc)
+    return json.dumps(doc).encode()
+
+
 def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
 __all__ = [
     "DEFAULT_MAX_IMAGE_PIXELS",
+    "DEFAULT_MAX_VALUES",
     "MAX_INSTANCES",
     "ClusterServingBatch",
     "ClusterServingRequestError",
+    "dumps",
     "error_body",
     "parse_request",
     "predictions_from_reply",

@@ -15,6 +15,9 @@ import asyncio
 import functools
 import json
 import time
+import weakref
+from collections.abc import Callable
+from typing import TypeVar
 
 from aiohttp import web
 
@@ -23,6 +26,7 @@ from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols.cluster_serving import (
     ClusterServingRequestError,
+    dumps,
     parse_request,
     predictions_from_reply,
 )
@@ -32,8 +36,23 @@ from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
 JSON_TYPE = "application/json"
-# Bodies and replies larger than this are parsed (and images decoded) off the event loop.
+# Bodies and replies larger than this are parsed (and images decoded) off the event loop,
+# one at a time: Python objects of a JSON document take 10-20 times its size, so parsing
+# them side by side would multiply that (and they take turns at the GIL anyway).
 _PARSE_ON_LOOP_MAX = 64 << 10
+_PARSING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+T = TypeVar("T")
+
+
+async def _off_loop(fn: Callable[[], T]) -> T:
+    loop = asyncio.get_running_loop()
+    gate = _PARSING.get(loop)
+    if gate is None:
+        gate = _PARSING[loop] = asyncio.Semaphore(1)
+    async with gate:
+        return await asyncio.to_thread(fn)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -66,8 +85,10 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
         return resp
     try:
         # Images are decoded while parsing: anything beyond a small body runs off the event loop.
-        parse = functools.partial(parse_request, body, max_image_pixels=gw.max_image_pixels)
-        batch = await asyncio.to_thread(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
+        parse = functools.partial(
+            parse_request, body, max_image_pixels=gw.max_image_pixels, max_values=gw.max_json_values
+        )
+        batch = await _off_loop(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
     except ClusterServingRequestError as exc:
         return _error(exc.status, str(exc))
     try:
@@ -79,7 +100,7 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
         return _error(status, reply.decode())
     try:
         if len(reply) > _PARSE_ON_LOOP_MAX:
-            text = await asyncio.to_thread(_predictions_text, reply, batch.size)
+            text = await _off_loop(functools.partial(_predictions_text, reply, batch.size))
         else:
             text = _predictions_text(reply, batch.size)
     except (ValueError, TypeError, KeyError) as exc:
@@ -88,7 +109,7 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
 
 
 def _predictions_text(reply: bytes, size: int) -> str:
-    return json.dumps({"predictions": predictions_from_reply(reply, size)})
+    return dumps({"predictions": predictions_from_reply(reply, size)}).decode()
 
 
 async def predict_named(request: web.Request) -> web.Response:

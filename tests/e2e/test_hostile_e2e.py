@@ -89,14 +89,16 @@ class Probe:
         self._stop.set()
         self._thread.join(15)
 
-    def check(self) -> None:
+    def check(self, p99_bound_s: float | None = P99_BOUND_S) -> None:
         grown_mb = (self.rss_peak - self.base_rss) / (1 << 20)
         lat = sorted(self.latencies)
         assert len(lat) >= 10, "the other service was not answered during the attack"
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
         print(f"RSS growth {grown_mb:.1f} MB, echo p99 {p99 * 1000:.1f} ms over {len(lat)} calls")
         assert grown_mb <= RSS_BOUND_MB, f"gateway RSS grew {grown_mb:.0f} MB"
-        assert p99 <= P99_BOUND_S, f"echo p99 {p99 * 1000:.1f} ms over {len(lat)} calls"
+        assert p99_bound_s is None or p99 <= p99_bound_s, (
+            f"echo p99 {p99 * 1000:.1f} ms over {len(lat)} calls"
+        )
 
 
 def _status(sock: socket.socket, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -222,6 +224,26 @@ def test_cluster_serving_type_and_image_bombs(gw: GatewayProcess) -> None:
     row = {"shape": [64], "dtype": "float32", "data": [0.5] * 64}
     status, doc = _post(gw, path, json.dumps({"instances": [{"input": row}]}).encode(), auth)
     assert status == 200 and len(doc["predictions"]) == 1, doc
+
+
+def test_value_dense_json_is_parsed_one_at_a_time(gw: GatewayProcess) -> None:
+    """JSON whose values are tiny (each a Python object of ~80 bytes once parsed): concurrent
+    such bodies are parsed one after another, and a body over max_json_values is refused unparsed."""
+    path = "/api/cluster-serving/digits/predict"
+    dense = b'{"instances": [{"input": [' + b'"ab",' * 950_000 + b'"ab"]}]}'
+    over = b'{"instances": [{"input": [' + b'"ab",' * 1_000_000 + b'"ab"]}]}'
+
+    def hit(i: int) -> tuple[int, Any]:
+        return _post(gw, path, over if i == 0 else dense, {"Authorization": TOKEN})
+
+    with Probe(gw) as probe:
+        results = _attack(4, hit)
+    assert results[0][0] == 413 and "JSON values" in results[0][1]["error"], results[0]
+    # digits takes floats (400); the test gateway allows 2 calls in flight (429).
+    assert all(status in (400, 429) for status, _ in results[1:]), results
+    # Parsing takes turns with the event loop at the GIL, so other services slow down while it
+    # runs (see docs/security.md): the bound checked here is memory.
+    probe.check(p99_bound_s=None)
 
 
 def test_calls_in_flight_per_service(gw: GatewayProcess) -> None:

@@ -161,3 +161,11 @@ def test_any_bytes_parse_or_are_refused_with_a_4xx(body: bytes) -> None:
         parse_request(body)
     except ClusterServingRequestError as exc:
         assert 400 <= exc.status < 500
+
+
+def test_json_values_are_counted_before_parsing() -> None:
+    body = b'{"instances": [{"w": [' + b'"ab",' * 1000 + b'"ab"]}]}'
+    started = time.perf_counter()
+    assert "more than 1000 JSON values" in _refused(body, 413, max_values=1000)
+    assert time.perf_counter() - started < 0.1
+    assert _inputs({"instances": [{"w": ["ab"] * 999}]}, max_values=1000)["w"]["shape"] == [1, 999]
