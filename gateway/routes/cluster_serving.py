@@ -11,13 +11,9 @@ Auth is the service's token, as for ``/api/predict``.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import time
-import weakref
-from collections.abc import Callable
-from typing import TypeVar
 
 from aiohttp import web
 
@@ -30,29 +26,14 @@ from gateway.protocols.cluster_serving import (
     parse_request,
     predictions_from_reply,
 )
-from gateway.routes.body import read_body, refuse_before_body
+from gateway.routes.body import parse_off_loop, read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
 JSON_TYPE = "application/json"
-# Bodies and replies larger than this are parsed (and images decoded) off the event loop,
-# one at a time: Python objects of a JSON document take 10-20 times its size, so parsing
-# them side by side would multiply that (and they take turns at the GIL anyway).
+# Bodies and replies larger than this are parsed (and images decoded) off the event loop.
 _PARSE_ON_LOOP_MAX = 64 << 10
-_PARSING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-T = TypeVar("T")
-
-
-async def _off_loop(fn: Callable[[], T]) -> T:
-    loop = asyncio.get_running_loop()
-    gate = _PARSING.get(loop)
-    if gate is None:
-        gate = _PARSING[loop] = asyncio.Semaphore(1)
-    async with gate:
-        return await asyncio.to_thread(fn)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -88,7 +69,7 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
         parse = functools.partial(
             parse_request, body, max_image_pixels=gw.max_image_pixels, max_values=gw.max_json_values
         )
-        batch = await _off_loop(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
+        batch = await parse_off_loop(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
     except ClusterServingRequestError as exc:
         return _error(exc.status, str(exc))
     try:
@@ -100,7 +81,7 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
         return _error(status, reply.decode())
     try:
         if len(reply) > _PARSE_ON_LOOP_MAX:
-            text = await _off_loop(functools.partial(_predictions_text, reply, batch.size))
+            text = await parse_off_loop(functools.partial(_predictions_text, reply, batch.size))
         else:
             text = _predictions_text(reply, batch.size)
     except (ValueError, TypeError, KeyError) as exc:
