@@ -30,7 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from aiohttp import web
 
@@ -48,12 +48,12 @@ from gateway.lean_http import (
     Headers,
     Limits,
     Query,
-    encode_reply,
     protocol_factory,
 )
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.queue.http import Reply, dispatch
+from gateway.server import Refused
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
@@ -212,16 +212,6 @@ class Front:
         )  # fmt: skip
 
 
-class _Refused(asyncio.Protocol):
-    """A connection past ``gateway.max_connections``: answered 503 at once and closed."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        exc = errors.ServiceNotReady("the gateway has too many open connections")
-        reply = _error(exc, pick_request_id(None))
-        cast(asyncio.Transport, transport).write(encode_reply(reply, close=True))
-        transport.close()
-
-
 class FastSite(web.BaseSite):
     """A listener whose connections start on FastProtocol (see the module docstring).
 
@@ -250,13 +240,10 @@ class FastSite(web.BaseSite):
         # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
         limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
         factory = protocol_factory(front, server, self.conns, limits)
-        admission = front.plane.admission
-        conns = self.conns
-        # Every connection starts here: those still on the fast path, and those handed to aiohttp.
-        admission.open_connections = lambda: len(conns) + len(server.connections)
+        admission = front.plane.admission  # counts the open connections (GatewayRunner.server)
 
         def admitted() -> asyncio.Protocol:
-            return factory() if admission.admit_connection() else _Refused()
+            return factory() if admission.admit_connection() else Refused()
 
         loop = asyncio.get_running_loop()
         # BaseSite's contract with its subclasses: the server it closes on stop().
