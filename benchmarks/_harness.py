@@ -89,9 +89,12 @@ local f = io.open(os.getenv("BENCH_BODY"), "rb")
 wrk.method = "POST"
 wrk.body = f:read("*all")
 f:close()
-wrk.headers["Content-Type"] = "application/octet-stream"
+wrk.headers["Content-Type"] = os.getenv("BENCH_CTYPE") or "application/octet-stream"
 local tok = os.getenv("BENCH_TOKEN")
 if tok and tok ~= "" then wrk.headers["Authorization"] = tok end
+for k, v in string.gmatch(os.getenv("BENCH_HEADERS") or "", "([^:\\n]+): ([^\\n]*)") do
+  wrk.headers[k] = v
+end
 """
 
 
@@ -107,10 +110,18 @@ def run_wrk(
     seconds: float,
     token: str = "",
     server_pids: Sequence[int] = (),
+    content_type: str = "application/octet-stream",
+    headers: dict[str, str] | None = None,
 ) -> WrkResult:
     lua = Path(tempfile.gettempdir()) / "easkit_bench_post.lua"
     lua.write_text(_LUA)
-    env = dict(os.environ, BENCH_BODY=str(body), BENCH_TOKEN=token)
+    env = dict(
+        os.environ,
+        BENCH_BODY=str(body),
+        BENCH_TOKEN=token,
+        BENCH_CTYPE=content_type,
+        BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in (headers or {}).items()),
+    )
     cmd = [
         *pin(1),
         "wrk",

@@ -164,12 +164,13 @@ class Redis:
 
 
 class Ours:
-    def __init__(self, tmp: str, via: str = "queue-server") -> None:
+    def __init__(self, tmp: str, via: str = "queue-server", backend: str = "sqlite") -> None:
         self.port = free_port()
         cfg = Path(tmp) / "queue.yaml"
         cfg.write_text(
             f"gateway: {{host: 127.0.0.1, port: {self.port}, data_dir: {Path(tmp) / 'data'}, "
             "access_log: false, log_level: WARNING}\n"
+            f"queue: {{backend: '{backend}'}}\n"
             "services:\n"
             + "".join(
                 f"  - {{name: q{i}, processor: queue, token: {TOKEN}, queue: {{max_length: 1000000}}}}\n"
@@ -291,6 +292,13 @@ def main() -> int:
         help="the queue-only server (gateway.queue.server), the same with aiohttp serving every call "
         "(--no-fast-path), or the full gateway (gateway serve)",
     )
+    ap.add_argument(
+        "--backend",
+        choices=("sqlite", "redis"),
+        default="sqlite",
+        help="where our queues live: the embedded store, or the same redis-server the contestant uses "
+        "(queue.backend: redis://...)",
+    )
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     slices = 2 if args.quick else 4
@@ -302,7 +310,8 @@ def main() -> int:
         print("warning: could not pin the client to core 1")
     tmp = tempfile.mkdtemp(prefix="bench-queue-")
     redis_srv = Redis()
-    ours = Ours(tmp, args.via)
+    backend = f"redis://127.0.0.1:{redis_srv.port}/1" if args.backend == "redis" else "sqlite"
+    ours = Ours(tmp, args.via, backend)
     res: dict[str, list[float]] = {
         k: []
         for k in (
@@ -365,7 +374,7 @@ def main() -> int:
     print()
     print(
         f"Queue vs Redis {redis_srv.version} (redis-py), 1 KB payloads, "
-        f"servers on core 0, client on core 1; ours via {args.via}"
+        f"servers on core 0, client on core 1; ours via {args.via}, queues in {args.backend}"
     )
     print(
         f"rounds: {rounds}; cycle N={n_cycle}; stream N={n_stream}, "

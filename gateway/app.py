@@ -30,6 +30,7 @@ from gateway.state import (
     STATE_KEY,
     GatewayState,
 )
+from gateway.versions import version_services
 from gateway.workers.ipc import WorkerRequest
 
 LINGERING_S = 2.0
@@ -41,6 +42,12 @@ QueueFactory = Callable[[Config], Any]
 def predict_services(config: Config) -> list[ServiceConfig]:
     """Services served by a worker pool (everything but plain queues; async ones too)."""
     return [s for s in config.services if s.processor != "queue"]
+
+
+def older_versions(config: Config) -> list[ServiceConfig]:
+    """The services behind the older model versions of versioned services, one pool each
+    (a service's own pool serves its latest version)."""
+    return [v for s in predict_services(config) for v in version_services(s).values() if v is not s]
 
 
 def queue_services(config: Config) -> list[ServiceConfig]:
@@ -93,22 +100,24 @@ def create_app(
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
-    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in predict_services(config)}
+    older = older_versions(config)
+    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in [*predict_services(config), *older]}
     qm = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
     app[DATAPLANE_KEY] = DataPlane(
-        config.services, app[POOLS_KEY], make_request=worker_request or WorkerRequest, observer=metrics,
-        admission=Admission(AdmissionLimits.of(gw)), max_response_bytes=gw.max_response_bytes,
-        signature=SignaturePolicy.of(gw), replay=replay_cache(gw),
+        [*config.services, *older], app[POOLS_KEY], make_request=worker_request or WorkerRequest,
+        observer=metrics, admission=Admission(AdmissionLimits.of(gw)),
+        max_response_bytes=gw.max_response_bytes, signature=SignaturePolicy.of(gw), replay=replay_cache(gw),
     )  # fmt: skip
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
     metrics.attach_admission(app[DATAPLANE_KEY].admission)
 
-    from gateway.routes import admin, discovery, kserve, predict
+    from gateway.routes import admin, discovery, kserve, openapi, predict
 
     admin.setup(app)
+    openapi.setup(app)
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)
@@ -117,6 +126,11 @@ def create_app(
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    if gw.grpc_port:
+        # After _lifecycle: gRPC listens once the pools start and stops before they do.
+        from gateway.grpc.server import grpc_lifecycle
+
+        app.cleanup_ctx.append(grpc_lifecycle)
     if qm is not None:
         app.on_shutdown.append(_end_queue_streams)
     if any(s.async_ for s in config.services):
@@ -125,6 +139,11 @@ def create_app(
         from gateway.queue import dispatcher
 
         dispatcher.setup(app)
+    if any(s.cluster_serving is not None for s in config.services):
+        # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
+        from gateway import cluster_serving_redis
+
+        cluster_serving_redis.setup(app)
     return app
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import ipaddress
 import logging
 import os
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", "-c", required=True, help="services YAML file")
     s.add_argument("--host", help="listen address (overrides gateway.host)")
     s.add_argument("--port", type=int, help="listen port, 0 picks a free one (overrides gateway.port)")
+    s.add_argument("--grpc-port", type=int, help="V2 gRPC port, 0 for none (overrides gateway.grpc_port)")
     s.add_argument("--port-file", help="write 'host:port' here once ready (overrides gateway.port_file)")
     s.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, help="overrides gateway.log_level")
     s.add_argument("--log-format", choices=("text", "json"), help="overrides gateway.log_format")
@@ -68,6 +70,10 @@ def build_config(args: argparse.Namespace) -> Config:
         if not 0 <= args.port <= 65535:
             raise ConfigError(f"--port: must be between 0 and 65535, got {args.port}")
         changes["port"] = args.port
+    if args.grpc_port is not None:
+        if not 0 <= args.grpc_port <= 65535:
+            raise ConfigError(f"--grpc-port: must be between 0 and 65535, got {args.grpc_port}")
+        changes["grpc_port"] = args.grpc_port
     if args.port_file is not None:
         changes["port_file"] = args.port_file
     if args.log_level is not None:
@@ -81,7 +87,9 @@ def build_config(args: argparse.Namespace) -> Config:
         raise ConfigError(f"gateway.log_level: must be one of {', '.join(LOG_LEVELS)}, got {gw.log_level!r}")
     if gw.loopback_only and not _is_loopback(gw.host):
         raise ConfigError(f"gateway.host: {gw.host!r} is not a loopback address and loopback_only is set")
-    for key in ("worker_host", "worker_advertise_host"):
+    if gw.grpc_port and importlib.util.find_spec("grpc") is None:
+        raise ConfigError("gateway.grpc_port: the gRPC endpoint needs grpcio: pip install 'easkit[grpc]'")
+    for key in ("worker_host", "worker_advertise_host", "advertise_host"):
         value = getattr(gw, key)
         if gw.loopback_only and value is not None and not _is_loopback(value):
             raise ConfigError(f"gateway.{key}: {value!r} is not a loopback address and loopback_only is set")
@@ -152,6 +160,8 @@ async def serve(cfg: Config) -> int:
             log.error("cannot listen on %s:%s: %s", gw.host, gw.port, exc.strerror or exc)
             return 1
         port = bound_port(runner)
+        if hasattr(app[QUEUES_KEY], "advertise"):  # where gateways sharing a Redis forward to
+            app[QUEUES_KEY].advertise(gw.advertise_host or gw.host, port)
         url = f"http://{_url_host(gw.host)}:{port}"
         log.info(
             "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__

@@ -18,14 +18,19 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+# Reading one value (and the error naming it) lives apart, so this module stays the schema.
+from gateway.config_values import ConfigError
+from gateway.config_values import bool_value as _bool
+from gateway.config_values import expand as _expand
+from gateway.config_values import float_value as _float
+from gateway.config_values import int_value as _int
+from gateway.config_values import open_service_warnings as open_service_warnings
+from gateway.config_values import str_value as _str
+from gateway.config_values import tokens_of as _tokens
+
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(ValueError):
-    """A config value is missing or wrong; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,24 @@ class QueueConfig:
     max_window: int = 1024
     heartbeat_s: float = 5.0
     grace_s: float = 0.0
+    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
+    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
+    backend: str = "sqlite"
+    # Several gateways on one Redis: the one holding the store's lease serves its queues;
+    # when it stops renewing (killed, cut off) another takes over after this long.
+    owner_lease_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterServingConfig:
+    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
+    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
+
+    redis: str = ""  # redis://host:port/db
+    stream: str = "serving_stream"  # the clients' ``name``
+    group: str = "serving"  # the consumer group every gateway reads the stream with
+    max_batch: int = 32  # records read (and inferred) at once
+    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
 
 
 @dataclass(frozen=True)
@@ -69,13 +92,21 @@ class ServiceConfig:
     # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
     async_: bool = False
     queue: QueueConfig = field(default_factory=QueueConfig)
+    cluster_serving: ClusterServingConfig | None = None
     # Free-form settings handed to a python processor (processor.config).
     config: Mapping[str, Any] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)
+    # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
+    versions: tuple[tuple[str, str], ...] = ()
 
     @property
     def tokens(self) -> tuple[str, ...]:
         return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    @property
+    def version_names(self) -> tuple[str, ...]:
+        """The model versions served, ascending; the last is the latest (the default)."""
+        return tuple(v for v, _ in self.versions) or ("1",)
 
     def __repr__(self) -> str:  # never show tokens
         return (
@@ -143,6 +174,11 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
+    grpc_port: int = 0
+    # Where other gateways sharing a Redis queue store reach this one (default: host);
+    # required when host listens on every address.
+    advertise_host: str | None = None
 
     @property
     def advertised_worker_host(self) -> str:
@@ -165,106 +201,12 @@ class Config:
 # --- validation helpers ------------------------------------------------------------
 
 
-def _expand(value: Any, where: str) -> Any:
-    if isinstance(value, str):
-
-        def repl(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in os.environ:
-                raise ConfigError(f"{where}: environment variable {name} is not set")
-            return os.environ[name]
-
-        return _ENV_RE.sub(repl, value)
-    if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
-    return value
-
-
-def _int(v: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
-            v = int(v)
-        else:
-            raise ConfigError(f"{where}: expected an integer, got {v!r}")
-    if lo is not None and v < lo:
-        raise ConfigError(f"{where}: must be >= {lo}, got {v}")
-    if hi is not None and v > hi:
-        raise ConfigError(f"{where}: must be <= {hi}, got {v}")
-    return v
-
-
-def _float(v: Any, where: str, lo: float | None = None) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise ConfigError(f"{where}: expected a number, got {v!r}")
-    try:
-        out = float(v)
-    except ValueError:
-        raise ConfigError(f"{where}: expected a number, got {v!r}") from None
-    if lo is not None and out < lo:
-        raise ConfigError(f"{where}: must be >= {lo}, got {out}")
-    return out
-
-
-def _bool(v: Any, where: str) -> bool:
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
-        return v.lower() in ("true", "1", "yes")
-    raise ConfigError(f"{where}: expected true or false, got {v!r}")
-
-
-def _yaml_hint(v: Any, where: str) -> str:
-    """The message for a value YAML read as something other than the string that was meant."""
-    if isinstance(v, bool):
-        return (
-            f"{where}: expected a string, got the boolean {v!r}: YAML reads unquoted yes/no/on/off/"
-            f'true/false as booleans; quote the value, e.g. {where.rsplit(".", 1)[-1]}: "yes"'
-        )
-    return (
-        f"{where}: expected a string, got the number {v!r}: YAML reads unquoted digits as a number "
-        f'(and 0-prefixed digits as octal); quote the value, e.g. {where.rsplit(".", 1)[-1]}: "0123456"'
-    )
-
-
-def _str(v: Any, where: str) -> str:
-    if isinstance(v, (bool, int, float)):
-        raise ConfigError(_yaml_hint(v, where))
-    if not isinstance(v, str) or not v:
-        raise ConfigError(f"{where}: expected a non-empty string, got {v!r}")
-    return v
-
-
-def _tokens(raw: Mapping[str, Any], where: str) -> tuple[str | None, tuple[str, ...], bool]:
-    """(token, extra tokens, public). An open service must say so: ``public: true`` with no
-    token (missing or ``token: null``); an empty token, or no token without ``public: true``,
-    is an error, so a typo or an unset variable never opens a service."""
-    public = _bool(raw.get("public", False), f"{where}.public")
-    extra = raw.get("tokens") or []
-    if not isinstance(extra, list):
-        raise ConfigError(f"{where}.tokens: expected a list of strings")
-    extra_tokens = tuple(_str(t, f"{where}.tokens[{j}]") for j, t in enumerate(extra))
-    token = raw.get("token")
-    if token is not None:
-        if token == "":
-            raise ConfigError(
-                f"{where}.token: empty; give the service a token, or declare it open with "
-                "'public: true' (and no token)"
-            )
-        token = _str(token, f"{where}.token")
-    if public and (token is not None or extra_tokens):
-        raise ConfigError(f"{where}: 'public: true' and a token contradict each other; keep one")
-    if not public and token is None and not extra_tokens:
-        said = "token: null" if "token" in raw else "no token"
-        raise ConfigError(
-            f"{where}: {said}; give the service a token, or declare it open with 'public: true'"
-        )
-    return token, extra_tokens, public
+def _key_text(key: Any) -> str:
+    return key if isinstance(key, str) else repr(key)
 
 
 def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(raw) - allowed)
+    unknown = sorted(map(_key_text, set(raw) - allowed))  # YAML keys may be null or numbers
     if unknown:
         raise ConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
@@ -320,7 +262,7 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
     allowed = {
         "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
         "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-        "config", "env", "stall_timeout_s", "public",
+        "config", "env", "stall_timeout_s", "cluster_serving", "versions", "public",
     }  # fmt: skip
     _check_keys(raw, allowed, where)
     name = _str(raw.get("name"), f"{where}.name")
@@ -332,7 +274,10 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         raise ConfigError(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
     model = raw.get("model")
     entry = raw.get("entry")
-    if processor == "onnx":
+    versions = _versions(raw.get("versions"), processor, model, base, where)
+    if versions:
+        model = versions[-1][1]
+    elif processor == "onnx":
         model = _str(model, f"{where}.model")
         model = _resolve_path(model, base, f"{where}.model")
         _check_file(model, f"{where}.model")
@@ -358,6 +303,24 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         raise ConfigError(f"{where}.env: expected a mapping")
     token, extra_tokens, public = _tokens(raw, where)
     async_ = _bool(raw.get("async", False), f"{where}.async")
+    queue = _coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue")
+    _check_queue_backend(queue, f"{where}.queue")
+    cluster_serving = None
+    if raw.get("cluster_serving") is not None:
+        cluster_serving = _coerce_dataclass(
+            ClusterServingConfig, raw["cluster_serving"], f"{where}.cluster_serving"
+        )
+        if not cluster_serving.redis.startswith(QUEUE_BACKEND_SCHEMES):
+            raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+        if processor == "queue":
+            raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+        if cluster_serving.max_batch < 1:
+            raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    if async_ and queue.backend != "sqlite":
+        raise ConfigError(
+            f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
+            "store (backend: sqlite); Redis holds plain queue services"
+        )
     if processor == "queue" and async_:
         raise ConfigError(f"{where}.async: a queue service cannot itself be asynchronous")
     return ServiceConfig(
@@ -376,10 +339,63 @@ def _service(raw: Any, i: int, base: Path | None) -> ServiceConfig:
         batching=_coerce_dataclass(BatchingConfig, raw.get("batching"), f"{where}.batching"),
         stall_timeout_s=_float(raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0),
         async_=async_,
-        queue=_coerce_dataclass(QueueConfig, raw.get("queue"), f"{where}.queue"),
+        queue=queue,
+        cluster_serving=cluster_serving,
         config=dict(cfg),
         env={str(k): str(v) for k, v in env.items()},
+        versions=versions,
     )
+
+
+def _versions(raw: Any, kind: str, model: Any, base: Path | None, where: str) -> tuple[tuple[str, str], ...]:
+    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+    if raw is None:
+        return ()
+    w = f"{where}.versions"
+    if kind != "onnx":
+        raise ConfigError(f"{w}: only an onnx service has model versions")
+    if model is not None:
+        raise ConfigError(f"{w}: give either model or versions, not both")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{w}: expected a mapping of version numbers to model files")
+    out: dict[int, str] = {}
+    for key, path in raw.items():
+        number = _int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
+        if number in out:
+            raise ConfigError(f"{w}: version {number} given twice")
+        resolved = _resolve_path(_str(path, f"{w}.{key}"), base, f"{w}.{key}")
+        _check_file(resolved, f"{w}.{key}")
+        out[number] = resolved
+    return tuple((str(n), out[n]) for n in sorted(out))
+
+
+QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The top-level ``queue:`` mapping holds defaults for every service's ``queue:``
+    (a service's own keys win), e.g. one Redis backend for all queues."""
+    defaults = raw.get("queue")
+    if defaults is None:
+        return raw
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"queue: expected a mapping, got {type(defaults).__name__}")
+    _coerce_dataclass(QueueConfig, defaults, "queue")  # names the bad key at its own place
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return raw
+    merged = [
+        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    ]
+    return {**raw, "services": merged}
+
+
+def _check_queue_backend(cfg: QueueConfig, where: str) -> None:
+    if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(
+            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)}), "
+            f"got {cfg.backend!r}"
+        )
 
 
 def parse_config(raw: Any, source: str | None = None) -> Config:
@@ -387,12 +403,15 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
-    _check_keys(raw, {"gateway", "services"}, "config")
+    _check_keys(raw, {"gateway", "services", "queue"}, "config")
     raw = _expand(raw, "config")
+    raw = _with_queue_defaults(raw)
     base = Path(source).resolve().parent if source else None
     gw = _coerce_dataclass(GatewayConfig, raw.get("gateway"), "gateway")
     if gw.port > 65535:
         raise ConfigError(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        raise ConfigError(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         raise ConfigError("gateway.log_format: must be 'text' or 'json'")
     if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
@@ -404,25 +423,21 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(services_raw, list):
         raise ConfigError("services: expected a list")
     services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
+    if (
+        gw.host in ("0.0.0.0", "::")
+        and not gw.advertise_host
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
+    ):
+        raise ConfigError(
+            f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
+            "queues live in Redis: other gateways on the same Redis forward calls there"
+        )
     seen: set[str] = set()
     for svc in services:
         if svc.name in seen:
             raise ConfigError(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
     return apply_env_overrides(Config(gateway=gw, services=services, source=source))
-
-
-def open_service_warnings(cfg: Config) -> list[str]:
-    """Warnings due at start: services anyone who reaches the listener can call."""
-    host = cfg.gateway.host
-    if host in ("localhost", "") or host.startswith("127.") or host == "::1":
-        return []
-    return [
-        f"service {svc.name!r} is public (no token) and the gateway listens on {host}, "
-        "which is not a loopback address: anyone who reaches it can call the service"
-        for svc in cfg.services
-        if not svc.tokens
-    ]
 
 
 def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
 
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, HEADER_AUTHORIZATION, HEADER_DEADLINE_MS
 from gateway import errors
 from gateway.admission import Admission, BodyHold
 from gateway.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, verify
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 
 log = logging.getLogger("gateway.dataplane")
@@ -44,6 +47,7 @@ DROP_HEADERS = frozenset(
 )  # fmt: skip
 # How the onnx processor is asked for its JSON form (the KServe and Cluster Serving adapters).
 JSON_FORM_HEADERS = {"Content-Type": "application/json", "X-Eas-Request-Format": "json"}
+TF_FORM_HEADERS = {"Content-Type": "application/octet-stream", "X-Eas-Request-Format": "tf"}
 # Raw tokens remembered as verified, per dataplane (a client sends the same token on every call).
 _VERIFIED_MAX = 1024
 
@@ -298,5 +302,38 @@ class DataPlane:
             return status, reply
         return status, errors.message_of(reply).encode()
 
+    async def infer_tensors(
+        self,
+        svc: ServiceConfig,
+        inputs: Mapping[str, np.ndarray],
+        outputs: Sequence[str] = (),
+        *,
+        request_id: str,
+        timeout: float,
+        declared: Mapping[str, np.dtype[Any]] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """A call with tensors by name (the V2 binary and gRPC adapters): it travels in the
+        onnx processor's TF protobuf form, so it costs a worker what an EAS TFRequest costs.
+        -> the output arrays (``declared``: the model's output dtypes, see ``tf_outputs``).
+        A processor's error answer raises ProcessorFailed with its status and message."""
+        body = v2_tensors.tf_request(inputs, outputs)
+        resp = await self.infer(svc, TF_FORM_HEADERS, body, request_id=request_id, timeout=timeout)
+        status, reply = int(resp.status), bytes(resp.body)
+        if status != 200:
+            raise errors.ProcessorFailed(status, errors.message_of(reply))
+        try:
+            return v2_tensors.tf_outputs(reply, declared)
+        except (ValueError, TypeError) as exc:
+            message = f"the worker's reply is not a TF PredictResponse ({exc})"
+            raise errors.ProcessorFailed(502, message) from None
 
-__all__ = ["DROP_HEADERS", "JSON_FORM_HEADERS", "MIN_DEADLINE_MS", "Backend", "DataPlane", "InferStats"]
+
+__all__ = [
+    "DROP_HEADERS",
+    "JSON_FORM_HEADERS",
+    "MIN_DEADLINE_MS",
+    "TF_FORM_HEADERS",
+    "Backend",
+    "DataPlane",
+    "InferStats",
+]

@@ -122,6 +122,16 @@ class InternalError(GatewayError):
     status, code = 500, "InternalError"
 
 
+class ProcessorFailed(GatewayError):
+    """The processor answered an error of its own: its status and message, passed on."""
+
+    code = "ProcessorFailed"
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 # Codes for statuses raised by aiohttp itself (router 404/405, parser 400, ...).
 HTTP_STATUS_CODES: dict[int, str] = {
     400: "BadRequest",

@@ -5,6 +5,10 @@
 #   .venv-codegen  protoc for regenerating eas_sdk/_proto
 #   .venv-clients  tritonclient[http,grpc] and kserve, for compatibility tests
 #   .venv-mlserver MLServer's V2 types, for compatibility tests
+#   .venv-bigdl    the public bigdl-serving 2.4.0 client (Cluster Serving on Redis), for compatibility tests
+#   .venv-deploy   kubernetes-validate, for checking deploy/kubernetes/ against the schemas offline
+# It also installs redis-server (the queue's Redis backend is tested against a real one)
+# from the distribution's packages when it is missing.
 # Each is rebuilt only when its pin files change (a stamp holds their hash).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,3 +45,13 @@ build_venv .venv-clients "$(stamp_of requirements/clients.txt)" \
   -r requirements/clients.txt
 build_venv .venv-mlserver "$(stamp_of requirements/mlserver.txt)" \
   -r requirements/mlserver.txt
+build_venv .venv-bigdl "$(stamp_of requirements/bigdl.txt)" \
+  -r requirements/bigdl.txt
+build_venv .venv-deploy "$(stamp_of requirements/deploy.txt)" \
+  -r requirements/deploy.txt
+
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "setup: installing redis-server" >&2
+  sudo_cmd=""; [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq redis-server >/dev/null
+fi

@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.redis_server import RedisServer
+
 os.environ.setdefault("EASGW_LOOPBACK_ONLY", "1")
 
 _real_connect = socket.socket.connect
@@ -77,3 +79,12 @@ def _sample_models() -> None:
             capture_output=True,
             timeout=180,
         )
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server for the session (loopback, random port, append-only file on).
+    Tests take a database of their own or flush the one they use first."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()

@@ -239,24 +239,41 @@ def parse_request(
         raise ClusterServingRequestError(f'"instances" has more than {MAX_INSTANCES} entries', 413)
     budget = _Budget(max_image_pixels)
     names: list[str] | None = None
-    columns: dict[str, list[tuple[str, Any]]] = {}
+    parsed: list[dict[str, tuple[str, Any]]] = []
     for i, inst in enumerate(instances):
         if not isinstance(inst, dict) or not inst:
             raise ClusterServingRequestError(f"instances[{i}]: must be a non-empty object")
         if names is None:
             names = list(inst)
-            columns = {n: [] for n in names}
         elif set(inst) != set(names):
             raise ClusterServingRequestError(
                 f"instances[{i}]: inputs {sorted(inst)[:16]} differ from instances[0] {sorted(names)[:16]}"
             )
+        row: dict[str, tuple[str, Any]] = {}
         for name, value in inst.items():
             if not name:
                 raise ClusterServingRequestError(f"instances[{i}]: input names must be non-empty strings")
             try:
-                columns[name].append(_classify(value, f"instances[{i}].{name[:64]}", budget))
+                row[name] = _classify(value, f"instances[{i}].{name[:64]}", budget)
             except ClusterServingInputError as exc:
                 raise ClusterServingRequestError(str(exc)) from None
+        parsed.append(row)
+    return batch_instances(parsed)
+
+
+def batch_instances(instances: list[dict[str, tuple[str, Any]]]) -> ClusterServingBatch:
+    """Instances of classified values (``"dense"``/``"exact"`` ndarray or ``"sparse"`` COO,
+    per input name) -> one batched onnx-processor request; every instance must name the same
+    inputs with the same shapes. Raises ClusterServingRequestError."""
+    names = list(instances[0])
+    columns: dict[str, list[tuple[str, Any]]] = {n: [] for n in names}
+    for i, inst in enumerate(instances):
+        if set(inst) != set(names):
+            raise ClusterServingRequestError(
+                f"instances[{i}]: inputs {sorted(inst)} differ from instances[0] {sorted(names)}"
+            )
+        for name in names:
+            columns[name].append(inst[name])
     inputs: dict[str, Any] = {}
     for name, col in columns.items():
         inputs.update(_column(name, col))
@@ -290,16 +307,23 @@ def _column(name: str, col: list[tuple[str, Any]]) -> dict[str, Any]:
     return {name: tensor_to_wire(np.stack(arrays), exact=exact)}
 
 
-def predictions_from_reply(reply_body: bytes, size: int) -> list[dict[str, Any]]:
-    """The processor's JSON reply -> one ``{output: value}`` per instance."""
+def split_outputs(reply_body: bytes, size: int) -> list[dict[str, np.ndarray]]:
+    """The processor's JSON reply -> one ``{output: ndarray}`` per instance: outputs whose
+    first dimension is the batch size are sliced, the others repeated whole."""
     outputs = outputs_from_reply(json.loads(reply_body))
-    preds: list[dict[str, Any]] = [{} for _ in range(size)]
+    out: list[dict[str, np.ndarray]] = [{} for _ in range(size)]
     for name, arr in outputs.items():
         split = arr.ndim >= 1 and arr.shape[0] == size
-        whole = None if split else to_jsonable(arr)
         for i in range(size):
-            preds[i][name] = to_jsonable(np.asarray(arr[i])) if split else whole
-    return preds
+            out[i][name] = np.asarray(arr[i]) if split else arr
+    return out
+
+
+def predictions_from_reply(reply_body: bytes, size: int) -> list[dict[str, Any]]:
+    """The processor's JSON reply -> one ``{output name: value}`` per instance."""
+    return [
+        {name: to_jsonable(arr) for name, arr in inst.items()} for inst in split_outputs(reply_body, size)
+    ]
 
 
 def dumps(doc: Any) -> bytes:
@@ -320,8 +344,10 @@ __all__ = [
     "MAX_INSTANCES",
     "ClusterServingBatch",
     "ClusterServingRequestError",
+    "batch_instances",
     "dumps",
     "error_body",
     "parse_request",
     "predictions_from_reply",
+    "split_outputs",
 ]

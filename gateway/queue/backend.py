@@ -7,8 +7,18 @@ from typing import Any, Protocol
 from .records import Durable, Record
 
 
+class StorageError(Exception):
+    """The store refused a write (disk full, read-only, I/O error, Redis unreachable)."""
+
+
 class Backend(Protocol):
-    """What the store needs from durable storage (see sqlite.py and MemoryBackend)."""
+    """What the store needs from durable storage (see sqlite.py, redis_backend.py and
+    MemoryBackend).
+
+    A backend whose I/O is asynchronous (``RedisBackend``) also has
+    ``async recover_async(queues)`` and ``async aclose(next_idx)``, which the manager
+    prefers to ``recover`` and ``close``; ``start(loop)``, when present, is called once
+    the queues are loaded."""
 
     def recover(self) -> dict[str, dict[str, Any]]:
         """Per queue: next_idx, records [(idx, rid, tags, data)], groups [(gid, start, tags)],

@@ -20,6 +20,7 @@ from eas_sdk._core import constants as C
 from eas_sdk._proto.queue_pb2 import AttributesProto, DataFrameListProto
 from gateway.lean_http import Reply
 
+from .backend import StorageError
 from .interfaces import QueueHost, RequestLike
 from .params import (
     bad,
@@ -33,7 +34,6 @@ from .params import (
 )
 from .records import MAX_GET_LENGTH, QueueError
 from .replies import JSON, error_reply, text, to_response
-from .sqlite import StorageError
 from .store import Queue
 
 HEADER_NAMES = {"user": C.HEADER_QUEUE_UID, "group": C.HEADER_QUEUE_GID, "priority": C.HEADER_QUEUE_PRIORITY}
@@ -145,7 +145,7 @@ async def _get(mgr: QueueHost, q: Queue, request: RequestLike, query: dict[str, 
 
 
 def _attributes(mgr: QueueHost, q: Queue, request: RequestLike) -> Reply:
-    attrs = q.attributes(HEADER_NAMES, mgr.backend_name)
+    attrs = q.attributes(HEADER_NAMES, getattr(q.backend, "name", mgr.backend_name))
     if C.CONTENT_TYPE_PROTOBUF in request.headers.get("Accept", ""):
         msg = AttributesProto()
         msg.attributes.update(attrs)

@@ -2,7 +2,10 @@
 
 Queue names: a service with ``processor: queue`` is the queue "<name>"; an
 asynchronous service (``async: true``) has "<name>" (input) and "<name>/sink".
-The store lives in ``<data_dir>/queues.sqlite3``.
+The embedded store lives in ``<data_dir>/queues.sqlite3``; a queue whose config names a
+Redis URL (``queue.backend``) lives in that Redis (one ``RedisBackend`` per URL). Several
+gateways may share a Redis: the holder of its owner lease (lease.py) serves its queues,
+the others forward their calls there (proxy.py) and take over when the lease expires.
 """
 
 from __future__ import annotations
@@ -12,21 +15,39 @@ import contextlib
 import os
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from eas_sdk._core import constants as C
 from gateway.config import Config, QueueConfig, ServiceConfig
+from gateway.lean_http import FastRequest, Query, Reply
 
 from .backend import Backend, MemoryBackend
 from .http import handle_http
-from .records import Consumer
+from .proxy import FORWARDED, Forwarder, unavailable
+from .records import Consumer, QueueError
+from .replies import error_reply, error_response, to_response
 from .sqlite import SqliteBackend
 from .store import Queue
 from .ws import handle_watch
 
+if TYPE_CHECKING:  # redis-py is an extra (easkit[redis]): imported only when a queue uses it
+    from .lease import Lease
+    from .redis_backend import RedisBackend
+
 DB_FILE = "queues.sqlite3"
+
+
+def _redis_backend(url: str, fsync: str) -> RedisBackend:
+    try:
+        from .redis_backend import RedisBackend
+    except ImportError:
+        raise RuntimeError(
+            f"queue backend {url}: Redis needs redis-py, install the extra: pip install 'easkit[redis]'"
+        ) from None
+    return RedisBackend(url, fsync=fsync)
 
 
 def queue_names(service: ServiceConfig) -> list[str]:
@@ -54,12 +75,29 @@ class QueueManager:
             for name in queue_names(svc):
                 self.services[name] = svc
                 self.configs[name] = svc.queue
-        if backend is None:
-            fsync = "always" if any(c.fsync == "always" for c in self.configs.values()) else "normal"
-            path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
-            backend = SqliteBackend(path, fsync=fsync) if self.configs else MemoryBackend()
-        self.backend = backend
-        self.backend_name = getattr(backend, "name", type(backend).__name__)
+        # One backend per store: the embedded SQLite one and one per Redis URL. ``backend``
+        # (tests) replaces them all. fsync "always" on one queue applies to its whole store.
+        kinds = {
+            name: ("sqlite" if backend is not None else cfg.backend) for name, cfg in self.configs.items()
+        }
+        self.backends: dict[str, Backend] = {}
+        for kind in dict.fromkeys(kinds.values()):
+            same = [self.configs[n] for n, k in kinds.items() if k == kind]
+            fsync = "always" if any(c.fsync == "always" for c in same) else "normal"
+            if backend is not None:
+                self.backends[kind] = backend
+            elif kind != "sqlite":
+                self.backends[kind] = _redis_backend(kind, fsync)
+            else:
+                path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
+                self.backends[kind] = SqliteBackend(path, fsync=fsync)
+        self.queue_backends: dict[str, Backend] = {n: self.backends[k] for n, k in kinds.items()}
+        # Each Redis store's owner lease; its queues are in self.queues only while it is held.
+        self.leases: dict[str, Lease] = {}
+        self.forwarder = Forwarder()
+        # The main store: what the service listing and the store's tests look at.
+        self.backend: Backend = next(iter(self.backends.values()), backend or MemoryBackend())
+        self.backend_name = getattr(self.backend, "name", type(self.backend).__name__)
         self.queues: dict[str, Queue] = {}
         self.watchers: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
         self._visible: dict[str, asyncio.Future[None]] = {}
@@ -74,18 +112,68 @@ class QueueManager:
     async def start(self) -> None:
         if self._started:
             return
-        loop = asyncio.get_running_loop()
-        recovered = await asyncio.to_thread(self.backend.recover)
-        for name, cfg in self.configs.items():
-            q = Queue(name, cfg, self.backend)
-            if name in recovered:
-                q.load(recovered[name])
-            q.on_visible = lambda n=name: self._notify_visible(n)
-            self.queues[name] = q
-        start = getattr(self.backend, "start", None)
-        if start is not None:
-            start(loop)
+        for kind, b in self.backends.items():
+            if kind != "sqlite" and hasattr(b, "recover_async"):
+                self.leases[kind] = await self._lease(b)  # type: ignore[arg-type]
+            else:
+                recovered = await asyncio.to_thread(b.recover)
+                for name in self._names_of(b):
+                    self._install(name, b, recovered.get(name))
+                start = getattr(b, "start", None)
+                if start is not None:
+                    start(asyncio.get_running_loop())
+        for lease in self.leases.values():
+            await lease.claim()  # free (or ours): served here from now on
+            lease.start()
         self._started = True
+
+    async def _lease(self, b: RedisBackend) -> Lease:
+        from .lease import Lease
+
+        await b.check_persistence()
+        ttl = min(self.configs[n].owner_lease_s for n in self._names_of(b))
+        lease = Lease(
+            b.lease_client(ttl), b.key_prefix_key("owner"), ttl, lambda: self._gain(b), lambda: self._lose(b)
+        )
+        b.fence = lease
+        return lease
+
+    def _names_of(self, b: Backend) -> list[str]:
+        return [n for n, qb in self.queue_backends.items() if qb is b]
+
+    def _install(self, name: str, b: Backend, state: dict[str, Any] | None) -> None:
+        q = Queue(name, self.configs[name], b)
+        if state is not None:
+            q.load(state)
+        q.on_visible = lambda n=name: self._notify_visible(n)
+        self.queues[name] = q
+
+    async def _gain(self, b: RedisBackend) -> None:
+        """This gateway took the store's lease: load its queues (what was delivered but not
+        committed under the previous owner is delivered again)."""
+        names = self._names_of(b)
+        recovered = await b.recover_async(names)
+        b.start(asyncio.get_running_loop())
+        for name in names:
+            self._install(name, b, recovered.get(name))
+
+    async def _lose(self, b: RedisBackend) -> None:
+        """Another gateway serves the store now: drop its queues here; watchers reconnect
+        (through this gateway they are relayed to the new owner)."""
+        for name in self._names_of(b):
+            self.queues.pop(name, None)
+            self._notify_visible(name)
+        closing = [
+            ws.close(code=1012, message=b"queue moved to another gateway") for ws in list(self.watchers)
+        ]
+        if closing:
+            await asyncio.gather(*closing, return_exceptions=True)
+
+    def advertise(self, host: str, port: int) -> None:
+        """Where other gateways on the same Redis reach this one (call once listening)."""
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        for lease in self.leases.values():
+            lease.advertise(address)
 
     async def stop(self) -> None:
         if not self._started:
@@ -95,8 +183,18 @@ class QueueManager:
             t.cancel()
         self._timers.clear()
         await self.shutdown()
-        next_idx = {name: q.next_idx for name, q in self.queues.items()}
-        await asyncio.to_thread(self.backend.close, next_idx)
+        for lease in self.leases.values():
+            await lease.pause()  # no more rounds; still held while the last writes go out
+        for b in self.backends.values():
+            next_idx = {name: q.next_idx for name, q in self.queues.items() if q.backend is b}
+            aclose = getattr(b, "aclose", None)
+            if aclose is not None:
+                await aclose(next_idx)
+            else:
+                await asyncio.to_thread(b.close, next_idx)
+        for lease in self.leases.values():
+            await lease.stop()  # given back: another gateway takes over at once
+        await self.forwarder.close()
 
     async def shutdown(self) -> None:
         """End long-lived requests: pending long-poll gets answer now (empty) and every
@@ -132,15 +230,54 @@ class QueueManager:
 
     async def handle(self, request: web.Request, queue_name: str) -> web.StreamResponse:
         q = self.queues.get(queue_name)
+        watch = request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket"
         if q is None:
-            return web.Response(status=404, text=f"queue {queue_name!r} not found")
-        if request.method == "GET" and request.headers.get("Upgrade", "").lower() == "websocket":
+            if queue_name not in self.configs:
+                return web.Response(status=404, text=f"queue {queue_name!r} not found")
+            try:
+                owner = self._owner(queue_name, request.headers)
+            except QueueError as err:
+                return error_response(err)
+            if watch:
+                return await self.forwarder.watch(owner, request)
+            body = await request.read()
+            try:
+                reply = await self.forwarder.call(
+                    owner, request.method, request.raw_path, request.headers, body
+                )
+            except QueueError as err:
+                return error_response(err)
+            return to_response(reply)
+        if watch:
             return await handle_watch(self, q, request)
         return await handle_http(self, q, request)
+
+    def _owner(self, queue_name: str, headers: Any) -> str:
+        """The address of the gateway serving a queue this one does not (else a 503 to retry)."""
+        lease = self.leases.get(self.configs[queue_name].backend)
+        if lease is None or lease.owned:
+            raise unavailable(None, "loading")
+        if headers.get(FORWARDED):
+            raise unavailable(None, "its serving gateway changed")
+        if not lease.owner_address or lease.owner_address == "-":
+            raise unavailable(None, "no gateway serves it yet")
+        return lease.owner_address
+
+    async def forward(self, queue_name: str, req: FastRequest, query: Query) -> Reply:
+        """A plain call from the lean front for a queue another gateway serves."""
+        try:
+            owner = self._owner(queue_name, req.headers)
+            path_qs = req.path + ("?" + urlencode(query) if query else "")
+            return await self.forwarder.call(owner, req.method, path_qs, req.headers, req.body)
+        except QueueError as err:
+            return error_reply(err)
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "backend": self.backend_name,
+            "backends": sorted({getattr(b, "name", type(b).__name__) for b in self.backends.values()}),
+            "serving": sorted(self.queues),
+            "forwarded_total": self.forwarder.forwarded_total,
             "fsync": getattr(self.backend, "fsync", "n/a"),
             "queues": {name: q.snapshot() for name, q in self.queues.items()},
             "dispatchers": {name: d.snapshot() for name, d in self.dispatchers.items()},

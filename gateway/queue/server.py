@@ -101,6 +101,8 @@ def fast_route(mgr: QueueManager) -> Serve:
             verified[key] = None
         q = mgr.queues.get(name)
         if q is None:
+            if mgr.has(name):  # served by another gateway on the same Redis
+                return await mgr.forward(name, req, query)
             return text(404, f"queue {name!r} not found")
         return await dispatch(mgr, q, req, query)
 
@@ -135,6 +137,7 @@ async def _serve(config: Config, host: str, port: int, port_file: str | None, fa
         await site.start()
         sockets = list(getattr(getattr(site, "_server", None), "sockets", None) or [])
     bound = sockets[0].getsockname()[1] if sockets else port
+    app[MANAGER_KEY].advertise(config.gateway.advertise_host or host, bound)
     if port_file:
         _write_port_file(port_file, f"{host}:{bound}\n")
     print(f"queue server listening on {host}:{bound}", flush=True)

@@ -45,7 +45,10 @@ from typing import Any
 
 from gateway.private_files import private_file
 
+from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
+
+__all__ = ["SqliteBackend", "StorageError"]
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +95,6 @@ def _runs(idxs: list[int]) -> list[tuple[int, int]]:
         elif not runs or i != runs[-1][1]:
             runs.append((i, i))
     return runs
-
-
-class StorageError(Exception):
-    """The database refused a write (disk full, read-only, I/O error)."""
 
 
 class SqliteBackend:

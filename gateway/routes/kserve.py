@@ -1,7 +1,8 @@
 """KServe REST endpoints: the V2 Open Inference Protocol and V1, for onnx services.
 
 V2: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models``,
-``/v2/models/<name>[/versions/1]`` (metadata), ``.../ready`` and ``POST .../infer``.
+``/v2/models/<name>[/versions/<v>]`` (metadata), ``.../ready``, ``.../config``, ``.../stats``
+and ``POST .../infer``; ``/v2/models/stats`` and ``POST /v2/repository/index``.
 V1: ``GET /v1/models``, ``/v1/models/<name>`` and ``POST /v1/models/<name>:predict``.
 A model is an onnx service (the service name is the model name); its calls run on the
 service's workers like an EAS predict, with the service's token checked (plain or
@@ -13,19 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
-from gateway import __version__, errors
+from gateway import __version__, errors, v2_call
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
+from gateway.protocols import kserve_v1, v2_tensors
+from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.routes.body import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
+from gateway.versions import version_key
 from gateway.workers.metadata import ModelMetadata
 
-_LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
+# The V2 protocol extensions served, by the names Triton gives them.
+EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics")
 _COMPRESS_MIN = 1024  # smaller answers are not worth compressing
 
 
@@ -42,25 +48,51 @@ def _models(request: web.Request) -> list[ServiceConfig]:
     return [s for s in request.app[CONFIG_KEY].services if s.processor == "onnx" and s.name in pools]
 
 
-def _model(request: web.Request) -> ServiceConfig:
+@dataclass(frozen=True)
+class _Target:
+    """One version of a model: the service as configured (its name and tokens), the version,
+    and the service whose worker pool serves that version (the service itself for the latest)."""
+
+    svc: ServiceConfig
+    version: str
+    runs: ServiceConfig
+
+
+def _versions(request: web.Request, svc: ServiceConfig) -> list[_Target]:
+    """Every version of ``svc`` that has a worker pool, ascending; the last is the latest."""
+    plane, pools = request.app[DATAPLANE_KEY], request.app[POOLS_KEY]
+    names = svc.version_names
+    out = []
+    for v in names:
+        runs = svc if v == names[-1] else plane.services.get(version_key(svc.name, v))
+        if runs is not None and runs.name in pools:
+            out.append(_Target(svc, v, runs))
+    return out
+
+
+def _model(request: web.Request) -> _Target:
+    """The model version a path names (``/versions/<v>``), else the model's latest version."""
     name = request.match_info["model"]
     if not SERVICE_NAME_RE.fullmatch(name):
         raise proto.KServeRequestError("invalid model name")
     version = request.match_info.get("version")
     for svc in _models(request):
         if svc.name == name:
-            if version is not None and version != "1":
-                raise proto.KServeRequestError(f"model {name!r} has no version {version[:32]!r}", 404)
-            return svc
+            if version is None or version == svc.version_names[-1]:
+                return _Target(svc, svc.version_names[-1], svc)
+            for target in _versions(request, svc):
+                if target.version == version:
+                    return target
+            raise proto.KServeRequestError(f"model {name!r} has no version {version[:32]!r}", 404)
     raise proto.KServeRequestError(f"model {name!r} not found", 404)
 
 
-def _signature(app: web.Application, svc: ServiceConfig) -> ModelMetadata:
+def _signature(app: web.Application, t: _Target) -> ModelMetadata:
     """The model's inputs and outputs, as its workers' processor reported them. Before any
     worker has been ready there is none: 503, as KServe answers a model that is not ready."""
-    meta: ModelMetadata | None = app[POOLS_KEY][svc.name].metadata
+    meta: ModelMetadata | None = app[POOLS_KEY][t.runs.name].metadata
     if meta is None:
-        raise errors.ServiceNotReady(f"model {svc.name!r} is not ready")
+        raise errors.ServiceNotReady(f"model {t.svc.name!r} is not ready")
     return meta
 
 
@@ -74,13 +106,12 @@ def _handler(fn: Any) -> Any:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
             return await fn(request)
-        except proto.KServeRequestError as exc:
-            return _error(exc.status, str(exc))
-        except errors.GatewayError as exc:
-            resp = _error(exc.status, exc.message)
-            for k, v in (exc.headers or {}).items():
+        except (proto.KServeRequestError, v2_tensors.TensorError, errors.GatewayError) as exc:
+            status, body, headers, close = v2_call.error_reply(exc) or (500, b"", {}, False)
+            resp = _json(status, body)
+            for k, v in headers.items():
                 resp.headers[k] = v
-            if exc.close:
+            if close:
                 resp.force_close()
             return resp
 
@@ -91,7 +122,9 @@ def _handler(fn: Any) -> Any:
 
 
 async def server_metadata(request: web.Request) -> web.Response:
-    return _json(200, proto.dumps({"name": "easkit-gateway", "version": __version__, "extensions": []}))
+    return _json(
+        200, proto.dumps({"name": "easkit-gateway", "version": __version__, "extensions": list(EXTENSIONS)})
+    )
 
 
 async def root(request: web.Request) -> web.Response:
@@ -104,7 +137,9 @@ async def live(request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
-    ok = all_ready(request.app)
+    """Ready when every service is, and every version of every model."""
+    targets = (t for s in _models(request) for t in _versions(request, s))
+    ok = all_ready(request.app) and all(service_ready(request.app, t.runs.name) for t in targets)
     return _json(200 if ok else 503, proto.dumps({"ready": ok}))
 
 
@@ -113,25 +148,31 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def model_ready(request: web.Request) -> web.Response:
-    svc = _model(request)
-    _authorize(request, svc, b"")
-    ok = service_ready(request.app, svc.name)
-    return _json(200 if ok else 503, proto.dumps({"name": svc.name, "ready": ok}))
+    t = _model(request)
+    _authorize(request, t.svc, b"")
+    ok = service_ready(request.app, t.runs.name)
+    return _json(200 if ok else 503, proto.dumps({"name": t.svc.name, "ready": ok}))
 
 
 async def model_metadata(request: web.Request) -> web.Response:
-    svc = _model(request)
-    _authorize(request, svc, b"")
-    return _json(200, proto.v2_metadata(svc.name, _signature(request.app, svc)))
+    t = _model(request)
+    _authorize(request, t.svc, b"")
+    return _json(200, proto.v2_metadata(t.svc.name, _signature(request.app, t), t.svc.version_names))
 
 
 async def model_config(request: web.Request) -> web.Response:
-    svc = _model(request)
+    t = _model(request)
+    svc = t.svc
     _authorize(request, svc, b"")
-    meta = _signature(request.app, svc)
+    meta = _signature(request.app, t)
     b = svc.batching
     body = proto.triton_config(
-        svc.name, meta, workers=svc.workers, max_batch_size=b.max_batch_size, queue_delay_ms=b.max_latency_ms
+        svc.name,
+        meta,
+        workers=svc.workers,
+        max_batch_size=b.max_batch_size,
+        queue_delay_ms=b.max_latency_ms,
+        all_versions=len(svc.version_names) > 1,
     )
     return _json(200, body)
 
@@ -146,13 +187,18 @@ def _allowed(request: web.Request, svc: ServiceConfig) -> bool:
 
 async def model_stats(request: web.Request) -> web.Response:
     plane = request.app[DATAPLANE_KEY]
-    if "model" in request.match_info:
-        svc = _model(request)
-        _authorize(request, svc, b"")
-        models = [svc]
+    if "version" in request.match_info:
+        t = _model(request)
+        _authorize(request, t.svc, b"")
+        targets = [t]
+    elif "model" in request.match_info:  # every version of the model
+        t = _model(request)
+        _authorize(request, t.svc, b"")
+        targets = _versions(request, t.svc)
     else:  # every model whose token the caller holds (or that is open)
-        models = [s for s in _models(request) if _allowed(request, s)]
-    return _json(200, proto.triton_statistics([(s.name, plane.stats[s.name]) for s in models]))
+        targets = [v for s in _models(request) if _allowed(request, s) for v in _versions(request, s)]
+    figures = [(t.svc.name, t.version, plane.stats[t.runs.name]) for t in targets]
+    return _json(200, proto.triton_statistics(figures))
 
 
 async def repository_index(request: web.Request) -> web.Response:
@@ -166,11 +212,11 @@ async def repository_index(request: web.Request) -> web.Response:
         )
         ready_only = isinstance(doc, dict) and doc.get("ready") is True
     out = []
-    for svc in _models(request):
-        ok = service_ready(request.app, svc.name)
+    for t in (v for s in _models(request) for v in _versions(request, s)):
+        ok = service_ready(request.app, t.runs.name)
         if ready_only and not ok:
             continue
-        entry = {"name": svc.name, "version": "1", "state": "READY" if ok else "UNAVAILABLE"}
+        entry = {"name": t.svc.name, "version": t.version, "state": "READY" if ok else "UNAVAILABLE"}
         if not ok:
             entry["reason"] = "no ready worker"
         out.append(entry)
@@ -178,7 +224,7 @@ async def repository_index(request: web.Request) -> web.Response:
 
 
 async def v1_model(request: web.Request) -> web.Response:
-    svc = _model(request)
+    svc = _model(request).svc
     _authorize(request, svc, b"")
     return _json(200, proto.dumps({"name": svc.name, "ready": service_ready(request.app, svc.name)}))
 
@@ -197,8 +243,6 @@ async def _run(request: web.Request, svc: ServiceConfig, body: bytes, arrived: f
 
 
 async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
-    if request.headers.get(proto.BINARY_HEADER) is not None:
-        raise proto.KServeRequestError("the binary tensor data extension is not supported; send JSON")
     gw = request.app[CONFIG_KEY].gateway
     refuse_before_body(request.app[DATAPLANE_KEY], svc, request)
     # Triton's client compresses request bodies when asked to (gzip or deflate).
@@ -207,16 +251,21 @@ async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
     return body
 
 
-def _answer(request: web.Request, body: bytes) -> web.Response:
-    """An inference answer, compressed when the client accepts it and it is worth it."""
-    resp = _json(200, body)
+def _answer(request: web.Request, body: bytes, header_length: int | None = None) -> web.Response:
+    """An inference answer, compressed when the client accepts it and it is worth it.
+    ``header_length``: binary tensors follow a JSON header of that many bytes."""
+    if header_length is None:
+        resp = _json(200, body)
+    else:
+        resp = web.Response(status=200, body=body, content_type=OCTET_STREAM)
+        resp.headers[proto.BINARY_HEADER] = str(header_length)
     if len(body) >= _COMPRESS_MIN and "gzip" in request.headers.get("Accept-Encoding", "").lower():
         resp.enable_compression(web.ContentCoding.gzip)
     return resp
 
 
 async def _parse(body: bytes, parse: Any, *args: Any) -> Any:
-    if len(body) > _LARGE_BODY:
+    if len(body) > v2_call.LARGE_BODY:
         return await asyncio.to_thread(parse, body, *args)
     return parse(body, *args)
 
@@ -236,25 +285,35 @@ def _observed(fn: Any) -> Any:
 
 
 async def v2_infer(request: web.Request) -> web.Response:
+    """JSON and binary tensors alike run on the worker's TF protobuf path (gateway.v2_call)."""
     arrived = time.monotonic()
-    svc = _model(request)
+    target = _model(request)
+    svc = target.svc
     body = await _read(request, svc)
-    req = await _parse(body, proto.parse_v2_infer)
-    reply = await _run(request, svc, req.body, arrived)
-    try:
-        return _answer(request, proto.v2_response(svc.name, req, reply))
-    except (ValueError, KeyError, TypeError) as exc:
-        return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
+    plane = request.app[DATAPLANE_KEY]
+    out, header_length = await v2_call.infer(
+        plane,
+        svc,
+        target.runs,
+        target.version,
+        request.app[POOLS_KEY][target.runs.name].metadata,
+        body,
+        request.headers.get(proto.BINARY_HEADER),
+        request_id=request_id(request),
+        timeout=plane.budget(svc, plane.caller_deadline(request.headers), arrived),
+    )
+    return _answer(request, out, header_length)
 
 
 async def v1_predict(request: web.Request) -> web.Response:
     arrived = time.monotonic()
-    svc = _model(request)
+    target = _model(request)  # V1 has no versions: the latest
+    svc = target.svc
     body = await _read(request, svc)
-    req = await _parse(body, proto.parse_v1_predict, _signature(request.app, svc))
+    req = await _parse(body, kserve_v1.parse_v1_predict, _signature(request.app, target))
     reply = await _run(request, svc, req.body, arrived)
     try:
-        return _answer(request, proto.v1_predictions(req, reply))
+        return _answer(request, kserve_v1.v1_predictions(req, reply))
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
 

@@ -257,8 +257,10 @@ class WorkerPool:
         parent.send((self.service, self.gateway, w.index, w.socket_path))
         msg_fut: asyncio.Future[Any] = loop.create_future()
 
+        fd = parent.fileno()
+
         def on_msg() -> None:
-            loop.remove_reader(parent.fileno())
+            loop.remove_reader(fd)
             try:
                 msg = parent.recv()
             except (EOFError, OSError) as exc:
@@ -266,14 +268,15 @@ class WorkerPool:
             if not msg_fut.done():
                 msg_fut.set_result(msg)
 
-        loop.add_reader(parent.fileno(), on_msg)
+        loop.add_reader(fd, on_msg)
         try:
             msg = await asyncio.wait_for(msg_fut, self.gateway.worker_start_timeout_s)
         except asyncio.TimeoutError:
             msg = {"ok": False, "error": f"not ready within {self.gateway.worker_start_timeout_s:g} s"}
-        except asyncio.CancelledError:
-            loop.remove_reader(parent.fileno())
-            raise
+        finally:
+            # Always, before the pipe can be closed: a reader left on its fd would fire on
+            # whatever file reuses the number, in a loop, stalling the gateway.
+            loop.remove_reader(fd)
         if not msg.get("ok"):
             w.last_error = str(msg.get("error") or "failed to start")[:300]
             return False

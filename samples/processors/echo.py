@@ -29,6 +29,8 @@ class EchoProcessor:
         self.initialized = False
 
     def initialize(self) -> None:
+        if self.config.get("initialize_sleep_s"):
+            time.sleep(float(self.config["initialize_sleep_s"]))
         if self.config.get("fail_initialize"):
             raise RuntimeError("initialize failed on purpose (config.fail_initialize)")
         self.initialized = True

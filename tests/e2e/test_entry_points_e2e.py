@@ -3,24 +3,32 @@
 Entry points: the gateway's lean front (a plain POST to a service's path), the aiohttp
 predict route (the same call with a chunked body, which the lean front hands over), the
 worker's direct port, the queue dispatcher of an asynchronous service (the result
-record's status), KServe V2 and V1, and Cluster Serving. Cases: an unknown service, no
+record's status), KServe V2 and V1, Cluster Serving, and V2 gRPC. Cases: an unknown service, no
 token, a wrong token, a malformed body, a processor that fails, and a service with no
 ready worker. EAS-protocol answers carry ``{"code", "message", "request_id"}``; KServe
-and Cluster Serving answers carry ``{"error"}``; the status is the same everywhere.
+and Cluster Serving answers carry ``{"error"}``; the status is the same everywhere (over
+gRPC: the code that means it, gateway/grpc/status.py).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import numpy as np
 import pytest
+import yaml
 
 from eas_sdk import QueueClient
+from gateway._proto import grpc_service_pb2 as pb
+from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
 
 TOKEN = "e2e-entry-points-token-5c1f0e7d"
@@ -37,7 +45,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
     broken.write_bytes(b"this is not an onnx model")
     common = {"token": TOKEN, "workers": 1}
     config = {
-        "gateway": {"worker_start_timeout_s": 3},
+        "gateway": {"worker_start_timeout_s": 30, "grpc_port": _free_port()},
         "services": [
             {"name": "digits", "processor": "onnx", "model": str(digits_model), **common},
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, **common},
@@ -53,6 +61,12 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
         yield proc
     finally:
         proc.kill()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _post(
@@ -101,10 +115,35 @@ def _eas_calls(gw: GatewayProcess, service: str, body: bytes, headers: dict[str,
     return out
 
 
+def _as_binary(body: bytes) -> tuple[bytes, str]:
+    """A V2 JSON body in the binary tensor data extension (FP32 inputs' data as bytes after the
+    JSON header); any other body as a header alone. -> (body, Inference-Header-Content-Length)."""
+    try:
+        doc = json.loads(body)
+        inputs = doc["inputs"]
+    except (ValueError, TypeError, KeyError):
+        return body, str(len(body))
+    raw = b""
+    for t in inputs:
+        if isinstance(t, dict) and t.get("datatype") == "FP32" and isinstance(t.get("data"), list):
+            data = struct.pack(f"<{len(t['data'])}f", *t.pop("data"))
+            t["parameters"] = {"binary_data_size": len(data)}
+            raw += data
+    header = json.dumps(doc).encode()
+    return header + raw, str(len(header))
+
+
 def _json_calls(gw: GatewayProcess, model: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
     hdrs = {"Content-Type": "application/json", **headers}
+    binary, header_length = _as_binary(body)
     return {
         "v2": _post(gw.port, f"/v2/models/{model}/infer", body, hdrs),
+        "v2_binary": _post(
+            gw.port,
+            f"/v2/models/{model}/infer",
+            binary,
+            {**hdrs, "Inference-Header-Content-Length": header_length},
+        ),
         "v1": _post(gw.port, f"/v1/models/{model}:predict", body, hdrs),
         "cluster_serving": _post(gw.port, f"/api/cluster-serving/{model}/predict", body, hdrs),
     }
@@ -215,6 +254,33 @@ def test_bearer_token_is_accepted_everywhere(gw: GatewayProcess) -> None:
     calls = _json_calls(gw, "digits", json.dumps(v2).encode(), bearer)
     calls["v1"] = _post(gw.port, "/v1/models/digits:predict", b'{"instances": [[0.0]]}', bearer)
     del calls["cluster_serving"]
-    assert calls["v2"][0] == 200, calls["v2"]
+    assert calls["v2"][0] == calls["v2_binary"][0] == 200, calls
     # V1 with a malformed instance: past authentication, refused by the model's signature.
     assert calls["v1"][0] == 400, calls["v1"]
+
+
+def test_grpc_answers_the_same_statuses(gw: GatewayProcess) -> None:
+    """V2 gRPC: the same refusals, as the gRPC codes of the same statuses."""
+    port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
+    zeros = np.zeros((1, 64), np.float32).tobytes()
+
+    def infer(stub: pb_grpc.GRPCInferenceServiceStub, model: str, auth: str, raw: bytes = zeros) -> Any:
+        req = pb.ModelInferRequest(model_name=model)
+        req.inputs.add(name="input", datatype="FP32", shape=[1, 64])
+        req.raw_input_contents.append(raw)
+        return stub.ModelInfer(req, metadata=(("authorization", auth),) if auth else (), timeout=10)
+
+    cases = [
+        ("digits", "", zeros, grpc.StatusCode.UNAUTHENTICATED),
+        ("digits", "not-the-token", zeros, grpc.StatusCode.UNAUTHENTICATED),
+        ("nope", TOKEN, zeros, grpc.StatusCode.NOT_FOUND),
+        ("digits", TOKEN, b"\xff\x00", grpc.StatusCode.INVALID_ARGUMENT),
+        ("broken", TOKEN, zeros, grpc.StatusCode.UNAVAILABLE),
+    ]
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        for model, auth, raw, code in cases:
+            with pytest.raises(grpc.RpcError) as info:
+                infer(stub, model, auth, raw)
+            assert info.value.code() is code, (model, auth)  # type: ignore[attr-defined]
+        assert len(infer(stub, "digits", f"Bearer {TOKEN}").outputs) == 2

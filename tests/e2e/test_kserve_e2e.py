@@ -72,6 +72,7 @@ def test_health_and_server_metadata(gw: GatewayProcess) -> None:
     assert call(gw, "/v2/health/ready")[:2] == (200, {"ready": True})
     status, meta, _ = call(gw, "/v2")
     assert status == 200 and meta["name"] and meta["version"]
+    assert {"binary_tensor_data", "classification", "statistics"} <= set(meta["extensions"])
     assert call(gw, "/v2/models")[1] == {"models": ["digits", "multi"]}  # onnx services only
     assert call(gw, "/v1/models")[1] == {"models": ["digits", "multi"]}
 
@@ -221,7 +222,16 @@ BAD_REQUESTS = [
      "pixels"),
     (DIGITS, _digits(outputs=[{"name": "nope"}]), AUTH, 400, "nope"),
     (DIGITS, _digits(n=60), AUTH, 400, "needs 64 values, got 60"),
-    (DIGITS, _digits(), {**AUTH, "Inference-Header-Content-Length": "10"}, 400, "binary tensor data"),
+    (DIGITS, _digits(), {**AUTH, "Inference-Header-Content-Length": "10"}, 400,
+     "the JSON header (Inference-Header-Content-Length: 10): body is not valid JSON"),
+    (DIGITS, _digits(), {**AUTH, "Inference-Header-Content-Length": "x"}, 400, "must be an integer"),
+    (DIGITS, {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32",
+                          "parameters": {"binary_data_size": 256}}]}, AUTH, 400,
+     "binary_data_size needs the Inference-Header-Content-Length header"),
+    (DIGITS, _digits(outputs=[{"name": "label", "parameters": {"classification": 0}}]), AUTH, 400,
+     "classification extension"),
+    (DIGITS, _digits(outputs=[{"name": "label", "parameters": {"shared_memory_region": "r"}}]), AUTH, 400,
+     "shared memory extension is not supported"),
     ("/v1/models/multi:predict", {"instances": [[1, 2, 3, 4]]}, {}, 400, "each instance must be an object"),
     ("/v2/models/bad%2Fname/infer", {"inputs": []}, {}, 400, "invalid model name"),
 ]  # fmt: skip
@@ -355,3 +365,54 @@ def test_triton_repository_index(gw: GatewayProcess) -> None:
     assert call(gw, "/v2/repository/index", {"ready": True})[:2] == (200, want)
     status, body, _ = call(gw, "/v2/repository/index", raw=b"{not json")
     assert status == 400 and set(body) == {"error"}
+
+
+def test_binary_tensors_both_ways_match_onnx_runtime(gw: GatewayProcess) -> None:
+    """The binary tensor data extension: FP32 and FP64 inputs binary, INT64 as JSON in the same
+    request; two outputs binary, one as JSON, with gzip on both ways."""
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 4
+    y = np.array([[1, -2, 0, 3], [4, 0, -1, 2]], dtype=np.int64)
+    z = np.linspace(-1, 1, 8).reshape(2, 4)
+    ran = ort.InferenceSession(str(MULTI)).run(None, {"x": x, "y": y, "z": z})
+    want = dict(zip(["sum", "yy", "zneg", "mask"], ran, strict=True))
+    header = json.dumps({
+        "inputs": [
+            {"name": "x", "shape": [2, 4], "datatype": "FP32", "parameters": {"binary_data_size": x.nbytes}},
+            {"name": "y", "shape": [2, 4], "datatype": "INT64", "data": y.tolist()},
+            {"name": "z", "shape": [2, 4], "datatype": "FP64", "parameters": {"binary_data_size": z.nbytes}},
+        ],
+        "outputs": [{"name": "mask", "parameters": {"binary_data": True}}, {"name": "yy"},
+                    {"name": "zneg", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    body = gzip.compress(header + x.tobytes() + z.tobytes())
+    headers = {"Inference-Header-Content-Length": str(len(header)), "Content-Encoding": "gzip",
+               "Accept-Encoding": "gzip", "Content-Type": "application/octet-stream"}  # fmt: skip
+    req = urllib.request.Request(gw.url + "/v2/models/multi/infer", data=body, headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        data = gzip.decompress(r.read()) if r.headers.get("Content-Encoding") == "gzip" else r.read()
+        hlen = int(r.headers["Inference-Header-Content-Length"])
+    doc = json.loads(data[:hlen])
+    outs = {o["name"]: o for o in doc["outputs"]}
+    assert list(outs) == ["mask", "yy", "zneg"]
+    assert outs["yy"]["data"] == want["yy"].ravel().tolist() and outs["yy"]["datatype"] == "INT64"
+    pos = hlen
+    for name in ("mask", "zneg"):
+        size = outs[name]["parameters"]["binary_data_size"]
+        dtype = {"UINT8": np.uint8, "FP64": "<f8"}[outs[name]["datatype"]]
+        got = np.frombuffer(data[pos : pos + size], dtype=dtype).reshape(outs[name]["shape"])
+        np.testing.assert_array_equal(got, want[name])
+        pos += size
+    assert pos == len(data)
+
+
+def test_classification_extension(gw: GatewayProcess, digits_model: Path, rows: np.ndarray) -> None:
+    _, probs = ort.InferenceSession(str(digits_model)).run(None, {"input": rows})
+    doc = {"inputs": [{"name": "input", "shape": [4, 64], "datatype": "FP32", "data": rows.tolist()}],
+           "outputs": [{"name": "probabilities", "parameters": {"classification": 2}}]}  # fmt: skip
+    status, body, _ = call(gw, "/v2/models/digits/infer", doc, AUTH)
+    assert status == 200, body
+    (out,) = body["outputs"]
+    assert out["datatype"] == "BYTES" and out["shape"] == [4, 2]
+    top = np.argsort(-probs, axis=1, kind="stable")[:, :2]
+    want = [[f"{probs[r, i]:f}:{i}" for i in top[r]] for r in range(4)]
+    assert np.array(out["data"]).reshape(4, 2).tolist() == want

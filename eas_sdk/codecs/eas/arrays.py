@@ -61,11 +61,12 @@ def array_proto(
     return pieces, size
 
 
-def request_array(value: Any, family: str, what: str) -> tuple[Pieces, int]:
+def request_array(value: Any, family: str, what: str, copy: bool = True) -> tuple[Pieces, int]:
     """Pieces and size of the ArrayProto of a request input (ndarray, Tensor or nested list).
 
     The DT code is inferred from the numpy dtype unless a Tensor names it; the values are
-    validated and copied, so the caller may reuse its array afterwards.
+    validated and copied, so the caller may reuse its array afterwards (``copy=False``: float
+    and double payloads stay views of the array, for a caller that joins the pieces at once).
     """
     if isinstance(value, Tensor):
         arr, dt = np.asarray(value.array), value.dtype
@@ -74,7 +75,7 @@ def request_array(value: Any, family: str, what: str) -> tuple[Pieces, int]:
         dt = dt_for_numpy(arr.dtype, family)
     kind = value_kind(dt, family)
     dims = check_shape(arr.shape, what)
-    payload = wire_payload(to_wire_values(arr, kind, what), kind)
+    payload = wire_payload(to_wire_values(arr, kind, what), kind, copy)
     chunks = payload if isinstance(payload, list) else [payload]
     return array_proto(dt, dims, {FIELDS[family][kind]: chunks}, {FIELDS[family][Kind.BYTES]: Kind.BYTES})
 

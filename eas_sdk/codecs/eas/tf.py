@@ -19,12 +19,13 @@ def encode_tf_request(
     inputs: Mapping[str, Any],
     output_filter: Sequence[str] = (),
 ) -> bytes:
-    """Serialize a TF ``PredictRequest`` from ndarrays/Tensors (DT inferred from numpy dtype)."""
+    """Serialize a TF ``PredictRequest`` from ndarrays/Tensors (DT inferred from numpy dtype).
+    The message is joined at once, so array payloads are written from views, not copies."""
     pieces: Pieces = []
     if signature_name:
         pieces.append(string_field(b"\x0a", signature_name))
     for name, value in inputs.items():
-        vp, vs = request_array(value, "tf", f"input {name!r}")
+        vp, vs = request_array(value, "tf", f"input {name!r}", copy=False)
         pieces += map_entry(b"\x12", name, vp, vs)[0]
     for out in output_filter:
         pieces.append(string_field(b"\x1a", out))

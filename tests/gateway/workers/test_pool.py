@@ -402,3 +402,22 @@ async def test_timeout_interrupts_a_running_onnx_model(make_pool: MakePool, mode
     assert json.loads(resp.body)["outputs"]["count"]["data"] == [10.0]
     stats = await pool.worker_stats(0)
     assert stats["runs"] == 3 and stats["outstanding"] == 0
+
+
+async def test_a_start_timeout_leaves_no_reader_on_the_pipe(make_pool: MakePool) -> None:
+    """A worker that misses its start timeout is torn down, its pipe closed. Nothing may stay
+    registered on that file descriptor: the number is reused by the next file opened, and a
+    stale reader firing on it would spin the event loop."""
+    svc = echo_service(config={"initialize_sleep_s": 30})
+    pool = await make_pool(svc, fast_gateway(worker_start_timeout_s=0.3), ready=False)
+    # Waiting out its back-off after the timeout: the pipe is closed, no new one yet.
+    await _until(lambda: pool.snapshot()[0]["state"] == "failed", 10, "the start timeout")
+    loop = asyncio.get_running_loop()
+    stale = []
+    for fd in range(3, 1024):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: nothing may be registered on it
+            if loop.remove_reader(fd):
+                stale.append(fd)
+    assert not stale

@@ -1,0 +1,311 @@
+"""``inference.GRPCInferenceService`` over the gateway's dataplane.
+
+Each call only translates: the model name is found by the dataplane (``find_model``), the
+``authorization`` metadata (a plain token or ``Bearer <token>``) is checked by its
+``authenticate``, the call's gRPC deadline bounds its budget, inference runs through
+``DataPlane.infer_tensors`` (the worker's TF protobuf path, as an EAS ``TFRequest``), and
+every failure is a ``GatewayError`` answered with the gRPC code of its status
+(gateway/grpc/status.py). Metadata, configuration, statistics and the repository index
+are the V2 REST answers (gateway/protocols/kserve.py) in their protobuf form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from aiohttp import web
+from google.protobuf import json_format
+
+from gateway import __version__, errors
+from gateway._proto import grpc_service_pb2 as pb
+from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+from gateway.config import ServiceConfig
+from gateway.grpc.status import grpc_code, trailers
+from gateway.logging import ACCESS_LOGGER, log_access
+from gateway.middleware import new_request_id
+from gateway.protocols import kserve, v2_grpc
+from gateway.protocols.v2_tensors import DATATYPES, TensorError
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
+from gateway.workers.metadata import ModelMetadata
+
+log = logging.getLogger("gateway.grpc")
+
+SERVER_NAME = "easkit-gateway"
+SERVICE_PATH = "/inference.GRPCInferenceService"
+# Tensors with more elements than this that are read or written element by element (BYTES,
+# typed contents) are handled off the event loop; numeric raw tensors are views either way.
+_LARGE = 1 << 16
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Context = grpc.aio.ServicerContext
+
+
+def _gateway_error(exc: Exception) -> errors.GatewayError:
+    if isinstance(exc, errors.GatewayError):
+        return exc
+    if isinstance(exc, TensorError):
+        return errors.BadRequest(str(exc))
+    log.error("gRPC call failed", exc_info=exc)
+    return errors.InternalError("internal error")
+
+
+def _rpc(
+    fn: Callable[[Any, Request, Context, str], Awaitable[Response]],
+) -> Callable[[Any, Request, Context], Awaitable[Response]]:
+    """A unary call whose failures are answered with their gRPC code, message and request id."""
+
+    path = f"{SERVICE_PATH}/{fn.__name__}"
+
+    @functools.wraps(fn)
+    async def wrapped(self: Any, request: Request, context: Context) -> Response:
+        rid = new_request_id()
+        started = time.perf_counter()
+        try:
+            resp = await fn(self, request, context, rid)
+        except Exception as exc:  # every failure gets a status; abort() itself raises past this
+            err = _gateway_error(exc)
+        else:
+            self.access(context, path, 200, resp, started, rid)
+            return resp
+        self.access(context, path, err.status, None, started, rid)
+        await context.abort(grpc_code(err.status), err.message, trailers(err, rid))
+        raise AssertionError("unreachable: abort() raises")  # pragma: no cover
+
+    return wrapped
+
+
+def _remote(peer: str) -> str:
+    """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` -> the address alone."""
+    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return host.strip("[]") or "-"
+
+
+def auth_headers(context: Context) -> dict[str, str]:
+    """The call's credentials as the dataplane reads them (gRPC metadata keys are lowercase)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str):
+            return {"Authorization": value}
+    return {}
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """The service's calls, answered from the application's pools, config and dataplane."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.config = app[CONFIG_KEY]
+        self.plane = app[DATAPLANE_KEY]
+        self.pools: dict[str, Any] = app[POOLS_KEY]
+        self.metrics = app[METRICS_KEY]
+        # Disabled unless access logs are on (gateway.access_log), as for HTTP calls.
+        self.access_log = logging.getLogger(ACCESS_LOGGER) if self.config.gateway.access_log else None
+
+    def access(self, context: Context, path: str, status: int, resp: Any, started: float, rid: str) -> None:
+        """The call's access line, as an HTTP call's: the peer's address, ``GRPC``, the method's
+        path, the status it means, the answer's size (never metadata: it holds the token)."""
+        if self.access_log is not None and self.access_log.isEnabledFor(logging.INFO):
+            size = resp.ByteSize() if resp is not None else 0
+            ms = (time.perf_counter() - started) * 1000.0
+            log_access(self.access_log, _remote(context.peer()), "GRPC", path, status, size, ms, rid)
+
+    # ------------------------------------------------------------------ lookups
+    def _models(self) -> list[ServiceConfig]:
+        return [s for s in self.config.services if s.processor == "onnx" and s.name in self.pools]
+
+    def _model(self, name: str, version: str) -> ServiceConfig:
+        """An onnx service by model name: 400 for a malformed name, 404 for an unknown model
+        or version (gRPC serves a model's latest version; an empty version is that one)."""
+        try:
+            svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
+        except errors.ServiceNotFound:
+            svc = None
+        if svc is None or svc.processor != "onnx":
+            raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
+        if version not in ("", svc.version_names[-1]):
+            raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")
+        return svc
+
+    def _authorized(self, name: str, version: str, context: Context) -> ServiceConfig:
+        svc = self._model(name, version)
+        self.plane.authenticate(svc, auth_headers(context), "", None)
+        return svc
+
+    def _metadata(self, svc: ServiceConfig) -> ModelMetadata:
+        meta: ModelMetadata | None = self.pools[svc.name].metadata
+        if meta is None:
+            raise errors.ServiceNotReady(f"model {svc.name!r} is not ready")
+        return meta
+
+    # ------------------------------------------------------------------ health and metadata
+    @_rpc
+    async def ServerLive(self, request: Any, context: Context, rid: str) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    @_rpc
+    async def ServerReady(self, request: Any, context: Context, rid: str) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=all_ready(self.app))
+
+    @_rpc
+    async def ModelReady(self, request: Any, context: Context, rid: str) -> pb.ModelReadyResponse:
+        svc = self._authorized(request.name, request.version, context)
+        return pb.ModelReadyResponse(ready=service_ready(self.app, svc.name))
+
+    @_rpc
+    async def ServerMetadata(self, request: Any, context: Context, rid: str) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__)
+
+    @_rpc
+    async def ModelMetadata(self, request: Any, context: Context, rid: str) -> pb.ModelMetadataResponse:
+        svc = self._authorized(request.name, request.version, context)
+        meta = self._metadata(svc)
+        resp = pb.ModelMetadataResponse(
+            name=svc.name, versions=svc.version_names[-1:], platform=meta.platform
+        )
+        for specs, into in ((meta.inputs, resp.inputs), (meta.outputs, resp.outputs)):
+            for t in specs:
+                into.add(name=t.name, datatype=t.datatype, shape=t.shape)
+        return resp
+
+    @_rpc
+    async def ModelConfig(self, request: Any, context: Context, rid: str) -> pb.ModelConfigResponse:
+        svc = self._authorized(request.name, request.version, context)
+        b = svc.batching
+        doc = kserve.triton_config(
+            svc.name, self._metadata(svc), workers=svc.workers,
+            max_batch_size=b.max_batch_size, queue_delay_ms=b.max_latency_ms,
+        )  # fmt: skip
+        resp = pb.ModelConfigResponse()
+        json_format.ParseDict({"config": json.loads(doc)}, resp, ignore_unknown_fields=True)
+        return resp
+
+    @_rpc
+    async def ModelStatistics(self, request: Any, context: Context, rid: str) -> pb.ModelStatisticsResponse:
+        if request.name:
+            models = [self._authorized(request.name, request.version, context)]
+        else:  # every model whose token the caller holds (or that is open), as over REST
+            headers = auth_headers(context)
+            models = [s for s in self._models() if self._allowed(s, headers)]
+        doc = kserve.triton_statistics(
+            [(s.name, s.version_names[-1], self.plane.stats[s.name]) for s in models]
+        )
+        resp = pb.ModelStatisticsResponse()
+        json_format.ParseDict(json.loads(doc), resp, ignore_unknown_fields=True)
+        return resp
+
+    def _allowed(self, svc: ServiceConfig, headers: dict[str, str]) -> bool:
+        try:
+            self.plane.authenticate(svc, headers, "", None)
+        except errors.GatewayError:
+            return False
+        return True
+
+    @_rpc
+    async def RepositoryIndex(self, request: Any, context: Context, rid: str) -> pb.RepositoryIndexResponse:
+        resp = pb.RepositoryIndexResponse()
+        for svc in self._models():
+            ok = service_ready(self.app, svc.name)
+            if request.ready and not ok:
+                continue
+            entry = resp.models.add(
+                name=svc.name, version=svc.version_names[-1], state="READY" if ok else "UNAVAILABLE"
+            )
+            if not ok:
+                entry.reason = "no ready worker"
+        return resp
+
+    async def RepositoryModelLoad(self, request: Any, context: Context) -> pb.RepositoryModelLoadResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NO_LOAD)
+        raise AssertionError("unreachable: abort() raises")  # pragma: no cover
+
+    async def RepositoryModelUnload(self, request: Any, context: Context) -> pb.RepositoryModelUnloadResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NO_LOAD)
+        raise AssertionError("unreachable: abort() raises")  # pragma: no cover
+
+    # ------------------------------------------------------------------ inference
+    async def _infer(
+        self, request: pb.ModelInferRequest, context: Context, rid: str
+    ) -> pb.ModelInferResponse:
+        """One inference; raises GatewayError or TensorError. Counted in the gateway's metrics."""
+        arrived = time.monotonic()
+        started = time.perf_counter()
+        svc = self._model(request.model_name, request.model_version)
+        status = 500
+        try:
+            self.plane.authenticate(svc, auth_headers(context), "", None)
+            timeout = self.plane.budget(svc, context.time_remaining(), arrived)
+            if any(t.datatype == "BYTES" and math.prod(t.shape) > _LARGE for t in request.inputs):
+                call = await asyncio.to_thread(v2_grpc.parse_infer, request)  # a Python loop per element
+            else:
+                call = v2_grpc.parse_infer(request)  # numeric tensors: views, no loop
+            meta: ModelMetadata | None = self.pools[svc.name].metadata
+            declared = None
+            order = list(call.outputs)
+            if meta is not None:
+                declared = {t.name: DATATYPES[t.datatype] for t in meta.outputs if t.datatype in DATATYPES}
+                order = order or [t.name for t in meta.outputs]
+            arrays = await self.plane.infer_tensors(
+                svc, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared
+            )
+            order += [n for n in arrays if n not in order]
+            build = functools.partial(
+                v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed
+            )
+            if sum(a.size for a in arrays.values() if call.typed or a.dtype.kind in "OSU") > _LARGE:
+                resp = await asyncio.to_thread(build)  # element by element: off the event loop
+            else:
+                resp = build()
+            status = 200
+            return resp
+        except asyncio.CancelledError:  # the client went away or its deadline passed: no answer
+            status = 0
+            raise
+        except Exception as exc:
+            status = (
+                exc.status
+                if isinstance(exc, errors.GatewayError)
+                else 400
+                if isinstance(exc, TensorError)
+                else 500
+            )
+            raise
+        finally:
+            if status:
+                self.metrics.observe(svc.name, status, time.perf_counter() - started)
+
+    @_rpc
+    async def ModelInfer(self, request: Any, context: Context, rid: str) -> pb.ModelInferResponse:
+        return await self._infer(request, context, rid)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """One answer per request, in order; a failed request answers its error message and
+        the stream goes on."""
+        async for request in request_iterator:
+            rid = new_request_id()
+            started = time.perf_counter()
+            try:
+                resp = await self._infer(request, context, rid)
+            except Exception as exc:
+                err = _gateway_error(exc)
+                self.access(context, _STREAM_PATH, err.status, None, started, rid)
+                failed = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
+                yield pb.ModelStreamInferResponse(error_message=err.message, infer_response=failed)
+            else:
+                self.access(context, _STREAM_PATH, 200, resp, started, rid)
+                yield pb.ModelStreamInferResponse(infer_response=resp)
+
+
+_STREAM_PATH = f"{SERVICE_PATH}/ModelStreamInfer"
+_NO_LOAD = "loading and unloading models is not supported: models are the services of the configuration"
+
+__all__ = ["SERVER_NAME", "InferenceServicer", "auth_headers"]

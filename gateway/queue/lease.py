@@ -1,0 +1,155 @@
+"""Which gateway serves the queues of one Redis store: an owner lease with fencing.
+
+The queue's state between writes (who holds which record, windows, tag filters) lives
+in the serving gateway's memory, so the queues of a store are served by one gateway at a
+time, the lease holder; the others forward their calls to it (``proxy.py``). The lease is
+one key, ``<prefix>:owner`` = ``"<token> <host:port>"``, set with a time to live and
+renewed at a third of it. A gateway that stops renewing (killed, hung, cut off) loses it
+once it expires, and the first other gateway that tries takes it over and loads the
+queues from Redis: whatever was delivered but not committed is delivered again.
+
+Fencing: every journal write checks in its own transaction (``WATCH`` on the key) that
+the lease is still this gateway's, so a gateway that lost the lease while paused can
+never write after its successor loaded the queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+# Acquire or renew: set the value (with a new expiry) when the key is free or ours;
+# otherwise answer the holder's value.
+_CLAIM = """
+local v = redis.call('GET', KEYS[1])
+if v == false or string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return v
+"""
+_RELEASE = """
+local v = redis.call('GET', KEYS[1])
+if v ~= false and string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class Lease:
+    """One gateway's view of a store's owner lease; ``on_gain``/``on_lose`` run on changes."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        key: str,
+        ttl_s: float,
+        on_gain: Callable[[], Awaitable[None]],
+        on_lose: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.client = client
+        self.key = key
+        self.ttl_ms = max(100, int(ttl_s * 1000))
+        self.token = uuid.uuid4().hex
+        self.address = "-"  # host:port other gateways forward to, once listening
+        self.owner_address: str | None = None  # the holder's, when it is another gateway
+        self.owned = False
+        self._on_gain = on_gain
+        self._on_lose = on_lose
+        self._renewed = 0.0  # monotonic time of the last successful claim
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def value(self) -> str:
+        return f"{self.token} {self.address}"
+
+    @property
+    def interval_s(self) -> float:
+        return self.ttl_ms / 3000.0
+
+    def holds(self, value: bytes | str | None) -> bool:
+        raw = value.decode() if isinstance(value, bytes) else value
+        return raw is not None and raw.startswith(self.token + " ")
+
+    async def claim(self) -> bool:
+        """One acquire-or-renew round; True while this gateway holds the lease."""
+        try:
+            got = await self.client.eval(_CLAIM, 1, self.key, self.token + " ", self.value, self.ttl_ms)
+        except (RedisError, OSError) as exc:
+            # Unreachable: still ours until it would have expired, then assume it is gone.
+            if self.owned and time.monotonic() - self._renewed > self.ttl_ms / 1000.0:
+                log.warning("queue owner lease %s expired while Redis was unreachable: %s", self.key, exc)
+                await self._lose()
+            return self.owned
+        if got == 1:
+            self._renewed = time.monotonic()
+            self.owner_address = None
+            if not self.owned:
+                self.owned = True
+                log.info("this gateway now serves the queues of %s", self.key)
+                try:
+                    await self._on_gain()
+                except Exception:
+                    log.exception("loading the queues of %s failed; giving the lease back", self.key)
+                    self.owned = False
+                    await self.release()
+            return self.owned
+        holder = got.decode() if isinstance(got, bytes) else str(got)
+        self.owner_address = holder.partition(" ")[2] or None
+        if self.owned:
+            log.warning("queue owner lease %s was taken over by %s", self.key, self.owner_address)
+            await self._lose()
+        return False
+
+    async def _lose(self) -> None:
+        self.owned = False
+        try:
+            await self._on_lose()
+        except Exception:
+            log.exception("giving up the queues of %s failed", self.key)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def advertise(self, address: str) -> None:
+        """Where other gateways reach this one; published at the next round (at once)."""
+        self.address = address
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+            self._wake.clear()
+            await self.claim()
+
+    async def pause(self) -> None:
+        """No more rounds (a stop begins); the lease stays held until ``stop``."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def stop(self) -> None:
+        await self.pause()
+        if self.owned:
+            self.owned = False
+            await self.release()
+        await self.client.aclose()
+
+    async def release(self) -> None:
+        """Give the lease back at once (a clean stop): another gateway takes over now."""
+        with contextlib.suppress(RedisError, OSError):
+            await self.client.eval(_RELEASE, 1, self.key, self.token + " ")

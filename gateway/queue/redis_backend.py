@@ -1,0 +1,384 @@
+"""Redis backend: every queue's journal in Redis Streams, written with group commit.
+
+The queue's semantics stay in ``store.Queue`` (the same code over SQLite and Redis);
+this backend makes its changes durable in Redis instead of a local file, so the data
+outlives the gateway's host. Key layout, per queue ``<q>`` under a prefix (``easq``):
+
+* ``easq:<q>:records`` - a Stream, one entry per live record; the entry id is
+  ``<index>-0`` (so ``XRANGE`` reads records in index order and ``XADD`` refuses an
+  index that is not above every earlier one), fields ``r`` (request id), ``t`` (tags,
+  JSON) and ``d`` (data). A removal is an ``XDEL``.
+* ``easq:<q>:removed`` - a Stream of tombstones, one entry per removal (``n``: how many,
+  ``p``: JSON ``[[index, request id], ...]``): one command whatever a commit removes. Once
+  they hold ``PRUNE_SLACK`` records more than ``RECENT_LIMIT``, the entries wholly beyond
+  the newest ``RECENT_LIMIT`` records are trimmed (``XTRIM MINID``).
+* ``easq:<q>:groups`` - a Hash, gid -> JSON ``[start, tags]``.
+* ``easq:<q>:acks:<gid>`` - a Set of indexes the group committed while another group
+  still needs them.
+* ``easq:<q>:next`` - the next index, written on a clean stop.
+
+Everything submitted during one event-loop iteration is sent as one ``MULTI``/``EXEC``
+transaction; one transaction is in flight at a time, so handles complete in order
+(``records.last_durable`` relies on it) and the writes that arrive meanwhile form the
+next batch. A handle completes once Redis answered the ``EXEC``: what that survives
+depends on the server's persistence settings (docs/queue.md, "Durability").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError, WatchError
+
+from .backend import StorageError
+from .records import RECENT_LIMIT, Durable, Record
+
+log = logging.getLogger(__name__)
+
+PREFIX = "easq"
+PAGE = 1000  # entries per XRANGE page on recovery
+PRUNE_SLACK = 4096  # tombstones kept beyond RECENT_LIMIT before the oldest entries are trimmed
+FENCE_RETRIES = 5
+
+# A queued command: it adds its commands to the pipeline and says how many it added.
+_Op = Callable[[Any], int]
+# Told the results of its op's commands once the transaction succeeded.
+_Done = Callable[[list[Any]], None] | None
+
+
+class Fence(Protocol):
+    key: str
+
+    def holds(self, value: bytes | str | None) -> bool: ...
+
+
+def _seq(entry_id: bytes | str) -> int:
+    """The index of a records-stream entry id ``<index>-0``."""
+    raw = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(raw.split("-", 1)[0])
+
+
+class RedisBackend:
+    name = "redis"
+
+    def __init__(self, url: str, fsync: str = "normal", prefix: str = PREFIX) -> None:
+        if fsync not in ("normal", "always"):
+            raise ValueError("fsync must be 'normal' or 'always'")
+        self.url = url
+        self.fsync = fsync
+        self.prefix = prefix
+        # Connections are opened lazily, on the loop that first uses them.
+        self.client: aioredis.Redis = aioredis.Redis.from_url(url, socket_connect_timeout=5.0)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[tuple[_Op, asyncio.Future[None], _Done]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._groups: dict[str, set[str]] = {}  # queue -> gids with an acks set
+        # Per queue, the tombstone entries known (entry id, records), oldest first, and their sum.
+        self._stones: dict[str, deque[tuple[bytes, int]]] = {}
+        self._stone_total: dict[str, int] = {}
+        # The owner lease every write checks (lease.py); None: writes are not fenced.
+        self.fence: Fence | None = None
+        self.batches = 0
+        self.ops = 0
+        self.errors = 0
+
+    # ------------------------------------------------------------------ keys
+    def key(self, queue: str, part: str) -> str:
+        return f"{self.prefix}:{queue}:{part}"
+
+    def lease_client(self, ttl_s: float) -> aioredis.Redis:
+        """A connection pool of its own for the owner lease: renewals never wait behind a batch."""
+        return aioredis.Redis.from_url(self.url, socket_connect_timeout=2.0, socket_timeout=ttl_s)
+
+    def key_prefix_key(self, part: str) -> str:
+        """A key of the whole store (not of one queue), e.g. the owner lease."""
+        return f"{self.prefix}:{part}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def recover(self) -> dict[str, dict[str, Any]]:
+        raise RuntimeError("RedisBackend recovers with 'await recover_async(queues)'")
+
+    async def check_persistence(self) -> None:
+        """Refuse ``fsync: always`` on a server that does not fsync every write, and warn
+        when the server keeps nothing across its own restart (see docs/queue.md)."""
+        try:
+            conf = await self.client.config_get("append*")
+        except RedisError as exc:  # managed services often disable CONFIG
+            log.warning("queue backend %s: cannot read its persistence settings (%s)", self.url, exc)
+            return
+        aof = conf.get("appendonly", "no")
+        every = conf.get("appendfsync", "everysec")
+        if self.fsync == "always" and (aof != "yes" or every != "always"):
+            raise StorageError(
+                f"queue fsync 'always' needs the Redis server at {self.url} to run with "
+                f"'appendonly yes' and 'appendfsync always' (it has appendonly {aof}, appendfsync {every})"
+            )
+        if aof != "yes":
+            log.warning(
+                "queue backend %s runs without 'appendonly yes': acknowledged records do not "
+                "survive a restart of the Redis server",
+                self.url,
+            )
+
+    async def recover_async(self, queues: list[str]) -> dict[str, dict[str, Any]]:
+        """The state of each named queue, in the shape of ``Backend.recover``."""
+        out: dict[str, dict[str, Any]] = {}
+        try:
+            for queue in queues:
+                state = await self._recover_queue(queue)
+                if state is not None:
+                    out[queue] = state
+        except RedisError as exc:
+            raise StorageError(f"cannot read the queues from {self.url}: {exc}") from exc
+        return out
+
+    async def _recover_queue(self, queue: str) -> dict[str, Any] | None:
+        c = self.client
+        state: dict[str, Any] = {"next_idx": 1, "records": [], "groups": [], "acks": [], "removed": []}
+        found = False
+        records = state["records"]
+        lo = "-"
+        while True:
+            page = await c.xrange(self.key(queue, "records"), min=lo, max="+", count=PAGE)
+            for entry_id, fields in page:
+                idx = _seq(entry_id)
+                tags = json.loads(fields[b"t"])
+                records.append((idx, fields[b"r"].decode(), tags, bytes(fields[b"d"])))
+            if len(page) < PAGE:
+                break
+            lo = f"({page[-1][0].decode()}"
+        nxt = 1
+        if records:
+            found = True
+            nxt = records[-1][0] + 1
+        try:
+            info = await c.xinfo_stream(self.key(queue, "records"))
+            found = True
+            nxt = max(nxt, _seq(info["last-generated-id"]) + 1)
+        except RedisError:
+            pass  # no stream yet: nothing was ever put
+        stored = await c.get(self.key(queue, "next"))
+        if stored is not None:
+            found = True
+            nxt = max(nxt, int(stored))
+        pairs, stones = await self._recent_tombstones(queue)
+        if stones:
+            found = True
+            state["removed"] = pairs
+            self._stones[queue] = stones
+            self._stone_total[queue] = sum(n for _, n in stones)
+            if pairs:
+                nxt = max(nxt, max(i for i, _ in pairs) + 1)
+        groups = await c.hgetall(self.key(queue, "groups"))
+        for gid_b, raw in groups.items():
+            found = True
+            gid = gid_b.decode()
+            start, tags = json.loads(raw)
+            state["groups"].append((gid, int(start), dict(tags)))
+            acked = await c.smembers(self.key(queue, f"acks:{gid}"))
+            self._groups.setdefault(queue, set()).add(gid)
+            state["acks"].extend((gid, int(i)) for i in acked)
+        state["next_idx"] = nxt
+        return state if found else None
+
+    async def _recent_tombstones(self, queue: str) -> tuple[list[tuple[int, str]], deque[tuple[bytes, int]]]:
+        """The newest RECENT_LIMIT removed (index, request id), oldest first, and the entries
+        holding them."""
+        key, hi = self.key(queue, "removed"), "+"
+        newest_first: list[tuple[bytes, list[list[Any]]]] = []
+        count = 0
+        while count < RECENT_LIMIT:
+            page = await self.client.xrevrange(key, max=hi, min="-", count=PAGE)
+            for entry_id, f in page:
+                items = json.loads(f[b"p"])
+                newest_first.append((entry_id, items))
+                count += len(items)
+                if count >= RECENT_LIMIT:
+                    break
+            if len(page) < PAGE:
+                break
+            hi = f"({page[-1][0].decode()}"
+        stones: deque[tuple[bytes, int]] = deque((eid, len(items)) for eid, items in reversed(newest_first))
+        flat = [(int(i), str(r)) for _eid, items in reversed(newest_first) for i, r in items]
+        return flat[-RECENT_LIMIT:], stones
+
+    def _stoned(self, queue: str, entry_id: Any, n: int) -> None:
+        """A removal's tombstone entry is written: count it, and trim the entries wholly beyond
+        the newest RECENT_LIMIT records once PRUNE_SLACK more have gathered."""
+        stones = self._stones.setdefault(queue, deque())
+        stones.append((entry_id if isinstance(entry_id, bytes) else str(entry_id).encode(), n))
+        total = self._stone_total.get(queue, 0) + n
+        if total > RECENT_LIMIT + PRUNE_SLACK:
+            while stones and total - stones[0][1] >= RECENT_LIMIT:
+                total -= stones.popleft()[1]
+            key, keep_from = self.key(queue, "removed"), stones[0][0].decode()
+
+            def op(pipe: Any) -> int:
+                pipe.xtrim(key, minid=keep_from, approximate=False)
+                return 1
+
+            self._submit(op)
+        self._stone_total[queue] = total
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def close(self, next_idx: dict[str, int] | None = None) -> None:
+        raise RuntimeError("RedisBackend stops with 'await aclose(next_idx)'")
+
+    async def aclose(self, next_idx: dict[str, int] | None = None) -> None:
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+        try:
+            if next_idx:
+                pipe = self.client.pipeline(transaction=True)
+                for queue, nxt in next_idx.items():
+                    pipe.set(self.key(queue, "next"), nxt)
+                await pipe.execute()
+        except RedisError as exc:
+            log.warning("queue backend %s: could not record the next indexes: %s", self.url, exc)
+        finally:
+            await self.client.aclose()
+
+    # ------------------------------------------------------------------ group commit
+    def _submit(self, op: _Op, done: _Done = None) -> Durable:
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("RedisBackend.start(loop) was not called")
+        fut: asyncio.Future[None] = loop.create_future()
+        fut.add_done_callback(_retrieve)
+        self._pending.append((op, fut, done))
+        if self._writer is None or self._writer.done():
+            # A task runs from the next loop iteration: everything submitted until then joins.
+            self._writer = loop.create_task(self._write())
+        return fut
+
+    async def _write(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                results, spans = await self._execute(batch)
+            except (RedisError, OSError, StorageError) as exc:
+                self.errors += 1
+                log.error("queue storage write failed: %s", exc)
+                _fail([f for _, f, _ in batch], exc)
+                continue
+            self.batches += 1
+            self.ops += len(batch)
+            # Redis applies the other commands of a transaction when one fails: each op is
+            # answered by its own commands' results.
+            at = 0
+            for (_, fut, done), n in zip(batch, spans, strict=True):
+                mine = results[at : at + n]
+                errs = [r for r in mine if isinstance(r, Exception)]
+                at += n
+                if done is not None and not errs:
+                    done(mine)
+                if fut.done():
+                    continue
+                if errs:
+                    self.errors += 1
+                    log.error("queue storage write failed: %s", errs[0])
+                    fut.set_exception(StorageError(f"queue storage write failed: {errs[0]}"))
+                else:
+                    fut.set_result(None)
+
+    async def _execute(
+        self, batch: list[tuple[_Op, asyncio.Future[None], _Done]]
+    ) -> tuple[list[Any], list[int]]:
+        """One transaction; with a fence, only while the owner lease is this gateway's."""
+        fence = self.fence
+        if fence is None:
+            pipe = self.client.pipeline(transaction=True)
+            spans = [op(pipe) for op, _, _ in batch]
+            return await pipe.execute(raise_on_error=False), spans
+        for _attempt in range(FENCE_RETRIES):
+            async with self.client.pipeline(transaction=True) as pipe:
+                await pipe.watch(fence.key)
+                if not fence.holds(await pipe.get(fence.key)):
+                    raise StorageError(f"this gateway no longer serves the queues of {self.url}")
+                pipe.multi()
+                spans = [op(pipe) for op, _, _ in batch]
+                try:
+                    return await pipe.execute(raise_on_error=False), spans
+                except WatchError:
+                    continue  # the lease was renewed (or taken) meanwhile: check again
+        raise StorageError(f"the owner lease of {self.url} kept changing")
+
+    # ------------------------------------------------------------------ journal ops
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
+        key = self.key(queue, "records")
+        rows = [(f"{r.idx}-0", {"r": r.rid, "t": json.dumps(r.tags), "d": r.data}) for r in records]
+
+        def op(pipe: Any) -> int:
+            for entry_id, fields in rows:
+                pipe.xadd(key, fields, id=entry_id)
+            return len(rows)
+
+        return self._submit(op)
+
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
+        """Remove records and leave their tombstones in the same transaction."""
+        key = self.key(queue, "records")
+        removed_key = self.key(queue, "removed")
+        ids = [f"{i}-0" for i in idxs]
+        stones = list(zip(idxs, rids, strict=True)) if rids else []
+        stone = {"n": len(stones), "p": json.dumps(stones)} if stones else None
+        ack_keys = [self.key(queue, f"acks:{gid}") for gid in sorted(self._groups.get(queue, ()))]
+
+        def op(pipe: Any) -> int:
+            n = 0
+            if ids:
+                pipe.xdel(key, *ids)
+                n += 1
+            if stone is not None:
+                pipe.xadd(removed_key, stone)
+                n += 1
+            for ack_key in ack_keys:
+                pipe.srem(ack_key, *idxs)
+                n += 1
+            return n
+
+        def done(results: list[Any]) -> None:
+            if stone is not None:
+                self._stoned(queue, results[1 if ids else 0], len(stones))
+
+        return self._submit(op, done)
+
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
+        key = self.key(queue, f"acks:{gid}")
+        self._groups.setdefault(queue, set()).add(gid)
+
+        def op(pipe: Any) -> int:
+            pipe.sadd(key, *idxs)
+            return 1
+
+        return self._submit(op)
+
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        """Register a group, or record its new tag filter (its start never changes)."""
+        key = self.key(queue, "groups")
+        value = json.dumps([start, tags])
+
+        def op(pipe: Any) -> int:
+            pipe.hset(key, gid, value)
+            return 1
+
+        return self._submit(op)
+
+
+def _retrieve(f: asyncio.Future[None]) -> None:
+    if not f.cancelled():
+        f.exception()
+
+
+def _fail(futs: list[asyncio.Future[None]], err: BaseException) -> None:
+    for f in futs:
+        if not f.done():
+            f.set_exception(StorageError(f"queue storage write failed: {err}"))

@@ -1,0 +1,104 @@
+"""Two gateway processes on one Redis serve the same queue: a record put through one is
+watched through the other, and a kill -9 of the serving gateway loses no acknowledged
+record and leaves none stuck (the survivor takes the lease over and delivers again what
+was delivered but not committed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eas_sdk.queue import AsyncQueueClient
+from tests.redis_server import RedisServer
+
+from .server_proc import TOKEN, GatewayServer, queue_config
+
+REDIS_DB = 3
+LEASE_S = 1.0
+
+
+@pytest.fixture
+def gateways(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[GatewayServer, GatewayServer]]:
+    with redis_server.client(REDIS_DB) as c:
+        c.flushdb()
+    cfg = queue_config(
+        tmp_path / "data",
+        ["shared"],
+        backend=redis_server.url(REDIS_DB),
+        owner_lease_s=LEASE_S,
+        heartbeat_s=1.0,
+    )
+    first = GatewayServer.start(cfg, tmp_path / "a")  # takes the lease: it serves the queue
+    try:
+        second = GatewayServer.start(cfg, tmp_path / "b")  # forwards to the first
+    except BaseException:
+        first.kill()
+        raise
+    yield first, second
+    first.kill()
+    second.kill()
+
+
+def _client(server: GatewayServer, uid: str) -> AsyncQueueClient:
+    c = AsyncQueueClient(server.endpoint, "shared")
+    c.set_token(TOKEN)
+    c.init(uid=uid)
+    return c
+
+
+async def test_put_through_one_gateway_is_watched_through_the_other(
+    gateways: tuple[GatewayServer, GatewayServer],
+) -> None:
+    first, second = gateways
+    async with _client(first, "p") as producer, _client(second, "w") as consumer:
+        sent = [await producer.put(f"r{i}".encode(), tags={"n": str(i)}) for i in range(3)]
+        got = []
+        watcher = consumer.watch(0, 5)
+        async with asyncio.timeout(10):
+            async for rec in watcher:
+                got.append(rec)
+                await consumer.commit(rec.index)
+                if len(got) == 3:
+                    break
+        await watcher.close()
+        assert [int(r.index) for r in got] == [int(i) for i, _ in sent]
+        assert [r.data for r in got] == [b"r0", b"r1", b"r2"]
+        # And the other way round: put through the second, read through the first.
+        index, _ = await consumer.put(b"back")
+        [rec] = await producer.get(request_id=None, length=1, timeout="1s")
+        assert (rec.index, rec.data) == (int(index), b"back")
+        attrs = await consumer.attributes()
+        assert attrs["stream.length"] == "0" and attrs["meta.backend"] == "redis"
+
+
+async def test_kill_9_of_the_serving_gateway_loses_nothing_and_strands_nothing(
+    gateways: tuple[GatewayServer, GatewayServer],
+) -> None:
+    first, second = gateways
+    async with _client(second, "w") as client:
+        put = [int((await client.put(f"r{i}".encode()))[0]) for i in range(20)]  # acknowledged
+        watcher = client.watch(0, 5)
+        seen: list[int] = []
+        committed: set[int] = set()
+        async with asyncio.timeout(20):
+            async for rec in watcher:
+                seen.append(int(rec.index))
+                if len(seen) == 5:
+                    # Five delivered, none committed: they are pending at the first gateway.
+                    first.kill()
+                    continue
+                if len(seen) > 5:
+                    await client.commit(rec.index)
+                    committed.add(int(rec.index))
+                if committed == set(put):
+                    break
+        await watcher.close()
+        assert watcher.reconnects >= 1
+        assert sorted(set(seen[:5])) == put[:5]
+        assert sorted(seen[5:]) == put  # the five pending ones came again, nothing else twice
+        assert (await client.attributes())["stream.length"] == "0"
+        index, _ = await client.put(b"after")  # the survivor serves on
+        assert int(index) == put[-1] + 1

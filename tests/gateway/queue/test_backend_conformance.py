@@ -1,0 +1,280 @@
+"""One conformance suite for every queue backend: the embedded SQLite store and Redis.
+
+Each test runs once per backend (the ``store`` fixture) and checks what the queue promises
+across a clean restart and a crash: records, indexes (never reused), group state and
+filters, the memory of removed records, and a refused write answered 507 without losing
+anything acknowledged. The semantics between restarts are the backend-independent state
+machine's (test_store_model.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from eas_sdk.errors import HTTPStatusError
+from eas_sdk.queue import AsyncQueueClient
+from gateway.config import parse_config
+from gateway.queue.manager import QueueManager
+from gateway.queue.redis_backend import RedisBackend
+from gateway.queue.server import MANAGER_KEY, build_app
+from gateway.queue.sqlite import SqliteBackend
+from gateway.queue.store import QueueError
+from tests.e2e.queue.server_proc import TOKEN, queue_config
+from tests.redis_server import RedisServer
+
+REDIS_DB = 1  # flushed before each test of this module
+LEASE_S = 0.3
+
+
+class Store:
+    """How to make a manager over one backend, crash it, and make its writes fail."""
+
+    def __init__(self, kind: str, tmp_path: Path, redis: RedisServer | None) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.redis = redis
+
+    def config(self, names: list[str], **queue: Any) -> dict[str, Any]:
+        if self.redis is not None:
+            queue["backend"] = self.redis.url(REDIS_DB)
+            queue["owner_lease_s"] = LEASE_S
+        return queue_config(self.tmp_path / "data", names, **queue)
+
+    def manager(self, fsync: str = "normal") -> QueueManager:
+        return QueueManager(parse_config(self.config(["a", "b"], fsync=fsync)))
+
+    async def crash(self, m: QueueManager) -> None:
+        """Stop writing without a clean stop, as a kill -9 would (what is acknowledged stays)."""
+        b = m.backend
+        if isinstance(b, SqliteBackend):
+            b._ckpt_stop.set()
+            b._conn.close()
+        else:
+            await self.crash_redis(m)
+
+    @staticmethod
+    async def crash_redis(m: QueueManager) -> None:
+        b = m.backend
+        assert isinstance(b, RedisBackend)
+        for lease in m.leases.values():  # never given back: the next one waits for it to expire
+            await lease.pause()
+            await lease.client.aclose()
+        await b.client.aclose()  # no final write of the next indexes
+        await asyncio.sleep(LEASE_S * 1.2)
+
+    def break_writes(self, m: QueueManager) -> None:
+        """Every write now fails (a read-only disk; a Redis refusing writes)."""
+        b = m.backend
+        if isinstance(b, SqliteBackend):
+            b._conn.execute("PRAGMA query_only=1")
+        else:
+            assert self.redis is not None
+            with self.redis.client() as c:
+                c.config_set("min-replicas-to-write", 1)  # no replica: writes answer NOREPLICAS
+
+    def mend_writes(self, m: QueueManager) -> None:
+        b = m.backend
+        if isinstance(b, SqliteBackend):
+            b._conn.execute("PRAGMA query_only=0")
+        else:
+            assert self.redis is not None
+            with self.redis.client() as c:
+                c.config_set("min-replicas-to-write", 0)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    redis: RedisServer | None = None
+    if request.param == "redis":
+        redis = request.getfixturevalue("redis_server")
+        with redis.client(REDIS_DB) as c:
+            c.flushdb()
+    yield Store(request.param, tmp_path, redis)
+    if redis is not None:
+        with redis.client() as c:
+            c.config_set("min-replicas-to-write", 0)
+
+
+async def test_backend_is_the_configured_one(store: Store) -> None:
+    m = store.manager()
+    assert m.backend.name == store.kind  # type: ignore[attr-defined]
+    await m.start()
+    assert m.queue("a").attributes({"user": "u", "group": "g", "priority": "p"}, "?")
+    assert m.snapshot()["backends"] == [store.kind]
+    await m.stop()
+
+
+async def test_restart_keeps_records_indexes_and_group_state(store: Store) -> None:
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(5):
+        _idx, _rid, dur = q.put(f"r{i}".encode(), {"k": str(i)}, None)
+        await dur
+    # Two groups: g1 commits 1 and 2, g2 commits 1 -> 1 is gone, 2 waits for g2.
+    c1, _ = q.connect("g1", "u1", 0, 5, False, {})
+    c2, _ = q.connect("g2", "u2", 0, 5, False, {})
+    q.take(c1)
+    q.take(c2)
+    await q.commit("g1", [1, 2])
+    await q.commit("g2", [1])
+    await q.delete([5])  # the highest index is gone: it must never be reused
+    await m.stop()
+    assert sorted(q.records) == [2, 3, 4]
+
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert sorted(q2.records) == [2, 3, 4]
+    assert q2.records[3].tags == {"k": "2", "requestId": q.records[3].rid}
+    assert q2.records[3].data == b"r2"
+    assert q2.groups["g1"].committed == {2} and not q2.groups["g2"].committed
+    idx, _rid, dur = q2.put(b"new", {}, None)
+    await dur
+    assert idx == 6
+    # After the restart g1 is owed 3 and 4 (2 it committed); g2 is owed 2, 3, 4.
+    c1, _ = q2.connect("g1", "u1", 0, 10, False, {})
+    assert [r.idx for r, _ in q2.take(c1)[0]] == [3, 4, 6]
+    c2, _ = q2.connect("g2", "u9", 0, 10, False, {})
+    assert [r.idx for r, _ in q2.take(c2)[0]] == [2, 3, 4, 6]
+    # Committed by both groups now: gone for good, also after another restart.
+    await q2.commit("g2", [2])
+    await m2.stop()
+    m3 = store.manager()
+    await m3.start()
+    assert sorted(m3.queue("a").records) == [3, 4, 6]
+    assert m3.queue("a").groups["g1"].committed == set()
+    await m3.stop()
+
+
+async def test_crash_keeps_indexes_above_every_used_one(store: Store) -> None:
+    """Without a clean stop (no final write) indexes still continue above every used one."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("b")
+    for _ in range(3):
+        await q.put(b"x", {}, None)[2]
+    await q.delete([3])
+    await store.crash(m)
+    m2 = store.manager()
+    await m2.start()
+    idx, _, dur = m2.queue("b").put(b"y", {}, None)
+    await dur
+    assert idx > 3
+    assert sorted(m2.queue("b").records) == [1, 2, idx]
+    await m2.stop()
+
+
+async def test_removed_records_are_remembered_across_a_crash(store: Store) -> None:
+    """A commit repeated after a restart is OK and a put retried with the request id of a
+    consumed record returns its index without storing it again."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(4):
+        await q.put(f"r{i}".encode(), {}, f"rid-{i}")[2]
+    c, _ = q.connect("g", "u", 0, 5, False, {})
+    q.take(c)
+    await q.commit("g", [1])  # committed
+    _recs, dur = q.get(2, 1, True, None, {})  # consumed by a get
+    await dur
+    await q.delete([3])  # deleted
+    await store.crash(m)
+
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert sorted(q2.records) == [4]
+    assert q2.commit("g", [1]) is None  # OK, nothing to do
+    assert q2.commit("g", [2, 3]) is None
+    for i, rid in enumerate(["rid-0", "rid-1", "rid-2"]):
+        idx, _rid, dur = q2.put(b"again", {}, rid)
+        assert (idx, dur) == (i + 1, None)
+    assert sorted(q2.records) == [4]
+    with pytest.raises(QueueError) as info:
+        q2.commit("g", [99])  # never put
+    assert info.value.status == 404
+    await m2.stop()
+
+
+async def test_removed_record_memory_is_bounded(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.queue.recordlog as recordlog_mod
+    import gateway.queue.redis_backend as redis_mod
+    import gateway.queue.sqlite as sqlite_mod
+
+    monkeypatch.setattr(sqlite_mod, "RECENT_LIMIT", 10)
+    monkeypatch.setattr(sqlite_mod, "PRUNE_EVERY", 8)
+    monkeypatch.setattr(redis_mod, "RECENT_LIMIT", 10)
+    monkeypatch.setattr(redis_mod, "PRUNE_SLACK", 8)
+    monkeypatch.setattr(recordlog_mod, "RECENT_LIMIT", 10)
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(40):
+        await q.put(b"x", {}, f"r{i}")[2]
+        await q.delete([i + 1])
+    assert len(q.recent) == 10 and next(iter(q.recent)) == 31
+    await m.stop()
+    if store.redis is not None:  # the store keeps what it must and a bounded slack, no more
+        with store.redis.client(REDIS_DB) as c:
+            kept = [json.loads(f[b"p"])[0][0] for _id, f in c.xrange("easq:a:removed")]
+        assert len(kept) <= 10 + 8 and min(kept) >= 40 - 10 - 8 + 1 and kept[-1] == 40
+    m2 = store.manager()
+    await m2.start()
+    assert list(m2.queue("a").recent) == list(range(31, 41))
+    await m2.stop()
+
+
+async def test_group_filter_change_is_kept(store: Store) -> None:
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for color in ("red", "blue", "red"):
+        await q.put(color.encode(), {"color": color}, None)[2]
+    c, dur = q.connect("g", "u", 0, 5, True, {"color": "red"})
+    await dur
+    out, dur = q.take(c)
+    await dur
+    assert [r.idx for r, _ in out] == [1, 3]
+    q.disconnect(c)
+    # Another filter while nobody is connected: the blue record the red filter skipped comes.
+    c, dur = q.connect("g", "u", 0, 5, False, {"color": "blue"})
+    await dur
+    assert [r.idx for r, _ in q.take(c)[0]] == [2]
+    await store.crash(m)
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert q2.groups["g"].tags == {"color": "blue"}
+    assert sorted(q2.records) == [2]  # delivered, not committed: delivered again after the crash
+    await m2.stop()
+
+
+async def test_failing_storage_answers_507_and_recovers(store: Store) -> None:
+    cfg = parse_config(store.config(["a"]))
+    app = build_app(cfg)
+    async with TestServer(app, host="127.0.0.1") as server:
+        m = app[MANAGER_KEY]
+        async with AsyncQueueClient(f"127.0.0.1:{server.port}", "a") as client:
+            client.set_token(TOKEN)
+            client.set_retry_count(0)
+            client.init()
+            await client.put(b"before")
+            store.break_writes(m)
+            try:
+                with pytest.raises(HTTPStatusError) as info:
+                    await client.put(b"refused")
+                assert info.value.code == 507
+            finally:
+                store.mend_writes(m)
+            index, _ = await client.put(b"after")
+            got = await client.get(length=10, auto_delete=False, timeout="0s")
+            assert [d.data for d in got] == [b"before", b"after"]
+            assert int(index) == 3  # the refused put's index is not reused
