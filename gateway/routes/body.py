@@ -132,7 +132,7 @@ def refuse_before_body(
     ):
         raise errors.Unauthorized("invalid or missing token")
     if arriving and BODY_HOLD_KEY not in request:
-        nbytes = request.content_length or max_bytes or _CHUNKED_HOLD
-        if max_bytes:
-            nbytes = min(nbytes, max_bytes)  # a longer body is refused (413) unread anyway
+        # The route's limit, else the application's: a longer body is refused (413) unread.
+        limit = max_bytes or request.client_max_size or _CHUNKED_HOLD
+        nbytes = min(request.content_length or limit, limit)
         request[BODY_HOLD_KEY] = plane.hold_body(svc, request.headers, nbytes)

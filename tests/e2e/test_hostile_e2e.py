@@ -294,3 +294,16 @@ def test_connections_are_capped(gw: GatewayProcess) -> None:
     time.sleep(0.2)
     assert _post(gw, "/api/predict/echo", b'"ok"') == (200, "ok")
     assert 'easgw_admission_refused_total{reason="connections"}' in _metrics(gw)
+
+
+def test_a_body_over_the_size_limit_is_413_not_429_on_every_route(gw: GatewayProcess) -> None:
+    """A declared length past every budget is still a body too large (413), whatever the route."""
+    for path in ("/api/predict/digits", "/v2/models/digits/infer", "/api/cluster-serving/digits/predict"):
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {300 << 20}\r\n\r\n"
+        ).encode()
+        with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+            sock.sendall(head + b"{" * 1024)
+            status, _body = _status(sock, timeout=5.0)
+        assert status == 413, path
