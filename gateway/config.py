@@ -31,6 +31,8 @@ from gateway.config_values import tokens_of as _tokens
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
+# Listen addresses meaning "every interface": compared against, never bound here.
+_EVERY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - a value to recognise, not a bind
 
 
 @dataclass(frozen=True)
@@ -414,7 +416,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raise ConfigError(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         raise ConfigError("gateway.log_format: must be 'text' or 'json'")
-    if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
+    if gw.worker_host in _EVERY_ADDRESS and not gw.worker_advertise_host:
         raise ConfigError(
             "gateway.worker_advertise_host: required when worker_host listens on every address "
             f"({gw.worker_host}): discovery must publish an address clients can reach"
@@ -424,7 +426,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         raise ConfigError("services: expected a list")
     services = tuple(_service(s, i, base) for i, s in enumerate(services_raw))
     if (
-        gw.host in ("0.0.0.0", "::")
+        gw.host in _EVERY_ADDRESS
         and not gw.advertise_host
         and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
     ):
