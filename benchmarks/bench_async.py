@@ -60,13 +60,20 @@ class Gateway:
         cfg = {
             "gateway": {"data_dir": str(workdir / "data"), "access_log": False},
             "services": [
-                {"name": "dsync", "processor": "onnx", "model": str(MODEL), "workers": workers},
+                {
+                    "name": "dsync",
+                    "processor": "onnx",
+                    "model": str(MODEL),
+                    "workers": workers,
+                    "public": True,
+                },
                 {
                     "name": "dasync",
                     "processor": "onnx",
                     "model": str(MODEL),
                     "workers": workers,
                     "async": True,
+                    "public": True,
                 },
             ],
         }

@@ -15,6 +15,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gateway.admission import Admission, AdmissionLimits
+from gateway.auth import SignaturePolicy, replay_cache
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.manage.manager import MANAGER_KEY, ServiceManager
@@ -122,10 +124,15 @@ def create_app(
         app[POOLS_KEY],
         make_request=worker_request or WorkerRequest,
         observer=metrics,
+        admission=Admission(AdmissionLimits.of(gw)),
+        max_response_bytes=gw.max_response_bytes,
+        signature=SignaturePolicy.of(gw),
+        replay=replay_cache(gw),
     )
     for pipeline in pipelines.values():  # their model steps call other services through it
         pipeline.attach(app[DATAPLANE_KEY])
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
+    metrics.attach_admission(app[DATAPLANE_KEY].admission)
 
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
     app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)

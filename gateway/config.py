@@ -18,6 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gateway.config_sections import (
+    AdminConfig,
+    BatchingConfig,
+    ClusterServingConfig,
+    QueueConfig,
+    RemoteWorkersConfig,
+)
 from gateway.config_values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
 from gateway.config_values import Errors as _Errors
 from gateway.config_values import as_bool as _bool
@@ -28,7 +35,6 @@ from gateway.config_values import as_int as _int
 from gateway.config_values import as_mapping as _mapping
 from gateway.config_values import as_providers as _providers
 from gateway.config_values import as_str as _str
-from gateway.config_values import as_tokens as _tokens
 from gateway.config_values import as_versions as _versions
 from gateway.config_values import check_keys as _check_keys
 from gateway.config_values import check_model_dirs as check_model_dirs
@@ -38,58 +44,15 @@ from gateway.config_values import coerce_partial as _coerce_partial
 from gateway.config_values import entry_path as _entry
 from gateway.config_values import expand as _expand
 from gateway.config_values import model_path as _model_path
+from gateway.config_values import open_service_warnings as open_service_warnings
+from gateway.config_values import tokens_of as _tokens_of
 from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
 
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
-
-
-@dataclass(frozen=True)
-class QueueConfig:
-    max_length: int = 100_000
-    max_payload_bytes: int = 8 * 1024 * 1024
-    # "always": fsync every commit batch (survives power loss);
-    # "normal": survives a gateway crash (kill -9), not power loss.
-    fsync: str = "normal"
-    max_window: int = 1024
-    heartbeat_s: float = 5.0
-    grace_s: float = 0.0
-    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
-    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
-    backend: str = "sqlite"
-    # Several gateways on one Redis: the one holding the store's lease serves its queues;
-    # when it stops renewing (killed, cut off) another takes over after this long.
-    owner_lease_s: float = 5.0
-
-
-@dataclass(frozen=True)
-class ClusterServingConfig:
-    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
-    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
-
-    redis: str = ""  # redis://host:port/db
-    stream: str = "serving_stream"  # the clients' ``name``
-    group: str = "serving"  # the consumer group every gateway reads the stream with
-    max_batch: int = 32  # records read (and inferred) at once
-    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
-
-
-@dataclass(frozen=True)
-class BatchingConfig:
-    max_batch_size: int = 0  # 0: off
-    max_latency_ms: float = 0.0
-
-
-@dataclass(frozen=True)
-class RemoteWorkersConfig:
-    """Workers on other hosts may join the service (``eas-gateway worker``)."""
-
-    # The secret a remote worker registers with and the gateway opens its connections
-    # with; never a client token (a client must not be able to receive other clients' calls).
-    token: str = ""
-    # A remote worker not heard from (registration, heartbeat) for this long is removed.
-    ttl_s: float = 6.0
+# Listen addresses meaning "every interface": compared against, never bound here.
+_EVERY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - a value to recognise, not a bind
 
 
 @dataclass(frozen=True)
@@ -97,6 +60,8 @@ class ServiceConfig:
     name: str
     processor: str
     token: str | None = None
+    # Declared open: no token at all (``public: true``); a service without one is a config error.
+    public: bool = False
     # Extra accepted tokens (rotation: add the next token here, then promote it).
     extra_tokens: tuple[str, ...] = ()
     model: str | None = None
@@ -177,6 +142,30 @@ class GatewayConfig:
     loopback_only: bool = False
     # The service a bare Cluster Serving ``POST /predict`` goes to (default: the only one).
     cluster_serving_service: str | None = None
+    # Gateway-wide admission (gateway/admission.py; 0 turns a limit off): open connections
+    # (503 beyond), bytes of request bodies being received (429 beyond), of those the bytes of
+    # calls not yet authenticated (an EAS signature needs the body; 429 beyond), calls in
+    # flight per service (429 beyond).
+    max_connections: int = 2048
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    max_unverified_bytes: int = 64 * 1024 * 1024
+    max_inflight_per_service: int = 1024
+    # The largest answer a worker may give (413 ResponseTooLarge beyond; 0: no limit): an
+    # answer's size can follow from a client-given shape.
+    max_response_bytes: int = 64 * 1024 * 1024
+    # The EAS signature: a Date within this many seconds of the gateway's clock (0: not
+    # checked), Content-MD5 required with a body, the signed Content-Type the one sent, and an
+    # optional cache of this many signatures seen (a replay within the window gets 401; 0: off).
+    signature_max_skew_s: float = 900.0
+    signature_require_md5: bool = True
+    signature_bind_content_type: bool = True
+    signature_replay_cache: int = 0
+    # Pixels of all images in one Cluster Serving request together, checked from each image's
+    # header before it is decoded (413 beyond).
+    max_image_pixels: int = 2048 * 2048
+    # JSON values in one Cluster Serving request (each a Python object while it is parsed),
+    # counted before parsing (413 beyond).
+    max_json_values: int = 1_000_000
     # Where workers' direct-mode HTTP ports listen, and the address discovery publishes for
     # them (default: worker_host). Bind a LAN/VPC address (or 0.0.0.0 with an advertised
     # address) so that direct-mode clients on other hosts reach the workers.
@@ -193,18 +182,6 @@ class GatewayConfig:
     @property
     def advertised_worker_host(self) -> str:
         return self.worker_advertise_host or self.worker_host
-
-
-@dataclass(frozen=True)
-class AdminConfig:
-    """The admin API's own listener (gateway.manage.api); off unless configured."""
-
-    host: str = "127.0.0.1"
-    port: int = 8081
-    token: str | None = None
-
-    def __repr__(self) -> str:  # never show the token
-        return f"AdminConfig(host={self.host!r}, port={self.port}, token={'***' if self.token else None})"
 
 
 @dataclass(frozen=True)
@@ -240,8 +217,8 @@ def parse_service(raw: Any, base: Path | None = None, where: str = "service") ->
 _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
-    "config", "env", "stall_timeout_s", "providers", "inter_op_threads", "cluster_serving", "versions",
-    "pipeline", "remote_workers",
+    "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
+    "versions", "pipeline", "remote_workers",
 }  # fmt: skip
 
 
@@ -259,10 +236,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     processor = errs.check(_str, raw.get("processor"), f"{where}.processor", default="")
     if processor and processor not in PROCESSORS:
         errs.add(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
-    token = raw.get("token")
-    if token is not None:
-        token = errs.check(_str, str(token), f"{where}.token")
-    extra_tokens = errs.check(_tokens, raw.get("tokens") or [], f"{where}.tokens", default=())
+    token, extra_tokens, public = errs.check(_tokens_of, raw, where, default=(None, (), False))
     versions = errs.check(
         _versions, raw.get("versions"), processor, raw.get("model"), base, where, default=()
     )
@@ -320,6 +294,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         name=name,
         processor=processor,
         token=token,
+        public=public,
         extra_tokens=extra_tokens,
         model=model,
         entry=entry,
@@ -386,7 +361,7 @@ def _gateway(raw: Any) -> GatewayConfig:
         errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         errs.add("gateway.log_format: must be 'text' or 'json'")
-    if gw.worker_host in ("0.0.0.0", "::") and not gw.worker_advertise_host:
+    if gw.worker_host in _EVERY_ADDRESS and not gw.worker_advertise_host:
         errs.add(
             "gateway.worker_advertise_host: required when worker_host listens on every address "
             f"({gw.worker_host}): discovery must publish an address clients can reach"
@@ -434,7 +409,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
             errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")
     services = tuple(s for s in parsed if s is not None)
     if (
-        gw.host in ("0.0.0.0", "::")
+        gw.host in _EVERY_ADDRESS
         and not gw.advertise_host
         and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
     ):

@@ -99,14 +99,33 @@ def as_bool(v: Any, where: str) -> bool:
     raise ConfigError(f"{where}: expected true or false, got {v!r}")
 
 
+def yaml_hint(v: Any, where: str) -> str:
+    """The message for a value YAML read as something other than the string that was meant."""
+    if isinstance(v, bool):
+        return (
+            f"{where}: expected a string, got the boolean {v!r}: YAML reads unquoted yes/no/on/off/"
+            f'true/false as booleans; quote the value, e.g. {where.rsplit(".", 1)[-1]}: "yes"'
+        )
+    return (
+        f"{where}: expected a string, got the number {v!r}: YAML reads unquoted digits as a number "
+        f'(and 0-prefixed digits as octal); quote the value, e.g. {where.rsplit(".", 1)[-1]}: "0123456"'
+    )
+
+
 def as_str(v: Any, where: str) -> str:
+    if isinstance(v, (bool, int, float)):
+        raise ConfigError(yaml_hint(v, where))
     if not isinstance(v, str) or not v:
         raise ConfigError(f"{where}: expected a non-empty string, got {v!r}")
     return v
 
 
+def _key_text(key: Any) -> str:
+    return key if isinstance(key, str) else repr(key)
+
+
 def check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(raw) - allowed)
+    unknown = sorted(map(_key_text, set(raw) - allowed))  # YAML keys may be null or numbers
     if unknown:
         raise ConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
@@ -304,6 +323,46 @@ def entry_path(raw: Mapping[str, Any], processor: str, base: Path | None, where:
     return f"{target}:{cls_name}"
 
 
+def tokens_of(raw: Mapping[str, Any], where: str) -> tuple[str | None, tuple[str, ...], bool]:
+    """(token, extra tokens, public). An open service must say so: ``public: true`` with no
+    token (missing or ``token: null``); an empty token, or no token without ``public: true``,
+    is an error, so a typo or an unset variable never opens a service."""
+    public = as_bool(raw.get("public", False), f"{where}.public")
+    extra = raw.get("tokens") or []
+    if not isinstance(extra, list):
+        raise ConfigError(f"{where}.tokens: expected a list of strings")
+    extra_tokens = tuple(as_str(t, f"{where}.tokens[{j}]") for j, t in enumerate(extra))
+    token = raw.get("token")
+    if token is not None:
+        if token == "":
+            raise ConfigError(
+                f"{where}.token: empty; give the service a token, or declare it open with "
+                "'public: true' (and no token)"
+            )
+        token = as_str(token, f"{where}.token")
+    if public and (token is not None or extra_tokens):
+        raise ConfigError(f"{where}: 'public: true' and a token contradict each other; keep one")
+    if not public and token is None and not extra_tokens:
+        said = "token: null" if "token" in raw else "no token"
+        raise ConfigError(
+            f"{where}: {said}; give the service a token, or declare it open with 'public: true'"
+        )
+    return token, extra_tokens, public
+
+
+def open_service_warnings(cfg: Any) -> list[str]:
+    """Warnings due at start: services anyone who reaches the listener can call."""
+    host = cfg.gateway.host
+    if host in ("localhost", "") or host.startswith("127.") or host == "::1":
+        return []
+    return [
+        f"service {svc.name!r} is public (no token) and the gateway listens on {host}, "
+        "which is not a loopback address: anyone who reaches it can call the service"
+        for svc in cfg.services
+        if not svc.tokens
+    ]
+
+
 __all__ = [
     "QUEUE_BACKEND_SCHEMES",
     "ConfigError",
@@ -330,5 +389,8 @@ __all__ = [
     "expand",
     "is_loopback",
     "model_path",
+    "open_service_warnings",
     "resolve_path",
+    "tokens_of",
+    "yaml_hint",
 ]  # fmt: skip

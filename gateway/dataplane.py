@@ -5,7 +5,7 @@ Every way into a model goes through one :class:`DataPlane`::
     aiohttp predict route ─┐
     lean HTTP front ───────┤
     worker's direct port ──┤   find ─> authenticate ─> admit ─> dispatch ─> WorkerResponse
-    queue dispatcher ──────┤     (400/404)  (401/400)   (408)   (450/503/504)
+    queue dispatcher ──────┤     (400/404)  (401/400) (408/429) (450/503/504, 413 answer too large)
     KServe V1 / V2 ────────┤
     Cluster Serving ───────┘   any failure: a GatewayError (gateway/errors.py), one status table
 
@@ -31,7 +31,8 @@ from eas_sdk._core.constants import (
     HEADER_QUEUE_UID,
 )
 from gateway import errors
-from gateway.auth import AuthStatus, verify
+from gateway.admission import Admission, BodyHold
+from gateway.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, verify
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
@@ -98,6 +99,10 @@ class DataPlane:
         *,
         make_request: Callable[..., WorkerRequest] = WorkerRequest,
         observer: DispatchObserver | None = None,
+        admission: Admission | None = None,
+        max_response_bytes: int = 0,
+        signature: SignaturePolicy = STRICT,
+        replay: ReplayCache | None = None,
     ) -> None:
         # The first service of a name wins, as in the configuration's own lookup.
         self.services: dict[str, ServiceConfig] = {}
@@ -106,6 +111,12 @@ class DataPlane:
         self.backends = backends
         self.make_request = make_request
         self.observer = observer
+        # Gateway-wide limits: connections, body bytes being received, calls in flight.
+        self.admission = admission or Admission()
+        self.max_response_bytes = max_response_bytes
+        # What an EAS signature must carry, and the optional cache of signatures seen.
+        self.signature = signature
+        self.replay = replay
         # (service or queue name, raw token) pairs that verified. Tokens come from the config,
         # so a success stays one; a signature covers one call and is always checked. Bounded.
         self._verified: dict[tuple[str, str], None] = {}
@@ -205,13 +216,17 @@ class DataPlane:
         name = key or svc.name
         if (name, auth) in self._verified:
             return
-        result = verify(svc.tokens, headers, raw_path, body)
+        result = verify(svc.tokens, headers, raw_path, body, self.signature)
         if not result.ok:
             if result.status is AuthStatus.BAD_DIGEST:
                 raise errors.BadDigest("Content-MD5 does not match the body")
+            if result.status is AuthStatus.STALE or result.reason.endswith("Content-MD5"):
+                raise errors.Unauthorized(result.reason)  # a valid HMAC: the reason gives nothing away
             raise errors.Unauthorized("invalid or missing token")
         if not auth.startswith("EAS "):
             self._remember(name, auth)
+        elif self.replay is not None and self.replay.replayed(auth):
+            raise errors.Unauthorized("this signature was already used (replay)")
 
     def _remember(self, name: str, auth: str) -> None:
         if len(self._verified) >= _VERIFIED_MAX:
@@ -219,6 +234,14 @@ class DataPlane:
         self._verified[(name, auth)] = None
 
     # ------------------------------------------------------------------ admit
+    def hold_body(self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int) -> BodyHold:
+        """Admit a body about to be received (after :meth:`refused_early`): 429 when the
+        gateway already receives too many bytes. A call that can only be authenticated with
+        its body (an ``EAS`` signature) counts against the smaller unverified budget too."""
+        auth = headers.get(HEADER_AUTHORIZATION) or ""
+        verified = not svc.tokens or not auth.startswith("EAS ")
+        return self.admission.hold_body(nbytes, verified=verified)
+
     @staticmethod
     def caller_deadline(headers: Mapping[str, str]) -> float | None:
         """The caller's remaining budget (``X-Eas-Deadline-Ms``) in seconds, None without one.
@@ -279,13 +302,20 @@ class DataPlane:
             raise errors.ServiceNotFound(f"service {svc.name!r} not found")
         t0 = time.perf_counter()
         stats = self.stats.get(svc.name)
+        self.admission.enter(svc.name)
         try:
             resp = await backend.dispatch(req, timeout)
         except Exception as exc:
             if stats is not None:
                 stats.record(False, time.perf_counter() - t0, 0)
             raise errors.from_exception(exc) from None
+        finally:
+            self.admission.leave(svc.name)
         elapsed = time.perf_counter() - t0
+        if self.max_response_bytes and len(resp.body) > self.max_response_bytes:
+            if stats is not None:
+                stats.record(False, elapsed, int(resp.compute_us))
+            raise errors.ResponseTooLarge(f"the answer exceeds {self.max_response_bytes} bytes")
         compute_us = int(resp.compute_us)
         if stats is not None:
             stats.record(resp.status < 400, elapsed, compute_us)

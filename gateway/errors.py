@@ -101,6 +101,21 @@ class PayloadTooLarge(GatewayError):
     status, code = 413, "PayloadTooLarge"
 
 
+class ResponseTooLarge(GatewayError):
+    """The answer would exceed ``gateway.max_response_bytes`` (its size followed from the input)."""
+
+    status, code = 413, "ResponseTooLarge"
+
+
+class TooManyRequests(GatewayError):
+    """429: a gateway-wide limit (admission) is reached; retry later."""
+
+    status, code = 429, "TooManyRequests"
+
+    def __init__(self, message: str, retry_after_s: int = 1, *, close: bool = False) -> None:
+        super().__init__(message, headers={HEADER_RETRY_AFTER: str(retry_after_s)}, close=close)
+
+
 class UnsupportedMediaType(GatewayError):
     status, code = 415, "UnsupportedMediaType"
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from aiohttp import web
@@ -46,12 +46,20 @@ from eas_sdk._core.constants import (
 )
 from gateway import errors, v2_call
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
-from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
+from gateway.lean_http import (
+    FastProtocol,
+    FastRequest,
+    Headers,
+    Limits,
+    Query,
+    protocol_factory,
+)
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
 from gateway.protocols import kserve, v2_tensors
 from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.queue.http import Reply, dispatch
+from gateway.server import Refused
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
@@ -179,6 +187,15 @@ class Front:
             return None
         return self._refusal(route, req, errors.Unauthorized("invalid or missing token"), 0.0)
 
+    def admit(self, req: FastRequest) -> Callable[[], None] | None:
+        """The body is still arriving (FastProtocol's ``admit``): hold its length against the
+        gateway's admission budget; None when that is spent (aiohttp then answers the 429)."""
+        try:
+            hold = self.plane.hold_body(self.paths[req.path].svc, req.headers, req.content_length or 0)
+        except errors.TooManyRequests:
+            return None
+        return hold.release
+
     def late(self, req: FastRequest) -> Reply:
         """The 408 for a body not complete within body_timeout_s (FastProtocol's ``late``)."""
         timeout = self.app[CONFIG_KEY].gateway.body_timeout_s
@@ -291,8 +308,13 @@ class FastSite(web.BaseSite):
         # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
         limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
         factory = protocol_factory(front, server, self.conns, limits)
+        admission = front.plane.admission  # counts the open connections (GatewayRunner.server)
+
+        def admitted() -> asyncio.Protocol:
+            return factory() if admission.admit_connection() else Refused()
+
         loop = asyncio.get_running_loop()
         # BaseSite's contract with its subclasses: the server it closes on stop().
         self._server = await loop.create_server(
-            factory, self.host, self.port, backlog=self.backlog, reuse_address=True
+            admitted, self.host, self.port, backlog=self.backlog, reuse_address=True
         )

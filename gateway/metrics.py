@@ -202,6 +202,42 @@ class _Inflight:
         self.value -= 1
 
 
+class _AdmissionCollector(Collector):
+    """The admission figures (gateway/admission.py): what is held now, the limits, refusals."""
+
+    def __init__(self, admission: Any) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self._admission.snapshot()
+        yield GaugeMetricFamily("easgw_connections", "Open client connections", value=snap["connections"])
+        yield GaugeMetricFamily(
+            "easgw_buffered_request_bytes", "Bytes held by request bodies being received",
+            value=snap["buffered_bytes"],
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "easgw_unverified_request_bytes",
+            "Bytes held by bodies of calls not yet authenticated (EAS signature)",
+            value=snap["unverified_bytes"],
+        )
+        inflight = GaugeMetricFamily(
+            "easgw_service_inflight", "Calls dispatched to a service, not yet answered", labels=["service"]
+        )
+        for service, n in sorted(snap["inflight"].items()):
+            inflight.add_metric([service], float(n))
+        yield inflight
+        limits = GaugeMetricFamily("easgw_limit", "Configured admission limits (0: off)", labels=["limit"])
+        for name, value in sorted(snap["limits"].items()):
+            limits.add_metric([name], float(value))
+        yield limits
+        refused = CounterMetricFamily(
+            "easgw_admission_refused", "Connections or requests refused by a limit", labels=["reason"]
+        )
+        for reason in ("connections", "buffered_bytes", "unverified_bytes", "inflight"):
+            refused.add_metric([reason], float(snap["refused"].get(reason, 0)))
+        yield refused
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry, service_names: Iterable[str]) -> None:
         self.registry = registry
@@ -244,6 +280,9 @@ class GatewayMetrics:
 
     def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
         self.registry.register(_PoolCollector(pools, queues))
+
+    def attach_admission(self, admission: Any) -> None:
+        self.registry.register(_AdmissionCollector(admission))
 
     def observe(self, service: str, status: int, seconds: float) -> None:
         if service not in self.services:  # defensive: labels only from config

@@ -20,6 +20,7 @@ from aiohttp.typedefs import Handler
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
 from gateway.errors import HTTP_STATUS_CODES, GatewayError, error_body
+from gateway.routes.body import release_body
 
 log = logging.getLogger("gateway.request")
 
@@ -115,6 +116,8 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
         log.exception("unhandled error in %s %s", request.method, request.rel_url.raw_path,
                       extra={"request_id": rid})  # fmt: skip
         return _error(request, 500, "InternalError", "internal error", rid)
+    finally:
+        release_body(request)  # a body held but never read (the handler failed before it)
     if not resp.prepared:
         resp.headers[HEADER_REQUEST_ID] = rid
     return resp

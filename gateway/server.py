@@ -12,9 +12,10 @@ naming only the kind of error. Only aiohttp's public API is used: the runner's `
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httptools
 from aiohttp import web
@@ -24,9 +25,10 @@ from gateway.lean_http import Reply, close_all, encode_reply
 from gateway.lean_http.watch import HeadWatch
 from gateway.logging import ACCESS_LOGGER, GatewayAccessLogger
 from gateway.middleware import new_request_id
-from gateway.state import CONFIG_KEY
+from gateway.state import CONFIG_KEY, DATAPLANE_KEY
 
 if TYPE_CHECKING:
+    from gateway.admission import Admission
     from gateway.lean_http import FastProtocol
 
 log = logging.getLogger("gateway.server")
@@ -45,15 +47,34 @@ def malformed_reply(remote: str | None, exc: Exception) -> bytes:
     return encode_reply(Reply(400, body.encode(), _JSON, {HEADER_REQUEST_ID: rid}), close=True)
 
 
-class WatchedServer:
-    """aiohttp's ``web.Server`` (the protocol factory) with every connection in a HeadWatch;
-    anything else is the wrapped server's."""
+class Refused(asyncio.Protocol):
+    """A connection past ``gateway.max_connections``: answered 503 at once and closed."""
 
-    def __init__(self, server: web.Server, header_timeout: float) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        rid = new_request_id()
+        doc = {
+            "code": "ServiceNotReady",
+            "message": "the gateway has too many open connections",
+            "request_id": rid,
+        }
+        headers = {HEADER_REQUEST_ID: rid, "Retry-After": "1"}
+        reply = Reply(503, json.dumps(doc).encode(), _JSON, headers)
+        cast(asyncio.Transport, transport).write(encode_reply(reply, close=True))
+        transport.close()
+
+
+class WatchedServer:
+    """aiohttp's ``web.Server`` (the protocol factory) with every connection in a HeadWatch,
+    past the admission's connection limit refused; anything else is the wrapped server's."""
+
+    def __init__(self, server: web.Server, header_timeout: float, admission: Admission | None = None) -> None:
         self.server = server
         self.header_timeout = header_timeout
+        self.admission = admission
 
-    def __call__(self) -> HeadWatch:
+    def __call__(self) -> asyncio.Protocol:
+        if self.admission is not None and not self.admission.admit_connection():
+            return Refused()
         return HeadWatch(self.server(), self.header_timeout, malformed_reply)
 
     def __getattr__(self, name: str) -> Any:
@@ -83,7 +104,12 @@ class GatewayRunner(web.AppRunner):
         server = super().server
         if server is None:
             return None
-        return WatchedServer(server, self._header_timeout)  # type: ignore[return-value]  # duck-typed
+        admission = self.app[DATAPLANE_KEY].admission if isinstance(self.app, web.Application) else None
+        if admission is not None:
+            # Every connection: those on the fast path and those aiohttp serves.
+            fast = self.fast_conns
+            admission.open_connections = lambda: len(fast) + len(server.connections)
+        return WatchedServer(server, self._header_timeout, admission)  # type: ignore[return-value]
 
     async def shutdown(self) -> None:
         await super().shutdown()  # on_shutdown: the queues answer their long polls now

@@ -63,6 +63,10 @@ class ClusterServingInputError(ValueError):
     """An input value cannot be encoded; the message names the input."""
 
 
+class ImageTooLarge(ClusterServingInputError):
+    """An image whose header declares more pixels than allowed (a decompression bomb)."""
+
+
 def wire_dtype(arr: np.ndarray) -> str:
     if arr.dtype.kind in ("U", "S", "O"):
         return "string"
@@ -82,9 +86,9 @@ def tensor_to_wire(arr: np.ndarray, exact: bool = False) -> dict[str, Any]:
     """
     dtype = wire_dtype(arr)
     if dtype == "string":
-        data: list[Any] = [
-            x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in arr.reshape(-1).tolist()
-        ]
+        data: list[Any] = arr.reshape(-1).tolist()
+        if set(map(type, data)) != {str}:  # bytes or numpy strings: converted (else no copy)
+            data = [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in data]
         return {"shape": list(arr.shape), "dtype": dtype, "data": data}
     out: dict[str, Any] = {"shape": list(arr.shape), "data": arr.reshape(-1).tolist()}
     if exact:
@@ -117,8 +121,12 @@ def b64_image_bytes(text: str) -> bytes | None:
     return raw if looks_like_image(raw) else None
 
 
-def decode_image(raw: bytes, where: str) -> np.ndarray:
-    """Image file bytes -> uint8 RGB array H x W x 3 (Pillow, an optional extra)."""
+def decode_image(raw: bytes, where: str, max_pixels: int | None = None) -> np.ndarray:
+    """Image file bytes -> uint8 RGB array H x W x 3 (Pillow, an optional extra).
+
+    ``max_pixels``: refuse (:class:`ImageTooLarge`) an image whose header declares more
+    pixels, before any pixel is decoded: a few kilobytes of PNG can declare gigabytes.
+    """
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:  # pragma: no cover - depends on the installed extras
@@ -126,9 +134,17 @@ def decode_image(raw: bytes, where: str) -> np.ndarray:
             f"{where}: image inputs need Pillow (pip install 'easkit[images]')"
         ) from None
     try:
+        # Image.open reads only the header; Pillow's own bomb check (warning or error) fires there.
         with Image.open(io.BytesIO(raw)) as img:
+            width, height = img.size
+            if max_pixels is not None and width * height > max_pixels:
+                raise ImageTooLarge(f"{where}: image of {width} x {height} pixels exceeds {max_pixels}")
             return np.asarray(img.convert("RGB"), dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageTooLarge(f"{where}: image too large ({exc})") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        if isinstance(exc, ClusterServingInputError):
+            raise
         raise ClusterServingInputError(f"{where}: not a readable image ({exc})") from None
 
 
@@ -215,6 +231,7 @@ def to_jsonable(arr: np.ndarray) -> Any:
 __all__ = [
     "SPARSE_SUFFIXES",
     "ClusterServingInputError",
+    "ImageTooLarge",
     "b64_image_bytes",
     "batch_sparse",
     "decode_image",

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gateway.config import Config, ConfigError, is_loopback, load_config
+from gateway.config import Config, ConfigError, is_loopback, load_config, open_service_warnings
 
 log = logging.getLogger("gateway")
 
@@ -187,6 +187,8 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
                 return 1
             if admin_runner is not None:
                 print(f"admin API listening on {admin_url(admin_runner)}", flush=True)
+        for warning in open_service_warnings(cfg):
+            log.warning("%s", warning)
 
         pools = list(app[POOLS_KEY].items())
         waited_from = time.monotonic()

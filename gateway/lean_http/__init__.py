@@ -28,7 +28,19 @@ with :func:`protocol_factory` from a handler (``serve`` and the optional ``accep
 
 from .connection import BODY, HAND_OVER, HEAD, IDLE, MAX_HEAD, Connection, Head, Ready, parse_head
 from .protocol import HIGH_WATER, LINGER_S, FastProtocol, Handler, Hooks, Limits, close_all, protocol_factory
-from .wire import Accept, Early, FastRequest, Headers, Late, Query, Reply, Serve, encode_reply, parse_query
+from .wire import (
+    Accept,
+    Admit,
+    Early,
+    FastRequest,
+    Headers,
+    Late,
+    Query,
+    Reply,
+    Serve,
+    encode_reply,
+    parse_query,
+)
 
 __all__ = [
     "BODY",
@@ -39,6 +51,7 @@ __all__ = [
     "LINGER_S",
     "MAX_HEAD",
     "Accept",
+    "Admit",
     "Connection",
     "Early",
     "FastProtocol",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, Protocol, cast
 
 from .connection import BODY, HAND_OVER, HEAD, IDLE, Connection, Ready
-from .wire import Accept, Early, FastRequest, Late, Query, Reply, Serve, encode_reply
+from .wire import Accept, Admit, Early, FastRequest, Late, Query, Reply, Serve, encode_reply
 
 log = logging.getLogger("gateway.lean_http")
 
@@ -44,6 +44,7 @@ class Hooks(NamedTuple):
     accept: Accept | None = None  # None: every simple request is answered here
     early: Early | None = None
     late: Late | None = None  # None: a late body goes to aiohttp, which times it on its own
+    admit: Admit | None = None  # None: bodies are received without asking
 
     @classmethod
     def of(cls, handler: Handler) -> Hooks:
@@ -53,6 +54,7 @@ class Hooks(NamedTuple):
             hook(handler, "accept", None),
             hook(handler, "early", None),
             hook(handler, "late", None),
+            hook(handler, "admit", None),
         )
 
 
@@ -107,6 +109,7 @@ class FastProtocol(asyncio.Protocol):
         self._coro: Coroutine[Any, Any, Reply] | None = None
         self._waiting: Any = None
         self.idle: asyncio.Future[None] | None = None  # set by close_all: resolved after the answer
+        self._release: Callable[[], None] | None = None  # what ``admit`` gave for the body arriving
 
     # ------------------------------------------------------------------ asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -125,6 +128,7 @@ class FastProtocol(asyncio.Protocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.transport = None
         self._disarm()
+        self._give_back()
         self._conns.discard(self)
         if self.busy and self._limits.cancel_on_lost:
             if self._task is not None:
@@ -200,7 +204,11 @@ class FastProtocol(asyncio.Protocol):
             return
         else:
             delay = self._delays[kind]
-            log.info("closing connection from %s: no request head within %.3g s", self.conn.remote, delay)
+            # An idle connection (nothing sent) is routine: DEBUG; a head left half-sent, INFO.
+            level = logging.INFO if self.conn.buf else logging.DEBUG
+            log.log(
+                level, "closing connection from %s: no request head within %.3g s", self.conn.remote, delay
+            )
         self.transport = None
         self._conns.discard(self)
         t.close()
@@ -218,23 +226,47 @@ class FastProtocol(asyncio.Protocol):
                 if ready == HAND_OVER:
                     self._hand_over()
                     return
-                if ready == BODY and self._hooks.early is not None and not conn.asked_early:
-                    # The body is still arriving: can the request be refused without it?
-                    conn.asked_early = True
-                    pending = conn.pending()
-                    reply = self._hooks.early(pending[0]) if pending is not None else None
-                    if reply is not None and pending is not None:
-                        self._refuse(reply, pending[1])
-                        return
+                if ready == BODY and not conn.asked_early and not self._ask_early():
+                    return
                 self._arm(ready)  # IDLE runs on across requests: _expired checks _active
                 break
             req, query, close = cast(Ready, ready)
+            if self._release is not None:
+                self._give_back()  # the body is in: it no longer counts as being received
             if self._timer_kind >= HEAD:
                 self._disarm()  # the request is complete: its head/body deadline is met
             self._start(self._hooks.serve(req, query), close)
         if self._read_paused and not self.busy and self.transport is not None:
             self._read_paused = False
             self.transport.resume_reading()
+
+    def _ask_early(self) -> bool:
+        """The body is still arriving: can the request be refused without it (``early``), and
+        may it be received (``admit``)? False when the connection was answered or handed over."""
+        conn = self.conn
+        conn.asked_early = True
+        hooks = self._hooks
+        if hooks.early is None and hooks.admit is None:
+            return True
+        pending = conn.pending()
+        if pending is None:
+            return True
+        reply = hooks.early(pending[0]) if hooks.early is not None else None
+        if reply is not None:
+            self._refuse(reply, pending[1])
+            return False
+        if hooks.admit is not None:
+            release = hooks.admit(pending[0])
+            if release is None:
+                self._hand_over()  # aiohttp answers it (the same limit: 429)
+                return False
+            self._release = release
+        return True
+
+    def _give_back(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
 
     def _start(self, coro: Coroutine[Any, Any, Reply], close: bool) -> None:
         """Run the handler at once, in this callback (no task hop)."""
@@ -334,6 +366,7 @@ class FastProtocol(asyncio.Protocol):
             return None, b""
         self.transport = None
         self._disarm()
+        self._give_back()
         self._conns.discard(self)
         data, self.conn.buf = bytes(self.conn.buf), bytearray()
         if self._read_paused:

@@ -60,6 +60,7 @@ class HeadWatch(asyncio.Protocol):
         self._requests = 0  # request heads completed on this connection
         self._remote: str | None = None
         self._closing = False  # the deadline passed once on a kept-alive connection
+        self._partial = False  # a request head has begun and is not complete
 
     # ------------------------------------------------------------------ passed on
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -102,6 +103,7 @@ class HeadWatch(asyncio.Protocol):
     # ------------------------------------------------------------------ the parser's callbacks
     def on_message_begin(self) -> None:
         self._url_len = 0
+        self._partial = True
         self._arm()
 
     def on_url(self, url: bytes) -> None:
@@ -115,6 +117,7 @@ class HeadWatch(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._requests += 1
+        self._partial = False
         self._disarm()
 
     # ------------------------------------------------------------------ the deadline
@@ -137,7 +140,14 @@ class HeadWatch(asyncio.Protocol):
         if t is None:
             return
         if self._requests == 0 or self._closing:
-            log.info("closing connection from %s: no request head within %.3g s", self._remote, self._timeout)
+            # An idle connection (no head begun) is routine: DEBUG; a head left half-sent, INFO.
+            level = logging.INFO if self._partial else logging.DEBUG
+            log.log(
+                level,
+                "closing connection from %s: no request head within %.3g s",
+                self._remote,
+                self._timeout,
+            )
             t.close()
             return
         # A kept-alive connection: aiohttp may still be answering an earlier request, and

@@ -29,6 +29,9 @@ Accept = Callable[[str, str, "Headers", int], bool]
 # cannot wait for the body (early), or the answer to a body that missed body_timeout (late).
 Early = Callable[["FastRequest"], "Reply | None"]
 Late = Callable[["FastRequest"], Reply]
+# Admit a body still arriving: -> a callable that gives back what it holds once the body is
+# in (or the connection ends), or None to hand the connection over to aiohttp instead.
+Admit = Callable[["FastRequest"], "Callable[[], None] | None"]
 
 
 class Headers(dict[str, str]):

@@ -34,12 +34,13 @@ import pyarrow as pa
 
 from eas_sdk._core.cluster_serving import (
     ClusterServingInputError,
+    ImageTooLarge,
     b64_image_bytes,
     decode_image,
     sparse_to_coo,
 )
 
-from .cluster_serving import ClusterServingRequestError
+from .cluster_serving import DEFAULT_MAX_IMAGE_PIXELS, ClusterServingRequestError
 
 RESULT_PREFIX = "cluster-serving_"
 FAILED = "NaN"  # what OutputQueue.query returns as is for a record that was not served
@@ -90,10 +91,17 @@ def _text(col: pa.Array, where: str) -> tuple[str, Any]:
     raw = b64_image_bytes(value)
     try:
         if raw is not None:
-            return "dense", decode_image(raw, where)
+            # The pixels its header declares are checked before it is decoded (413 beyond).
+            return "dense", decode_image(raw, where, max_pixels=DEFAULT_MAX_IMAGE_PIXELS)
+    except ImageTooLarge as exc:
+        raise ClusterServingRequestError(str(exc), 413) from None
     except ClusterServingInputError as exc:
         raise ClusterServingRequestError(str(exc)) from None
-    return "dense", np.asarray(value.split("|"), dtype=np.str_)
+    # Python strings, never numpy's fixed-width unicode (which pads each to the longest).
+    words = value.split("|")
+    arr = np.empty(len(words), dtype=object)
+    arr[:] = words
+    return "dense", arr
 
 
 def decode_record(fields: Mapping[bytes, bytes]) -> tuple[str, dict[str, tuple[str, Any]]]:

@@ -249,6 +249,9 @@ class Dispatcher:
                 )
                 return int(resp.status), bytes(resp.body)
             except errors.GatewayError as exc:
+                if 400 <= exc.status < 500 and exc.status not in (429, 450):
+                    # The call itself is refused (an answer too large): retrying cannot help.
+                    return exc.status, exc.message.encode()
                 if exc.status == errors.UpstreamTimeout.status:
                     timeouts += 1
                     if timeouts >= self.timeout_attempts:

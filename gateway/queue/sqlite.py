@@ -43,6 +43,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from gateway.private_files import private_file
+
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
 
@@ -122,7 +124,7 @@ class SqliteBackend:
         self._ckpt_stop = threading.Event()
         self._ckpt_thread: threading.Thread | None = None
         if path != ":memory:":
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            private_file(path)  # 0600 in a 0700 directory, before SQLite opens it
         self._conn = self._open()
         self._ops: _stdqueue.SimpleQueue[tuple[_Op, asyncio.Future[None]] | None] = _stdqueue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -59,7 +60,7 @@ def binary_frame(payload: bytes) -> bytes:
 # Coalesced writes: frames of one hand-out go to the socket in one write; above this many
 # buffered bytes the writer waits for the peer to read (it never buffers without bound).
 WRITE_HIGH_WATER = 256 * 1024
-DRAIN_POLL_S = 0.002
+DRAIN_RETRY_S = 0.05
 
 
 async def handle_watch(mgr: QueueHost, q: Queue, request: web.Request) -> web.StreamResponse:
@@ -95,7 +96,7 @@ async def handle_watch(mgr: QueueHost, q: Queue, request: web.Request) -> web.St
     except BaseException:
         q.disconnect(consumer)
         raise
-    await _serve(mgr, q, ws, consumer, index_only, request.transport)
+    await _serve(mgr, q, ws, consumer, index_only, request.transport, request.writer.drain)
     return ws
 
 
@@ -109,11 +110,12 @@ async def _serve(
     c: Consumer,
     index_only: bool,
     transport: asyncio.BaseTransport | None,
+    drain: Callable[[], Awaitable[None]],
 ) -> None:
     wake = asyncio.Event()
     c.wake = wake.set
     mgr.watchers.add(ws)
-    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only, transport))
+    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only, transport, drain))
     try:
         async for msg in ws:
             c.last_seen = asyncio.get_running_loop().time()
@@ -137,6 +139,19 @@ async def _serve(
                 await ws.close()
 
 
+async def _write(direct: Any, frames: list[bytes], drain: Callable[[], Awaitable[None]]) -> None:
+    """Write whole frames in one call, then wait while the peer has not read them."""
+    if direct.is_closing():
+        raise ConnectionResetError("watch connection closed")
+    direct.write(b"".join(frames))
+    while direct.get_write_buffer_size() > WRITE_HIGH_WATER:
+        if direct.is_closing():
+            raise ConnectionResetError("watch connection closed")
+        await drain()  # returns when the transport resumes writing
+        if direct.get_write_buffer_size() > WRITE_HIGH_WATER:
+            await asyncio.sleep(DRAIN_RETRY_S)  # not paused after all: look again later
+
+
 async def _writer(
     q: Queue,
     ws: web.WebSocketResponse,
@@ -144,6 +159,7 @@ async def _writer(
     wake: asyncio.Event,
     index_only: bool,
     transport: asyncio.BaseTransport | None,
+    drain: Callable[[], Awaitable[None]],
 ) -> None:
     # Frames are written straight to the connection's transport, all frames of one hand-out
     # in a single write (one syscall instead of one per record). Safe next to aiohttp's own
@@ -152,6 +168,10 @@ async def _writer(
     direct: Any = (
         transport if hasattr(transport, "get_write_buffer_size") and hasattr(transport, "write") else None
     )
+    if direct is not None:
+        # The transport pauses the connection's protocol above this mark and resumes it once
+        # the peer has read most of it: ``drain`` waits for that, no polling.
+        direct.set_write_buffer_limits(high=WRITE_HIGH_WATER)
     try:
         while not ws.closed:
             items, _ = q.take(c)
@@ -165,13 +185,19 @@ async def _writer(
                 for rec, _count in items:
                     await ws.send_bytes(encode(rec, index_only))
                 continue
-            if direct.is_closing():
-                raise ConnectionResetError("watch connection closed")
-            direct.write(b"".join(binary_frame(encode(rec, index_only)) for rec, _count in items))
-            while direct.get_write_buffer_size() > WRITE_HIGH_WATER:
-                if direct.is_closing():
-                    raise ConnectionResetError("watch connection closed")
-                await asyncio.sleep(DRAIN_POLL_S)
+            # Frames are made and written WRITE_HIGH_WATER at a time, each write waiting for
+            # room: a window of large records is never copied into the socket's buffer at once.
+            chunk: list[bytes] = []
+            size = 0
+            for rec, _count in items:
+                frame = binary_frame(encode(rec, index_only))
+                chunk.append(frame)
+                size += len(frame)
+                if size >= WRITE_HIGH_WATER:
+                    await _write(direct, chunk, drain)
+                    chunk, size = [], 0
+            if chunk:
+                await _write(direct, chunk, drain)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a send failed: the connection is gone; the reader ends too

@@ -7,18 +7,27 @@ direct port (for the calls its lean protocol hands over).
 from __future__ import annotations
 
 import asyncio
+import weakref
 import zlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from eas_sdk._core.constants import HEADER_AUTHORIZATION
 from gateway import errors
+from gateway.admission import BodyHold
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
 
 # Inflating more than this much compressed input runs off the event loop.
 _INFLATE_ON_LOOP_MAX = 64 << 10
+# What a body still arriving holds against the gateway's admission budget (routes/body.py
+# holds it before reading, releases it once read; the middleware releases any left over).
+BODY_HOLD_KEY = web.RequestKey("body_hold", BodyHold)
+# A chunked body (no Content-Length) holds this much unless the caller names its limit.
+_CHUNKED_HOLD = 16 << 20
 
 
 def inflate(data: bytes, encoding: str, max_bytes: int) -> bytes:
@@ -44,6 +53,23 @@ def inflate(data: bytes, encoding: str, max_bytes: int) -> bytes:
     return out
 
 
+# One parse at a time per event loop (tests run several loops in one process).
+_PARSING: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+T = TypeVar("T")
+
+
+async def parse_off_loop(fn: Callable[[], T]) -> T:
+    """Run a large body's parse (JSON, images) in a thread, one at a time: the Python objects
+    of a JSON document take 10-20 times its size, so parsing several side by side would
+    multiply that, and they would only take turns at the GIL anyway."""
+    loop = asyncio.get_running_loop()
+    gate = _PARSING.get(loop)
+    if gate is None:
+        gate = _PARSING[loop] = asyncio.Semaphore(1)
+    async with gate:
+        return await asyncio.to_thread(fn)
+
+
 async def read_body(
     request: web.Request, max_bytes: int, timeout_s: float, *, decompress: bool = False
 ) -> bytes:
@@ -52,13 +78,27 @@ async def read_body(
     Content-Encoding is refused with 415."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
-        return await _read_raw(request, max_bytes, timeout_s)
+        return await _read_held(request, max_bytes, timeout_s)
     if not decompress or encoding not in ("gzip", "deflate"):
         raise errors.UnsupportedMediaType(f"Content-Encoding {encoding[:32]!r} is not supported", close=True)
-    raw = await _read_raw(request, max_bytes, timeout_s)
+    raw = await _read_held(request, max_bytes, timeout_s)
     if len(raw) > _INFLATE_ON_LOOP_MAX:
         return await asyncio.to_thread(inflate, raw, encoding, max_bytes)
     return inflate(raw, encoding, max_bytes)
+
+
+async def _read_held(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
+    try:
+        return await _read_raw(request, max_bytes, timeout_s)
+    finally:
+        release_body(request)
+
+
+def release_body(request: web.Request) -> None:
+    """Give back what the request's body held against the admission budget (idempotent)."""
+    hold = request.get(BODY_HOLD_KEY)
+    if hold is not None:
+        hold.release()
 
 
 async def _read_raw(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -78,13 +118,21 @@ async def _read_raw(request: web.Request, max_bytes: int, timeout_s: float) -> b
         raise errors.BadRequest("malformed request body", close=True) from None
 
 
-def refuse_before_body(plane: DataPlane, svc: ServiceConfig, request: web.Request, key: str = "") -> None:
+def refuse_before_body(
+    plane: DataPlane, svc: ServiceConfig, request: web.Request, key: str = "", max_bytes: int = 0
+) -> None:
     """401 before the body is read: no token at all; or, while the body is still arriving, a
     raw token that is wrong (a body already in costs nothing to read, and the dataplane then
-    looks at the token once)."""
-    if not svc.tokens:
-        return
-    if not request.headers.get(HEADER_AUTHORIZATION) or (
-        not request.content.is_eof() and plane.refused_early(svc, request.headers, key)
+    looks at the token once). A body still arriving is then admitted (429 when the gateway
+    receives too much already): it holds its length, or ``max_bytes`` when chunked."""
+    arriving = request.body_exists and not request.content.is_eof()
+    if svc.tokens and (
+        not request.headers.get(HEADER_AUTHORIZATION)
+        or (arriving and plane.refused_early(svc, request.headers, key))
     ):
         raise errors.Unauthorized("invalid or missing token")
+    if arriving and BODY_HOLD_KEY not in request:
+        # The route's limit, else the application's: a longer body is refused (413) unread.
+        limit = max_bytes or request.client_max_size or _CHUNKED_HOLD
+        nbytes = min(request.content_length or limit, limit)
+        request[BODY_HOLD_KEY] = plane.hold_body(svc, request.headers, nbytes)

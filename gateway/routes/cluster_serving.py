@@ -11,7 +11,7 @@ Auth is the service's token, as for ``/api/predict``.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import time
 
@@ -22,15 +22,18 @@ from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols.cluster_serving import (
     ClusterServingRequestError,
+    dumps,
     parse_request,
     predictions_from_reply,
 )
-from gateway.routes.body import read_body, refuse_before_body
+from gateway.routes.body import parse_off_loop, read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
 JSON_TYPE = "application/json"
+# Bodies and replies larger than this are parsed (and images decoded) off the event loop.
+_PARSE_ON_LOOP_MAX = 64 << 10
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -50,7 +53,7 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     gw = app[CONFIG_KEY].gateway
     plane = app[DATAPLANE_KEY]
     try:
-        refuse_before_body(plane, svc, request)
+        refuse_before_body(plane, svc, request, max_bytes=gw.max_body_bytes)
         arrived = time.monotonic()
         deadline = plane.caller_deadline(request.headers)
         body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
@@ -62,7 +65,11 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
             resp.force_close()
         return resp
     try:
-        batch = await asyncio.to_thread(parse_request, body) if len(body) > 1 << 20 else parse_request(body)
+        # Images are decoded while parsing: anything beyond a small body runs off the event loop.
+        parse = functools.partial(
+            parse_request, body, max_image_pixels=gw.max_image_pixels, max_values=gw.max_json_values
+        )
+        batch = await parse_off_loop(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
     except ClusterServingRequestError as exc:
         return _error(exc.status, str(exc))
     try:
@@ -73,10 +80,17 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
     if status != 200:
         return _error(status, reply.decode())
     try:
-        preds = predictions_from_reply(reply, batch.size)
+        if len(reply) > _PARSE_ON_LOOP_MAX:
+            text = await parse_off_loop(functools.partial(_predictions_text, reply, batch.size))
+        else:
+            text = _predictions_text(reply, batch.size)
     except (ValueError, TypeError, KeyError) as exc:
         return _error(502, f"the service's reply is not an onnx JSON reply ({exc})")
-    return web.Response(text=json.dumps({"predictions": preds}), content_type=JSON_TYPE)
+    return web.Response(text=text, content_type=JSON_TYPE)
+
+
+def _predictions_text(reply: bytes, size: int) -> str:
+    return dumps({"predictions": predictions_from_reply(reply, size)}).decode()
 
 
 async def predict_named(request: web.Request) -> web.Response:

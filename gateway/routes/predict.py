@@ -41,10 +41,10 @@ async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.
     gw = request.app[CONFIG_KEY].gateway
     plane = request.app[DATAPLANE_KEY]
     plane.refuse_predict_call(svc, request.headers, request.method, name)
-    refuse_before_body(plane, svc, request, name)
+    limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
+    refuse_before_body(plane, svc, request, name, limit)
     body: bytes | None = None
     if request.method == "POST" and request.can_read_body:
-        limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
         body = await read_body(request, limit, gw.body_timeout_s)
     plane.authenticate(svc, request.headers, request.rel_url.raw_path, body, name)
     resp: web.StreamResponse = await qm.handle(request, name)
@@ -90,7 +90,7 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         raise errors.MethodNotAllowed(f"method {request.method} is not allowed; use POST", allow="POST")
     if any(ord(c) < 0x21 or ord(c) > 0x7E for c in subpath):
         raise errors.BadRequest("invalid characters in the request path")
-    refuse_before_body(plane, svc, request)
+    refuse_before_body(plane, svc, request, max_bytes=gw.max_body_bytes)
     arrived = time.monotonic()
     deadline = plane.caller_deadline(request.headers)  # a call already late is refused unread
     body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)

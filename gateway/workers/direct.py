@@ -15,6 +15,7 @@ from typing import Any
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
 from gateway import errors
+from gateway.auth import SignaturePolicy, replay_cache
 from gateway.config import GatewayConfig, ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.lean_http import LINGER_S, FastRequest, Reply
@@ -55,7 +56,11 @@ class DirectHTTP:
         self.gateway = gateway
         self.compute = compute
         self.prefix = f"/api/predict/{service.name}"
-        self.plane = DataPlane([service], {service.name: _ComputeBackend(compute)})
+        self.plane = DataPlane(
+            [service], {service.name: _ComputeBackend(compute)},
+            signature=SignaturePolicy.of(gateway), replay=replay_cache(gateway),
+            max_response_bytes=gateway.max_response_bytes,
+        )  # fmt: skip
 
     async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes, rid: str) -> WorkerResponse:
         """One predict call whose body is in; a refusal raises a GatewayError."""
@@ -105,7 +110,7 @@ class DirectHTTP:
 
         async def predict(request: web.Request) -> web.StreamResponse:
             rid = request[REQUEST_ID_KEY]
-            refuse_before_body(self.plane, self.service, request)
+            refuse_before_body(self.plane, self.service, request, max_bytes=self.gateway.max_body_bytes)
             try:
                 body = await read_body(request, self.gateway.max_body_bytes, self.gateway.body_timeout_s)
             except ConnectionError:

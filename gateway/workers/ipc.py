@@ -332,14 +332,23 @@ def split_tcp(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _too_large(limit: int, compute_us: int) -> WorkerResponse:
+    message = f"the answer exceeds {limit} bytes"
+    body = _dumps({"code": "ResponseTooLarge", "message": message})
+    return WorkerResponse(413, bytes(body), "application/json", compute_us)
+
+
 class IPCServerProtocol(FramedProtocol):
     """The worker's end. With ``key`` (a remote worker on TCP), the first frame must be a
     HELLO carrying it, or the connection is closed before anything else is read."""
 
-    def __init__(self, sink: RequestSink, key: str | None = None) -> None:
+    def __init__(self, sink: RequestSink, max_response_bytes: int = 0, key: str | None = None) -> None:
         super().__init__()
         self.sink = sink
         self.jobs: dict[int, Any] = {}
+        # An answer larger than this (gateway.max_response_bytes) is replaced by a 413 here,
+        # so it never crosses to the gateway (0: no limit).
+        self.max_response_bytes = max_response_bytes
         self._key = key.encode() if key is not None else None
         self._greeted = key is None
         if not self._greeted:
@@ -365,6 +374,9 @@ class IPCServerProtocol(FramedProtocol):
             def done(resp: WorkerResponse | None, rid: int = rid) -> None:
                 self.jobs.pop(rid, None)
                 if resp is not None:
+                    limit = self.max_response_bytes
+                    if limit and len(resp.body) > limit:
+                        resp = _too_large(limit, resp.compute_us)
                     self.send(rid, RESPONSE, encode_response(resp))
 
             job = self.sink.submit(req, done)

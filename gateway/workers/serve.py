@@ -70,13 +70,16 @@ async def serve(
         max_latency_ms=service.batching.max_latency_ms,
         stall_s=service.stall_timeout_s,
     )
+    limit = gateway.max_response_bytes
     if socket_path.startswith(TCP_PREFIX):
         # A remote worker: the gateway connects over TCP and must say the worker token first.
         host, port = split_tcp(socket_path)
-        server = await loop.create_server(lambda: IPCServerProtocol(compute, key), host, port, backlog=128)
+        server = await loop.create_server(
+            lambda: IPCServerProtocol(compute, limit, key), host, port, backlog=128
+        )
         socket_path = f"{TCP_PREFIX}{host}:{server.sockets[0].getsockname()[1]}"
     else:
-        server = await loop.create_unix_server(lambda: IPCServerProtocol(compute), path=socket_path)
+        server = await loop.create_unix_server(lambda: IPCServerProtocol(compute, limit), path=socket_path)
         os.chmod(socket_path, 0o600)
 
     from aiohttp import web

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.gateway_proc import DIGITS_MODEL, ROOT, gateway_factory
+from tests.e2e.gateway_proc import DIGITS_MODEL, ROOT, STARTED_LOGS, gateway_factory, token_leaks
 
 __all__ = ["digits_model", "gateway_factory"]
 
@@ -24,3 +25,11 @@ def digits_model() -> Path:
         )
     assert DIGITS_MODEL.exists()
     return DIGITS_MODEL
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_token_in_any_gateway_log() -> Iterator[None]:
+    """After the session: no configured token appears in any log of any gateway the tests ran."""
+    yield
+    leaks = token_leaks(STARTED_LOGS)
+    assert not leaks, f"tokens found in gateway logs: {leaks}"

@@ -32,6 +32,34 @@ DIGITS_MODEL = ROOT / "samples" / "models" / "digits.onnx"
 ECHO_ENTRY = f"{ROOT / 'samples' / 'processors' / 'echo.py'}:EchoProcessor"
 
 
+# Every gateway a test started and the tokens its config holds: when the session ends,
+# tests/e2e/conftest.py scans their logs (workers' included) for any of those tokens.
+STARTED_LOGS: list[tuple[Path, tuple[str, ...]]] = []
+
+
+def config_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every token a gateway config (as a mapping) names."""
+    out: list[str] = []
+    for svc in config.get("services") or []:
+        if isinstance(svc, Mapping):
+            out += [t for t in [svc.get("token"), *(svc.get("tokens") or [])] if isinstance(t, str) and t]
+    return tuple(out)
+
+
+def token_leaks(started: list[tuple[Path, tuple[str, ...]]]) -> list[str]:
+    """'<log file>: <token prefix>...' for each configured token found in a gateway's log.
+    Tokens shorter than 8 characters are skipped: they could appear by chance."""
+    leaks = []
+    for workdir, tokens in started:
+        for name in ("stdout.log", "stderr.log"):
+            path = workdir / name
+            if not path.exists():
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            leaks += [f"{path}: {t[:3]}..." for t in tokens if len(t) >= 8 and t in text]
+    return leaks
+
+
 class GatewayProcess:
     def __init__(self, proc: subprocess.Popen[bytes], workdir: Path, port: int) -> None:
         self.proc = proc
@@ -60,10 +88,17 @@ class GatewayProcess:
             cfg = dict(config)
             cfg.setdefault("gateway", {})
             cfg["gateway"] = {"data_dir": str(workdir / "data"), **cfg["gateway"]}
+            # Services the test gives no token are declared open, as the config requires.
+            cfg["services"] = [
+                s if {"token", "tokens", "public"} & set(s) else {**s, "public": True}
+                for s in cfg.get("services") or []
+            ]
             path = workdir / "services.yaml"
             path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
         else:
             path = Path(config)
+        raw = config if isinstance(config, Mapping) else yaml.safe_load(path.read_text(encoding="utf-8"))
+        STARTED_LOGS.append((workdir, config_tokens(raw if isinstance(raw, Mapping) else {})))
         port_file = workdir / "gateway.port"
         port_file.unlink(missing_ok=True)
         full_env = {**os.environ, "EASGW_LOOPBACK_ONLY": "1", "PYTHONUNBUFFERED": "1"}

@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from gateway.cli import main, write_port_file
-from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT
+from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, config_tokens, token_leaks
 
 QUEUE_ONLY = {
     "gateway": {"shutdown_timeout_s": 5},
-    "services": [{"name": "q", "processor": "queue", "workers": 0}],
+    "services": [{"name": "q", "processor": "queue", "workers": 0, "public": True}],
 }
 
 
@@ -92,16 +92,16 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     ("config", "field"),
     [
         ({"gateway": {"port": "eighty"}, "services": []}, "gateway.port"),
-        ({"services": [{"name": "x", "processor": "onnx"}]}, "services[0] (x).model"),
+        ({"services": [{"name": "x", "processor": "onnx", "public": True}]}, "services[0] (x).model"),
         (
-            {"services": [{"name": "x", "processor": "onnx", "model": "no/such/model.onnx"}]},
+            {"services": [{"name": "x", "processor": "onnx", "model": "no/such/model.onnx", "public": True}]},
             "services[0] (x).model: file not found: ",
         ),
         (
             {
                 "services": [
-                    {"name": "q", "processor": "queue"},
-                    {"name": "p", "processor": "python", "entry": "no/such/processor.py:Cls"},
+                    {"name": "q", "processor": "queue", "public": True},
+                    {"name": "p", "processor": "python", "entry": "no/such/processor.py:Cls", "public": True},
                 ]
             },
             "services[1] (p).entry: file not found: ",
@@ -185,3 +185,15 @@ def test_serve_model_makes_one_onnx_service_per_file(digits_model: Path, tmp_pat
     with pytest.raises(SystemExit) as exc:  # a config file or models, not both and not neither
         _parser().parse_args(["serve", "--model", str(digits_model), "--config", "x.yaml"])
     assert exc.value.code == 2
+
+
+def test_token_scan_finds_a_token_in_a_log(tmp_path: Path) -> None:
+    config = {
+        "services": [{"name": "a", "token": "leaky-token-123"}, {"name": "b", "tokens": ["other-token-9"]}]
+    }
+    tokens = config_tokens(config)
+    assert tokens == ("leaky-token-123", "other-token-9")
+    (tmp_path / "stderr.log").write_text("INFO all good\n")
+    assert token_leaks([(tmp_path, tokens)]) == []
+    (tmp_path / "stdout.log").write_text("DEBUG Authorization: leaky-token-123\n")
+    assert token_leaks([(tmp_path, tokens)]) == [f"{tmp_path / 'stdout.log'}: lea..."]

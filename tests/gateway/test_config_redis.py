@@ -13,8 +13,13 @@ from gateway.config import ConfigError, parse_config
 def _cfg(**top: Any) -> dict[str, Any]:
     return {
         "services": [
-            {"name": "a", "processor": "queue"},
-            {"name": "b", "processor": "queue", "queue": {"backend": "sqlite", "max_length": 7}},
+            {"name": "a", "processor": "queue", "public": True},
+            {
+                "name": "b",
+                "processor": "queue",
+                "public": True,
+                "queue": {"backend": "sqlite", "max_length": 7},
+            },
         ],
         **top,
     }
@@ -47,14 +52,28 @@ def test_bad_queue_settings_name_the_field(raw: dict[str, Any], message: str) ->
 
 
 def test_async_services_keep_their_queues_in_the_embedded_store() -> None:
-    raw = {"services": [{"name": "a", "processor": "python", "entry": "pkg.mod:Cls", "async": True}]}
+    raw = {
+        "services": [
+            {"name": "a", "processor": "python", "entry": "pkg.mod:Cls", "async": True, "public": True}
+        ]
+    }
     raw["queue"] = {"backend": "redis://127.0.0.1:6379/0"}
     with pytest.raises(ConfigError, match=r"services\[0\] \(a\)\.queue\.backend: an asynchronous service"):
         parse_config(raw)
 
 
 def _cs(**cs: Any) -> dict[str, Any]:
-    return {"services": [{"name": "m", "processor": "python", "entry": "pkg.mod:Cls", "cluster_serving": cs}]}
+    return {
+        "services": [
+            {
+                "name": "m",
+                "processor": "python",
+                "entry": "pkg.mod:Cls",
+                "cluster_serving": cs,
+                "public": True,
+            }
+        ]
+    }
 
 
 def test_cluster_serving_stream_settings() -> None:

@@ -29,9 +29,9 @@ def test_versions_expand_into_one_service_per_version(tmp_path: Path) -> None:
     assert served["2"].tokens == ("t",) and served["2"].workers == 2 and not served["2"].versions
     assert [s.name for s in older_versions(cfg)] == ["m@1", "m@2"]
     # Without versions: one version, "1", the service itself.
-    plain = parse_config({"services": [{"name": "p", "processor": "onnx", "model": str(files[1])}]}).services[
-        0
-    ]
+    plain = parse_config(
+        {"services": [{"name": "p", "processor": "onnx", "model": str(files[1]), "public": True}]}
+    ).services[0]
     assert plain.version_names == ("1",) and version_services(plain) == {"1": plain}
 
 
@@ -48,7 +48,7 @@ def test_versions_expand_into_one_service_per_version(tmp_path: Path) -> None:
 )
 def test_bad_versions_name_the_problem(tmp_path: Path, versions: object, extra: dict, message: str) -> None:
     (tmp_path / "a").write_bytes(b"onnx")
-    raw = {"name": "m", "processor": "onnx", "versions": versions, **extra}
+    raw = {"name": "m", "processor": "onnx", "versions": versions, "public": True, **extra}
     raw = {k: (str(tmp_path / v) if k == "model" else v) for k, v in raw.items()}
     if isinstance(versions, dict):
         raw["versions"] = {k: str(tmp_path / v) for k, v in versions.items()}

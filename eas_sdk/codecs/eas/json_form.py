@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,48 @@ _JSON_DTYPES = {
     "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
     "bool": np.bool_, "string": object, "str": object, "bytes": object,
 }  # fmt: skip
+
+
+# Deeper nesting than any tensor has (numpy allows 64 dimensions).
+MAX_NESTED_DIMS = 32
+
+
+def nested_leaves(value: Any, max_dims: int = MAX_NESTED_DIMS) -> tuple[list[int], list[Any]]:
+    """A rectangular nested list -> (its shape, its leaves in order); ValueError when it is
+    ragged or deeper than ``max_dims``. Level by level: nothing recurses, and nothing is
+    allocated beyond references to the parsed values (``np.asarray`` on strings would pad
+    every element to the longest one: one long string among many short ones takes gigabytes)."""
+    # map/set/chain run in C: a few passes over millions of values cost milliseconds.
+    shape: list[int] = []
+    level = [value]
+    while level and isinstance(level[0], list):
+        if set(map(type, level)) != {list} or len(set(map(len, level))) != 1:
+            raise ValueError("nested lists must be rectangular")
+        shape.append(len(level[0]))
+        if len(shape) > max_dims:
+            raise ValueError(f"more than {max_dims} dimensions")
+        level = list(chain.from_iterable(level))
+    if list in set(map(type, level)):
+        raise ValueError("nested lists must be rectangular")
+    return shape, level
+
+
+def _loose_array(value: Any, where: str) -> np.ndarray:
+    """A nested list (or scalar) with no stated dtype: strings as objects, numbers as numpy infers."""
+    try:
+        shape, leaves = nested_leaves(value)
+    except ValueError as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+    kinds = set(map(type, leaves))
+    if kinds == {str}:
+        arr = np.empty(len(leaves), dtype=object)
+        arr[:] = [x.encode() for x in leaves]
+        return arr.reshape(shape)
+    if not kinds <= {int, float, bool}:
+        raise InvalidInput(f"{where}: nested lists must be rectangular and of one type")
+    if not leaves:
+        return np.asarray(value)
+    return np.asarray(leaves).reshape(shape)
 
 
 def _json_loads(body: bytes) -> Any:
@@ -63,18 +106,19 @@ def _json_tensor(name: str, value: Any) -> InputTensor:
             if dt is object:
                 arr = np.empty(len(data), dtype=object)
                 arr[:] = [d.encode() if isinstance(d, str) else d for d in data]
+            elif dt is None:
+                arr = _loose_array(data, where)
+                if arr.ndim != 1:
+                    raise InvalidInput(f"{where}: 'data' must be a flat list")
             else:
+                if any(isinstance(d, (str, list, dict)) for d in data):
+                    raise InvalidInput(f"{where}: 'data' must be a flat list of numbers for {dtype_s}")
                 arr = np.asarray(data, dtype=dt)
                 if arr.ndim != 1:
                     raise InvalidInput(f"{where}: 'data' must be a flat list")
             return InputTensor(arr.reshape(shape), loose=dt is None)
         if isinstance(value, (list, int, float, bool)):
-            arr = np.asarray(value)
-            if arr.dtype.kind in "US":
-                arr = arr.astype(object)
-            elif arr.dtype == np.dtype(object):
-                raise InvalidInput(f"{where}: nested lists must be rectangular and of one type")
-            return InputTensor(arr, loose=True)
+            return InputTensor(_loose_array(value, where), loose=True)
     except InvalidInput:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:

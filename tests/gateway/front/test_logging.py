@@ -142,3 +142,15 @@ def test_direct_access_lines_equal_the_logging_path(fmt: str, monkeypatch: pytes
         root.setLevel(saved[1])
     assert direct.getvalue() == slow.getvalue() != ""
     assert "\n" not in direct.getvalue().rstrip("\n")  # the forged line break stays escaped
+
+
+async def test_idle_connection_closes_are_not_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    """Thousands of idle connections must not flood the log; a half-sent head still shows."""
+    caplog.set_level(logging.DEBUG, logger="gateway.lean_http")
+    caplog.set_level(logging.DEBUG, logger="gateway.server")
+    async with live_gateway(header_timeout_s=0.2) as gw:
+        idle = await raw_request(gw.port, b"", timeout=2.0)
+        partial = await raw_request(gw.port, b"POST /api/predict/digits HTTP/1.1\r\nHost", timeout=2.0)
+    assert idle == b"" and partial == b""
+    closes = [r for r in caplog.records if "no request head within" in r.getMessage()]
+    assert [r.levelno for r in closes] == [logging.DEBUG, logging.INFO], closes

@@ -268,5 +268,5 @@ def test_the_cli_switch(tmp_path: Path) -> None:
 
 
 def test_on_by_default() -> None:
-    cfg = parse_config({"services": [{"name": "q", "processor": "queue"}]})
+    cfg = parse_config({"services": [{"name": "q", "processor": "queue", "public": True}]})
     assert cfg.gateway.queue_fast_path is True

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from gateway.lean_http.watch import HeadWatch
 from gateway.server import GatewayRunner, WatchedServer
+from gateway.state import DATAPLANE_KEY
 from tests.gateway.front.fakes import close_writer, live_gateway, raw_request
 
 pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py
@@ -70,3 +71,23 @@ def test_the_runner_listens_with_a_watched_server() -> None:
 
     asyncio.run(check())
     assert isinstance(GatewayRunner.server, property)
+
+
+async def test_connections_past_the_limit_are_refused_with_503() -> None:
+    async with live_gateway(max_connections=3) as gw:
+        conns = [await asyncio.open_connection("127.0.0.1", gw.port) for _ in range(5)]
+        try:
+            answers = []
+            for reader, _writer in conns:
+                try:
+                    answers.append(await asyncio.wait_for(reader.read(4096), 0.3))
+                except asyncio.TimeoutError:
+                    answers.append(b"")  # admitted: waits for a request
+            refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+            assert len(refused) == 2, answers
+            assert b'"code": "ServiceNotReady"' in refused[0] and b"Retry-After: 1" in refused[0]
+            snap = gw.app[DATAPLANE_KEY].admission.snapshot()
+            assert snap["connections"] == 3 and snap["refused"]["connections"] == 2
+        finally:
+            for _reader, writer in conns:
+                await close_writer(writer)

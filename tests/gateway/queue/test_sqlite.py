@@ -118,3 +118,14 @@ async def test_database_without_tombstones_is_migrated(tmp_path: Path) -> None:
     await m3.start()
     assert list(m3.queue("a").recent.items()) == [(1, "old")]
     await m3.stop()
+
+
+async def test_data_files_are_private(tmp_path: Path) -> None:
+    m = manager(tmp_path)
+    await m.start()
+    await m.queue("a").put(b"secret payload", {}, None)[2]
+    data = tmp_path / "data"
+    modes = {p.name: p.stat().st_mode & 0o777 for p in data.iterdir()}
+    await m.stop()
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert modes and set(modes.values()) == {0o600}, modes

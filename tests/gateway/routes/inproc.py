@@ -18,9 +18,11 @@ class InProcPool:
         self.processor = create_processor(service)
         self.calls = 0
         self.restarts_total = 0
+        self.metadata: Any = None
 
     async def start(self) -> None:
         await asyncio.to_thread(self.processor.load)
+        self.metadata = self.processor.metadata()  # what a ready worker reports
 
     async def wait_ready(self, timeout: float) -> bool:
         return True

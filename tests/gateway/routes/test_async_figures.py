@@ -26,6 +26,7 @@ async def test_dispatcher_and_queue_figures(tmp_path: Path) -> None:
                     "entry": f"{PROCESSORS / 'slow_echo.py'}:SlowEcho",
                     "async": True,
                     "config": {"sleep_s": 0.0},
+                    "public": True,
                 }
             ],
         }

@@ -53,6 +53,7 @@ async def client(model_path: str, tmp_path: Path) -> AsyncIterator[TestClient[An
                     "name": "inspect",
                     "processor": "python",
                     "entry": f"{PROCESSORS / 'inspect_processor.py'}:InspectProcessor",
+                    "public": True,
                 },
             ],
         }

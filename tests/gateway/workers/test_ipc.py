@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -150,3 +151,31 @@ async def test_frames_split_across_reads(server: Any) -> None:
     assert rid == 7 and decode_response(body).status == 201
     writer.close()
     await writer.wait_closed()
+
+
+async def test_an_answer_over_the_limit_never_crosses_to_the_gateway() -> None:
+    sink = ManualSink()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s")
+        srv = await asyncio.get_running_loop().create_unix_server(
+            lambda: IPCServerProtocol(sink, 1000), path=path
+        )
+        client = IPCClient(path, connections=1)
+        await client.connect()
+        try:
+            calls = [asyncio.create_task(client.call(WorkerRequest(b"x"), 5)) for _ in range(2)]
+            while len(sink.jobs) < 2:
+                await asyncio.sleep(0.01)
+            sink.jobs[0][1](WorkerResponse(200, b"y" * 1001, "application/octet-stream", 7))
+            sink.jobs[1][1](WorkerResponse(200, b"y" * 1000))
+            big, small = await asyncio.gather(*calls)
+            assert (big.status, big.content_type, big.compute_us) == (413, "application/json", 7)
+            assert json.loads(big.body) == {
+                "code": "ResponseTooLarge",
+                "message": "the answer exceeds 1000 bytes",
+            }
+            assert (small.status, len(small.body)) == (200, 1000)
+        finally:
+            client.close()
+            srv.close()
+            await srv.wait_closed()

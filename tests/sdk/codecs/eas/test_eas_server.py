@@ -164,6 +164,40 @@ def test_random_bytes_never_raise_anything_but_invalid_input(body: bytes, fmt: s
     assert req.kind in eas.FORMATS
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(-3, 25),
+    st.lists(st.integers(-(1 << 62), 1 << 62), max_size=4),
+    st.lists(st.floats(width=32), max_size=6),
+    st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=6),
+    st.lists(st.binary(max_size=5), max_size=4),
+    st.booleans(),
+)
+def test_any_tf_and_torch_message_decodes_or_is_invalid_input(
+    dtype: int, dims: list[int], floats: list[float], ints: list[int], strings: list[bytes], torch: bool
+) -> None:
+    """Well-formed protobuf with any DT code, any dims and any values: a tensor whose size
+    follows from the values sent, or InvalidInput; never another exception."""
+    if torch:
+        msg = torch_predict_pb2.PredictRequest()
+        arr = msg.inputs.add()
+    else:
+        msg = tf_predict_pb2.PredictRequest(signature_name="s")
+        arr = msg.inputs["x"]
+    arr.dtype = dtype
+    arr.array_shape.dim.extend(dims)
+    arr.float_val.extend(floats)
+    arr.int64_val.extend(ints)
+    arr.string_val.extend(strings)
+    try:
+        req = eas.decode_request(msg.SerializeToString(), "torch" if torch else "tf")
+    except eas.InvalidInput:
+        return
+    tensors = [t for t in [*req.named.values(), *req.positional] if t is not None]
+    for t in tensors:
+        assert t.array.size <= len(floats) + len(ints) + len(strings)
+
+
 def test_shape_checks_happen_before_allocation() -> None:
     a = tf_predict_pb2.PredictRequest(signature_name="s")
     a.inputs["x"].dtype = tf_predict_pb2.DT_FLOAT
@@ -187,6 +221,27 @@ def test_shape_checks_happen_before_allocation() -> None:
         eas.decode_request(u8.SerializeToString())
     with pytest.raises(eas.InvalidInput, match="needs 6 values, got 2"):
         eas.decode_request(b'{"inputs": {"x": {"shape": [2, 3], "dtype": "float32", "data": [1, 2]}}}')
+
+
+def test_json_strings_are_never_padded_to_the_longest() -> None:
+    # numpy's fixed-width unicode would take 200,001 x 400 kB = 80 GB for this 300 kB body.
+    words = ["a"] * 200_000 + ["b" * 100_000]
+    for doc in ({"x": words}, {"x": {"shape": [len(words)], "data": words}}):
+        req = eas.decode_request(json.dumps({"inputs": doc}).encode())
+        arr = req.named["x"].array
+        assert arr.dtype == object and arr.shape == (len(words),) and arr[-1] == b"b" * 100_000
+    for bad in (
+        {"x": [1, "a" * 1000]},
+        {"x": [[1], 2]},
+        {"x": {"shape": [2], "dtype": "float32", "data": ["1", 2]}},
+    ):
+        with pytest.raises(eas.InvalidInput, match="input 'x'"):
+            eas.decode_request(json.dumps({"inputs": bad}).encode())
+    deep = b'{"inputs": {"x": ' + b"[" * 40 + b"1" + b"]" * 40 + b"}}"
+    with pytest.raises(eas.InvalidInput, match="dimensions"):
+        eas.decode_request(deep)
+    with pytest.raises(eas.InvalidInput):
+        eas.decode_request(b'{"inputs": {"x": ' + b"[" * 100_000 + b"}}")
 
 
 def test_json_form() -> None:

@@ -1,0 +1,66 @@
+"""The configuration's small sections, each a flat dataclass checked key by key
+(gateway.config_values.coerce_dataclass): a service's queue, Cluster Serving stream,
+batching and remote workers, and the admin API's listener. gateway.config re-exports them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    max_length: int = 100_000
+    max_payload_bytes: int = 8 * 1024 * 1024
+    # "always": fsync every commit batch (survives power loss);
+    # "normal": survives a gateway crash (kill -9), not power loss.
+    fsync: str = "normal"
+    max_window: int = 1024
+    heartbeat_s: float = 5.0
+    grace_s: float = 0.0
+    # Where the queue's records live: "sqlite" (embedded, in data_dir) or a Redis URL
+    # ("redis://host:port/db", "rediss://...", "unix:///path?db=0"), see docs/queue.md.
+    backend: str = "sqlite"
+    # Several gateways on one Redis: the one holding the store's lease serves its queues;
+    # when it stops renewing (killed, cut off) another takes over after this long.
+    owner_lease_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ClusterServingConfig:
+    """A service that also serves Cluster Serving's own Redis stream (bigdl-serving's
+    ``InputQueue``/``OutputQueue`` in Redis mode; docs/async-inference.md)."""
+
+    redis: str = ""  # redis://host:port/db
+    stream: str = "serving_stream"  # the clients' ``name``
+    group: str = "serving"  # the consumer group every gateway reads the stream with
+    max_batch: int = 32  # records read (and inferred) at once
+    claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    max_batch_size: int = 0  # 0: off
+    max_latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class RemoteWorkersConfig:
+    """Workers on other hosts may join the service (``eas-gateway worker``)."""
+
+    # The secret a remote worker registers with and the gateway opens its connections
+    # with; never a client token (a client must not be able to receive other clients' calls).
+    token: str = ""
+    # A remote worker not heard from (registration, heartbeat) for this long is removed.
+    ttl_s: float = 6.0
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """The admin API's own listener (gateway.manage.api); off unless configured."""
+
+    host: str = "127.0.0.1"
+    port: int = 8081
+    token: str | None = None
+
+    def __repr__(self) -> str:  # never show the token
+        return f"AdminConfig(host={self.host!r}, port={self.port}, token={'***' if self.token else None})"

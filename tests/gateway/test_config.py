@@ -1,0 +1,117 @@
+"""Configuration traps: an open service must be declared, and YAML values that are not the
+string that was meant are refused with a message saying how to quote them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.config import ConfigError, load_config, open_service_warnings, parse_config
+
+
+def _load(tmp_path: Path, text: str) -> object:
+    path = tmp_path / "services.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_config(path)
+
+
+def _queue(**extra: object) -> dict[str, object]:
+    return {"services": [{"name": "q", "processor": "queue", **extra}]}
+
+
+@pytest.mark.parametrize(
+    ("service", "fragment"),
+    [
+        ({}, "no token; give the service a token, or declare it open with 'public: true'"),
+        ({"token": None}, "token: null; give the service a token"),
+        ({"token": ""}, "token: empty"),
+        ({"token": "t", "public": True}, "contradict"),
+        ({"tokens": ["t"], "public": True}, "contradict"),
+        ({"token": True}, "boolean"),
+    ],
+)
+def test_tokens_missing_empty_null_and_public_are_distinguished(
+    service: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ConfigError, match="services\\[0\\] \\(q\\)") as info:
+        parse_config(_queue(**service))
+    assert fragment in str(info.value)
+
+
+def test_open_services_are_declared() -> None:
+    for service in ({"public": True}, {"public": True, "token": None}):
+        (svc,) = parse_config(_queue(**service)).services
+        assert svc.public and svc.tokens == ()
+    (svc,) = parse_config(_queue(token="t", tokens=["u"])).services
+    assert not svc.public and svc.tokens == ("t", "u")
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment", "quoted"),
+    [
+        ("token: 0123456", "0-prefixed digits as octal", 'token: "0123456"'),
+        ("token: 1234", "the number 1234", 'token: "1234"'),
+        ("token: yes", "the boolean True", 'token: "yes"'),
+        ("token: off", "the boolean False", 'token: "off"'),
+        ("tokens: [no]", "tokens[0]: expected a string, got the boolean False", 'tokens: ["no"]'),
+    ],
+)
+def test_yaml_surprises_say_how_to_quote(tmp_path: Path, line: str, fragment: str, quoted: str) -> None:
+    head = "services:\n  - name: q\n    processor: queue\n    "
+    with pytest.raises(ConfigError, match="quote the value") as info:
+        _load(tmp_path, head + line + "\n")
+    assert fragment in str(info.value)
+    _load(tmp_path, head + quoted + "\n")  # quoted, it is the string that was meant
+
+
+def test_gateway_strings_are_not_numbers(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"gateway\.log_level: expected a string, got the boolean"):
+        _load(tmp_path, "gateway:\n  log_level: off\n")
+
+
+def test_public_service_on_a_non_loopback_address_warns() -> None:
+    raw = {**_queue(public=True), "gateway": {"host": "0.0.0.0"}}
+    (warning,) = open_service_warnings(parse_config(raw))
+    assert "'q' is public" in warning and "0.0.0.0" in warning
+    assert open_service_warnings(parse_config(_queue(public=True))) == []
+    assert open_service_warnings(parse_config({**_queue(token="t"), "gateway": {"host": "0.0.0.0"}})) == []
+
+
+# --- property tests: any document is a Config or a ConfigError naming what is wrong ---------
+
+_SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 1 << 40), st.floats(allow_nan=False), st.text(max_size=12),
+    st.sampled_from(["queue", "python", "onnx", "q", "t0k3n", "${NOPE}", "0.0.0.0", "json"]),
+)  # fmt: skip
+_KEYS = st.sampled_from(
+    ["name", "processor", "token", "tokens", "public", "workers", "queue", "max_length", "host", "port",
+     "max_connections", "signature_max_skew_s", "async", "batching", "max_batch_size", "entry", "model"]
+)  # fmt: skip
+_DOC = st.recursive(
+    _SCALAR,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["gateway", "services"]), _DOC, max_size=2))
+def test_any_document_is_a_config_or_a_config_error(doc: dict[str, object]) -> None:
+    try:
+        cfg = parse_config(doc)
+    except ConfigError as exc:
+        assert str(exc)
+        return
+    assert all(svc.tokens or svc.public for svc in cfg.services)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=200))
+def test_any_yaml_text_is_a_config_or_a_config_error(tmp_path: Path, text: str) -> None:
+    try:
+        _load(tmp_path, text)
+    except ConfigError:
+        pass
