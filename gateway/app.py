@@ -101,7 +101,18 @@ def create_app(
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
     older = older_versions(config)
-    app[POOLS_KEY] = {s.name: make_pool(s, gw) for s in [*predict_services(config), *older]}
+    app[POOLS_KEY] = {
+        s.name: make_pool(s, gw) for s in [*predict_services(config), *older] if s.pipeline is None
+    }
+    pipelines: dict[str, Any] = {}
+    if any(s.pipeline is not None for s in config.services):
+        # Pipelines go after the pools they call, so they start after them and reach them.
+        from gateway.pipelines.backend import pipeline_backends
+        from gateway.pipelines.timings import StepTimings
+
+        timings = StepTimings(registry)
+        pipelines = pipeline_backends(list(config.services), gw, app[POOLS_KEY], make_pool, timings)
+        app[POOLS_KEY].update(pipelines)
     qm = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
@@ -112,12 +123,14 @@ def create_app(
         make_request=worker_request or WorkerRequest,
         observer=metrics,
     )
+    for pipeline in pipelines.values():  # their model steps call other services through it
+        pipeline.attach(app[DATAPLANE_KEY])
     metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
 
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
     app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
 
-    from gateway.routes import admin, discovery, kserve, openapi, predict, repository
+    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository
 
     admin.setup(app)
     openapi.setup(app)
@@ -125,6 +138,7 @@ def create_app(
     discovery.setup(app)
     predict.setup(app)
     kserve.setup(app)
+    paddle.setup(app)
     if cluster_serving:
         from gateway.routes import cluster_serving as cluster_serving_routes
 

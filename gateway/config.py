@@ -38,9 +38,10 @@ from gateway.config_values import coerce_partial as _coerce_partial
 from gateway.config_values import entry_path as _entry
 from gateway.config_values import expand as _expand
 from gateway.config_values import model_path as _model_path
+from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
 
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-PROCESSORS = ("onnx", "python", "queue")
+PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
 
 
@@ -113,6 +114,7 @@ class ServiceConfig:
     env_pass: tuple[str, ...] = ()
     # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
     versions: tuple[tuple[str, str], ...] = ()
+    pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
 
     @property
     def tokens(self) -> tuple[str, ...]:
@@ -226,6 +228,7 @@ _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "providers", "inter_op_threads", "cluster_serving", "versions",
+    "pipeline",
 }  # fmt: skip
 
 
@@ -296,6 +299,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
                 "store (backend: sqlite); Redis holds plain queue services"
             )
     cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
+    pipeline = errs.check(pipeline_of, raw, processor, where, base)
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -311,6 +315,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         env_pass=env_pass,
         cluster_serving=cluster_serving,
         versions=versions,
+        pipeline=pipeline,
         **values,
     )
 
@@ -415,6 +420,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         if svc.name in seen:
             errs.add(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
+    errs.check(check_pipelines, services)
     errs.raise_any()
     return apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
 

@@ -11,11 +11,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from gateway.config_files import ConfigError, check_file, resolve_path
+
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(ValueError):
-    """A config value is missing or wrong; the message names the field."""
 
 
 class ConfigErrors(ConfigError):
@@ -187,24 +185,6 @@ def as_tokens(value: Any, where: str) -> tuple[str, ...]:
 
 
 QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def resolve_path(value: str, base: Path | None, where: str) -> str:
-    p = Path(value)
-    if p.is_absolute():
-        return str(p)
-    if p.exists() or base is None:
-        return str(p.resolve())
-    alt = base / p
-    return str(alt.resolve() if alt.exists() else p.resolve())
-
-
-def check_file(path: str, where: str) -> None:
-    """A missing model or entry file is a config error (exit 2) rather than a worker that
-    never loads (the service answering 503 with the reason only in the log)."""
-    if not Path(path).is_file():
-        what = "not a file" if Path(path).exists() else "file not found"
-        raise ConfigError(f"{where}: {what}: {path}")
 
 
 def as_versions(

@@ -10,7 +10,11 @@ predict's gateway cost):
   (``queue.http.dispatch``);
 * predict calls (``gateway.predict_fast_path``): a ``POST`` to the exact path of a
   synchronous service, through the same dataplane (gateway/dataplane.py) as the aiohttp
-  predict route: deadline header, token or signature, dispatch and pool errors.
+  predict route: deadline header, token or signature, dispatch and pool errors;
+* V2 inference calls (``gateway.predict_fast_path``): a ``POST`` to
+  ``/v2/models/<model>/infer`` of an onnx service, JSON or binary tensors, through the same
+  call as the aiohttp KServe route (gateway.v2_call), errors in V2's ``{"error"}`` shape.
+  A request that asks for a compressed answer goes to aiohttp, which compresses.
 
 Both get the missing-token 401, the ``X-Request-Id`` header, the request metrics, the
 access log line and cancellation when the client leaves, like the aiohttp route.
@@ -40,11 +44,13 @@ from eas_sdk._core.constants import (
     PREDICT_PATH_PREFIX,
     SINK_SUFFIX,
 )
-from gateway import errors
+from gateway import errors, v2_call
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import pick_request_id
+from gateway.protocols import kserve, v2_tensors
+from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.queue.http import Reply, dispatch
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
@@ -59,10 +65,22 @@ def _error(exc: errors.GatewayError, rid: str) -> Reply:
     return Reply(exc.status, body, _JSON, {**exc.headers, HEADER_REQUEST_ID: rid})
 
 
+def _v2_error(exc: Exception, rid: str) -> Reply:
+    """V2's ``{"error"}`` shape (the KServe route's)."""
+    status, body, headers, _ = v2_call.error_reply(exc) or (
+        500,
+        kserve.error_body("internal error"),
+        {},
+        False,
+    )
+    return Reply(status, body, kserve.JSON_TYPE, {**headers, HEADER_REQUEST_ID: rid})
+
+
 class _Route(NamedTuple):
     svc: ServiceConfig
     queue: str | None  # the queue's name; None: a synchronous predict
     limit: int  # body bytes answered here (a larger body goes to aiohttp, which says 413)
+    v2: bool = False  # a V2 inference call (/v2/models/<model>/infer)
 
 
 class Front:
@@ -108,6 +126,8 @@ class Front:
                         paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
             elif gw.predict_fast_path and svc.name in pools:
                 paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
+                if svc.processor == "onnx":
+                    paths[f"/v2/models/{svc.name}/infer"] = _Route(svc, None, gw.max_body_bytes, True)
         self.paths = paths
         self.max_body = max(self.max_body, max((r.limit for r in paths.values()), default=0))
 
@@ -117,6 +137,8 @@ class Front:
             return False  # not ours, or a body aiohttp refuses with its 413
         if route.queue is None and method != "POST":
             return False  # aiohttp's 405
+        if route.v2 and "gzip" in (headers.get("Accept-Encoding") or "").lower():
+            return False  # aiohttp compresses the answer
         encoding = headers.get("Content-Encoding")
         return encoding is None or encoding.strip().lower() in ("", "identity")
 
@@ -128,7 +150,9 @@ class Front:
         status = 500
         metrics.inflight.inc()
         try:
-            if route.queue is None:
+            if route.v2:
+                reply = await self._v2(route.svc, req, rid)
+            elif route.queue is None:
                 reply = await self._predict(route.svc, req, rid)
             else:
                 reply = await self._queue(route.svc, route.queue, req, query, rid)
@@ -164,7 +188,7 @@ class Front:
     def _refusal(self, route: _Route, req: FastRequest, exc: errors.GatewayError, elapsed: float) -> Reply:
         """An error answered by the protocol itself: counted and logged like ``serve``'s."""
         rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
-        reply = _error(exc, rid)
+        reply = _v2_error(exc, rid) if route.v2 else _error(exc, rid)
         self.metrics.observe(route.svc.name, exc.status, elapsed)
         if self.access is not None and self.access.isEnabledFor(logging.INFO):
             self._log(req, reply, elapsed, rid)
@@ -182,7 +206,28 @@ class Front:
         except errors.GatewayError as exc:
             return _error(exc, rid)
         ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
-        return Reply(int(wresp.status), wresp.body, ctype, {HEADER_REQUEST_ID: rid})
+        extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+        headers = {**extra, HEADER_REQUEST_ID: rid} if extra else {HEADER_REQUEST_ID: rid}
+        return Reply(int(wresp.status), wresp.body, ctype, headers)
+
+    async def _v2(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
+        """The KServe route's V2 inference for the model's latest version (the body is in)."""
+        plane = self.plane
+        try:
+            arrived = time.monotonic()
+            deadline = plane.caller_deadline(req.headers)
+            plane.authenticate(svc, req.headers, req.path, req.body)
+            out, header_length = await v2_call.infer(
+                plane, svc, svc, svc.version_names[-1], self.app[POOLS_KEY][svc.name].metadata, req.body,
+                req.headers.get(kserve.BINARY_HEADER), request_id=rid,
+                timeout=plane.budget(svc, deadline, arrived),
+            )  # fmt: skip
+        except (kserve.KServeRequestError, v2_tensors.TensorError, errors.GatewayError) as exc:
+            return _v2_error(exc, rid)
+        if header_length is None:
+            return Reply(200, out, kserve.JSON_TYPE, {HEADER_REQUEST_ID: rid})
+        headers = {kserve.BINARY_HEADER: str(header_length), HEADER_REQUEST_ID: rid}
+        return Reply(200, out, OCTET_STREAM, headers)
 
     async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
         try:

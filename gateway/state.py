@@ -45,6 +45,9 @@ DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
 
 def service_ready(app: web.Application, name: str) -> bool:
     pool = app[POOLS_KEY].get(name)
+    is_ready = getattr(pool, "is_ready", None)
+    if callable(is_ready):  # a backend that runs in the gateway (a pipeline) knows itself
+        return bool(is_ready())
     if pool is not None:
         try:
             return bool(pool.ready_endpoints())

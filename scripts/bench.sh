@@ -14,7 +14,7 @@ if ((${#need[@]})); then
   $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 export PYTHONUNBUFFERED=1
-for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve; do
+for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline; do
   if [[ -f "benchmarks/$bench.py" ]]; then
     echo; echo "=================== $bench ==================="
     .venv/bin/python "benchmarks/$bench.py" "$@"

@@ -97,6 +97,10 @@ def auth_headers(context: Context) -> dict[str, str]:
     return {}
 
 
+# What V2 serves as a model: an onnx service, or a pipeline (its signature is its graph's).
+MODELS = ("onnx", "pipeline")
+
+
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """The service's calls, answered from the application's pools, config and dataplane."""
 
@@ -119,7 +123,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ------------------------------------------------------------------ lookups
     def _models(self) -> list[ServiceConfig]:
-        return [s for s in self.config.services if s.processor == "onnx" and s.name in self.pools]
+        return [s for s in self.config.services if s.processor in MODELS and s.name in self.pools]
 
     def _model(self, name: str, version: str) -> ServiceConfig:
         """An onnx service by model name: 400 for a malformed name, 404 for an unknown model
@@ -128,7 +132,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
         except errors.ServiceNotFound:
             svc = None
-        if svc is None or svc.processor != "onnx":
+        if svc is None or svc.processor not in MODELS:
             raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
         if version not in ("", svc.version_names[-1]):
             raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")

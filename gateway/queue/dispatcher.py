@@ -178,8 +178,9 @@ class Dispatcher:
 
     # ---------------------------------------------------------------- readiness
     def _ready(self) -> bool:
-        """Whether the pool has a ready worker (a pool that cannot tell counts as ready)."""
-        probe = getattr(self.pool, "ready_endpoints", None)
+        """Whether the pool has a ready worker (a pool that cannot tell counts as ready); a
+        backend running in the gateway (a pipeline) says so itself with ``is_ready``."""
+        probe = getattr(self.pool, "is_ready", None) or getattr(self.pool, "ready_endpoints", None)
         if probe is None:
             return True
         try:

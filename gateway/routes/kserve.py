@@ -19,12 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway import __version__, errors
+from gateway import __version__, errors, v2_call
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
 from gateway.protocols import kserve as proto
 from gateway.protocols import kserve_v1, v2_tensors
-from gateway.protocols import v2_infer as infer_proto
 from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.routes.body import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
@@ -33,7 +32,6 @@ from gateway.workers.metadata import ModelMetadata
 
 # The V2 protocol extensions served, by the names Triton gives them.
 EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics")
-_LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
 _COMPRESS_MIN = 1024  # smaller answers are not worth compressing
 
 
@@ -47,7 +45,9 @@ def _error(status: int, message: str) -> web.Response:
 
 def _models(request: web.Request) -> list[ServiceConfig]:
     pools = request.app[POOLS_KEY]
-    return [s for s in request.app[CONFIG_KEY].services if s.processor == "onnx" and s.name in pools]
+    return [
+        s for s in request.app[CONFIG_KEY].services if s.processor in ("onnx", "pipeline") and s.name in pools
+    ]
 
 
 @dataclass(frozen=True)
@@ -108,15 +108,12 @@ def _handler(fn: Any) -> Any:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
             return await fn(request)
-        except proto.KServeRequestError as exc:
-            return _error(exc.status, str(exc))
-        except v2_tensors.TensorError as exc:
-            return _error(400, str(exc))
-        except errors.GatewayError as exc:
-            resp = _error(exc.status, exc.message)
-            for k, v in (exc.headers or {}).items():
+        except (proto.KServeRequestError, v2_tensors.TensorError, errors.GatewayError) as exc:
+            status, body, headers, close = v2_call.error_reply(exc) or (500, b"", {}, False)
+            resp = _json(status, body)
+            for k, v in headers.items():
                 resp.headers[k] = v
-            if exc.close:
+            if close:
                 resp.force_close()
             return resp
 
@@ -270,7 +267,7 @@ def _answer(request: web.Request, body: bytes, header_length: int | None = None)
 
 
 async def _parse(body: bytes, parse: Any, *args: Any) -> Any:
-    if len(body) > _LARGE_BODY:
+    if len(body) > v2_call.LARGE_BODY:
         return await asyncio.to_thread(parse, body, *args)
     return parse(body, *args)
 
@@ -290,30 +287,23 @@ def _observed(fn: Any) -> Any:
 
 
 async def v2_infer(request: web.Request) -> web.Response:
-    """JSON and binary tensors alike run on the worker's TF protobuf path (infer_tensors)."""
+    """JSON and binary tensors alike run on the worker's TF protobuf path (gateway.v2_call)."""
     arrived = time.monotonic()
     target = _model(request)
     svc = target.svc
     body = await _read(request, svc)
-    req = await _parse(body, infer_proto.parse_request, request.headers.get(proto.BINARY_HEADER))
-    meta = _signature(request.app, target)
-    types = v2_tensors.DATATYPES
-    declared = {t.name: types[t.datatype] for t in meta.outputs if t.datatype in types}
     plane = request.app[DATAPLANE_KEY]
-    timeout = plane.budget(svc, plane.caller_deadline(request.headers), arrived)
-    arrays = await plane.infer_tensors(
+    out, header_length = await v2_call.infer(
+        plane,
+        svc,
         target.runs,
-        req.inputs,
-        req.output_names,
+        target.version,
+        request.app[POOLS_KEY][target.runs.name].metadata,
+        body,
+        request.headers.get(proto.BINARY_HEADER),
         request_id=request_id(request),
-        timeout=timeout,
-        declared=declared,
+        timeout=plane.budget(svc, plane.caller_deadline(request.headers), arrived),
     )
-    order = [t.name for t in meta.outputs]
-    try:
-        out, header_length = infer_proto.answer(svc.name, target.version, req, arrays, order)
-    except KeyError as exc:
-        return _error(502, str(exc.args[0]))
     return _answer(request, out, header_length)
 
 

@@ -98,11 +98,11 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         svc, request.headers, request.rel_url.raw_path, body,
         subpath=subpath, request_id=request_id(request), arrived=arrived, deadline=deadline,
     )  # fmt: skip
-    return web.Response(
-        status=int(wresp.status),
-        body=wresp.body,
-        headers={"Content-Type": wresp.content_type or DEFAULT_CONTENT_TYPE},
-    )
+    headers = {"Content-Type": wresp.content_type or DEFAULT_CONTENT_TYPE}
+    extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+    if extra:
+        headers.update(extra)
+    return web.Response(status=int(wresp.status), body=wresp.body, headers=headers)
 
 
 def setup(app: web.Application) -> None:

@@ -81,6 +81,9 @@ class WorkerResponse:
     body: bytes
     content_type: str = "application/octet-stream"
     compute_us: int = 0
+    # Extra answer headers from an in-process backend (a pipeline's Server-Timing); never
+    # sent over the worker IPC.
+    headers: dict[str, str] | None = None
 
 
 def encode_request(req: WorkerRequest) -> list[bytes]:

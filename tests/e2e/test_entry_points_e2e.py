@@ -284,3 +284,32 @@ def test_grpc_answers_the_same_statuses(gw: GatewayProcess) -> None:
                 infer(stub, model, auth, raw)
             assert info.value.code() is code, (model, auth)  # type: ignore[attr-defined]
         assert len(infer(stub, "digits", f"Bearer {TOKEN}").outputs) == 2
+
+
+def _paddle(
+    gw: GatewayProcess, service: str, doc: Any, headers: dict[str, str]
+) -> tuple[int, dict[str, Any]]:
+    """A Paddle Serving call; its error shape is checked: ``err_no`` is the HTTP status."""
+    body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+    status, _h, data = _post(
+        gw.port, f"/{service}/prediction", body, {"Content-Type": "application/json", **headers}
+    )
+    answer = json.loads(data)
+    if status != 200:
+        assert {"err_no", "err_msg"} <= set(answer) and answer["err_no"] == status, answer
+    return status, answer
+
+
+def test_paddle_serving_answers_the_same_statuses(gw: GatewayProcess) -> None:
+    feed = {"feed": [{"input": [0.0] * 64}], "fetch": ["label"]}
+    for headers in (NO_AUTH, BAD_AUTH):
+        status, answer = _paddle(gw, "digits", feed, headers)
+        assert status == 401 and "token" in answer["err_msg"]
+    assert _paddle(gw, "nope", feed, AUTH)[0] == 404
+    assert _paddle(gw, "digits", b"{not json", AUTH)[0] == 400
+    status, answer = _paddle(gw, "broken", feed, AUTH)
+    assert status == 503 and "ready" in answer["err_msg"]
+    status, answer = _paddle(gw, "digits", {"key": ["input"], "value": [",".join(["0"] * 63)]}, AUTH)
+    assert status == 400 and answer["key"] == [] and "input 'input'" in answer["err_msg"]
+    status, answer = _paddle(gw, "digits", feed, {"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200 and len(answer["result"]["label"]) == 1

@@ -16,6 +16,10 @@ def create_processor(service: ServiceConfig) -> Processor:
         from gateway.workers.processors.python import PythonProcessor
 
         return PythonProcessor(service)
+    if service.processor == "op":  # a pipeline step's op on worker processes of its own
+        from gateway.workers.processors.op import OpProcessor
+
+        return OpProcessor(service)
     raise ValueError(f"service {service.name!r}: processor {service.processor!r} does not run in a worker")
 
 

@@ -1,0 +1,71 @@
+"""One V2 inference call once its body is in, shared by the aiohttp route
+(gateway/routes/kserve.py) and the lean front (gateway/fast_front.py).
+
+Parse (JSON, binary or mixed; large bodies off the event loop), find the model's
+signature, run the tensors on the worker's TF protobuf path (``DataPlane.infer_tensors``),
+and build the answer. Authentication and the deadline are the caller's: each reads them
+from its own request. Every failure is raised: a ``KServeRequestError`` or
+``TensorError`` (the client's fault) or a ``GatewayError``; :func:`error_reply` turns any
+of them into the protocol's ``{"error": ...}`` body with its status and headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from gateway import errors
+from gateway.config import ServiceConfig
+from gateway.dataplane import DataPlane
+from gateway.protocols import kserve as proto
+from gateway.protocols import v2_infer, v2_tensors
+from gateway.workers.metadata import ModelMetadata
+
+LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
+
+
+async def infer(
+    plane: DataPlane,
+    svc: ServiceConfig,
+    runs: ServiceConfig,
+    version: str,
+    meta: ModelMetadata | None,
+    body: bytes,
+    binary_header: str | None,
+    *,
+    request_id: str,
+    timeout: float,
+) -> tuple[bytes, int | None]:
+    """-> (answer body, JSON header length when binary tensors follow it, else None).
+    ``svc``: the model as clients name it; ``runs``: the service whose workers serve
+    ``version``; ``meta``: their signature (None before a worker was ready: 503)."""
+    if len(body) > LARGE_BODY:
+        req = await asyncio.to_thread(v2_infer.parse_request, body, binary_header)
+    else:
+        req = v2_infer.parse_request(body, binary_header)
+    if meta is None:
+        raise errors.ServiceNotReady(f"model {svc.name!r} is not ready")
+    types = v2_tensors.DATATYPES
+    declared = {t.name: types[t.datatype] for t in meta.outputs if t.datatype in types}
+    arrays = await plane.infer_tensors(
+        runs, req.inputs, req.output_names, request_id=request_id, timeout=timeout, declared=declared
+    )
+    try:
+        return v2_infer.answer(svc.name, version, req, arrays, [t.name for t in meta.outputs])
+    except KeyError as exc:
+        raise proto.KServeRequestError(str(exc.args[0]), 502) from None
+
+
+def error_reply(exc: Exception) -> tuple[int, bytes, Mapping[str, str], bool] | None:
+    """(status, ``{"error"}`` body, headers, close the connection) for an error a V2 call
+    raised; None for anything else (a defect, which the caller logs and answers 500)."""
+    if isinstance(exc, proto.KServeRequestError):
+        return exc.status, proto.error_body(str(exc)), {}, False
+    if isinstance(exc, v2_tensors.TensorError):
+        return 400, proto.error_body(str(exc)), {}, False
+    if isinstance(exc, errors.GatewayError):
+        return exc.status, proto.error_body(exc.message), exc.headers, exc.close
+    return None
+
+
+__all__ = ["LARGE_BODY", "error_reply", "infer"]
