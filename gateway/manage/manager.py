@@ -225,7 +225,8 @@ class ServiceManager:
         self._publish(svc, pools)
         log.info("service %s created (%d worker(s))", svc.name, svc.workers)
         # Bounded: a model that does not load is reported by the service's state, not here.
-        await pools[svc.name].wait_ready(self.config.gateway.worker_start_timeout_s)
+        timeout = self.config.gateway.worker_start_timeout_s
+        await asyncio.gather(*(p.wait_ready(timeout) for p in pools.values()))
 
     async def _update(self, old: ServiceConfig, new: ServiceConfig) -> None:
         changed = changed_fields(old, new)
