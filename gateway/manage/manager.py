@@ -129,8 +129,8 @@ class ServiceManager:
             raise errors.BadRequest(f"workers: expected an integer from 1 to 64, got {workers!r}")
         async with self.lock:
             old = self.service(name)
-            if old.processor == "queue":
-                raise errors.BadRequest(f"service {name!r} is a queue: it has no workers")
+            if old.processor in ("queue", "pipeline"):
+                raise errors.BadRequest(f"service {name!r} is a {old.processor} service: it has no workers")
             new = replace(old, workers=workers)
             await self._update(old, new)
             self._store().put(new)
@@ -331,9 +331,9 @@ def _parse(raw: Any, dirs: tuple[str, ...]) -> ServiceConfig:
 
 
 def _refuse_queue(svc: ServiceConfig) -> None:
-    if svc.processor == "queue" or svc.async_:
+    if svc.processor in ("queue", "pipeline") or svc.async_:
         raise errors.BadRequest(
-            f"service {svc.name!r} is a queue or asynchronous service: it is managed in the config file"
+            f"service {svc.name!r} is a queue, asynchronous or pipeline service: the config file manages it"
         )
 
 
