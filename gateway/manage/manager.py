@@ -129,8 +129,8 @@ class ServiceManager:
             raise errors.BadRequest(f"workers: expected an integer from 1 to 64, got {workers!r}")
         async with self.lock:
             old = self.service(name)
-            if old.processor == "queue":
-                raise errors.BadRequest(f"service {name!r} is a queue: it has no workers")
+            if old.processor in ("queue", "pipeline"):
+                raise errors.BadRequest(f"service {name!r} is a {old.processor} service: it has no workers")
             new = replace(old, workers=workers)
             await self._update(old, new)
             self._store().put(new)
@@ -225,7 +225,8 @@ class ServiceManager:
         self._publish(svc, pools)
         log.info("service %s created (%d worker(s))", svc.name, svc.workers)
         # Bounded: a model that does not load is reported by the service's state, not here.
-        await pools[svc.name].wait_ready(self.config.gateway.worker_start_timeout_s)
+        timeout = self.config.gateway.worker_start_timeout_s
+        await asyncio.gather(*(p.wait_ready(timeout) for p in pools.values()))
 
     async def _update(self, old: ServiceConfig, new: ServiceConfig) -> None:
         changed = changed_fields(old, new)
@@ -330,9 +331,9 @@ def _parse(raw: Any, dirs: tuple[str, ...]) -> ServiceConfig:
 
 
 def _refuse_queue(svc: ServiceConfig) -> None:
-    if svc.processor == "queue" or svc.async_:
+    if svc.processor in ("queue", "pipeline") or svc.async_:
         raise errors.BadRequest(
-            f"service {svc.name!r} is a queue or asynchronous service: it is managed in the config file"
+            f"service {svc.name!r} is a queue, asynchronous or pipeline service: the config file manages it"
         )
 
 

@@ -72,9 +72,9 @@ def parse_body(body: bytes, content_type: str) -> Any:
 def parse_spec(raw: Any) -> ServiceConfig:
     """A service description -> ServiceConfig, refusing what the manager cannot run."""
     svc = parse_service(raw)
-    if svc.processor == "queue" or svc.async_:
+    if svc.processor in ("queue", "pipeline") or svc.async_:
         raise ConfigError(
-            f"service ({svc.name}): queue and asynchronous services are configured in the config file"
+            f"service ({svc.name}): queue, asynchronous and pipeline services are configured in the file"
         )
     return svc
 

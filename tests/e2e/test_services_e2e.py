@@ -212,3 +212,32 @@ def test_update_to_a_broken_model_keeps_the_running_version(env: dict[str, Any])
     assert out.returncode == 1
     assert "BadRequest: service (x).model: expected a non-empty string" in out.stderr
     assert "service (x).workers: must be >= 1, got 0" in out.stderr
+
+
+def test_a_versioned_service_is_created_rolled_and_deleted_whole(env: dict[str, Any]) -> None:
+    gw, tmp = env["gw"], env["tmp"]
+    models = tmp / "models"
+    spec = tmp / "versioned.yaml"
+    versions = {1: str(models / "digits-v1.onnx"), 2: str(models / "digits-v2.onnx")}
+    spec.write_text(yaml.safe_dump({"name": "vers", "processor": "onnx", "versions": versions}))
+    out = cli(gw, "services", "create", "-f", str(spec))
+    assert out.returncode == 0, out.stderr
+    for version in ("1", "2"):
+        assert http(gw.url + f"/v2/models/vers/versions/{version}/ready")[0] == 200, version
+    three = {**versions, 3: versions[2]}
+    spec.write_text(yaml.safe_dump({"name": "vers", "processor": "onnx", "versions": three}))
+    assert cli(gw, "services", "update", "-f", str(spec)).returncode == 0
+    assert http(gw.url + "/v2/models/vers/versions/3/ready")[0] == 200
+    assert http(gw.url + "/v2/models/vers/versions/1/ready")[0] == 200
+    assert cli(gw, "services", "delete", "vers").returncode == 0
+    assert http(gw.url + "/v2/models/vers/versions/1/ready")[0] == 404
+    # Every pool of the service stopped, the older versions' too: the gateway's processes are
+    # the workers of the services it lists, no more.
+    deadline = time.monotonic() + 10
+    while True:
+        listed = {w["pid"] for s in gw.services().values() for w in s.get("workers", [])}
+        running = set(gw.worker_pids())
+        if running == listed or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert running == listed, (running, listed, gw.services())

@@ -6,7 +6,9 @@ import json
 import stat
 from pathlib import Path
 
-from gateway.config import ServiceConfig
+import pytest
+
+from gateway.config import ConfigError, ServiceConfig
 from gateway.manage.spec import parse_spec, spec_of
 from gateway.manage.store import FILE_NAME, ManagedStore
 from tests.e2e.gateway_proc import ECHO_ENTRY
@@ -67,3 +69,12 @@ def test_a_versioned_service_round_trips(tmp_path: Path) -> None:
     assert svc.model == str(tmp_path / "b.onnx")
     assert spec_of(svc) == raw
     assert parse_spec(json.loads(json.dumps(spec_of(svc, redact=False)))) == svc
+
+
+def test_what_the_config_file_manages_is_refused() -> None:
+    for raw in (
+        {"name": "q", "processor": "queue", "workers": 0},
+        {"name": "a", "processor": "python", "entry": ECHO_ENTRY, "async": True},
+    ):
+        with pytest.raises(ConfigError, match="are configured in the file"):
+            parse_spec(raw)
