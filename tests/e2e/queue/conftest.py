@@ -55,6 +55,22 @@ def any_server(request: pytest.FixtureRequest) -> QueueServer | GatewayServer:
     return server
 
 
+STORE_REDIS_DB = 6
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Queue settings for each store a test should run against: the embedded SQLite store,
+    and a real redis-server (flushed first; a short owner lease, so that a server restarted
+    after a kill -9 serves the queues again within a second)."""
+    if request.param == "sqlite":
+        return {}
+    redis_server = request.getfixturevalue("redis_server")
+    with redis_server.client(STORE_REDIS_DB) as c:
+        c.flushdb()
+    return {"backend": redis_server.url(STORE_REDIS_DB), "owner_lease_s": 1.0}
+
+
 @pytest.fixture
 def queue_name() -> str:
     n = next(_counter)
