@@ -64,12 +64,14 @@ def collect(q: QueueClient, n: int, window: int, commit: bool, timeout: float = 
 
 
 def test_consumer_killed_mid_window(
-    queue_server: QueueServer, make_client: Callable[..., QueueClient], queue_name: str
+    store_server: QueueServer, store_client: Callable[..., QueueClient], queue_name: str
 ) -> None:
+    """Windows and redelivery, with the queue in SQLite and in Redis."""
+    make_client = store_client
     producer = make_client()
     indexes = [int(producer.put(f"r{i}")[0]) for i in range(20)]
     proc = subprocess.Popen(
-        [sys.executable, "-c", CONSUMER, queue_server.endpoint, queue_name, TOKEN, "3"],
+        [sys.executable, "-c", CONSUMER, store_server.endpoint, queue_name, TOKEN, "3"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
