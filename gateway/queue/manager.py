@@ -45,7 +45,7 @@ def _redis_backend(url: str, fsync: str) -> RedisBackend:
         from .redis_backend import RedisBackend
     except ImportError:
         raise RuntimeError(
-            f"queue backend {url}: Redis needs redis-py, install the extra: pip install 'easkit[redis]'"
+            "a queue backend names a Redis URL: that needs redis-py (pip install 'easkit[redis]')"
         ) from None
     return RedisBackend(url, fsync=fsync)
 

@@ -12,6 +12,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.queue.backend import StorageError
 from gateway.queue.manager import QueueManager
+from gateway.queue.redis_backend import RedisBackend, redacted
 from tests.e2e.queue.server_proc import queue_config
 from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.redis_server import RedisServer
@@ -102,3 +103,11 @@ async def test_a_gateway_that_lost_the_lease_cannot_write(tmp_path: Path, redis_
     await m1.stop()  # its release checks the token: the successor keeps the lease
     with redis_server.client(2) as c:
         assert [f[b"d"] for _id, f in c.xrange("easq:a:records")] == [b"before", b"after"]
+
+
+def test_logs_and_errors_never_name_the_password() -> None:
+    assert redacted("redis://:s3cret@10.0.0.5:6379/0") == "redis://***@10.0.0.5:6379/0"
+    assert redacted("rediss://user:s3cret@cache.internal/2") == "rediss://***@cache.internal/2"
+    assert redacted("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    b = RedisBackend("redis://:s3cret@127.0.0.1:1/0")
+    assert "s3cret" not in b.where
