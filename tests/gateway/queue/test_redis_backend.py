@@ -111,3 +111,33 @@ def test_logs_and_errors_never_name_the_password() -> None:
     assert redacted("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
     b = RedisBackend("redis://:s3cret@127.0.0.1:1/0")
     assert "s3cret" not in b.where
+
+
+async def test_a_restarted_gateway_at_the_same_address_serves_at_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A lease published with the address this gateway now listens on belongs to a dead
+    previous run of it: taken over without waiting for it to expire."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+    url = redis_server.url(2)
+    cfg = queue_config(tmp_path / "data", ["a"], backend=url, owner_lease_s=30.0)
+    m1 = QueueManager(parse_config(cfg))
+    await m1.start()
+    m1.advertise("127.0.0.1", 5555)
+    [lease1] = m1.leases.values()
+    await lease1.claim()  # publishes the address
+    await m1.queue("a").put(b"kept", {}, None)[2]
+    await Store.crash_redis(m1)  # no release; (the 30 s lease is far from expired)
+    m2 = QueueManager(parse_config(cfg))
+    await m2.start()
+    assert "a" not in m2.queues  # the lease is held by the previous run
+    other = QueueManager(parse_config(cfg))  # a third gateway elsewhere does not take over
+    await other.start()
+    other.advertise("127.0.0.1", 6666)
+    assert not await next(iter(other.leases.values())).claim()
+    m2.advertise("127.0.0.1", 5555)
+    assert await next(iter(m2.leases.values())).claim()
+    assert [r.data for r in m2.queue("a").records.values()] == [b"kept"]
+    await other.stop()
+    await m2.stop()
