@@ -31,7 +31,7 @@ from .records import Consumer, QueueError
 from .replies import error_reply, error_response, to_response
 from .sqlite import SqliteBackend
 from .store import Queue
-from .ws import handle_watch
+from .ws import handle_watch, watch_params
 
 if TYPE_CHECKING:  # redis-py is an extra (easkit[redis]): imported only when a queue uses it
     from .lease import Lease
@@ -239,6 +239,10 @@ class QueueManager:
             except QueueError as err:
                 return error_response(err)
             if watch:
+                try:
+                    watch_params(self.configs[queue_name], request)  # refused here, naming the parameter
+                except QueueError as err:
+                    return error_response(err)
                 return await self.forwarder.watch(owner, request)
             body = await request.read()
             try:

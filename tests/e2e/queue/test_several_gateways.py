@@ -102,3 +102,24 @@ async def test_kill_9_of_the_serving_gateway_loses_nothing_and_strands_nothing(
         assert (await client.attributes())["stream.length"] == "0"
         index, _ = await client.put(b"after")  # the survivor serves on
         assert int(index) == put[-1] + 1
+
+
+async def test_refusals_and_long_polls_come_through_the_forwarding_gateway(
+    gateways: tuple[GatewayServer, GatewayServer],
+) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    _first, second = gateways
+    url = f"ws://{second.endpoint}/api/predict/shared?_watch_=true&_window_=99999"
+    with pytest.raises(InvalidStatus) as info:
+        await connect(url, additional_headers={"Authorization": TOKEN}, proxy=None)
+    assert info.value.response.status_code == 400  # the serving gateway's own refusal
+    assert b"_window_" in info.value.response.body
+    async with _client(second, "g") as client:
+        t0 = asyncio.get_running_loop().time()
+        assert await client.get(timeout="1s") == []  # a long poll, answered by the serving gateway
+        assert asyncio.get_running_loop().time() - t0 >= 0.5
+        with pytest.raises(Exception) as bad:
+            await client.commit(424242)  # never put: the serving gateway's 404, passed back
+        assert getattr(bad.value, "code", None) == 404
