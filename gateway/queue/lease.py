@@ -77,6 +77,7 @@ class Lease:
         self._renewed = 0.0  # monotonic time of the last successful claim
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
 
     @property
     def value(self) -> str:
@@ -91,7 +92,12 @@ class Lease:
         return raw is not None and raw.startswith(self.token + " ")
 
     async def claim(self) -> bool:
-        """One acquire-or-renew round; True while this gateway holds the lease."""
+        """One acquire-or-renew round; True while this gateway holds the lease. Rounds never
+        overlap (the periodic one and one woken by ``advertise`` or called directly)."""
+        async with self._lock:
+            return await self._claim()
+
+    async def _claim(self) -> bool:
         try:
             got = await self.client.eval(_CLAIM, 1, self.key, self.token + " ", self.value, self.ttl_ms)
         except (RedisError, OSError) as exc:
@@ -127,7 +133,7 @@ class Lease:
                 log.info(
                     "queue owner lease %s: taking over from a previous run at %s", self.key, self.address
                 )
-                return await self.claim()
+                return await self._claim()
             return False
         if self.owned:
             log.warning("queue owner lease %s was taken over by %s", self.key, self.owner_address)

@@ -100,7 +100,7 @@ class Forwarder:
             # Its parameters were checked here already: what is left comes from the queue's
             # state (409 tags), auth or availability; the client's handling goes by the status.
             return web.Response(
-                status=exc.status, text=f"the watch was refused by the serving gateway ({owner})"
+                status=exc.status, text="the watch was refused by the gateway serving this queue"
             )
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             err = unavailable(owner, f"cannot reach it ({type(exc).__name__})")
