@@ -282,11 +282,6 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     queue = values["queue"]
     if queue is not None:
         errs.check(_check_queue_backend, queue, f"{where}.queue")
-        if async_ and queue.backend != "sqlite":
-            errs.add(
-                f"{where}.queue.backend: an asynchronous service keeps its queues in the embedded "
-                "store (backend: sqlite); Redis holds plain queue services"
-            )
     cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
     pipeline = errs.check(pipeline_of, raw, processor, where, base)
     errs.raise_any()
@@ -411,7 +406,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if (
         gw.host in _EVERY_ADDRESS
         and not gw.advertise_host
-        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue")
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue" or s.async_)
     ):
         errs.add(
             f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "

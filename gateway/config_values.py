@@ -232,9 +232,8 @@ def as_versions(
 
 def check_queue_backend(cfg: Any, where: str) -> None:
     if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
-        raise ConfigError(
-            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)}), "
-            f"got {cfg.backend!r}"
+        raise ConfigError(  # the value is not echoed: a URL may hold a password
+            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)})"
         )
 
 

@@ -319,20 +319,6 @@ class Dispatcher:
 
 
 # ---------------------------------------------------------------- wiring into the app
-def _queue_of(qm: Any, name: str) -> Queue:
-    """The store Queue named ``name`` inside the QueueManager."""
-    getter = getattr(qm, "queue", None)
-    if callable(getter):
-        return getter(name)  # type: ignore[no-any-return]
-    store = getattr(qm, "store", None)
-    if store is not None:
-        q = getattr(store, "queue", None)
-        if callable(q):
-            return q(name)  # type: ignore[no-any-return]
-        return store.queues[name]  # type: ignore[no-any-return]
-    return qm.queues[name]  # type: ignore[no-any-return]
-
-
 def setup(app: Any) -> None:
     """Run one dispatcher per async service while the app runs (after pools and queues start,
     stopped before them)."""
@@ -342,34 +328,55 @@ def setup(app: Any) -> None:
     async def ctx(app: Any) -> AsyncIterator[None]:
         config = app[CONFIG_KEY]
         qm = app[QUEUES_KEY]
-        dispatchers: list[Dispatcher] = []
-        for svc in config.services:
-            if not svc.async_ or qm is None:
-                continue
-            pool = app[POOLS_KEY][svc.name]
-            d = Dispatcher(
-                svc,
-                pool,
-                _queue_of(qm, svc.name),
-                _queue_of(qm, f"{svc.name}/sink"),
-                app[DATAPLANE_KEY].make_request,
-                plane=app[DATAPLANE_KEY],
-            )
-            await d.start()
-            dispatchers.append(d)
-            running[svc.name] = d
-            registry = getattr(qm, "dispatchers", None)
-            if isinstance(registry, dict):  # the queue manager's snapshot (/api/services, /metrics)
-                registry[svc.name] = d
+        registry = getattr(qm, "dispatchers", None)  # the queue manager's snapshot (/api/services, /metrics)
+        lock = asyncio.Lock()
+
+        async def sync() -> None:
+            """A dispatcher runs where the service's queues are served: started for every async
+            service whose input and sink queues are here, stopped for one whose queues left
+            (several gateways on one Redis: they follow the owner lease)."""
+            async with lock:
+                for svc in config.services:
+                    if not svc.async_ or qm is None:
+                        continue
+                    local = getattr(qm, "queues", {})
+                    input_q, sink_q = local.get(svc.name), local.get(f"{svc.name}/sink")
+                    d = running.get(svc.name)
+                    if d is not None and (d.input_q is not input_q or d.sink_q is not sink_q):
+                        running.pop(svc.name)
+                        if isinstance(registry, dict):
+                            registry.pop(svc.name, None)
+                        await d.stop(config.gateway.shutdown_timeout_s)
+                        d = None
+                    if d is None and input_q is not None and sink_q is not None:
+                        d = Dispatcher(
+                            svc,
+                            app[POOLS_KEY][svc.name],
+                            input_q,
+                            sink_q,
+                            app[DATAPLANE_KEY].make_request,
+                            plane=app[DATAPLANE_KEY],
+                        )
+                        await d.start()
+                        running[svc.name] = d
+                        if isinstance(registry, dict):
+                            registry[svc.name] = d
+
+        await sync()
+        listeners = getattr(qm, "listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(sync)
         yield
-        registry = getattr(qm, "dispatchers", None)
-        if isinstance(registry, dict):
-            for d in dispatchers:
-                registry.pop(d.service.name, None)
-        await asyncio.gather(
-            *(d.stop(config.gateway.shutdown_timeout_s) for d in dispatchers), return_exceptions=True
-        )
-        running.clear()
+        if isinstance(listeners, list):
+            listeners.remove(sync)
+        async with lock:
+            if isinstance(registry, dict):
+                for name in running:
+                    registry.pop(name, None)
+            await asyncio.gather(
+                *(d.stop(config.gateway.shutdown_timeout_s) for d in running.values()), return_exceptions=True
+            )
+            running.clear()
 
     app.cleanup_ctx.append(ctx)
 

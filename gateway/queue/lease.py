@@ -37,6 +37,14 @@ if v == false or string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
 end
 return v
 """
+# Take over from a holder known to be dead: only if the key still holds its value.
+_TAKE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
 _RELEASE = """
 local v = redis.call('GET', KEYS[1])
 if v ~= false and string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
@@ -69,6 +77,7 @@ class Lease:
         self._renewed = 0.0  # monotonic time of the last successful claim
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()
 
     @property
     def value(self) -> str:
@@ -83,7 +92,12 @@ class Lease:
         return raw is not None and raw.startswith(self.token + " ")
 
     async def claim(self) -> bool:
-        """One acquire-or-renew round; True while this gateway holds the lease."""
+        """One acquire-or-renew round; True while this gateway holds the lease. Rounds never
+        overlap (the periodic one and one woken by ``advertise`` or called directly)."""
+        async with self._lock:
+            return await self._claim()
+
+    async def _claim(self) -> bool:
         try:
             got = await self.client.eval(_CLAIM, 1, self.key, self.token + " ", self.value, self.ttl_ms)
         except (RedisError, OSError) as exc:
@@ -107,6 +121,20 @@ class Lease:
             return self.owned
         holder = got.decode() if isinstance(got, bytes) else str(got)
         self.owner_address = holder.partition(" ")[2] or None
+        if self.address != "-" and self.owner_address == self.address and not self.owned:
+            # The holder published the address this gateway listens on now: it is a previous
+            # run of this gateway that died (two listeners cannot share it). Take over at once
+            # instead of waiting for its lease to expire.
+            try:
+                took = await self.client.eval(_TAKE, 1, self.key, holder, self.value, self.ttl_ms)
+            except (RedisError, OSError):
+                took = 0
+            if took == 1:
+                log.info(
+                    "queue owner lease %s: taking over from a previous run at %s", self.key, self.address
+                )
+                return await self._claim()
+            return False
         if self.owned:
             log.warning("queue owner lease %s was taken over by %s", self.key, self.owner_address)
             await self._lose()

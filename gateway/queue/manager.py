@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -31,13 +32,14 @@ from .records import Consumer, QueueError
 from .replies import error_reply, error_response, to_response
 from .sqlite import SqliteBackend
 from .store import Queue
-from .ws import handle_watch
+from .ws import handle_watch, watch_params
 
 if TYPE_CHECKING:  # redis-py is an extra (easkit[redis]): imported only when a queue uses it
     from .lease import Lease
     from .redis_backend import RedisBackend
 
 DB_FILE = "queues.sqlite3"
+log = logging.getLogger(__name__)
 
 
 def _redis_backend(url: str, fsync: str) -> RedisBackend:
@@ -45,7 +47,7 @@ def _redis_backend(url: str, fsync: str) -> RedisBackend:
         from .redis_backend import RedisBackend
     except ImportError:
         raise RuntimeError(
-            f"queue backend {url}: Redis needs redis-py, install the extra: pip install 'easkit[redis]'"
+            "a queue backend names a Redis URL: that needs redis-py (pip install 'easkit[redis]')"
         ) from None
     return RedisBackend(url, fsync=fsync)
 
@@ -94,6 +96,8 @@ class QueueManager:
         self.queue_backends: dict[str, Backend] = {n: self.backends[k] for n, k in kinds.items()}
         # Each Redis store's owner lease; its queues are in self.queues only while it is held.
         self.leases: dict[str, Lease] = {}
+        # Called after queues arrived or left (a lease gained or lost): the dispatchers follow.
+        self.listeners: list[Callable[[], Awaitable[None]]] = []
         self.forwarder = Forwarder()
         # The main store: what the service listing and the store's tests look at.
         self.backend: Backend = next(iter(self.backends.values()), backend or MemoryBackend())
@@ -156,6 +160,7 @@ class QueueManager:
         b.start(asyncio.get_running_loop())
         for name in names:
             self._install(name, b, recovered.get(name))
+        await self._changed()
 
     async def _lose(self, b: RedisBackend) -> None:
         """Another gateway serves the store now: drop its queues here; watchers reconnect
@@ -163,11 +168,19 @@ class QueueManager:
         for name in self._names_of(b):
             self.queues.pop(name, None)
             self._notify_visible(name)
+        await self._changed()
         closing = [
             ws.close(code=1012, message=b"queue moved to another gateway") for ws in list(self.watchers)
         ]
         if closing:
             await asyncio.gather(*closing, return_exceptions=True)
+
+    async def _changed(self) -> None:
+        for listener in list(self.listeners):
+            try:
+                await listener()
+            except Exception:
+                log.exception("a queue listener failed")
 
     def advertise(self, host: str, port: int) -> None:
         """Where other gateways on the same Redis reach this one (call once listening)."""
@@ -239,6 +252,10 @@ class QueueManager:
             except QueueError as err:
                 return error_response(err)
             if watch:
+                try:
+                    watch_params(self.configs[queue_name], request)  # refused here, naming the parameter
+                except QueueError as err:
+                    return error_response(err)
                 return await self.forwarder.watch(owner, request)
             body = await request.read()
             try:

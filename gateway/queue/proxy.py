@@ -97,7 +97,11 @@ class Forwarder:
                 url, headers=forward_headers(request.headers), autoping=True, heartbeat=5.0, max_msg_size=0
             )
         except aiohttp.WSServerHandshakeError as exc:
-            return web.Response(status=exc.status, text=exc.message or "refused by the serving gateway")
+            # Its parameters were checked here already: what is left comes from the queue's
+            # state (409 tags), auth or availability; the client's handling goes by the status.
+            return web.Response(
+                status=exc.status, text="the watch was refused by the gateway serving this queue"
+            )
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             err = unavailable(owner, f"cannot reach it ({type(exc).__name__})")
             return web.Response(status=err.status, text=err.message, headers={"Retry-After": "1"})

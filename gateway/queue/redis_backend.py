@@ -32,6 +32,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, WatchError
@@ -58,6 +59,16 @@ class Fence(Protocol):
     def holds(self, value: bytes | str | None) -> bool: ...
 
 
+def redacted(url: str) -> str:
+    """The URL without its credentials (``redis://user:password@host``), for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _seq(entry_id: bytes | str) -> int:
     """The index of a records-stream entry id ``<index>-0``."""
     raw = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
@@ -71,6 +82,7 @@ class RedisBackend:
         if fsync not in ("normal", "always"):
             raise ValueError("fsync must be 'normal' or 'always'")
         self.url = url
+        self.where = redacted(url)  # what logs and errors name: never the password
         self.fsync = fsync
         self.prefix = prefix
         # Connections are opened lazily, on the loop that first uses them.
@@ -110,20 +122,20 @@ class RedisBackend:
         try:
             conf = await self.client.config_get("append*")
         except RedisError as exc:  # managed services often disable CONFIG
-            log.warning("queue backend %s: cannot read its persistence settings (%s)", self.url, exc)
+            log.warning("queue backend %s: cannot read its persistence settings (%s)", self.where, exc)
             return
         aof = conf.get("appendonly", "no")
         every = conf.get("appendfsync", "everysec")
         if self.fsync == "always" and (aof != "yes" or every != "always"):
             raise StorageError(
-                f"queue fsync 'always' needs the Redis server at {self.url} to run with "
+                f"queue fsync 'always' needs the Redis server at {self.where} to run with "
                 f"'appendonly yes' and 'appendfsync always' (it has appendonly {aof}, appendfsync {every})"
             )
         if aof != "yes":
             log.warning(
                 "queue backend %s runs without 'appendonly yes': acknowledged records do not "
                 "survive a restart of the Redis server",
-                self.url,
+                self.where,
             )
 
     async def recover_async(self, queues: list[str]) -> dict[str, dict[str, Any]]:
@@ -135,7 +147,7 @@ class RedisBackend:
                 if state is not None:
                     out[queue] = state
         except RedisError as exc:
-            raise StorageError(f"cannot read the queues from {self.url}: {exc}") from exc
+            raise StorageError(f"cannot read the queues from {self.where}: {exc}") from exc
         return out
 
     async def _recover_queue(self, queue: str) -> dict[str, Any] | None:
@@ -242,7 +254,7 @@ class RedisBackend:
                     pipe.set(self.key(queue, "next"), nxt)
                 await pipe.execute()
         except RedisError as exc:
-            log.warning("queue backend %s: could not record the next indexes: %s", self.url, exc)
+            log.warning("queue backend %s: could not record the next indexes: %s", self.where, exc)
         finally:
             await self.client.aclose()
 
@@ -302,14 +314,14 @@ class RedisBackend:
             async with self.client.pipeline(transaction=True) as pipe:
                 await pipe.watch(fence.key)
                 if not fence.holds(await pipe.get(fence.key)):
-                    raise StorageError(f"this gateway no longer serves the queues of {self.url}")
+                    raise StorageError(f"this gateway no longer serves the queues of {self.where}")
                 pipe.multi()
                 spans = [op(pipe) for op, _, _ in batch]
                 try:
                     return await pipe.execute(raise_on_error=False), spans
                 except WatchError:
                     continue  # the lease was renewed (or taken) meanwhile: check again
-        raise StorageError(f"the owner lease of {self.url} kept changing")
+        raise StorageError(f"the owner lease of {self.where} kept changing")
 
     # ------------------------------------------------------------------ journal ops
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:

@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from eas_sdk._core import constants as C
 from eas_sdk._proto.queue_pb2 import DataFrameProto
+from gateway.config import QueueConfig
 
 from .interfaces import QueueHost
 from .params import bad, identity, parse_bool, parse_uint, query_dict, split_tags
@@ -63,21 +64,35 @@ WRITE_HIGH_WATER = 256 * 1024
 DRAIN_RETRY_S = 0.05
 
 
+class WatchParams(NamedTuple):
+    index: int
+    window: int
+    auto_commit: bool
+    index_only: bool
+    tags: dict[str, str]
+
+
+def watch_params(cfg: QueueConfig, request: web.Request) -> WatchParams:
+    """A watch's query, checked; raises QueueError naming the parameter (also used by a
+    gateway that forwards the watch, so that its refusals name the parameter too)."""
+    query = query_dict(request.rel_url.query)
+    index = parse_uint(query.get(C.Q_INDEX, "0"), C.Q_INDEX)
+    auto_commit = parse_bool(query.get(C.Q_AUTO_COMMIT), C.Q_AUTO_COMMIT, False)
+    index_only = parse_bool(query.get(C.Q_INDEX_ONLY), C.Q_INDEX_ONLY, False)
+    raw_window = query.get(C.Q_WINDOW)
+    if raw_window is None:
+        raise bad(C.Q_WINDOW, "missing")
+    window = parse_uint(raw_window, C.Q_WINDOW, lo=0, hi=MAX_WINDOW_HARD)
+    if window > cfg.max_window:
+        raise bad(C.Q_WINDOW, f"must be at most {cfg.max_window} (max_window), got {window}")
+    if window == 0 and not auto_commit:
+        raise bad(C.Q_WINDOW, "0 is only valid with _auto_commit_=true")
+    return WatchParams(index, window, auto_commit, index_only, split_tags(query, _WATCH_KEYS))
+
+
 async def handle_watch(mgr: QueueHost, q: Queue, request: web.Request) -> web.StreamResponse:
     try:
-        query = query_dict(request.rel_url.query)
-        index = parse_uint(query.get(C.Q_INDEX, "0"), C.Q_INDEX)
-        auto_commit = parse_bool(query.get(C.Q_AUTO_COMMIT), C.Q_AUTO_COMMIT, False)
-        index_only = parse_bool(query.get(C.Q_INDEX_ONLY), C.Q_INDEX_ONLY, False)
-        raw_window = query.get(C.Q_WINDOW)
-        if raw_window is None:
-            raise bad(C.Q_WINDOW, "missing")
-        window = parse_uint(raw_window, C.Q_WINDOW, lo=0, hi=MAX_WINDOW_HARD)
-        if window > q.cfg.max_window:
-            raise bad(C.Q_WINDOW, f"must be at most {q.cfg.max_window} (max_window), got {window}")
-        if window == 0 and not auto_commit:
-            raise bad(C.Q_WINDOW, "0 is only valid with _auto_commit_=true")
-        tags = split_tags(query, _WATCH_KEYS)
+        index, window, auto_commit, index_only, tags = watch_params(q.cfg, request)
         uid, gid = identity(request)
         ws = web.WebSocketResponse(
             timeout=CLOSE_TIMEOUT_S,  # how long a close waits for the peer's close frame

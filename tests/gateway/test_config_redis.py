@@ -51,15 +51,14 @@ def test_bad_queue_settings_name_the_field(raw: dict[str, Any], message: str) ->
     assert message in str(info.value)
 
 
-def test_async_services_keep_their_queues_in_the_embedded_store() -> None:
+def test_async_services_may_keep_their_queues_in_redis() -> None:
     raw = {
         "services": [
             {"name": "a", "processor": "python", "entry": "pkg.mod:Cls", "async": True, "public": True}
         ]
     }
     raw["queue"] = {"backend": "redis://127.0.0.1:6379/0"}
-    with pytest.raises(ConfigError, match=r"services\[0\] \(a\)\.queue\.backend: an asynchronous service"):
-        parse_config(raw)
+    assert parse_config(raw).services[0].queue.backend == "redis://127.0.0.1:6379/0"
 
 
 def _cs(**cs: Any) -> dict[str, Any]:

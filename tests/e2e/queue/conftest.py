@@ -39,6 +39,19 @@ def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueueServ
 
 
 @pytest.fixture(scope="session")
+def redis_queue_server(tmp_path_factory: pytest.TempPathFactory, redis_server: Any) -> Iterator[QueueServer]:
+    """The same queues in a real redis-server (``queue.backend``), served by the queue-only server."""
+    workdir: Path = tmp_path_factory.mktemp("redis-queue-server")
+    with redis_server.client(REDIS_SERVER_DB) as c:
+        c.flushdb()
+    cfg = _shared_config(workdir)
+    cfg["queue"] = {"backend": redis_server.url(REDIS_SERVER_DB)}
+    server = QueueServer.start(cfg, workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def gateway_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
     """The same queues served by the full gateway (``python -m gateway serve``)."""
     workdir: Path = tmp_path_factory.mktemp("gateway-server")
@@ -53,6 +66,23 @@ def any_server(request: pytest.FixtureRequest) -> QueueServer | GatewayServer:
     name = "queue_server" if request.param == "queue-server" else "gateway_server"
     server: QueueServer | GatewayServer = request.getfixturevalue(name)
     return server
+
+
+STORE_REDIS_DB = 6
+REDIS_SERVER_DB = 7
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Queue settings for each store a test should run against: the embedded SQLite store,
+    and a real redis-server (flushed first; a short owner lease, so that a server restarted
+    after a kill -9 serves the queues again within a second)."""
+    if request.param == "sqlite":
+        return {}
+    redis_server = request.getfixturevalue("redis_server")
+    with redis_server.client(STORE_REDIS_DB) as c:
+        c.flushdb()
+    return {"backend": redis_server.url(STORE_REDIS_DB), "owner_lease_s": 1.0}
 
 
 @pytest.fixture
@@ -82,6 +112,20 @@ def _clients(endpoint: str, queue_name: str) -> Iterator[Callable[..., QueueClie
 @pytest.fixture
 def make_client(queue_server: QueueServer, queue_name: str) -> Iterator[Callable[..., QueueClient]]:
     yield from _clients(queue_server.endpoint, queue_name)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_server(request: pytest.FixtureRequest) -> QueueServer:
+    """The queue-only server with the queues in each store: the same checks prove the same semantics."""
+    name = "queue_server" if request.param == "sqlite" else "redis_queue_server"
+    server: QueueServer = request.getfixturevalue(name)
+    return server
+
+
+@pytest.fixture
+def store_client(store_server: QueueServer, queue_name: str) -> Iterator[Callable[..., QueueClient]]:
+    """``make_client`` for ``store_server``."""
+    yield from _clients(store_server.endpoint, queue_name)
 
 
 @pytest.fixture

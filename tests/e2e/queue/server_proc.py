@@ -4,6 +4,7 @@ the full gateway (``python -m gateway serve``) behind the same interface."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import subprocess
@@ -154,3 +155,20 @@ class GatewayServer:
 
 
 SERVERS = {"queue-server": QueueServer, "gateway": GatewayServer}
+
+
+def wait_serving(port: int, name: str, timeout: float = 15.0) -> None:
+    """Until the server answers a count on the queue (a restarted server on Redis waits for
+    the killed one's lease to expire)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            conn.request("GET", f"/api/predict/{name}?_count_=true", headers={"Authorization": TOKEN})
+            if conn.getresponse().status == 200:
+                return
+        finally:
+            conn.close()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"queue {name} not served within {timeout} s")
+        time.sleep(0.1)

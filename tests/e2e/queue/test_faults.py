@@ -19,7 +19,7 @@ import pytest
 
 from eas_sdk.queue import QueueClient
 
-from .server_proc import ROOT, SERVERS, TOKEN, QueueServer, queue_config
+from .server_proc import ROOT, SERVERS, TOKEN, QueueServer, queue_config, wait_serving
 
 pytestmark = pytest.mark.fault
 
@@ -64,12 +64,14 @@ def collect(q: QueueClient, n: int, window: int, commit: bool, timeout: float = 
 
 
 def test_consumer_killed_mid_window(
-    queue_server: QueueServer, make_client: Callable[..., QueueClient], queue_name: str
+    store_server: QueueServer, store_client: Callable[..., QueueClient], queue_name: str
 ) -> None:
+    """Windows and redelivery, with the queue in SQLite and in Redis."""
+    make_client = store_client
     producer = make_client()
     indexes = [int(producer.put(f"r{i}")[0]) for i in range(20)]
     proc = subprocess.Popen(
-        [sys.executable, "-c", CONSUMER, queue_server.endpoint, queue_name, TOKEN, "3"],
+        [sys.executable, "-c", CONSUMER, store_server.endpoint, queue_name, TOKEN, "3"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -158,10 +160,13 @@ def test_reconnect_same_uid_gets_its_records_back(
 
 
 @pytest.mark.parametrize("kind", sorted(SERVERS))
-def test_server_kill9_during_puts_then_restart(tmp_path: Path, kind: str) -> None:
+def test_server_kill9_during_puts_then_restart(
+    tmp_path: Path, kind: str, store_settings: dict[str, Any]
+) -> None:
     """SIGKILL of the queue-only server, or of the full gateway (its lean front and predict
-    route's queue path in front of the same store), in the middle of a burst of puts."""
-    server: Any = SERVERS[kind].start(queue_config(tmp_path / "data", ["burst"]), tmp_path)
+    route's queue path in front of the same store), in the middle of a burst of puts; with
+    the queue in SQLite and in Redis."""
+    server: Any = SERVERS[kind].start(queue_config(tmp_path / "data", ["burst"], **store_settings), tmp_path)
     acked: list[tuple[int, str]] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -195,6 +200,7 @@ def test_server_kill9_during_puts_then_restart(tmp_path: Path, kind: str) -> Non
             t.join(15)
         assert len(acked) >= 200
         server = server.restart()
+        wait_serving(server.port, "burst")
         q = QueueClient(server.endpoint, "burst")
         q.set_token(TOKEN)
         q.init()
@@ -296,10 +302,11 @@ def _raw(port: int, method: str, path: str, body: bytes | None = None, **headers
         conn.close()
 
 
-def test_commit_and_put_dedupe_survive_kill9(tmp_path: Path) -> None:
+def test_commit_and_put_dedupe_survive_kill9(tmp_path: Path, store_settings: dict[str, Any]) -> None:
     """After SIGKILL and a restart, a retried commit of a committed record is still OK and a
-    put retried with the X-Request-Id of a record consumed before the crash stores nothing."""
-    server = QueueServer.start(queue_config(tmp_path / "data", ["d"]), tmp_path)
+    put retried with the X-Request-Id of a record consumed before the crash stores nothing
+    (SQLite and Redis)."""
+    server = QueueServer.start(queue_config(tmp_path / "data", ["d"], **store_settings), tmp_path)
     try:
         path = "/api/predict/d"
         for i in range(3):
@@ -314,6 +321,7 @@ def test_commit_and_put_dedupe_survive_kill9(tmp_path: Path) -> None:
         q.close()
         server.kill()
         server = server.restart()
+        wait_serving(server.port, "d")
         assert _raw(server.port, "PUT", f"{path}?_indexes_=1", b"") == (200, b"OK")
         assert _raw(server.port, "PUT", f"{path}?_indexes_=2", b"") == (200, b"OK")
         for i in range(3):

@@ -1,4 +1,5 @@
-"""Watch options (index_only, tags), tag-filtered get, protobuf attributes, grace, groups."""
+"""Watch options (index_only, tags), tag-filtered get, protobuf attributes, grace, groups,
+size caps and truncate. Tests taking ``store_client`` run with the queue in SQLite and in Redis."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import http.client
 import time
 from collections.abc import Callable
 
+import pytest
+
 from eas_sdk._proto.queue_pb2 import AttributesProto
+from eas_sdk.errors import HTTPStatusError
 from eas_sdk.queue import QueueClient
 from gateway.config import QueueConfig
 from gateway.queue.store import MemoryBackend, Queue
@@ -26,8 +30,8 @@ def first(q: QueueClient, n: int, **watch: object) -> list:  # type: ignore[type
     return out
 
 
-def test_index_only_and_tag_filters(make_client: Callable[..., QueueClient]) -> None:
-    q = make_client()
+def test_index_only_and_tag_filters(store_client: Callable[..., QueueClient]) -> None:
+    q = store_client()
     for i in range(6):
         q.put(f"d{i}", tags={"color": "red" if i % 2 else "blue"})
     frames = first(q, 3, index_only=True, auto_commit=True, tags={"color": "red"})
@@ -37,8 +41,8 @@ def test_index_only_and_tag_filters(make_client: Callable[..., QueueClient]) -> 
     assert [(g.index, g.data) for g in got] == [(1, b"d0"), (3, b"d2"), (5, b"d4")]
 
 
-def test_groups_each_get_every_record(make_client: Callable[..., QueueClient]) -> None:
-    a, b = make_client(gid="ga"), make_client(gid="gb")
+def test_groups_each_get_every_record(store_client: Callable[..., QueueClient]) -> None:
+    a, b = store_client(gid="ga"), store_client(gid="gb")
     # A record is deleted only when both groups committed it.
     wa, wb = a.watch(0, 4), b.watch(0, 4)
     ra, rb = wa.run(), wb.run()
@@ -86,8 +90,8 @@ def test_grace_keeps_records_for_the_same_uid() -> None:
     assert sorted(r.idx for r, _ in q.take(other)[0]) == [1, 2]
 
 
-def test_search_and_wait_count(make_client: Callable[..., QueueClient]) -> None:
-    q = make_client(uid="s1")
+def test_search_and_wait_count(store_client: Callable[..., QueueClient]) -> None:
+    q = store_client(uid="s1")
     idx = [int(q.put(f"r{i}")[0]) for i in range(4)]
     assert q.search(idx[3]) == {"ConsumerId": "", "IsPending": False, "WaitCount": 3}
     with q.watch(0, 1) as watcher:
@@ -103,18 +107,18 @@ def test_search_and_wait_count(make_client: Callable[..., QueueClient]) -> None:
 
 
 def test_commit_from_a_gid_that_never_watched_creates_no_group(
-    make_client: Callable[..., QueueClient],
+    store_client: Callable[..., QueueClient],
 ) -> None:
     """The reference client's get() then commit() with the default gid on a queue nobody
     watches deletes the record, and leaves no group behind that later records would wait
     for: a group that does watch and commits everything empties the queue."""
-    q = make_client()  # gid eas
+    q = store_client()  # gid eas
     index, _ = q.put(b"read")
     assert [d.index for d in q.get(index=index, auto_delete=False, timeout="0s")] == [int(index)]
     q.commit(int(index))
     assert q.attributes()["stream.length"] == "0"
     assert q.attributes()["groups.stats.total"] == "0"
-    w = make_client(gid="workers")
+    w = store_client(gid="workers")
     indexes = [int(q.put(f"r{i}")[0]) for i in range(3)]
     assert [df.index for df in first(w, 3, auto_commit=True)] == indexes
     assert q.attributes()["stream.length"] == "0"
@@ -146,3 +150,22 @@ def test_commit_from_an_unknown_gid_of_a_record_a_group_needs_is_refused(
         frames.close()
     assert w.attributes()["stream.length"] == "0"
     assert w.attributes()["groups.stats.total"] == "1"
+
+
+def test_size_caps_and_truncate(store_client: Callable[..., QueueClient]) -> None:
+    q = store_client(name="small")  # max_length 3, max_payload_bytes 16 (a shared queue)
+    q.truncate(1_000_000)
+    with pytest.raises(HTTPStatusError) as info:
+        q.put(b"x" * 17)
+    assert info.value.code == 413
+    q.set_retry_count(0)
+    indexes = [int(q.put(b"ok")[0]) for _ in range(3)]
+    with pytest.raises(HTTPStatusError) as info:
+        q.put(b"ok")
+    assert info.value.code == 429  # refused, nothing evicted
+    assert q.attributes()["stream.length"] == "3"
+    q.truncate(indexes[1])  # everything below the second
+    got = q.get(index=0, length=10, auto_delete=False, timeout="0s")
+    assert [int(g.index) for g in got] == indexes[1:]
+    q.truncate(1_000_000)
+    assert q.attributes()["stream.length"] == "0"

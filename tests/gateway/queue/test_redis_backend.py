@@ -12,6 +12,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.queue.backend import StorageError
 from gateway.queue.manager import QueueManager
+from gateway.queue.redis_backend import RedisBackend, redacted
 from tests.e2e.queue.server_proc import queue_config
 from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.redis_server import RedisServer
@@ -102,3 +103,41 @@ async def test_a_gateway_that_lost_the_lease_cannot_write(tmp_path: Path, redis_
     await m1.stop()  # its release checks the token: the successor keeps the lease
     with redis_server.client(2) as c:
         assert [f[b"d"] for _id, f in c.xrange("easq:a:records")] == [b"before", b"after"]
+
+
+def test_logs_and_errors_never_name_the_password() -> None:
+    assert redacted("redis://:s3cret@10.0.0.5:6379/0") == "redis://***@10.0.0.5:6379/0"
+    assert redacted("rediss://user:s3cret@cache.internal/2") == "rediss://***@cache.internal/2"
+    assert redacted("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    b = RedisBackend("redis://:s3cret@127.0.0.1:1/0")
+    assert "s3cret" not in b.where
+
+
+async def test_a_restarted_gateway_at_the_same_address_serves_at_once(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A lease published with the address this gateway now listens on belongs to a dead
+    previous run of it: taken over without waiting for it to expire."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+    url = redis_server.url(2)
+    cfg = queue_config(tmp_path / "data", ["a"], backend=url, owner_lease_s=30.0)
+    m1 = QueueManager(parse_config(cfg))
+    await m1.start()
+    m1.advertise("127.0.0.1", 5555)
+    [lease1] = m1.leases.values()
+    await lease1.claim()  # publishes the address
+    await m1.queue("a").put(b"kept", {}, None)[2]
+    await Store.crash_redis(m1)  # no release; (the 30 s lease is far from expired)
+    m2 = QueueManager(parse_config(cfg))
+    await m2.start()
+    assert "a" not in m2.queues  # the lease is held by the previous run
+    other = QueueManager(parse_config(cfg))  # a third gateway elsewhere does not take over
+    await other.start()
+    other.advertise("127.0.0.1", 6666)
+    assert not await next(iter(other.leases.values())).claim()
+    m2.advertise("127.0.0.1", 5555)
+    assert await next(iter(m2.leases.values())).claim()
+    assert [r.data for r in m2.queue("a").records.values()] == [b"kept"]
+    await other.stop()
+    await m2.stop()
