@@ -292,7 +292,7 @@ def coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, Errors]:
         elif isinstance(default, tuple):
             out[key] = errs.check(as_strings, value, w, default=default)
         else:
-            out[key] = None if value is None else errs.check(as_str, str(value), w, default=default)
+            out[key] = None if value is None else errs.check(as_str, value, w, default=default)
     return cls(**out), errs
 
 

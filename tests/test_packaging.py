@@ -99,7 +99,7 @@ def _check_contents(sdist: Path, wheel: Path) -> None:
         assert f"Provides-Extra: {extra}" in metadata, extra
     with tarfile.open(sdist) as tf:
         members = {m.name.split("/", 1)[1] for m in tf.getmembers() if "/" in m.name}
-    assert {"pyproject.toml", "README.md", "eas_sdk/__init__.py", "gateway/cli.py"} <= members
+    assert {"pyproject.toml", "README.md", "eas_sdk/__init__.py", "gateway/cli/__init__.py"} <= members
 
 
 def _serve(venv: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -29,6 +29,10 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
         out["workers"] = args.workers
     if args.token:
         out["token"] = args.token
+    else:
+        # No --token on the command line: the models are served open, as asked for; the
+        # gateway warns at start when it listens beyond loopback.
+        out["public"] = True
     return out
 
 

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
-from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.gateway_proc import ROOT, GatewayProcess
+
+SAMPLES = ROOT / "samples" / "pipelines"
+
+
+def sample_client() -> Any:
+    """The sample pipelines' client module, under a name of its own: a bare ``client`` on
+    sys.path would shadow the test packages of that name."""
+    spec = importlib.util.spec_from_file_location("pipeline_sample_client", SAMPLES / "client.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def post(

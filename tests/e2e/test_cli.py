@@ -52,8 +52,8 @@ def test_ctrl_c_stops_a_gateway_with_workers_and_leaves_no_orphans(gateway_facto
     config = {
         "gateway": {"shutdown_timeout_s": 5},
         "services": [
-            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 2},
-            {"name": "q", "processor": "queue", "workers": 0},
+            {"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY, "workers": 2},
+            {"name": "q", "processor": "queue", "public": True, "workers": 0},
         ],
     }
     gw = gateway_factory(config)
@@ -106,7 +106,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
             },
             "services[1] (p).entry: file not found: ",
         ),
-        ({"services": [{"name": "bad/name", "processor": "queue"}]}, "services[0].name"),
+        ({"services": [{"name": "bad/name", "processor": "queue", "public": True}]}, "services[0].name"),
         ({"gateway": {"colour": "blue"}}, "gateway: unknown key(s) colour"),
         ({"gateway": {"worker_host": "0.0.0.0"}}, "gateway.worker_advertise_host: required"),
         ({"gateway": {"worker_host": "10.1.2.3"}}, "gateway.worker_host: '10.1.2.3' is not a loopback"),

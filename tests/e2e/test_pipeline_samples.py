@@ -6,35 +6,23 @@ Cluster Serving's REST form."""
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
 from eas_sdk import PredictClient, StringRequest, TFRequest
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
-from tests.e2e.pipeline_http import post, wait_ready
+from tests.e2e.pipeline_http import post, sample_client, wait_ready
 
 SAMPLES = ROOT / "samples" / "pipelines"
 
 
-def _sample_client() -> Any:
-    """The sample client's own module, under a name of its own: a bare ``client`` on
-    sys.path would shadow the test packages of that name."""
-    spec = importlib.util.spec_from_file_location("pipeline_sample_client", SAMPLES / "client.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_client = _sample_client()
+_client = sample_client()
 DIGIT_NAMES, digit_pngs = _client.DIGIT_NAMES, _client.digit_pngs
 
 

@@ -20,7 +20,7 @@ import yaml
 from eas_sdk import QueueClient
 from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
-from tests.e2e.pipeline_http import post, wait_ready
+from tests.e2e.pipeline_http import post, sample_client, wait_ready
 
 MODELS = ROOT / "samples" / "models"
 SAMPLES = ROOT / "samples" / "pipelines"
@@ -46,10 +46,11 @@ def _samples() -> dict[str, dict[str, Any]]:
 
 def _services() -> list[dict[str, Any]]:
     return [
-        {"name": "features", "processor": "onnx", "model": str(MODELS / "digits_features.onnx")},
+        {"name": "features", "processor": "onnx", "public": True,
+         "model": str(MODELS / "digits_features.onnx")},
         {   # a KServe-style transformer: preprocess -> the shared predictor -> postprocess, one step
             "name": "transformer",
-            "processor": "pipeline",
+            "processor": "pipeline", "public": True,
             "pipeline": {
                 "inputs": {"pixels": {"dtype": "float32", "shape": [-1, 64]}},
                 "steps": [{
@@ -62,7 +63,7 @@ def _services() -> list[dict[str, Any]]:
         },
         {   # fan-out after the features, fan-in in a concat
             "name": "fan",
-            "processor": "pipeline",
+            "processor": "pipeline", "public": True,
             "pipeline": {
                 "inputs": {"pixels": {"dtype": "float32", "shape": [-1, 64]}},
                 "steps": [
@@ -80,7 +81,7 @@ def _services() -> list[dict[str, Any]]:
         },
         {   # no shape declared: the model step is the one to check it
             "name": "loose",
-            "processor": "pipeline",
+            "processor": "pipeline", "public": True,
             "pipeline": {
                 "inputs": {"pixels": "float32"},
                 "steps": [{"name": "features", "service": "features", "inputs": {"pixels": "request.pixels"},
@@ -90,7 +91,7 @@ def _services() -> list[dict[str, Any]]:
         },
         {   # names the model does not have: the config's fault, found on the first call
             "name": "misnamed",
-            "processor": "pipeline",
+            "processor": "pipeline", "public": True,
             "pipeline": {
                 "inputs": {"pixels": "float32"},
                 "steps": [{"name": "features", "service": "features", "inputs": {"pixel": "request.pixels"},
@@ -100,7 +101,7 @@ def _services() -> list[dict[str, Any]]:
         },
         {   # an op on worker processes of its own
             "name": "procop",
-            "processor": "pipeline",
+            "processor": "pipeline", "public": True,
             "pipeline": {
                 "inputs": {"x": "float32"},
                 "steps": [{"name": "work", "op": f"{OPS}:InWorker", "placement": "process", "workers": 1,
@@ -267,8 +268,8 @@ def test_the_text_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:
 
 
 def test_the_image_pipeline_in_asynchronous_mode(gw: GatewayProcess) -> None:
-    sys.path.insert(0, str(SAMPLES))
-    from client import DIGIT_NAMES, digit_pngs
+    client = sample_client()
+    DIGIT_NAMES, digit_pngs = client.DIGIT_NAMES, client.digit_pngs
 
     pngs, labels = digit_pngs(2)
     bodies = [

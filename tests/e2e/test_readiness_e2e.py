@@ -52,10 +52,10 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
         # The default 60 s start timeout: the log must not claim it waited that long.
         "gateway": {"restart_backoff_max_s": 2},
         "services": [
-            {"name": "broken", "processor": "onnx", "model": str(bad)},
-            {"name": "boom", "processor": "python", "entry": f"{tmp / 'boom.py'}:Boom"},
-            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY},
-            {"name": "q", "processor": "queue", "workers": 0},
+            {"name": "broken", "processor": "onnx", "public": True, "model": str(bad)},
+            {"name": "boom", "processor": "python", "public": True, "entry": f"{tmp / 'boom.py'}:Boom"},
+            {"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY},
+            {"name": "q", "processor": "queue", "public": True, "workers": 0},
         ],
     }
     proc = GatewayProcess.start(config, tmp / "gw")
@@ -144,8 +144,8 @@ def test_a_predict_client_pointed_at_a_queue_is_refused_saying_so(gw: GatewayPro
     finally:
         client.destroy()
     assert exc.value.code == 400
-    doc = json.loads(exc.value.message)
-    assert doc["code"] == "WrongServiceKind"
+    doc = json.loads(exc.value.body)
+    assert doc["code"] == "WrongServiceKind" == exc.value.error_code
     assert doc["message"].startswith("service 'q' is a queue, not a predict service: put records with")
     queue = QueueClient(gw.endpoint, "q")
     queue.init()

@@ -76,8 +76,8 @@ def env(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterato
     shutil.copy(digits_model, tmp / "digits-v1.onnx")
     shutil.copy(digits_model, tmp / "digits-v2.onnx")
     services = [
-        {"name": "digits", "processor": "onnx", "model": str(tmp / "digits-v1.onnx")},
-        {"name": "echo", "processor": "python", "entry": ECHO_ENTRY},
+        {"name": "digits", "processor": "onnx", "public": True, "model": str(tmp / "digits-v1.onnx")},
+        {"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY},
     ]
     gw = GatewayProcess.start(_config(tmp, services), tmp / "gw")
     try:
@@ -90,8 +90,14 @@ def test_sighup_applies_the_changed_file_under_load(env: dict[str, Any]) -> None
     gw, tmp = env["gw"], env["tmp"]
     before = {w["pid"] for w in gw.services()["digits"]["workers"]}
     changed = [
-        {"name": "digits", "processor": "onnx", "model": str(tmp / "digits-v2.onnx"), "workers": 2},
-        {"name": "echo2", "processor": "python", "entry": ECHO_ENTRY},
+        {
+            "name": "digits",
+            "processor": "onnx",
+            "public": True,
+            "model": str(tmp / "digits-v2.onnx"),
+            "workers": 2,
+        },
+        {"name": "echo2", "processor": "python", "public": True, "entry": ECHO_ENTRY},
     ]
     load = ReferenceLoad.start(gw.endpoint, "digits", tmp)
     try:

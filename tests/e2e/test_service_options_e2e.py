@@ -69,12 +69,14 @@ def env(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterato
             {
                 "name": "environment",
                 "processor": "python",
+                "public": True,
                 "entry": f"{models / 'inspect.py'}:Environment",
                 "env": {"PASSED": None, "SET_HERE": "set in the config"},
             },
             {
                 "name": "fallback",
                 "processor": "onnx",
+                "public": True,
                 "model": str(models / "digits.onnx"),
                 "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
                 "inter_op_threads": 2,
@@ -133,7 +135,7 @@ def test_a_model_outside_the_model_directories_is_refused(env: dict[str, Any]) -
     (models / "link.onnx").symlink_to(outside)
     admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
     for path in (str(models / ".." / "outside.onnx"), str(models / "link.onnx")):
-        spec = json.dumps({"name": "escape", "processor": "onnx", "model": path}).encode()
+        spec = json.dumps({"name": "escape", "processor": "onnx", "public": True, "model": path}).encode()
         status, _, body = _post(
             admin + "/admin/services",
             spec,
@@ -150,7 +152,14 @@ def test_validate_refuses_an_escaping_path(env: dict[str, Any], capsys: pytest.C
     tmp, models = env["tmp"], env["models"]
     config = {
         "gateway": {"model_dirs": [str(models)]},
-        "services": [{"name": "escape", "processor": "onnx", "model": str(models / ".." / "outside.onnx")}],
+        "services": [
+            {
+                "name": "escape",
+                "processor": "onnx",
+                "public": True,
+                "model": str(models / ".." / "outside.onnx"),
+            }
+        ],
     }
     path = tmp / "escape.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -171,7 +180,13 @@ def test_only_unavailable_providers_is_a_clear_failure(tmp_path: Path, digits_mo
     config = {
         "gateway": {"worker_start_timeout_s": 10},
         "services": [
-            {"name": "nowhere", "processor": "onnx", "model": str(digits_model), "providers": [wanted]}
+            {
+                "name": "nowhere",
+                "processor": "onnx",
+                "public": True,
+                "model": str(digits_model),
+                "providers": [wanted],
+            }
         ],
     }
     gw = GatewayProcess.start(config, tmp_path / "gw")
@@ -194,6 +209,7 @@ def test_cuda_provider_runs_the_model_on_the_gpu(tmp_path: Path, digits_model: P
             {
                 "name": "gpu",
                 "processor": "onnx",
+                "public": True,
                 "model": str(digits_model),
                 "providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
             }

@@ -77,7 +77,7 @@ def env(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterato
     config = {
         "admin": {"host": "127.0.0.1", "port": 0, "token": ADMIN_TOKEN},
         "gateway": {"shutdown_timeout_s": 10, "restart_backoff_max_s": 2},
-        "services": [{"name": "echo", "processor": "python", "entry": ECHO_ENTRY}],
+        "services": [{"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY}],
     }
     state: dict[str, Any] = {"tmp": tmp, "config": config}
     state["gw"] = GatewayProcess.start(config, tmp / "gw")
@@ -111,14 +111,18 @@ def test_create_call_scale_roll_delete_restart(env: dict[str, Any]) -> None:
     gw, tmp = env["gw"], env["tmp"]
     spec = tmp / "digits2.yaml"
     spec.write_text(
-        yaml.safe_dump({"name": "digits2", "processor": "onnx", "model": "models/digits-v1.onnx"})
+        yaml.safe_dump(
+            {"name": "digits2", "processor": "onnx", "public": True, "model": "models/digits-v1.onnx"}
+        )
     )
     out = cli(gw, "services", "create", "-f", str(spec))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "service digits2 created (1/1 workers ready; ready)"
     keeper = tmp / "keeper.json"
     keeper.write_text(
-        json.dumps({"name": "keeper", "processor": "python", "entry": ECHO_ENTRY, "workers": 2})
+        json.dumps(
+            {"name": "keeper", "processor": "python", "public": True, "entry": ECHO_ENTRY, "workers": 2}
+        )
     )
     assert cli(gw, "services", "create", "-f", str(keeper)).returncode == 0
     again = cli(gw, "services", "create", "-f", str(keeper))
@@ -152,7 +156,9 @@ def test_create_call_scale_roll_delete_restart(env: dict[str, Any]) -> None:
         down = cli(gw, "services", "scale", "digits2", "1")
         assert down.returncode == 0 and "(1/1 ready)" in down.stdout, down.stderr
         spec.write_text(
-            yaml.safe_dump({"name": "digits2", "processor": "onnx", "model": "models/digits-v2.onnx"})
+            yaml.safe_dump(
+                {"name": "digits2", "processor": "onnx", "public": True, "model": "models/digits-v2.onnx"}
+            )
         )
         roll = cli(gw, "services", "update", "-f", str(spec))
         assert roll.returncode == 0, roll.stderr
@@ -195,7 +201,7 @@ def test_update_to_a_broken_model_keeps_the_running_version(env: dict[str, Any])
     bad = tmp / "models" / "broken.onnx"
     bad.write_bytes(b"not a model")
     spec = tmp / "roll-bad.yaml"
-    spec.write_text(yaml.safe_dump({"name": "echo", "processor": "onnx", "model": str(bad)}))
+    spec.write_text(yaml.safe_dump({"name": "echo", "processor": "onnx", "public": True, "model": str(bad)}))
     out = cli(gw, "services", "update", "-f", str(spec))
     assert out.returncode == 1
     assert (
@@ -207,7 +213,7 @@ def test_update_to_a_broken_model_keeps_the_running_version(env: dict[str, Any])
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.read() == b"still here"
     invalid = tmp / "invalid.yaml"
-    invalid.write_text(yaml.safe_dump({"name": "x", "processor": "onnx", "workers": 0}))
+    invalid.write_text(yaml.safe_dump({"name": "x", "processor": "onnx", "public": True, "workers": 0}))
     out = cli(gw, "services", "create", "-f", str(invalid))
     assert out.returncode == 1
     assert "BadRequest: service (x).model: expected a non-empty string" in out.stderr
@@ -219,13 +225,15 @@ def test_a_versioned_service_is_created_rolled_and_deleted_whole(env: dict[str, 
     models = tmp / "models"
     spec = tmp / "versioned.yaml"
     versions = {1: str(models / "digits-v1.onnx"), 2: str(models / "digits-v2.onnx")}
-    spec.write_text(yaml.safe_dump({"name": "vers", "processor": "onnx", "versions": versions}))
+    spec.write_text(
+        yaml.safe_dump({"name": "vers", "processor": "onnx", "public": True, "versions": versions})
+    )
     out = cli(gw, "services", "create", "-f", str(spec))
     assert out.returncode == 0, out.stderr
     for version in ("1", "2"):
         assert http(gw.url + f"/v2/models/vers/versions/{version}/ready")[0] == 200, version
     three = {**versions, 3: versions[2]}
-    spec.write_text(yaml.safe_dump({"name": "vers", "processor": "onnx", "versions": three}))
+    spec.write_text(yaml.safe_dump({"name": "vers", "processor": "onnx", "public": True, "versions": three}))
     assert cli(gw, "services", "update", "-f", str(spec)).returncode == 0
     assert http(gw.url + "/v2/models/vers/versions/3/ready")[0] == 200
     assert http(gw.url + "/v2/models/vers/versions/1/ready")[0] == 200

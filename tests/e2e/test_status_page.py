@@ -90,9 +90,9 @@ def test_the_status_page_is_live_in_a_browser(gateway_factory: Any, browser: Any
     config = {
         "gateway": {"health_interval_s": 0.2},
         "services": [
-            {"name": "svc", "processor": "python", "entry": SLOW_START, "workers": 1,
+            {"name": "svc", "processor": "python", "public": True, "entry": SLOW_START, "workers": 1,
              "config": {"slow_file": str(marker), "start_s": 2}},
-            {"name": "jobs", "processor": "queue"},
+            {"name": "jobs", "processor": "queue", "public": True},
         ],
     }  # fmt: skip
     gw: GatewayProcess = gateway_factory(config)

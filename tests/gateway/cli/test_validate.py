@@ -16,10 +16,17 @@ def test_every_error_is_listed_with_its_place(tmp_path: Path, capsys: pytest.Cap
         "gateway": {"port": "eighty", "log_format": "xml", "shutdown_timeout_s": -1},
         "admin": {"host": "0.0.0.0", "port": 9000},
         "services": [
-            {"name": "ok", "processor": "python", "entry": ECHO_ENTRY},
-            {"name": "digits", "processor": "onnx", "model": "missing.onnx", "workers": 0, "colour": "red"},
-            {"name": "bad name!", "processor": "tensorflow", "timeout_ms": "soon"},
-            {"name": "ok", "processor": "python", "entry": ECHO_ENTRY},
+            {"name": "ok", "processor": "python", "public": True, "entry": ECHO_ENTRY},
+            {
+                "name": "digits",
+                "processor": "onnx",
+                "public": True,
+                "model": "missing.onnx",
+                "workers": 0,
+                "colour": "red",
+            },
+            {"name": "bad name!", "processor": "tensorflow", "public": True, "timeout_ms": "soon"},
+            {"name": "ok", "processor": "python", "public": True, "entry": ECHO_ENTRY},
         ],
     }
     path = tmp_path / "services.yaml"
@@ -49,7 +56,9 @@ def test_every_error_is_listed_with_its_place(tmp_path: Path, capsys: pytest.Cap
 def test_a_good_file_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ok.yaml"
     path.write_text(
-        yaml.safe_dump({"services": [{"name": "echo", "processor": "python", "entry": ECHO_ENTRY}]})
+        yaml.safe_dump(
+            {"services": [{"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY}]}
+        )
     )
     assert main(["validate", str(path)]) == 0
     assert capsys.readouterr().out.strip() == f"{path}: OK, 1 service(s): echo"

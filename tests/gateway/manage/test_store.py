@@ -15,7 +15,10 @@ from tests.e2e.gateway_proc import ECHO_ENTRY
 
 
 def _svc(name: str, **kw: object) -> ServiceConfig:
-    return parse_spec({"name": name, "processor": "python", "entry": ECHO_ENTRY, **kw})
+    spec = {"name": name, "processor": "python", "entry": ECHO_ENTRY, **kw}
+    if "token" not in kw:
+        spec["public"] = True
+    return parse_spec(spec)
 
 
 def test_the_overlay_replaces_hides_and_adds_by_name(tmp_path: Path) -> None:
@@ -43,7 +46,10 @@ def test_it_survives_a_restart_and_keeps_secrets_private(tmp_path: Path) -> None
 
 
 def test_a_stale_entry_is_left_out_not_fatal(tmp_path: Path) -> None:
-    doc = {"version": 1, "services": {"old": {"name": "old", "processor": "onnx", "model": "/no/such.onnx"}}}
+    doc = {
+        "version": 1,
+        "services": {"old": {"name": "old", "processor": "onnx", "public": True, "model": "/no/such.onnx"}},
+    }
     (tmp_path / FILE_NAME).write_text(json.dumps(doc))
     store = ManagedStore(str(tmp_path))
     store.load()
@@ -64,7 +70,7 @@ def test_a_versioned_service_round_trips(tmp_path: Path) -> None:
     for name in ("a.onnx", "b.onnx"):
         (tmp_path / name).write_bytes(b"")
     versions = {1: str(tmp_path / "a.onnx"), 2: str(tmp_path / "b.onnx")}
-    raw = {"name": "v", "processor": "onnx", "versions": versions}
+    raw = {"name": "v", "processor": "onnx", "public": True, "versions": versions}
     svc = parse_spec(raw)
     assert svc.model == str(tmp_path / "b.onnx")
     assert spec_of(svc) == raw
@@ -73,8 +79,8 @@ def test_a_versioned_service_round_trips(tmp_path: Path) -> None:
 
 def test_what_the_config_file_manages_is_refused() -> None:
     for raw in (
-        {"name": "q", "processor": "queue", "workers": 0},
-        {"name": "a", "processor": "python", "entry": ECHO_ENTRY, "async": True},
+        {"name": "q", "processor": "queue", "public": True, "workers": 0},
+        {"name": "a", "processor": "python", "public": True, "entry": ECHO_ENTRY, "async": True},
     ):
         with pytest.raises(ConfigError, match="are configured in the file"):
             parse_spec(raw)

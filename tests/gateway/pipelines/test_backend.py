@@ -29,7 +29,7 @@ def _op(name: str, cls: str, x: str, **extra: Any) -> dict[str, Any]:
 SERVICES: list[dict[str, Any]] = [
     {   # fan-out to two slow branches, fan-in with concat, then a transform
         "name": "diamond",
-        "processor": "pipeline",
+        "processor": "pipeline", "public": True,
         "pipeline": {
             "inputs": {"x": {"dtype": "float32", "shape": [-1, 2]}},
             "steps": [
@@ -46,7 +46,7 @@ SERVICES: list[dict[str, Any]] = [
     },
     {   # one slow step, its concurrency set per service by the tests below
         "name": "slow",
-        "processor": "pipeline",
+        "processor": "pipeline", "public": True,
         "pipeline": {
             "inputs": {"x": "float32"},
             "steps": [_op("wait", "Sleep", "request.x", config={"seconds": 0.15}, concurrency=2)],
@@ -55,7 +55,7 @@ SERVICES: list[dict[str, Any]] = [
     },
     {
         "name": "fast",
-        "processor": "pipeline",
+        "processor": "pipeline", "public": True,
         "pipeline": {
             "inputs": {"x": "float32"},
             "steps": [_op("scale", "Scale", "request.x", config={"factor": 3})],
@@ -64,7 +64,7 @@ SERVICES: list[dict[str, Any]] = [
     },
     {
         "name": "guarded",
-        "processor": "pipeline",
+        "processor": "pipeline", "public": True,
         "pipeline": {
             "inputs": {"x": "float32"},
             "steps": [
@@ -198,6 +198,7 @@ async def test_an_op_that_cannot_load_fails_the_start_naming_the_step(tmp_path: 
                 {
                     "name": "p",
                     "processor": "pipeline",
+                    "public": True,
                     "pipeline": {
                         "inputs": {"x": "float32"},
                         "steps": [
@@ -231,7 +232,7 @@ def _double_model(path: Path) -> Path:
 
 async def test_a_model_in_the_gateway_s_threads(tmp_path: Path) -> None:
     model = _double_model(tmp_path / "double.onnx")
-    raw = {"name": "local", "processor": "pipeline", "pipeline": {
+    raw = {"name": "local", "processor": "pipeline", "public": True, "pipeline": {
         "inputs": {"x": "float64"},  # an op's float64 is cast to the model's float32
         "steps": [
             {"name": "twice", "model": str(model), "placement": "thread", "concurrency": 2,
@@ -261,7 +262,7 @@ async def test_a_model_s_names_are_checked_when_it_loads(tmp_path: Path) -> None
         step = {"name": "m", "model": str(model), "placement": "thread", "inputs": inputs, "outputs": outputs}
         pipeline = {"inputs": {"x": "float32"}, "steps": [step], "outputs": {o: f"m.{o}" for o in outputs}}
         return parse_config(
-            {"services": [{"name": "p", "processor": "pipeline", "pipeline": pipeline}]}
+            {"services": [{"name": "p", "processor": "pipeline", "public": True, "pipeline": pipeline}]}
         ).services[0]
 
     for svc, needle in (

@@ -16,7 +16,12 @@ OPS = f"{HERE / 'fixture_ops.py'}"
 
 
 def _config(pipeline: dict[str, Any], extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"services": [*(extra or []), {"name": "p", "processor": "pipeline", "pipeline": pipeline}]}
+    return {
+        "services": [
+            *(extra or []),
+            {"name": "p", "processor": "pipeline", "public": True, "pipeline": pipeline},
+        ]
+    }
 
 
 BASE: dict[str, Any] = {
@@ -139,7 +144,7 @@ def test_a_step_referencing_an_unknown_service() -> None:
 def test_a_model_step_calls_an_onnx_service_only(tmp_path: Path) -> None:
     steps = copy.deepcopy(BASE["steps"])
     steps[0] = {"name": "a", "service": "q", "inputs": {"x": "request.x"}, "outputs": ["y"]}
-    msg = _error(_with(steps=steps), [{"name": "q", "processor": "queue"}])
+    msg = _error(_with(steps=steps), [{"name": "q", "processor": "queue", "public": True}])
     assert "(a).service" in msg and "is a queue service" in msg
 
 
@@ -177,7 +182,17 @@ def test_step_field_errors(step: dict[str, Any], needle: str) -> None:
 def test_only_a_pipeline_service_has_a_pipeline() -> None:
     with pytest.raises(ConfigError, match="only a service with processor: pipeline"):
         parse_config(
-            {"services": [{"name": "e", "processor": "python", "entry": f"{OPS}:Scale", "pipeline": {}}]}
+            {
+                "services": [
+                    {
+                        "name": "e",
+                        "processor": "python",
+                        "public": True,
+                        "entry": f"{OPS}:Scale",
+                        "pipeline": {},
+                    }
+                ]
+            }
         )
 
 
