@@ -39,21 +39,22 @@ async def infer(
 ) -> tuple[bytes, int | None]:
     """-> (answer body, JSON header length when binary tensors follow it, else None).
     ``svc``: the model as clients name it; ``runs``: the service whose workers serve
-    ``version``; ``meta``: their signature (None before a worker was ready: 503)."""
+    ``version``; ``meta``: their signature (None before a worker was ready)."""
     if len(body) > LARGE_BODY:
         # Off the loop, one large parse at a time (its Python objects take 10-20x the body).
         req = await parse_off_loop(functools.partial(v2_infer.parse_request, body, binary_header))
     else:
         req = v2_infer.parse_request(body, binary_header)
-    if meta is None:
-        raise errors.ServiceNotReady(f"model {svc.name!r} is not ready")
+    # No signature yet (no worker was ever ready): the call goes on, and the pool answers
+    # 503 naming why (a model that does not load, workers starting).
+    outputs = meta.outputs if meta is not None else ()
     types = v2_tensors.DATATYPES
-    declared = {t.name: types[t.datatype] for t in meta.outputs if t.datatype in types}
+    declared = {t.name: types[t.datatype] for t in outputs if t.datatype in types}
     arrays = await plane.infer_tensors(
         runs, req.inputs, req.output_names, request_id=request_id, timeout=timeout, declared=declared
     )
     try:
-        return v2_infer.answer(svc.name, version, req, arrays, [t.name for t in meta.outputs])
+        return v2_infer.answer(svc.name, version, req, arrays, [t.name for t in outputs])
     except KeyError as exc:
         raise proto.KServeRequestError(str(exc.args[0]), 502) from None
 

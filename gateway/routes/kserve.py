@@ -26,7 +26,15 @@ from gateway.protocols import kserve as proto
 from gateway.protocols import kserve_v1, v2_tensors
 from gateway.protocols.v2_binary import OCTET_STREAM
 from gateway.routes.body import read_body, refuse_before_body
-from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
+from gateway.state import (
+    CONFIG_KEY,
+    DATAPLANE_KEY,
+    METRICS_KEY,
+    POOLS_KEY,
+    all_ready,
+    not_ready_reason,
+    service_ready,
+)
 from gateway.versions import version_key
 from gateway.workers.metadata import ModelMetadata
 
@@ -94,7 +102,8 @@ def _signature(app: web.Application, t: _Target) -> ModelMetadata:
     worker has been ready there is none: 503, as KServe answers a model that is not ready."""
     meta: ModelMetadata | None = app[POOLS_KEY][t.runs.name].metadata
     if meta is None:
-        raise errors.ServiceNotReady(f"model {t.svc.name!r} is not ready")
+        reason = not_ready_reason(app, t.runs.name)
+        raise errors.ServiceNotReady(f"model {t.svc.name!r} is not ready" + (f": {reason}" if reason else ""))
     return meta
 
 
