@@ -33,7 +33,16 @@ from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.middleware import new_request_id
 from gateway.protocols import kserve, v2_grpc
 from gateway.protocols.v2_tensors import DATATYPES, TensorError
-from gateway.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, all_ready, service_ready
+from gateway.state import (
+    CONFIG_KEY,
+    DATAPLANE_KEY,
+    METRICS_KEY,
+    POOLS_KEY,
+    all_ready,
+    not_ready_reason,
+    service_ready,
+)
+from gateway.versions import version_key
 from gateway.workers.metadata import ModelMetadata
 
 log = logging.getLogger("gateway.grpc")
@@ -125,23 +134,41 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def _models(self) -> list[ServiceConfig]:
         return [s for s in self.config.services if s.processor in MODELS and s.name in self.pools]
 
-    def _model(self, name: str, version: str) -> ServiceConfig:
-        """An onnx service by model name: 400 for a malformed name, 404 for an unknown model
-        or version (gRPC serves a model's latest version; an empty version is that one)."""
+    def _model(self, name: str, version: str) -> tuple[ServiceConfig, ServiceConfig, str]:
+        """(the model as clients name it, the service whose workers serve ``version``, that
+        version): 400 for a malformed name, 404 for an unknown model or version. An empty
+        version is the latest, which the service serves itself."""
         try:
             svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
         except errors.ServiceNotFound:
             svc = None
         if svc is None or svc.processor not in MODELS:
             raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
-        if version not in ("", svc.version_names[-1]):
+        latest = svc.version_names[-1]
+        if version in ("", latest):
+            return svc, svc, latest
+        runs = (
+            self.plane.services.get(version_key(svc.name, version)) if version in svc.version_names else None
+        )
+        if runs is None or runs.name not in self.pools:
             raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")
-        return svc
+        return svc, runs, version
 
-    def _authorized(self, name: str, version: str, context: Context) -> ServiceConfig:
-        svc = self._model(name, version)
+    def _versions(self, svc: ServiceConfig) -> list[tuple[str, ServiceConfig]]:
+        """Every version of ``svc`` that has a worker pool, ascending."""
+        out = []
+        for v in svc.version_names:
+            runs = svc if v == svc.version_names[-1] else self.plane.services.get(version_key(svc.name, v))
+            if runs is not None and runs.name in self.pools:
+                out.append((v, runs))
+        return out
+
+    def _authorized(
+        self, name: str, version: str, context: Context
+    ) -> tuple[ServiceConfig, ServiceConfig, str]:
+        svc, runs, v = self._model(name, version)
         self.plane.authenticate(svc, auth_headers(context), "", None)
-        return svc
+        return svc, runs, v
 
     def _metadata(self, svc: ServiceConfig) -> ModelMetadata:
         meta: ModelMetadata | None = self.pools[svc.name].metadata
@@ -160,8 +187,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelReady(self, request: Any, context: Context, rid: str) -> pb.ModelReadyResponse:
-        svc = self._authorized(request.name, request.version, context)
-        return pb.ModelReadyResponse(ready=service_ready(self.app, svc.name))
+        _, runs, _ = self._authorized(request.name, request.version, context)
+        return pb.ModelReadyResponse(ready=service_ready(self.app, runs.name))
 
     @_rpc
     async def ServerMetadata(self, request: Any, context: Context, rid: str) -> pb.ServerMetadataResponse:
@@ -169,10 +196,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelMetadata(self, request: Any, context: Context, rid: str) -> pb.ModelMetadataResponse:
-        svc = self._authorized(request.name, request.version, context)
-        meta = self._metadata(svc)
+        svc, runs, _ = self._authorized(request.name, request.version, context)
+        meta = self._metadata(runs)
         resp = pb.ModelMetadataResponse(
-            name=svc.name, versions=svc.version_names[-1:], platform=meta.platform
+            name=svc.name, versions=[v for v, _ in self._versions(svc)], platform=meta.platform
         )
         for specs, into in ((meta.inputs, resp.inputs), (meta.outputs, resp.outputs)):
             for t in specs:
@@ -181,10 +208,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelConfig(self, request: Any, context: Context, rid: str) -> pb.ModelConfigResponse:
-        svc = self._authorized(request.name, request.version, context)
+        svc, runs, _ = self._authorized(request.name, request.version, context)
         b = svc.batching
         doc = kserve.triton_config(
-            svc.name, self._metadata(svc), workers=svc.workers,
+            svc.name, self._metadata(runs), workers=runs.workers,
             max_batch_size=b.max_batch_size, queue_delay_ms=b.max_latency_ms,
         )  # fmt: skip
         resp = pb.ModelConfigResponse()
@@ -194,13 +221,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelStatistics(self, request: Any, context: Context, rid: str) -> pb.ModelStatisticsResponse:
         if request.name:
-            models = [self._authorized(request.name, request.version, context)]
+            svc, runs, v = self._authorized(request.name, request.version, context)
+            figures = [(svc.name, v, self.plane.stats[runs.name])]
+            if not request.version:  # every version of the model, as over REST
+                figures = [(svc.name, v, self.plane.stats[r.name]) for v, r in self._versions(svc)]
         else:  # every model whose token the caller holds (or that is open), as over REST
             headers = auth_headers(context)
             models = [s for s in self._models() if self._allowed(s, headers)]
-        doc = kserve.triton_statistics(
-            [(s.name, s.version_names[-1], self.plane.stats[s.name]) for s in models]
-        )
+            figures = [(s.name, v, self.plane.stats[r.name]) for s in models for v, r in self._versions(s)]
+        doc = kserve.triton_statistics(figures)
         resp = pb.ModelStatisticsResponse()
         json_format.ParseDict(json.loads(doc), resp, ignore_unknown_fields=True)
         return resp
@@ -216,14 +245,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def RepositoryIndex(self, request: Any, context: Context, rid: str) -> pb.RepositoryIndexResponse:
         resp = pb.RepositoryIndexResponse()
         for svc in self._models():
-            ok = service_ready(self.app, svc.name)
-            if request.ready and not ok:
-                continue
-            entry = resp.models.add(
-                name=svc.name, version=svc.version_names[-1], state="READY" if ok else "UNAVAILABLE"
-            )
-            if not ok:
-                entry.reason = "no ready worker"
+            for v, runs in self._versions(svc):
+                ok = service_ready(self.app, runs.name)
+                if request.ready and not ok:
+                    continue
+                entry = resp.models.add(name=svc.name, version=v, state="READY" if ok else "UNAVAILABLE")
+                if not ok:
+                    entry.reason = not_ready_reason(self.app, runs.name) or "no ready worker"
         return resp
 
     async def RepositoryModelLoad(self, request: Any, context: Context) -> pb.RepositoryModelLoadResponse:
@@ -241,7 +269,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """One inference; raises GatewayError or TensorError. Counted in the gateway's metrics."""
         arrived = time.monotonic()
         started = time.perf_counter()
-        svc = self._model(request.model_name, request.model_version)
+        svc, runs, version = self._model(request.model_name, request.model_version)
         status = 500
         try:
             self.plane.authenticate(svc, auth_headers(context), "", None)
@@ -250,18 +278,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 call = await asyncio.to_thread(v2_grpc.parse_infer, request)  # a Python loop per element
             else:
                 call = v2_grpc.parse_infer(request)  # numeric tensors: views, no loop
-            meta: ModelMetadata | None = self.pools[svc.name].metadata
+            meta: ModelMetadata | None = self.pools[runs.name].metadata
             declared = None
             order = list(call.outputs)
             if meta is not None:
                 declared = {t.name: DATATYPES[t.datatype] for t in meta.outputs if t.datatype in DATATYPES}
                 order = order or [t.name for t in meta.outputs]
             arrays = await self.plane.infer_tensors(
-                svc, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared
+                runs, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared
             )
             order += [n for n in arrays if n not in order]
             build = functools.partial(
-                v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed
+                v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed, version=version
             )
             if sum(a.size for a in arrays.values() if call.typed or a.dtype.kind in "OSU") > _LARGE:
                 resp = await asyncio.to_thread(build)  # element by element: off the event loop

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
+import yaml
 
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.e2e.kserve_models import build_mixed
@@ -69,6 +71,7 @@ def gw(
     tmp_path_factory: pytest.TempPathFactory, versions: dict[str, Path], digits_model: Path
 ) -> Iterator[GatewayProcess]:
     config = {
+        "gateway": {"grpc_port": free_port()},
         "services": [
             {"name": "mixed", "processor": "onnx", "versions": {int(v): str(p) for v, p in versions.items()},
              "token": TOKEN, "workers": 1},
@@ -81,6 +84,12 @@ def gw(
         yield proc
     finally:
         proc.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def expected(versions: dict[str, Path], version: str = "2") -> dict[str, np.ndarray]:
@@ -308,3 +317,42 @@ def test_the_curl_examples_in_the_docs_run_as_written(
         else:
             rows = np.array(sent["instances"], dtype=np.float32)
             assert [p["label"] for p in answer["predictions"]] == sess.run(None, {"input": rows})[0].tolist()
+
+
+def test_grpc_routes_versions_as_rest_does(gw: GatewayProcess, versions: dict[str, Path]) -> None:
+    """Over V2 gRPC too: a version's metadata, readiness, config and inference, the latest for
+    an empty version, NOT_FOUND for a version the model does not have, one index entry each."""
+    import grpc
+
+    from gateway._proto import grpc_service_pb2 as pb
+    from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+    from gateway.protocols.v2_tensors import to_raw
+
+    port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
+    auth = (("authorization", f"Bearer {TOKEN}"),)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="mixed", version="1"), metadata=auth)
+        assert list(meta.versions) == ["1", "2"]
+        for version in ("1", "2", ""):
+            ready = stub.ModelReady(pb.ModelReadyRequest(name="mixed", version=version), metadata=auth)
+            assert ready.ready
+            req = pb.ModelInferRequest(model_name="mixed", model_version=version)
+            for name, arr, datatype in (("x", X, "FP32"), ("n", N, "INT64"), ("s", S, "BYTES")):
+                req.inputs.add(name=name, datatype=datatype, shape=arr.shape)
+                req.raw_input_contents.append(bytes(to_raw(arr)))
+            resp = stub.ModelInfer(req, metadata=auth, timeout=30)
+            assert resp.model_version == (version or "2")
+            want = expected(versions, version or "2")
+            for out, raw in zip(resp.outputs, resp.raw_output_contents, strict=True):
+                if out.datatype != "BYTES":
+                    got = np.frombuffer(raw, dtype=want[out.name].dtype).reshape(out.shape)
+                    np.testing.assert_allclose(got, want[out.name], rtol=1e-6)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.ModelMetadata(pb.ModelMetadataRequest(name="mixed", version="3"), metadata=auth)
+        assert info.value.code() == grpc.StatusCode.NOT_FOUND
+        index = stub.RepositoryIndex(pb.RepositoryIndexRequest(), metadata=auth)
+        assert [(m.name, m.version) for m in index.models if m.name == "mixed"] == [
+            ("mixed", "1"),
+            ("mixed", "2"),
+        ]

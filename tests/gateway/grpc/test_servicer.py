@@ -61,7 +61,7 @@ async def test_health_metadata_and_index(live: tuple[Live, pb_grpc.GRPCInference
     assert not (await stub.ServerReady(pb.ServerReadyRequest())).ready
     assert not (await stub.ModelReady(pb.ModelReadyRequest(name="digits"), metadata=AUTH)).ready
     index = await stub.RepositoryIndex(pb.RepositoryIndexRequest())
-    assert [(m.state, m.reason) for m in index.models] == [("UNAVAILABLE", "no ready worker")]
+    assert [(m.state, m.reason) for m in index.models] == [("UNAVAILABLE", "it has no ready worker")]
     assert not (await stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True))).models
 
 
