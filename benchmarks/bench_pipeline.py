@@ -69,7 +69,7 @@ def build_models(out: Path) -> dict[str, Path]:
 def write_config(work: Path, models: dict[str, Path], port: int) -> Path:
     """The three services, and two pipelines of the same three steps: ``chain`` runs its own
     copies of the models in the gateway's threads, ``chain-workers`` calls the services."""
-    svc = "{name: %s, processor: onnx, model: %s, workers: 1, max_pending: 4096}"
+    svc = "{name: %s, processor: onnx, public: true, model: %s, workers: 1, max_pending: 4096}"
     inputs = {"features": "pixels: request.pixels", "classify": "features: features.features",
               "top": "probabilities: classify.probabilities"}  # fmt: skip
     outputs = {"features": "features", "classify": "probabilities", "top": "indices"}
@@ -86,6 +86,7 @@ def write_config(work: Path, models: dict[str, Path], port: int) -> Path:
         lines += [
             f"  - name: {pipeline}",
             "    processor: pipeline",
+            "    public: true",
             "    max_pending: 4096",
             "    pipeline:",
             "      inputs: {pixels: {dtype: float32, shape: [-1, 64]}}",
@@ -191,7 +192,7 @@ def runner_overhead_us(n: int = 20_000) -> float:
 
     cast = {"transform": "cast", "args": {"dtype": "float32"}, "outputs": ["y"]}
     raw = {
-        "services": [{"name": "p", "processor": "pipeline", "pipeline": {
+        "services": [{"name": "p", "processor": "pipeline", "public": True, "pipeline": {
             "inputs": {"x": "float32"},
             "steps": [{"name": "a", "inputs": {"x": "request.x"}, **cast},
                       {"name": "b", "inputs": {"x": "a.y"}, **cast},

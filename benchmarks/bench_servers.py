@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import PY, ROOT, Child, free_port, median, pin, run_wrk, tree_pids
+from _harness import PY, ROOT, Child, Target, free_port, median, pin, report_targets, run_wrk, tree_pids
 
 TOKEN = "bench-token-0123456789"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -368,6 +368,17 @@ def report(rows: list[dict[str, Any]], samples: Samples, args: Any) -> None:
     for g in goals:
         verdict = "pass" if g["pass"] else "MISS"
         print(f"  {g['figure']:<46}{g['value']:>7.2f}x   goal {g['goal']:<8}{verdict}")
+    targets = [
+        Target(
+            f"servers: {g['figure']}",
+            g["value"],
+            g["goal"].split()[0],
+            float(g["goal"].split()[1].rstrip("x")),
+            "x",
+        )
+        for g in goals
+    ]
+    report_targets("bench_servers", targets)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "servers.json"
     doc = {"rounds": args.rounds, "seconds": args.seconds, "rows": rows, "goals": goals}
