@@ -3,7 +3,8 @@
 httptools (llhttp, the C parser Node.js uses) checks the syntax; this class decides
 which requests are *simple* enough to answer on the fast path:
 
-* ``HTTP/1.1``, method GET/POST/PUT/DELETE, origin-form target under ``/api/predict/``
+* ``HTTP/1.1``, method GET/POST/PUT/DELETE, origin-form target under ``/api/predict/`` or
+  ``/v2/models/`` (V2 inference)
   without ``%`` or ``#`` in the path, a ``Content-Length`` body (or none) within the size
   limit, no ``Transfer-Encoding``, ``Upgrade`` or ``Expect`` header, no line longer than
   aiohttp accepts, and the owner's ``accept`` says yes;
@@ -31,7 +32,8 @@ MAX_HEAD = 64 * 1024
 # aiohttp refuses (400) a request line or a header line longer than this: hand such heads over.
 _MAX_LINE = 8190
 _METHODS = frozenset(("GET", "POST", "PUT", "DELETE"))
-_PREFIX = PREDICT_PATH_PREFIX
+# Targets the fast path considers at all (the owner's ``accept`` picks the exact paths).
+_PREFIXES = (PREDICT_PATH_PREFIX, "/v2/models/")
 # A request with any of these goes to aiohttp (it implements them; we do not).
 _HAND_OVER = frozenset(("transfer-encoding", "upgrade", "expect"))
 
@@ -201,10 +203,10 @@ class Connection:
         if len(request_line) != 3:
             return None
         method, target, version = request_line
-        if version != "HTTP/1.1" or method not in _METHODS or not target.startswith(_PREFIX):
+        if version != "HTTP/1.1" or method not in _METHODS or not target.startswith(_PREFIXES):
             return None
         path, _, qs = target.partition("?")
-        if "%" in path or "#" in target or len(path) <= len(_PREFIX):
+        if "%" in path or "#" in target or path in _PREFIXES:
             return None
         pairs = [line.partition(":") for line in lines]
         # Built from the last pair to the first, so the first value of a repeated name wins

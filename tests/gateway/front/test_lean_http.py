@@ -165,6 +165,14 @@ def test_connection_hands_over_what_accept_refuses_and_a_malformed_head() -> Non
     assert isinstance(conn.next(), tuple)
     assert conn.next() == HAND_OVER and bytes(conn.buf) == no
     assert seen == [("POST", "/api/predict/yes", 3), ("POST", "/api/predict/no", 3)]
+    # V2 inference paths are considered too; other targets never reach ``accept``.
+    v2 = Connection(100, accept)
+    v2.receive(
+        REQ.replace(b"/api/predict/q ", b"/v2/models/m/infer ") + REQ.replace(b"/api/predict/q ", b"/v1/m ")
+    )
+    assert v2.next() == HAND_OVER
+    assert seen[-1] == ("POST", "/v2/models/m/infer", 3)
+    assert not any(path == "/v1/m" for _, path, _ in seen)
     bad = Connection(100)
     bad.receive(b"GET /api/predict/q HTTP/1.1\r\nBad Header: x\r\n\r\n")
     assert bad.next() == HAND_OVER and bytes(bad.buf).startswith(b"GET /api/predict/q")
