@@ -30,9 +30,11 @@ from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.config import ServiceConfig
 from gateway.grpc.status import grpc_code, trailers
 from gateway.logging import ACCESS_LOGGER, log_access
+from gateway.manage.manager import MANAGER_KEY
 from gateway.middleware import new_request_id
 from gateway.protocols import kserve, v2_grpc
 from gateway.protocols.v2_tensors import DATATYPES, TensorError
+from gateway.routes.repository import authorize_model_control
 from gateway.state import (
     CONFIG_KEY,
     DATAPLANE_KEY,
@@ -187,7 +189,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelReady(self, request: Any, context: Context, rid: str) -> pb.ModelReadyResponse:
-        _, runs, _ = self._authorized(request.name, request.version, context)
+        try:
+            _, runs, _ = self._authorized(request.name, request.version, context)
+        except (errors.ServiceNotFound, errors.NotFound):
+            # A model (or version) not served, or unloaded: not ready, as Triton answers.
+            return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=service_ready(self.app, runs.name))
 
     @_rpc
@@ -254,13 +260,27 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     entry.reason = not_ready_reason(self.app, runs.name) or "no ready worker"
         return resp
 
-    async def RepositoryModelLoad(self, request: Any, context: Context) -> pb.RepositoryModelLoadResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NO_LOAD)
-        raise AssertionError("unreachable: abort() raises")  # pragma: no cover
+    @_rpc
+    async def RepositoryModelLoad(
+        self, request: Any, context: Context, rid: str
+    ) -> pb.RepositoryModelLoadResponse:
+        """Triton's model control, as over REST: the admin token, then the service manager
+        starts an unloaded model or rolls a loaded one."""
+        name = authorize_model_control(
+            self.app, auth_headers(context).get("Authorization"), request.model_name
+        )
+        await self.app[MANAGER_KEY].load(name)
+        return pb.RepositoryModelLoadResponse()
 
-    async def RepositoryModelUnload(self, request: Any, context: Context) -> pb.RepositoryModelUnloadResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, _NO_LOAD)
-        raise AssertionError("unreachable: abort() raises")  # pragma: no cover
+    @_rpc
+    async def RepositoryModelUnload(
+        self, request: Any, context: Context, rid: str
+    ) -> pb.RepositoryModelUnloadResponse:
+        name = authorize_model_control(
+            self.app, auth_headers(context).get("Authorization"), request.model_name
+        )
+        await self.app[MANAGER_KEY].unload(name)
+        return pb.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ inference
     async def _infer(
@@ -338,6 +358,5 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 _STREAM_PATH = f"{SERVICE_PATH}/ModelStreamInfer"
-_NO_LOAD = "loading and unloading models is not supported: models are the services of the configuration"
 
 __all__ = ["SERVER_NAME", "InferenceServicer", "auth_headers"]

@@ -22,16 +22,23 @@ from gateway.state import CONFIG_KEY
 PREFIX = "/v2/repository/models/{model}"
 
 
-def _authorize(request: web.Request) -> str:
-    admin = request.app[CONFIG_KEY].admin
+def authorize_model_control(app: web.Application, authorization: str | None, name: str) -> str:
+    """The checks before a load or unload, over REST or gRPC: model control on (an admin
+    token configured, else 403), that token presented (else 401), a valid model name (400)."""
+    admin = app[CONFIG_KEY].admin
     if admin is None or not admin.token:
         raise errors.Forbidden("model control is off: it needs admin.token in the gateway's config")
-    if not token_matches(request.headers.get("Authorization"), admin.token):
+    if not token_matches(authorization, admin.token):
         raise errors.Unauthorized("invalid or missing admin token")
-    name = request.match_info["model"]
     if not SERVICE_NAME_RE.fullmatch(name):
         raise errors.InvalidServiceName("invalid model name")
     return name
+
+
+def _authorize(request: web.Request) -> str:
+    return authorize_model_control(
+        request.app, request.headers.get("Authorization"), request.match_info["model"]
+    )
 
 
 async def load(request: web.Request) -> web.Response:

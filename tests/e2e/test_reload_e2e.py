@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -52,6 +53,36 @@ print(json.dumps(out))
 """
 
 
+TRITON_GRPC = r"""
+import json, sys
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+url, token = sys.argv[1], sys.argv[2]
+client = grpcclient.InferenceServerClient(url)
+admin = {"authorization": "Bearer " + token}
+out = {}
+try:
+    client.unload_model("digits")
+except InferenceServerException as exc:
+    out["without_token"] = exc.status()
+client.unload_model("digits", headers=admin)
+out["after_unload"] = client.is_model_ready("digits")
+client.load_model("digits", headers=admin)
+out["after_load"] = client.is_model_ready("digits")
+inp = grpcclient.InferInput("input", [1, 64], "FP32")
+inp.set_data_from_numpy(np.full((1, 64), 0.5, dtype=np.float32))
+out["label"] = client.infer("digits", [inp]).as_numpy("label").tolist()
+print(json.dumps(out))
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _post(url: str, body: bytes) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method="POST")
     try:
@@ -62,10 +93,13 @@ def _post(url: str, body: bytes) -> tuple[int, bytes]:
             return exc.code, exc.read()
 
 
+GRPC_PORT = _free_port()  # one port for the module: a reloaded file keeps the listener's
+
+
 def _config(tmp: Path, services: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "admin": {"host": "127.0.0.1", "port": 0, "token": ADMIN_TOKEN},
-        "gateway": {"shutdown_timeout_s": 10, "data_dir": str(tmp / "data")},
+        "gateway": {"shutdown_timeout_s": 10, "data_dir": str(tmp / "data"), "grpc_port": GRPC_PORT},
         "services": services,
     }
 
@@ -156,4 +190,23 @@ def test_triton_model_control(env: dict[str, Any]) -> None:
         "after_load": True,
         "label": result["label"],
     }
+    assert len(result["label"]) == 1
+
+
+def test_triton_model_control_over_grpc(env: dict[str, Any]) -> None:
+    """The same model control through tritonclient.grpc: the admin token in the call's
+    metadata, the service manager behind it."""
+    if not CLIENTS_PYTHON.exists():
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{CLIENTS_PYTHON} missing; run scripts/setup.sh")
+        pytest.skip(".venv-clients is not built")
+    assert env["gw"].proc.poll() is None  # the module's gateway, on GRPC_PORT
+    proc = subprocess.run(
+        [str(CLIENTS_PYTHON), "-c", TRITON_GRPC, f"127.0.0.1:{GRPC_PORT}", ADMIN_TOKEN],
+        capture_output=True, text=True, timeout=120, env={"PATH": os.environ.get("PATH", "")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["without_token"] == "StatusCode.UNAUTHENTICATED"
+    assert (result["after_unload"], result["after_load"]) == (False, True)
     assert len(result["label"]) == 1

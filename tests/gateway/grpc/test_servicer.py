@@ -80,10 +80,11 @@ async def test_lookups_and_tokens(live: tuple[Live, pb_grpc.GRPCInferenceService
          grpc.StatusCode.NOT_FOUND),
         (stub.ModelInfer(infer_request("nosuch")), grpc.StatusCode.NOT_FOUND),
         (stub.ModelInfer(infer_request()), grpc.StatusCode.UNAUTHENTICATED),
+        # Model control is off without an admin token in the config.
         (stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="digits")),
-         grpc.StatusCode.UNIMPLEMENTED),
+         grpc.StatusCode.PERMISSION_DENIED),
         (stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name="digits")),
-         grpc.StatusCode.UNIMPLEMENTED),
+         grpc.StatusCode.PERMISSION_DENIED),
     ]  # fmt: skip
     for call, code in cases:
         with pytest.raises(grpc.aio.AioRpcError) as info:
