@@ -356,3 +356,22 @@ def test_grpc_routes_versions_as_rest_does(gw: GatewayProcess, versions: dict[st
             ("mixed", "1"),
             ("mixed", "2"),
         ]
+
+
+def test_tritonclient_grpc_calls_each_version(
+    gw: GatewayProcess, versions: dict[str, Path], tmp_path: Path
+) -> None:
+    port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
+    run_client(".venv-clients", "triton_grpc_versions.py", f"127.0.0.1:{port}", TOKEN, str(tmp_path))
+    res = json.loads((tmp_path / "versions.json").read_text())
+    assert res["versions"] == ["1", "2"] and all(res["ready"].values())
+    assert [tuple(m) for m in res["index"] if m[0] == "mixed"] == [
+        ("mixed", "1", "READY"),
+        ("mixed", "2", "READY"),
+    ]
+    assert res["unknown_version"] == "StatusCode.NOT_FOUND"
+    with np.load(tmp_path / "versions.npz") as got:
+        for version, label in (("1", "1"), ("2", "2"), ("2", "default")):
+            want = expected(versions, version)
+            for name in ("scores", "count"):
+                np.testing.assert_allclose(got[f"{label}/{name}"], want[name], rtol=1e-6)
