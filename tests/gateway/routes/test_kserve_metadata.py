@@ -56,7 +56,7 @@ async def test_metadata_before_any_worker_was_ready_is_503_model_not_ready(
     for path in ("/v2/models/m", "/v2/models/m/versions/1"):
         resp = await client.get(path)
         assert resp.status == 503
-        assert await resp.json() == {"error": "model 'm' is not ready"}
+        assert await resp.json() == {"error": "model 'm' is not ready: it has no ready worker"}
         assert resp.headers["Retry-After"] == "1"
     resp = await client.get("/v2/models/m/ready")
     assert resp.status == 503 and await resp.json() == {"name": "m", "ready": False}
