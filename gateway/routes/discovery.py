@@ -6,8 +6,8 @@ old Python) answer ``{"endpoints": {"items": [{"ip", "port", "weight"}]}}``.
 Weights are integers (a float breaks the reference client's gcd). Open by
 default, since the reference client sends no token here; with
 ``gateway.discovery_requires_token`` the service's token is required.
-Queue and async services are served by the gateway itself, so their only
-endpoint is the gateway's own address.
+Queue, async and pipeline services are served by the gateway itself, so their
+only endpoint is the gateway's own address.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def _handler(prefix: str) -> Any:
             plane.authenticate(svc, request.headers, request.rel_url.raw_path, None)
         items: list[dict[str, Any]] = []
         pool = request.app[POOLS_KEY].get(svc.name)
-        if pool is not None and not svc.async_:
+        # Queue, async and pipeline services run in the gateway itself: their direct endpoint
+        # is the gateway's own address (no hop to skip).
+        if pool is not None and not svc.async_ and svc.pipeline is None:
             for host, port in pool.ready_endpoints():
                 items.append({"ip": str(host), "port": int(port), "weight": WEIGHT})
         else:

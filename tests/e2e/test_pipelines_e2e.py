@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from eas_sdk import QueueClient
+from eas_sdk import ENDPOINT_TYPE_DIRECT, PredictClient, QueueClient, StringRequest
 from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.e2e.pipeline_http import post, sample_client, wait_ready
@@ -168,6 +168,23 @@ def test_a_transformer_in_front_of_a_shared_predictor(gw: GatewayProcess) -> Non
         time.sleep(0.1)
     assert _features_runs(gw) > runs_before
     assert gw.services()["transformer"].get("workers", []) == []  # no model copy of its own
+
+
+def test_direct_mode_reaches_a_pipeline_at_its_gateway(gw: GatewayProcess) -> None:
+    """Discovery publishes the gateway itself for a pipeline (it runs there), so the SDK in
+    direct mode calls it like any service; a model service still lists its workers."""
+    status, doc = gw.get_json("/api/v1/servicediscovery/upstreams/transformer")
+    assert status == 200 and [(i["ip"], i["port"]) for i in doc["endpoints"]["items"]] == [
+        ("127.0.0.1", gw.port)
+    ]
+    status, workers = gw.get_json("/api/v1/servicediscovery/upstreams/features")
+    assert status == 200 and all(i["port"] != gw.port for i in workers["endpoints"]["items"])
+    pixels = _pixels(2)
+    with PredictClient(gw.endpoint, "transformer", endpoint_type=ENDPOINT_TYPE_DIRECT) as client:
+        body = json.loads(
+            client.predict(StringRequest(json.dumps({"inputs": {"pixels": pixels.tolist()}}))).response_data
+        )
+    assert np.reshape(body["outputs"]["features"]["data"], (2, 16)).shape == (2, 16)
 
 
 def test_fan_out_and_fan_in_over_model_steps(gw: GatewayProcess) -> None:
