@@ -48,6 +48,7 @@ from gateway.config_values import open_service_warnings as open_service_warnings
 from gateway.config_values import tokens_of as _tokens_of
 from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
 
+_UNSET = object()  # an entry that could not be expanded
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
@@ -395,10 +396,11 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(services_raw, list):
         errs.add("services: expected a list")
         services_raw = []
-    parsed = [
-        errs.check(_service, errs.check(_expand, s, f"services[{i}]"), i, base)
-        for i, s in enumerate(services_raw)
-    ]
+    parsed = []
+    for i, raw_svc in enumerate(services_raw):
+        # An entry whose ${VAR} is not set is reported once, for that, not again as malformed.
+        expanded = errs.check(_expand, raw_svc, f"services[{i}]", default=_UNSET)
+        parsed.append(None if expanded is _UNSET else errs.check(_service, expanded, i, base))
     for i, svc in enumerate(parsed):
         if svc is not None:
             errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")

@@ -115,3 +115,11 @@ def test_any_yaml_text_is_a_config_or_a_config_error(tmp_path: Path, text: str) 
         _load(tmp_path, text)
     except ConfigError:
         pass
+
+
+def test_an_unset_variable_is_reported_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOPE_TOKEN", raising=False)
+    with pytest.raises(ConfigError) as info:
+        parse_config({"services": [{"name": "a", "processor": "queue", "token": "${NOPE_TOKEN}"}]})
+    assert "environment variable NOPE_TOKEN is not set" in str(info.value)
+    assert "expected a mapping" not in str(info.value)  # no follow-on error for the same entry
