@@ -54,9 +54,14 @@ def browser() -> Iterator[Any]:
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
     while True:
-        value = check()
+        try:
+            value = check()
+        except StaleElementReferenceException:  # the page redrew it between find and read
+            value = None
         if value:
             return value
         assert time.monotonic() < deadline, f"the page never showed {what}"
@@ -104,8 +109,9 @@ def test_the_status_page_is_live_in_a_browser(gateway_factory: Any, browser: Any
     browser.get(gw.url + "/status")
     _wait("the live stream", lambda: browser.find_element(By.ID, "live").text == "live")
     assert _field(browser, "svc", "requests_total") == "0"
-    assert browser.find_element(By.CSS_SELECTOR, '[data-queue="jobs"] [data-field="length"]').text == "3"
-    assert browser.find_element(By.CSS_SELECTOR, '[data-queue="jobs"] [data-field="lag"]').text == "3"
+    for field in ("length", "lag"):
+        css = f'[data-queue="jobs"] [data-field="{field}"]'
+        _wait(f"the queue's {field}", lambda css=css: browser.find_element(By.CSS_SELECTOR, css).text == "3")
 
     stop = threading.Event()
     loader = threading.Thread(target=_load, args=(gw.url, stop), daemon=True)
