@@ -61,11 +61,12 @@ def test_a_stalled_watcher_costs_no_cpu_and_bounded_memory(server: QueueServer) 
     try:
         time.sleep(0.5)  # the writer fills the socket buffers and stops
         proc.cpu_percent(interval=None)
-        time.sleep(1.0)
+        time.sleep(2.0)  # long enough for the clock-tick accounting to resolve a few percent
         cpu = proc.cpu_percent(interval=None)
         grown_mb = (proc.memory_info().rss - base_rss) / (1 << 20)
         print(f"cpu {cpu:.1f}% rss +{grown_mb:.1f} MB")
-        assert cpu < 8.0, f"{cpu:.1f}% CPU while the watcher is stalled"
+        # Polling for the peer every few ms cost about 30%; the server's own timers a few %.
+        assert cpu < 15.0, f"{cpu:.1f}% CPU while the watcher is stalled"
         # The records are the store's; what waits for the peer is at most a few hundred kB
         # (writing the whole hand-out at once would copy all 36 MB into the socket's buffer).
         assert grown_mb < 16, f"RSS grew {grown_mb:.0f} MB"
