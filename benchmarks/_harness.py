@@ -191,6 +191,24 @@ class Child:
         self.stop()
 
 
+def start_gateway(config: Path, env: dict[str, str]) -> tuple[Child, str]:
+    """``python -m gateway serve --config CONFIG`` pinned to core 0 on a free port; returns once
+    it listens: (the child, its ``host:port``). A gateway that does not start ends the run."""
+    port_file = config.parent / "port"
+    port_file.unlink(missing_ok=True)
+    argv = [*pin(0), PY, "-m", "gateway", "serve", "--config", str(config), "--port", "0",
+            "--port-file", str(port_file)]  # fmt: skip
+    gateway = Child(argv, env=env)
+    deadline = time.monotonic() + 120
+    while not port_file.exists() or not port_file.read_text().strip():
+        if gateway.proc.poll() is not None or time.monotonic() > deadline:
+            out = gateway.output()
+            gateway.stop()
+            raise SystemExit(f"gateway did not start:\n{out[-3000:]}")
+        time.sleep(0.1)
+    return gateway, port_file.read_text().strip()
+
+
 def stop_group(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL if stuck."""
     if proc.poll() is None:

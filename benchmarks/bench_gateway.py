@@ -21,7 +21,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from _harness import (
     pin,
     report_targets,
     run_wrk,
+    start_gateway,
     tree_pids,
     wait_port,
 )
@@ -92,34 +92,11 @@ def main() -> None:
         "services:\n"
         f"  - name: digits\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
     )
-    port_file = work / "port"
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="INFO" if args.access_log else "WARNING")
     hello_port = free_port()
-    gateway = Child(
-        [
-            *pin(0),
-            PY,
-            "-m",
-            "gateway",
-            "serve",
-            "--config",
-            str(cfg),
-            "--port",
-            "0",
-            "--port-file",
-            str(port_file),
-        ],
-        env=env,
-    )
+    gateway, gw_addr = start_gateway(cfg, env)
     hello = Child([*pin(0), PY, str(ROOT / "benchmarks" / "hello_server.py"), str(hello_port)], env=env)
     try:
-        deadline = time.monotonic() + 120
-        while not port_file.exists() or not port_file.read_text().strip():
-            if gateway.proc.poll() is not None or time.monotonic() > deadline:
-                out = gateway.output()
-                raise SystemExit(f"gateway did not start:\n{out[-3000:]}")
-            time.sleep(0.1)
-        gw_addr = port_file.read_text().strip()
         wait_port(hello_port)
         with urllib.request.urlopen(f"http://{gw_addr}/api/v1/servicediscovery/upstreams/digits") as r:
             items = json.load(r)["endpoints"]["items"]

@@ -34,7 +34,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import NCPU, PY, Child, cpu_seconds, free_port, median, pin, tree_pids
+from _harness import NCPU, Child, cpu_seconds, free_port, median, tree_pids
+from _harness import start_gateway as harness_start_gateway
 
 TOKEN = "bench-grpc-token-7d2e9c4b1a"
 SHAPE = (1, 3, 224, 224)
@@ -71,30 +72,8 @@ def start_gateway(work: Path, model: Path, grpc_port: int) -> tuple[Child, str]:
         "services:\n"
         f"  - name: pool\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
     )
-    port_file = work / "port"
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
-    argv = [
-        *pin(0),
-        PY,
-        "-m",
-        "gateway",
-        "serve",
-        "--config",
-        str(cfg),
-        "--port",
-        "0",
-        "--port-file",
-        str(port_file),
-    ]
-    gateway = Child(argv, env=env)
-    deadline = time.monotonic() + 120
-    while not port_file.exists() or not port_file.read_text().strip():
-        if gateway.proc.poll() is not None or time.monotonic() > deadline:
-            out = gateway.output()
-            gateway.stop()
-            raise SystemExit(f"gateway did not start:\n{out[-3000:]}")
-        time.sleep(0.1)
-    return gateway, port_file.read_text().strip()
+    return harness_start_gateway(cfg, env)
 
 
 async def drive(call: Callable[[], Awaitable[np.ndarray]], conns: int, seconds: float) -> float:

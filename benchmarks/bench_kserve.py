@@ -24,7 +24,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import PY, Child, median, pin, run_wrk, tree_pids
+from _harness import median, run_wrk, start_gateway, tree_pids
 
 TOKEN = "bench-token-0123456789"
 SHAPE = (1, 3, 224, 224)
@@ -121,29 +120,9 @@ def main() -> None:
         f"services:\n  - name: pool\n    token: {TOKEN}\n    processor: onnx\n"
         f"    model: {model}\n    workers: 1\n"
     )
-    port_file = work / "port"
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
-    argv = [
-        *pin(0),
-        PY,
-        "-m",
-        "gateway",
-        "serve",
-        "--config",
-        str(cfg),
-        "--port",
-        "0",
-        "--port-file",
-        str(port_file),
-    ]
-    gateway = Child(argv, env=env)
+    gateway, addr = start_gateway(cfg, env)
     try:
-        deadline = time.monotonic() + 120
-        while not port_file.exists() or not port_file.read_text().strip():
-            if gateway.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"gateway did not start:\n{gateway.output()[-3000:]}")
-            time.sleep(0.1)
-        addr = port_file.read_text().strip()
         pids = tree_pids(gateway.pid)
         urls = {
             "eas": f"http://{addr}/api/predict/pool",

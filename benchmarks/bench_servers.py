@@ -37,7 +37,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import PY, ROOT, Child, Target, free_port, median, pin, report_targets, run_wrk, tree_pids
+from _harness import (
+    ROOT,
+    Child,
+    Target,
+    free_port,
+    median,
+    pin,
+    report_targets,
+    run_wrk,
+    start_gateway,
+    tree_pids,
+)
 
 TOKEN = "bench-token-0123456789"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -156,17 +167,9 @@ def start_servers(work: Path, models: dict[str, tuple[Path, str]]) -> tuple[dict
         "gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n"
         f"  data_dir: {work / 'data'}\nservices:\n{services}"
     )
-    port_file = work / "port"
-    gw = Child(
-        [*pin(0), PY, "-m", "gateway", "serve", "--config", str(cfg), "--port-file", str(port_file)], env=env
-    )
+    gw, addr = start_gateway(cfg, env)
     children.append(gw)
-    deadline = time.monotonic() + 120
-    while not port_file.exists() or not port_file.read_text().strip():
-        if gw.proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"gateway did not start:\n{gw.output()[-3000:]}")
-        time.sleep(0.1)
-    bases: dict[str, Any] = {"gateway": (f"http://{port_file.read_text().strip()}", gw)}
+    bases: dict[str, Any] = {"gateway": (f"http://{addr}", gw)}
     for name in models:
         wait_http(f"{bases['gateway'][0]}/v2/models/{name}/ready", gw)
 
