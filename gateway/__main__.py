@@ -6,4 +6,6 @@ import sys
 
 from gateway.cli import main
 
-sys.exit(main())
+# Guarded: a helper process started with ``spawn`` imports this module again.
+if __name__ == "__main__":
+    sys.exit(main())

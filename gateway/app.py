@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gateway import parse_pool
 from gateway.admission import Admission, AdmissionLimits
 from gateway.auth import SignaturePolicy, replay_cache
 from gateway.config import Config, GatewayConfig, ServiceConfig
@@ -211,3 +212,4 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in current.values()), return_exceptions=True)
     if qm is not None:
         await qm.stop()
+    await asyncio.to_thread(parse_pool.shutdown)

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from gateway import errors
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
+from gateway.parse_pool import parse_off_loop
 from gateway.protocols import kserve as proto
 from gateway.protocols import v2_infer, v2_tensors
-from gateway.routes.body import parse_off_loop
 from gateway.workers.metadata import ModelMetadata
 
 LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop

@@ -7,10 +7,7 @@ direct port (for the calls its lean protocol hands over).
 from __future__ import annotations
 
 import asyncio
-import weakref
 import zlib
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
@@ -51,23 +48,6 @@ def inflate(data: bytes, encoding: str, max_bytes: int) -> bytes:
     if not d.eof:
         raise errors.BadRequest(f"the {encoding} body is truncated")
     return out
-
-
-# One parse at a time per event loop (tests run several loops in one process).
-_PARSING: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = weakref.WeakKeyDictionary()
-T = TypeVar("T")
-
-
-async def parse_off_loop(fn: Callable[[], T]) -> T:
-    """Run a large body's parse (JSON, images) in a thread, one at a time: the Python objects
-    of a JSON document take 10-20 times its size, so parsing several side by side would
-    multiply that, and they would only take turns at the GIL anyway."""
-    loop = asyncio.get_running_loop()
-    gate = _PARSING.get(loop)
-    if gate is None:
-        gate = _PARSING[loop] = asyncio.Semaphore(1)
-    async with gate:
-        return await asyncio.to_thread(fn)
 
 
 async def read_body(

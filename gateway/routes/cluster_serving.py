@@ -20,13 +20,14 @@ from aiohttp import web
 from gateway import errors
 from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.middleware import request_id
+from gateway.parse_pool import parse_off_loop
 from gateway.protocols.cluster_serving import (
     ClusterServingRequestError,
     dumps,
     parse_request,
     predictions_from_reply,
 )
-from gateway.routes.body import parse_off_loop, read_body, refuse_before_body
+from gateway.routes.body import read_body, refuse_before_body
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 PATH_PREFIX = "/api/cluster-serving/"

@@ -228,7 +228,8 @@ def test_cluster_serving_type_and_image_bombs(gw: GatewayProcess) -> None:
 
 def test_value_dense_json_is_parsed_one_at_a_time(gw: GatewayProcess) -> None:
     """JSON whose values are tiny (each a Python object of ~80 bytes once parsed): concurrent
-    such bodies are parsed one after another, and a body over max_json_values is refused unparsed."""
+    such bodies are parsed one after another, in the parser process (so another service's
+    calls are not held up behind the parse), and a body over max_json_values is refused unparsed."""
     path = "/api/cluster-serving/digits/predict"
     dense = b'{"instances": [{"input": [' + b'"ab",' * 950_000 + b'"ab"]}]}'
     over = b'{"instances": [{"input": [' + b'"ab",' * 1_000_000 + b'"ab"]}]}'
@@ -241,9 +242,7 @@ def test_value_dense_json_is_parsed_one_at_a_time(gw: GatewayProcess) -> None:
     assert results[0][0] == 413 and "JSON values" in results[0][1]["error"], results[0]
     # digits takes floats (400); the test gateway allows 2 calls in flight (429).
     assert all(status in (400, 429) for status, _ in results[1:]), results
-    # Parsing takes turns with the event loop at the GIL, so other services slow down while it
-    # runs (see docs/security.md): the bound checked here is memory.
-    probe.check(p99_bound_s=None)
+    probe.check()
 
 
 def test_calls_in_flight_per_service(gw: GatewayProcess) -> None:
