@@ -113,6 +113,7 @@ def run_wrk(
     server_pids: Sequence[int] = (),
     content_type: str = "application/octet-stream",
     headers: dict[str, str] | None = None,
+    core: int = 1,
 ) -> WrkResult:
     lua = Path(tempfile.gettempdir()) / "easkit_bench_post.lua"
     lua.write_text(_LUA)
@@ -124,7 +125,7 @@ def run_wrk(
         BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in (headers or {}).items()),
     )
     cmd = [
-        *pin(1),
+        *pin(core),
         "wrk",
         "-t1",
         f"-c{connections}",
@@ -191,12 +192,12 @@ class Child:
         self.stop()
 
 
-def start_gateway(config: Path, env: dict[str, str]) -> tuple[Child, str]:
-    """``python -m gateway serve --config CONFIG`` pinned to core 0 on a free port; returns once
+def start_gateway(config: Path, env: dict[str, str], *, core: int = 0) -> tuple[Child, str]:
+    """``python -m gateway serve --config CONFIG`` pinned to ``core`` on a free port; returns once
     it listens: (the child, its ``host:port``). A gateway that does not start ends the run."""
     port_file = config.parent / "port"
     port_file.unlink(missing_ok=True)
-    argv = [*pin(0), PY, "-m", "gateway", "serve", "--config", str(config), "--port", "0",
+    argv = [*pin(core), PY, "-m", "gateway", "serve", "--config", str(config), "--port", "0",
             "--port-file", str(port_file)]  # fmt: skip
     gateway = Child(argv, env=env)
     deadline = time.monotonic() + 120
