@@ -53,7 +53,9 @@ def add_parsers(sub: Any) -> None:
         parents=[common],
     )
     st.add_argument("--interval", type=float, default=1.0, help="seconds over which rates are measured")
-    st.add_argument("--url", help="a gateway's own URL: print what its /status page shows (loopback only)")
+    st.add_argument(
+        "--url", help="a gateway's own URL: print what its /status page shows (from elsewhere: with --token)"
+    )
 
 
 class Admin:
@@ -155,12 +157,12 @@ def status_table(before: dict[str, Any], after: dict[str, Any], seconds: float) 
     return head + "\n" + _table(rows)
 
 
-def page_status(url: str) -> int:
+def page_status(url: str, token: str | None) -> int:
     """``eas-gateway status --url``: the status page's figures, once, as text."""
     from gateway.status_text import fetch, render
 
     try:
-        print(render(fetch(url)))
+        print(render(fetch(url, token)))
     except (OSError, ValueError) as exc:
         print(f"eas-gateway: cannot read the status of {url}: {exc}", file=sys.stderr)
         return 1
@@ -197,10 +199,10 @@ def _execute(args: argparse.Namespace, admin: Admin) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "status" and getattr(args, "url", None):
-        return page_status(args.url)
-    url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
     token = getattr(args, "token", None) or os.environ.get("EAS_ADMIN_TOKEN") or None
+    if args.command == "status" and getattr(args, "url", None):
+        return page_status(args.url, token)
+    url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
     try:
         _execute(args, Admin(url, token))
     except (AdminError, OSError) as exc:
