@@ -43,11 +43,14 @@ def render(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def fetch(url: str, timeout: float = 5.0) -> dict[str, Any]:
-    """The snapshot of the gateway at ``url`` (``http://host:port``)."""
+def fetch(url: str, token: str | None = None, timeout: float = 5.0) -> dict[str, Any]:
+    """The snapshot of the gateway at ``url`` (``http://host:port``); ``token``, the admin
+    token, is needed unless the gateway is on this machine (gateway.status_access)."""
     base = url if "://" in url else f"http://{url}"
     if not base.startswith(("http://", "https://")):
         raise ValueError(f"not an http(s) URL: {url!r}")
-    with urllib.request.urlopen(base.rstrip("/") + "/api/status", timeout=timeout) as resp:  # noqa: S310
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    req = urllib.request.Request(base.rstrip("/") + "/api/status", headers=headers)  # noqa: S310
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
         data: dict[str, Any] = json.load(resp)
     return data

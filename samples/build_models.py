@@ -1,6 +1,7 @@
 """Build the small sample ONNX models used by examples, tests and benchmarks.
 
-Everything is built offline in a second or two:
+Everything is built offline, in a few seconds (most of it fitting the digits classifier);
+a slow build's line is printed as it starts, every model's when it is done:
 
 * ``digits.onnx``: logistic regression on scikit-learn's bundled 8x8 digits data set.
   Input ``input`` float32[N,64]; outputs ``label`` int64[N] and ``probabilities``
@@ -201,6 +202,8 @@ def build_cluster_serving(out_dir: Path) -> Path:
 
 
 BUILDERS = {"digits.onnx": build_digits, "multi.onnx": build_multi, "spin.onnx": build_spin}
+# What each build does, said before it starts (the digits one takes seconds).
+DOING = {"digits.onnx": "fitting a logistic regression on scikit-learn's digits and converting it"}
 
 
 def _loadable(path: Path) -> bool:
@@ -218,8 +221,9 @@ def _loadable(path: Path) -> bool:
 def build_all(out_dir: str | Path | None = None, progress: Any = None) -> dict[str, Path]:
     """Build every sample model into ``out_dir`` (idempotent); return name -> path.
 
-    ``progress``: called with one line per model as it is built or found (the command line
-    prints them, so a first build that takes a while shows where it is)."""
+    ``progress``: called with a line as each model's build starts (what it is doing) and one
+    when it is built or found (the command line prints them, so a first build that takes a
+    while shows where it is)."""
     out = Path(out_dir) if out_dir is not None else DEFAULT_DIR
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
@@ -230,6 +234,8 @@ def build_all(out_dir: str | Path | None = None, progress: Any = None) -> dict[s
         if _loadable(path):
             note = "already built"
         else:
+            if progress is not None and name in DOING:
+                progress(f"[{i}/{total}] {name}: building ({DOING[name]}) ...")
             builder(path)
             note = f"built in {time.monotonic() - started:.1f} s"
         if progress is not None:

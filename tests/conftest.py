@@ -19,12 +19,21 @@ os.environ.setdefault("EASGW_LOOPBACK_ONLY", "1")
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
+# This machine's own non-loopback addresses a test listens on (allow_own_address): calls to
+# them stay on the machine.
+_OWN_ADDRESSES: set[str] = set()
+
+
+def allow_own_address(host: str) -> None:
+    """Let tests connect to ``host``, one of this machine's own interface addresses (a
+    gateway listening there sees callers that are not loopback)."""
+    _OWN_ADDRESSES.add(host)
 
 
 def _check_address(address: object) -> None:
     if isinstance(address, tuple) and address:
         host = address[0]
-        if host in ("localhost",):
+        if host in ("localhost",) or host in _OWN_ADDRESSES:
             return
         try:
             ip = ipaddress.ip_address(host)

@@ -1,5 +1,8 @@
 """``eas-gateway services ...`` and ``eas-gateway status``: the admin API from a shell.
 
+``create``, ``update`` and ``scale`` print their progress to stderr while the gateway carries
+them out (gateway.cli.progress; ``--quiet``: the result only).
+
 The admin API is found at ``--admin URL`` or ``EAS_ADMIN_URL`` (default
 http://127.0.0.1:8081), its token in ``--token`` or ``EAS_ADMIN_TOKEN``. Service files are
 YAML or JSON: one ``services:`` entry, a list of them, or a config file's ``services:``;
@@ -38,12 +41,15 @@ def add_parsers(sub: Any) -> None:
     ops.add_parser("list", help="services and their state", parents=[common])
     get = ops.add_parser("get", help="one service: its description and live state (JSON)", parents=[common])
     get.add_argument("name")
+    quiet = "print the result only, not the progress lines (stderr) while the change runs"
     for op, what in (("create", "create services"), ("update", "update services (rolling)")):
         p = ops.add_parser(op, help=f"{what} from a YAML or JSON file", parents=[common])
         p.add_argument("-f", "--file", required=True, help="service description file ('-': stdin)")
+        p.add_argument("-q", "--quiet", action="store_true", help=quiet)
     scale = ops.add_parser("scale", help="set a service's worker count", parents=[common])
     scale.add_argument("name")
     scale.add_argument("workers", type=int)
+    scale.add_argument("-q", "--quiet", action="store_true", help=quiet)
     delete = ops.add_parser("delete", help="drain and remove a service", parents=[common])
     delete.add_argument("name")
     st = sub.add_parser(
@@ -53,7 +59,9 @@ def add_parsers(sub: Any) -> None:
         parents=[common],
     )
     st.add_argument("--interval", type=float, default=1.0, help="seconds over which rates are measured")
-    st.add_argument("--url", help="a gateway's own URL: print what its /status page shows (loopback only)")
+    st.add_argument(
+        "--url", help="a gateway's own URL: print what its /status page shows (from elsewhere: with --token)"
+    )
 
 
 class Admin:
@@ -155,16 +163,30 @@ def status_table(before: dict[str, Any], after: dict[str, Any], seconds: float) 
     return head + "\n" + _table(rows)
 
 
-def page_status(url: str) -> int:
+def page_status(url: str, token: str | None) -> int:
     """``eas-gateway status --url``: the status page's figures, once, as text."""
     from gateway.status_text import fetch, render
 
     try:
-        print(render(fetch(url)))
+        print(render(fetch(url, token)))
     except (OSError, ValueError) as exc:
         print(f"eas-gateway: cannot read the status of {url}: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _change(
+    args: argparse.Namespace, admin: Admin, name: str, what: str, method: str, path: str, body: Any
+) -> Any:
+    """One change through the admin API, with its progress unless ``--quiet``."""
+    if args.quiet:
+        return admin.call(method, path, body)
+    from gateway.cli.progress import with_progress
+
+    return with_progress(
+        str(name), what, lambda: admin.call(method, path, body),
+        lambda: admin.call("GET", f"/admin/services/{name}"), sys.stderr,
+    )  # fmt: skip
 
 
 def _execute(args: argparse.Namespace, admin: Admin) -> None:
@@ -182,14 +204,16 @@ def _execute(args: argparse.Namespace, admin: Admin) -> None:
         print(json.dumps(admin.call("GET", f"/admin/services/{args.name}"), indent=2))
     elif op in ("create", "update"):
         for item in read_services(args.file):
+            name = item.get("name")
             if op == "create":
-                doc = admin.call("POST", "/admin/services", item)
+                doc = _change(args, admin, name, "starting", "POST", "/admin/services", item)
             else:
-                doc = admin.call("PUT", f"/admin/services/{item.get('name')}", item)
+                doc = _change(args, admin, name, "updating", "PUT", f"/admin/services/{name}", item)
             state = "ready" if doc["ready"] else f"not ready: {doc.get('reason', '')}"
             print(f"service {doc['name']} {op}d ({_workers(doc)} workers ready; {state})")
     elif op == "scale":
-        doc = admin.call("POST", f"/admin/services/{args.name}/scale", {"workers": args.workers})
+        path, body = f"/admin/services/{args.name}/scale", {"workers": args.workers}
+        doc = _change(args, admin, args.name, "scaling", "POST", path, body)
         print(f"service {doc['name']} scaled to {args.workers} worker(s) ({_workers(doc)} ready)")
     elif op == "delete":
         admin.call("DELETE", f"/admin/services/{args.name}")
@@ -197,10 +221,10 @@ def _execute(args: argparse.Namespace, admin: Admin) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "status" and getattr(args, "url", None):
-        return page_status(args.url)
-    url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
     token = getattr(args, "token", None) or os.environ.get("EAS_ADMIN_TOKEN") or None
+    if args.command == "status" and getattr(args, "url", None):
+        return page_status(args.url, token)
+    url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
     try:
         _execute(args, Admin(url, token))
     except (AdminError, OSError) as exc:

@@ -30,6 +30,7 @@ from aiohttp import web
 
 from gateway import errors
 from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
+from gateway.manage.rollout import Rollout
 from gateway.manage.spec import IN_PLACE_FIELDS, changed_fields, parse_spec, spec_of
 from gateway.manage.store import ManagedStore
 from gateway.state import (
@@ -61,6 +62,8 @@ class ServiceManager:
         # Every pool this manager started and has not stopped yet (published or still
         # starting beside an old version): the application stops them all at shutdown.
         self.pools: list[Any] = []
+        # Rolls under way, by service: their new workers are not published until the swap.
+        self.rollouts: dict[str, Rollout] = {}
 
     # ------------------------------------------------------------------ reading
     @property
@@ -90,6 +93,9 @@ class ServiceManager:
             out["in_flight"] = pool.pending
             # Calls waiting behind the one each worker runs.
             out["queue_depth"] = sum(max(0, w["outstanding"] - 1) for w in out["workers"])
+        rollout = self.rollouts.get(name)
+        if rollout is not None:
+            out["rollout"] = rollout.view()
         qm = app[QUEUES_KEY]
         if qm is not None and (svc.processor == "queue" or svc.async_):
             queue = qm.snapshot().get("queues", {}).get(name)
@@ -249,9 +255,18 @@ class ServiceManager:
         await self._roll(old, new)
 
     async def _roll(self, old: ServiceConfig, new: ServiceConfig) -> None:
+        rollout = Rollout(new.workers, [self.app[POOLS_KEY].get(old.name)])
+        self.rollouts[new.name] = rollout
+        try:
+            await self._roll_through(old, new, rollout)
+        finally:
+            self.rollouts.pop(new.name, None)
+
+    async def _roll_through(self, old: ServiceConfig, new: ServiceConfig, rollout: Rollout) -> None:
         gw = self.config.gateway
         t0 = time.monotonic()
         pools = await self._start_all(new)
+        rollout.new = [pools[new.name]]
         for pool in pools.values():
             if not await pool.wait_all_ready(gw.worker_start_timeout_s):
                 reason = pool.not_ready_reason() or f"not ready within {gw.worker_start_timeout_s:g} s"
@@ -260,6 +275,7 @@ class ServiceManager:
         previous = self._unpublish_older(old)
         previous.append(self.app[POOLS_KEY].get(old.name))
         self._publish(new, pools)
+        rollout.old, rollout.phase = previous, "draining"
         # The old pools drain: calls already sent finish there.
         await asyncio.gather(*(self._stop(p, gw.shutdown_timeout_s) for p in previous if p is not None))
         log.info("service %s rolled to its new version in %.1f s", new.name, time.monotonic() - t0)

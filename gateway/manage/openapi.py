@@ -72,6 +72,11 @@ OPENAPI: dict[str, Any] = {
                     "queue_depth": {"type": "integer"},
                     "requests": {"type": "integer"},
                     "latency_sum_s": {"type": "number"},
+                    "rollout": {
+                        "type": "object",
+                        "description": "only while a rolling update runs: phase (starting, draining), "
+                        "new_workers, new_ready, old_workers, old_in_flight, elapsed_s",
+                    },
                 },
             },
         },

@@ -3,57 +3,39 @@ server-sent events, one snapshot a second) and ``GET /api/status`` (one snapshot
 ``eas-gateway status`` prints). The snapshot is ``gateway.status``'s.
 
 Everything the page needs is served from here (no external script, style or font), and
-only to loopback callers: the page shows worker pids and traffic figures, which are for
-the machine's operator. A call from elsewhere is refused with 403.
+only to loopback callers or with the admin token (gateway.status_access: a bearer header,
+or the cookie the page's sign-in form, ``POST /status/login``, sets). A browser elsewhere
+asking for the page gets the sign-in form.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 from importlib import resources
 
 from aiohttp import web
 
-from gateway.errors import GatewayError
+from gateway import status_access
 from gateway.status import SAMPLE_INTERVAL_S, SAMPLER_KEY, StatusSampler, sampler_context
 
 PAGE = "status.html"
 
 
-class Forbidden(GatewayError):
-    status, code = 403, "Forbidden"
-
-
-def _check_local(request: web.Request) -> None:
-    try:
-        local = ipaddress.ip_address(request.remote or "").is_loopback
-    except ValueError:
-        local = False
-    if not local:
-        raise Forbidden("the status page is served to loopback callers only")
-
-
 async def page(request: web.Request) -> web.Response:
-    _check_local(request)
+    if not status_access.allowed(request):
+        return status_access.sign_in_page()
     html = resources.files("gateway").joinpath("static", PAGE).read_text(encoding="utf-8")
-    return web.Response(
-        text=html,
-        content_type="text/html",
-        # The page loads nothing from anywhere else; say so to the browser as well.
-        headers={"Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                 "script-src 'self' 'unsafe-inline'", "Cache-Control": "no-store"},
-    )  # fmt: skip
+    return web.Response(text=html, content_type="text/html", headers=status_access.PAGE_HEADERS)
 
 
 async def snapshot(request: web.Request) -> web.Response:
-    _check_local(request)
+    status_access.check(request)
     return web.json_response(request.app[SAMPLER_KEY].snapshot())
 
 
 async def events(request: web.Request) -> web.StreamResponse:
-    _check_local(request)
+    status_access.check(request)
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
     )
@@ -83,4 +65,5 @@ def setup(app: web.Application) -> None:
     app.on_shutdown.append(_end_streams)
     app.router.add_get("/status", page)
     app.router.add_get("/status/events", events)
+    app.router.add_post(status_access.LOGIN_PATH, status_access.login)
     app.router.add_get("/api/status", snapshot)

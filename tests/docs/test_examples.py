@@ -6,6 +6,9 @@ reader would type them. Sybil finds the examples; the rules:
 * ``python`` blocks are executed. A block that imports another project's client
   (``eas_prediction``, ``tritonclient``, ``kserve``, ``bigdl``) runs in a subprocess of
   the virtual environment scripts/setup.sh builds for that client (see ``CLIENT_ENVS``).
+  When a ``text`` block follows it at once, that is what the block must print (compared as
+  below). Output is shown that way only: a ``print(...)  # output`` comment, which nothing
+  would check, is refused.
 * ``console`` blocks (and ``bash``/``shell``/``sh`` blocks with a ``$`` prompt) run each
   ``$ command`` with bash and compare what it prints with the lines shown under it
   (see ``tests/docs/output.py``).
@@ -88,20 +91,35 @@ def _client_env(source: str) -> str | None:
     return None
 
 
+# A ``print(...)`` with a comment after it: output shown where nothing compares it.
+_COMMENTED_PRINT = re.compile(r"^\s*print\(.*\)\s*#", re.M)
+# A ``text`` block right after a ``python`` block: the output the block prints.
+_SHOWN_TEXT = re.compile(r"\s*```text\n(.*?)```", re.S)
+
+
 def run_python(example: Example) -> None:
+    commented = _COMMENTED_PRINT.search(example.parsed)
+    assert commented is None, (
+        f"{commented.group(0).strip()!r}: show what the example prints in a ```text block right after it"
+    )
     source = _point_at_gateway(example.parsed, example)
     env = _client_env(source)
     if env is not None:
-        _run_in_client_env(env, source)
-        return
-    # Pad with blank lines so a traceback names the line of the page.
-    code = compile("\n" * (example.line) + source, example.path, "exec")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(code, example.namespace)  # noqa: S102 - the documentation's own examples
+        printed = _run_in_client_env(env, source)
+    else:
+        # Pad with blank lines so a traceback names the line of the page.
+        code = compile("\n" * (example.line) + source, example.path, "exec")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(code, example.namespace)  # noqa: S102 - the documentation's own examples
+        printed = out.getvalue()
+    shown = _SHOWN_TEXT.match(example.document.text, example.end)
+    if shown is not None:
+        actual = printed.replace(_gateway(example).process.endpoint, DEFAULT_HTTP)
+        assert output_matches(shown.group(1), actual), f"shown:\n{shown.group(1)}\nprinted:\n{actual}"
 
 
-def _run_in_client_env(venv: str, source: str) -> None:
+def _run_in_client_env(venv: str, source: str) -> str:
     python = ROOT / venv / "bin" / "python"
     assert python.exists(), f"{venv} is missing: scripts/setup.sh builds it"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not this checkout's SDK
@@ -110,6 +128,7 @@ def _run_in_client_env(venv: str, source: str) -> None:
     )
     tail = f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, f"the example failed in {venv}:\n{tail}"
+    return proc.stdout
 
 
 def _commands(block: str) -> list[tuple[str, str]]:

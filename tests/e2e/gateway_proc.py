@@ -61,8 +61,11 @@ def token_leaks(started: list[tuple[Path, tuple[str, ...]]]) -> list[str]:
 
 
 class GatewayProcess:
-    def __init__(self, proc: subprocess.Popen[bytes], workdir: Path, port: int) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], workdir: Path, port: int, host: str = "127.0.0.1"
+    ) -> None:
         self.proc = proc
+        self.host = host
         self.workdir = workdir
         self.port = port
         self.pid = proc.pid
@@ -79,8 +82,10 @@ class GatewayProcess:
         extra_args: tuple[str, ...] = (),
         timeout: float = 60.0,
         serve_args: tuple[str, ...] | None = None,
+        host: str = "127.0.0.1",
     ) -> GatewayProcess:
-        """``serve_args`` replaces ``--config FILE`` (``--model``, ``--model-repository``)."""
+        """``serve_args`` replaces ``--config FILE`` (``--model``, ``--model-repository``);
+        ``host`` other than loopback needs ``env={"EASGW_LOOPBACK_ONLY": "0"}``."""
         workdir.mkdir(parents=True, exist_ok=True)
         if serve_args is not None:
             path = None
@@ -107,7 +112,7 @@ class GatewayProcess:
         what = ["--config", str(path)] if serve_args is None else list(serve_args)
         argv = [
             sys.executable, "-m", "gateway", "serve", *what,
-            "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
+            "--host", host, "--port", "0", "--port-file", str(port_file),
             "--log-level", log_level, *extra_args,
         ]  # fmt: skip
         out = (workdir / "stdout.log").open("ab")
@@ -123,9 +128,9 @@ class GatewayProcess:
         while time.monotonic() < deadline:
             if port_file.exists():
                 text = port_file.read_text().strip()
-                host, _, port = text.rpartition(":")
-                assert host == "127.0.0.1", text
-                return cls(proc, workdir, int(port))
+                bound, _, port = text.rpartition(":")
+                assert bound == host, text
+                return cls(proc, workdir, int(port), host)
             if proc.poll() is not None:
                 tail = cls._tail(workdir)
                 raise RuntimeError(f"gateway exited with {proc.returncode} before it was ready:\n{tail}")
@@ -152,11 +157,11 @@ class GatewayProcess:
     # ------------------------------------------------------------------ helpers
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.endpoint}"
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     def output(self) -> str:
         return "".join(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,11 +29,15 @@ def test_build_models_builds_every_model_services_yaml_needs(
     shutil.copytree(ROOT / "samples" / "processors", fresh / "samples" / "processors")
     shutil.copy(ROOT / "samples" / "services.yaml", fresh / "samples" / "services.yaml")
     out = fresh / "samples" / "models"
-    subprocess.run(
+    built = subprocess.run(
         [sys.executable, str(ROOT / "samples" / "build_models.py"), str(out)],
-        cwd=ROOT, check=True, capture_output=True, timeout=170,
+        cwd=ROOT, check=True, capture_output=True, text=True, timeout=170,
     )  # fmt: skip
     assert needed <= {p.name for p in out.glob("*.onnx")}
+    # The build that takes seconds says what it is doing before it starts, then that it is done.
+    lines = built.stdout.splitlines()
+    assert lines[0].startswith("[1/4] digits.onnx: building (fitting a logistic regression"), lines
+    assert re.fullmatch(r"\[1/4\] digits\.onnx: built in \d+\.\d s", lines[1]), lines
     monkeypatch.chdir(fresh)  # relative paths resolve here, not in this (already built) tree
     config = load_config("samples/services.yaml")
     models = {Path(s.model).name for s in config.services if s.processor == "onnx" and s.model}

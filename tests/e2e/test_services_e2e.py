@@ -249,3 +249,46 @@ def test_a_versioned_service_is_created_rolled_and_deleted_whole(env: dict[str, 
             break
         time.sleep(0.1)
     assert running == listed, (running, listed, gw.services())
+
+
+SLOW_START = f"{ROOT / 'tests' / 'processors' / 'slow_start.py'}:SlowStart"
+
+
+def test_create_roll_and_scale_show_their_progress(env: dict[str, Any]) -> None:
+    gw, tmp = env["gw"], env["tmp"]
+    marker = tmp / "slow"
+    marker.touch()  # every worker of this service takes start_s to start
+
+    def spec(start_s: float, workers: int) -> Path:
+        path = tmp / "slowroll.yaml"
+        doc = {"name": "slowroll", "processor": "python", "public": True, "entry": SLOW_START,
+               "workers": workers, "config": {"slow_file": str(marker), "start_s": start_s}}  # fmt: skip
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def progress(out: subprocess.CompletedProcess[str]) -> list[str]:
+        lines = out.stderr.splitlines()
+        assert all(re.fullmatch(r"service slowroll: .* \(\d+\.\d s\)", line) for line in lines), out.stderr
+        return [line.rpartition(" (")[0].removeprefix("service slowroll: ") for line in lines]
+
+    out = cli(gw, "services", "create", "-f", str(spec(0.8, 1)))
+    assert out.returncode == 0, out.stderr
+    assert "starting: 0/1 workers ready, 1 starting" in progress(out)
+    assert out.stdout.strip() == "service slowroll created (1/1 workers ready; ready)"
+
+    out = cli(gw, "services", "update", "-f", str(spec(0.9, 2)))  # a new config: it rolls
+    assert out.returncode == 0, out.stderr
+    lines = progress(out)
+    assert lines[0] == "rolling out: 0/2 new workers ready, 1 old serving", lines
+    assert all(line.startswith("rolling out: ") for line in lines), lines
+    assert out.stdout.strip() == "service slowroll updated (2/2 workers ready; ready)"
+
+    out = cli(gw, "services", "scale", "slowroll", "3")
+    assert out.returncode == 0, out.stderr
+    assert "scaling: 2/3 workers ready, 1 starting" in progress(out)
+    assert out.stdout.strip() == "service slowroll scaled to 3 worker(s) (3/3 ready)"
+
+    out = cli(gw, "services", "scale", "--quiet", "slowroll", "2")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert out.stdout.strip() == "service slowroll scaled to 2 worker(s) (2/2 ready)"
+    assert cli(gw, "services", "delete", "slowroll").returncode == 0

@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ pytestmark = pytest.mark.skipif(
 SLOW_START = f"{ROOT / 'tests' / 'processors' / 'slow_start.py'}:SlowStart"
 
 
-@pytest.fixture
-def browser() -> Iterator[Any]:
+@contextmanager
+def open_browser() -> Iterator[Any]:
+    """Headless Chromium, quit at the end."""
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -51,6 +53,12 @@ def browser() -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with open_browser() as driver:
+        yield driver
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:

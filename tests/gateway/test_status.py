@@ -1,13 +1,9 @@
-"""The status snapshot's arithmetic, its text form, and who may read it."""
+"""The status snapshot's arithmetic and its text form (who may read it: test_status_access)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from aiohttp.test_utils import make_mocked_request
 
-from gateway.routes.status import Forbidden, _check_local
 from gateway.status import quantile
 from gateway.status_text import render
 
@@ -20,24 +16,6 @@ def test_quantiles_interpolate_within_a_bucket() -> None:
     assert quantile(0.5, BOUNDS, [0, 10, 0, 0]) == pytest.approx(0.0015)
     assert quantile(0.99, BOUNDS, [90, 9, 1, 0]) == pytest.approx(0.002)
     assert quantile(0.99, BOUNDS, [50, 0, 0, 50]) == 0.005  # beyond the last bound: at least it
-
-
-class _Transport:
-    def __init__(self, peer: tuple[str, int]) -> None:
-        self.peer = peer
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self.peer if name == "peername" else default
-
-
-@pytest.mark.parametrize(("peer", "allowed"), [("127.0.0.1", True), ("::1", True), ("192.0.2.7", False)])
-def test_only_loopback_callers_see_the_status(peer: str, allowed: bool) -> None:
-    request = make_mocked_request("GET", "/status", transport=_Transport((peer, 40000)))
-    if allowed:
-        _check_local(request)
-    else:
-        with pytest.raises(Forbidden):
-            _check_local(request)
 
 
 def test_the_text_form_shows_every_figure() -> None:
