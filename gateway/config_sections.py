@@ -61,6 +61,9 @@ class AdminConfig:
     host: str = "127.0.0.1"
     port: int = 8081
     token: str | None = None
+    # After a wrong admin token (the status page's sign-in, a bearer header), the same
+    # address waits this long before its next try is looked at (429 meanwhile).
+    failed_token_pause_s: float = 1.0
 
     def __repr__(self) -> str:  # never show the token
         return f"AdminConfig(host={self.host!r}, port={self.port}, token={'***' if self.token else None})"

@@ -16,7 +16,9 @@ every cookie made with the old one. It is ``HttpOnly`` (no script reads it),
 ``SameSite=Strict`` (no other site's page sends it) and scoped to ``/status``; ``Secure``
 when the call came over TLS (``X-Forwarded-Proto: https`` from the proxy in front counts).
 Without an admin token in the config, other callers get 403; with one, a missing or wrong
-token gets 401.
+token gets 401. After a wrong token, the same address gets 429 for
+``admin.failed_token_pause_s`` (1 s): a guesser gets one try a second per address, a person
+who mistyped does not notice.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import hmac
 import html
 import ipaddress
 import time
+import weakref
+from collections import OrderedDict
 
 from aiohttp import web
 
@@ -38,6 +42,37 @@ COOKIE_PATH = "/status"
 COOKIE_MAX_AGE_S = 12 * 3600
 LOGIN_PATH = "/status/login"
 MAX_LOGIN_BODY = 8192
+_FAILED_PEERS_KEPT = 4096
+
+
+class _Throttle:
+    """The addresses that sent a wrong admin token lately (the newest ``_FAILED_PEERS_KEPT``)."""
+
+    def __init__(self, pause_s: float) -> None:
+        self.pause_s = pause_s
+        self.failed: OrderedDict[str, float] = OrderedDict()
+
+    def check(self, peer: str) -> None:
+        last = self.failed.get(peer)
+        if last is not None and time.monotonic() - last < self.pause_s:
+            raise errors.TooManyRequests("a wrong admin token came from this address just now; wait a second")
+
+    def failure(self, peer: str) -> None:
+        self.failed[peer] = time.monotonic()
+        self.failed.move_to_end(peer)
+        while len(self.failed) > _FAILED_PEERS_KEPT:
+            self.failed.popitem(last=False)
+
+
+_throttles: weakref.WeakKeyDictionary[web.Application, _Throttle] = weakref.WeakKeyDictionary()
+
+
+def _throttle(request: web.Request) -> _Throttle:
+    t = _throttles.get(request.app)
+    if t is None:
+        admin = request.app[CONFIG_KEY].admin
+        t = _throttles[request.app] = _Throttle(admin.failed_token_pause_s if admin is not None else 1.0)
+    return t
 
 
 def admin_token(app: web.Application) -> str | None:
@@ -78,8 +113,14 @@ def allowed(request: web.Request) -> bool:
         raise errors.Forbidden(
             "the status page is served to loopback callers, or with the admin token; admin.token is not set"
         )
-    if token_matches(request.headers.get("Authorization"), token):
+    throttle, peer = _throttle(request), request.remote or ""
+    throttle.check(peer)
+    given = request.headers.get("Authorization")
+    if token_matches(given, token):
         return True
+    if given is not None:
+        throttle.failure(peer)
+        return False
     return cookie_valid(request.cookies.get(COOKIE), token, time.time())
 
 
@@ -120,9 +161,12 @@ async def login(request: web.Request) -> web.StreamResponse:
         raise errors.Forbidden("signing in needs admin.token in the gateway's config")
     if (request.content_length or 0) > MAX_LOGIN_BODY:
         raise errors.PayloadTooLarge("the sign-in form is larger than expected")
+    throttle, peer = _throttle(request), request.remote or ""
+    throttle.check(peer)
     form = await request.post()
     given = form.get("token")
     if not isinstance(given, str) or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        throttle.failure(peer)
         return sign_in_page("That is not the admin token.")
     resp = web.Response(status=303, headers={"Location": COOKIE_PATH, "Cache-Control": "no-store"})
     secure = request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"

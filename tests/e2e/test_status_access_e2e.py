@@ -56,7 +56,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     assert HOST is not None
     allow_own_address(HOST)  # `hostname -I`'s: an address of this machine
     config = {
-        "admin": {"port": 0, "token": ADMIN_TOKEN},
+        # Wrong tokens follow one another here; the pause after one is tested on its own.
+        "admin": {"port": 0, "token": ADMIN_TOKEN, "failed_token_pause_s": 0},
         "services": [{"name": "jobs", "processor": "queue", "token": "jobs-token-0123456789"}],
     }
     proc = GatewayProcess.start(

@@ -67,3 +67,22 @@ def test_the_cookie_is_not_the_token_and_expires() -> None:
     forged = f"{now + 1}.{good.partition('.')[2]}"
     for bad in (forged, "", "x.y", f"{now}.", TOKEN):
         assert not status_access.cookie_valid(bad, TOKEN, now)
+
+
+def test_a_wrong_token_pauses_that_address() -> None:
+    wrong = _request("192.0.2.7", TOKEN, {"Authorization": "Bearer wrong-token"})
+    app = wrong.app
+
+    def again(peer: str, auth: str) -> web.Request:
+        return make_mocked_request(
+            "GET", "/status", headers={"Authorization": auth}, app=app, transport=_Transport((peer, 40001))
+        )
+
+    assert not status_access.allowed(wrong)
+    # Even the right token waits out the pause from that address; another address does not.
+    with pytest.raises(errors.TooManyRequests) as info:
+        status_access.allowed(again("192.0.2.7", f"Bearer {TOKEN}"))
+    assert info.value.status == 429 and info.value.headers["Retry-After"] == "1"
+    assert status_access.allowed(again("192.0.2.8", f"Bearer {TOKEN}"))
+    time.sleep(1.0)
+    assert status_access.allowed(again("192.0.2.7", f"Bearer {TOKEN}"))
