@@ -221,7 +221,12 @@ class Dispatcher:
             recs, dur = self.input_q.take(c)
             await _durable(dur)
             for rec, _count in recs:
-                t = asyncio.create_task(self._handle_safe(rec.idx, rec.rid, dict(rec.tags), rec.data))
+                # The payload is read back from disk here if it left memory: at most a window
+                # of payloads is held, the records being worked on.
+                data = self.input_q.payload(rec)
+                if data is None:
+                    continue  # removed meanwhile
+                t = asyncio.create_task(self._handle_safe(rec.idx, rec.rid, dict(rec.tags), data))
                 self._inflight.add(t)
                 t.add_done_callback(self._done)
             if not recs:

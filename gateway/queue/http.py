@@ -139,7 +139,7 @@ async def _get(mgr: QueueHost, q: Queue, request: RequestLike, query: dict[str, 
     for r in recs:
         df = out.index.add()
         df.index = r.idx
-        df.data = r.data
+        df.data = r.data or b""  # q.get hands records out with their payloads read
         df.tags.update(r.tags)
     return Reply(200, out.SerializeToString(), C.CONTENT_TYPE_PROTOBUF)
 

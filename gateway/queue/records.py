@@ -34,11 +34,19 @@ class QueueError(Exception):
 
 @dataclass(slots=True)
 class Record:
+    """One record. ``data`` is None once the payload left memory (it is durable in the
+    backend, read back on delivery: ``RecordLog.payload``); ``size`` is its length either way."""
+
     idx: int
     rid: str
     tags: dict[str, str]
-    data: bytes
+    data: bytes | None
     fetched: bool = False  # returned by a get (a later commit is then legitimate)
+    size: int = -1
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            self.size = len(self.data) if self.data is not None else 0
 
 
 @dataclass(eq=False)
@@ -56,6 +64,9 @@ class Consumer:
     last_seen: float = field(default_factory=time.monotonic)
     delivered: int = 0
     wake: Callable[[], None] | None = None
+    # Last time the consumer moved: a delivery written to its socket, or one of its records
+    # committed (ws.py closes a watcher that holds records without moving for watcher_idle_s).
+    progress: float = field(default_factory=time.monotonic)
 
     @property
     def room(self) -> int:
