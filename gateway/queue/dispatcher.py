@@ -202,7 +202,7 @@ class Dispatcher:
     # ---------------------------------------------------------------- main loop
     def _sink_full(self) -> bool:
         q = self.sink_q
-        return len(q.records) + q.inflight >= q.cfg.max_length
+        return len(q.records) + q.inflight >= q.cfg.max_length or 0 < q.max_bytes <= q.bytes
 
     async def _run(self) -> None:
         c = self._consumer

@@ -214,6 +214,8 @@ class RecordLog:
             raise QueueError(
                 413, f"record of {len(data)} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
             )
+        if 0 < self.max_bytes < len(data):  # could never fit, however much is consumed
+            raise QueueError(413, f"record of {len(data)} bytes exceeds max_bytes {self.max_bytes}")
         if len(self.records) + self.inflight >= self.cfg.max_length:
             raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
         if self.max_bytes > 0 and self.bytes + len(data) > self.max_bytes:

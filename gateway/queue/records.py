@@ -18,8 +18,11 @@ Durable = Awaitable[Any] | None
 # same index after its record was consumed, across restarts too.
 RECENT_LIMIT = 100_000
 MAX_GET_LENGTH = 10_000
-# With auto_commit the window does not limit; records are handed out in slices this big.
+# With auto_commit the window does not limit; records are handed out in slices this big,
+# and of at most this many payload bytes (or one record): their payloads are read from disk
+# before the hand-out commits (and deletes) them.
 AUTO_COMMIT_SLICE = 256
+AUTO_COMMIT_BYTES = 1024 * 1024
 
 
 class QueueError(Exception):

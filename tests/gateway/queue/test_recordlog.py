@@ -135,3 +135,36 @@ async def test_a_payload_gone_from_disk_reads_as_gone(tmp_path: Path) -> None:
     got, _ = q.get(0, 10, False, None, {})
     assert [r.idx for r in got] == [2]  # the vanished one is skipped, not answered empty
     await m.stop()
+
+
+async def test_a_record_bigger_than_max_bytes_is_413(tmp_path: Path) -> None:
+    """It could never fit: 413 like a record over max_payload_bytes, not a 429 to retry forever."""
+    m = manager(tmp_path, max_bytes=1000)
+    await m.start()
+    with pytest.raises(QueueError) as err:
+        m.queue("a").put(b"x" * 1001, {}, None)
+    assert err.value.status == 413 and "max_bytes 1000" in err.value.message
+    assert m.queue("a").snapshot()["bytes"] == 0
+    await m.stop()
+
+
+async def test_auto_commit_hands_out_payloads_read_before_the_commit_deletes_them(tmp_path: Path) -> None:
+    """An auto-commit hand-out deletes its records at once: their payloads come with them,
+    a slice of about AUTO_COMMIT_BYTES at a time (not a whole slice of large records)."""
+    m = manager(tmp_path, memory_bytes=0, max_payload_bytes=512 * KIB)
+    await m.start()
+    q = m.queue("a")
+    data = payloads(8, 300 * KIB)
+    await put_all(q, data)
+    assert all(r.data is None for r in q.records.values())
+    c, _ = q.connect("g", "u", 0, 0, True, {})
+    got: list[bytes | None] = []
+    while True:
+        items, dur = q.take(c)
+        if not items:
+            break
+        assert len(items) <= 4  # 4 x 300 KiB passes 1 MiB
+        await dur  # deleted on disk now
+        got += [q.payload(r) for r, _n in items]
+    assert got == data and q.length == 0
+    await m.stop()
