@@ -8,13 +8,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 
 from gateway.config import parse_config
 from gateway.queue.manager import QueueManager
 from gateway.queue.records import QueueError
+from gateway.queue.server import build_app
 from gateway.queue.store import Queue
-from tests.e2e.queue.server_proc import queue_config
+from tests.e2e.queue.server_proc import TOKEN, queue_config
 
 KIB = 1024
 
@@ -168,3 +171,23 @@ async def test_auto_commit_hands_out_payloads_read_before_the_commit_deletes_the
         got += [q.payload(r) for r, _n in items]
     assert got == data and q.length == 0
     await m.stop()
+
+
+async def test_an_unreadable_payload_is_507_and_the_server_stays_up(tmp_path: Path) -> None:
+    cfg = parse_config(queue_config(tmp_path / "data", ["a", "b"], memory_bytes=0))
+    server = TestServer(build_app(cfg), host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession(headers={"Authorization": TOKEN}) as http:
+            for name in ("a", "b"):
+                async with http.post(server.make_url(f"/api/predict/{name}"), data=b"payload") as resp:
+                    assert resp.status == 200
+            with sqlite3.connect(tmp_path / "data" / "queues.sqlite3") as conn:
+                conn.execute("DROP TABLE r_1")  # queue a's records, gone from under the store
+            conn.close()
+            async with http.get(server.make_url("/api/predict/a?_timeout_=0s")) as resp:
+                assert resp.status == 507 and "storage" in await resp.text()
+            async with http.get(server.make_url("/api/predict/b?_timeout_=0s")) as resp:
+                assert resp.status == 200 and b"payload" in await resp.read()
+    finally:
+        await server.close()
