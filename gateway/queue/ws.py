@@ -6,7 +6,8 @@ connection in every form: close frame, bare TCP close (EOF), reset, missed
 heartbeat pongs. The writer hands records out as the consumer's window allows.
 When the reader ends, the consumer disconnects and its outstanding records go
 back to its group (after ``grace_s``, if configured; a reconnect of the same uid
-in between takes them back).
+in between takes them back). With ``watcher_idle_s`` a third task closes (1008) a
+watcher that holds records and has neither read nor committed any for that long.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -132,10 +134,10 @@ async def _serve(
     wake = asyncio.Event()
     c.wake = wake.set
     mgr.watchers.add(ws)
-    writing: list[bool] = [False]  # the writer holds frames the peer has not read yet
-    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only, transport, drain, writing))
+    state = _WatchState()
+    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only, transport, drain, state))
     idle_s = q.cfg.watcher_idle_s
-    watchdog = asyncio.ensure_future(_idle_watch(ws, c, idle_s, writing, transport)) if idle_s > 0 else None
+    watchdog = asyncio.ensure_future(_idle_watch(ws, c, idle_s, state, transport)) if idle_s > 0 else None
     try:
         async for msg in ws:
             c.last_seen = asyncio.get_running_loop().time()
@@ -148,11 +150,14 @@ async def _serve(
     except (ConnectionError, asyncio.CancelledError):
         pass
     finally:
-        for task in (writer, watchdog):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+        writer.cancel()
+        with contextlib.suppress(BaseException):
+            await writer
+        if watchdog is not None:
+            if not state.closing:
+                watchdog.cancel()
+            with contextlib.suppress(BaseException):
+                await watchdog  # an idle close under way ends by itself, bounded
         mgr.watchers.discard(ws)
         q.disconnect(c)
         mgr.schedule_release(q, c)
@@ -164,24 +169,31 @@ async def _serve(
 IDLE_CLOSE = WSCloseCode.POLICY_VIOLATION  # 1008
 
 
+@dataclass
+class _WatchState:
+    writing: bool = False  # the writer holds frames the peer has not read yet
+    closing: bool = False  # the idle watch is closing the connection
+
+
 async def _idle_watch(
     ws: web.WebSocketResponse,
     c: Consumer,
     idle_s: float,
-    writing: list[bool],
+    state: _WatchState,
     transport: asyncio.BaseTransport | None,
 ) -> None:
     """Close a watcher that holds records (delivered, or waiting for it to read them) and
     has neither read nor committed any for ``idle_s``. A watcher waiting on an empty queue
     holds nothing and is never idle. Its records go back to its group when the reader ends."""
     while True:
-        held = bool(c.pending) or writing[0]
+        held = bool(c.pending) or state.writing
         quiet = time.monotonic() - c.progress
         if not held or quiet < idle_s:
             await asyncio.sleep(max(0.05, min(idle_s / 4, idle_s - quiet if held else idle_s)))
             continue
         log.info("watch %s.%s closed: idle %.0f s holding %d record(s)", c.gid, c.uid, quiet, len(c.pending))
         reason = f"idle: no record read or committed for {idle_s:g} s".encode()
+        state.closing = True
         try:
             # A peer that does not read may never take the close frame: then drop the connection.
             await asyncio.wait_for(ws.close(code=IDLE_CLOSE, message=reason), CLOSE_TIMEOUT_S)
@@ -205,12 +217,12 @@ async def _write(direct: Any, frames: list[bytes], drain: Callable[[], Awaitable
 
 
 async def _flush(
-    direct: Any, frames: list[bytes], drain: Callable[[], Awaitable[None]], c: Consumer, writing: list[bool]
+    direct: Any, frames: list[bytes], drain: Callable[[], Awaitable[None]], c: Consumer, state: _WatchState
 ) -> None:
     """``_write``, marking the time it waits for the peer to read (the idle watch looks)."""
-    writing[0] = True
+    state.writing = True
     await _write(direct, frames, drain)
-    writing[0] = False
+    state.writing = False
     c.progress = time.monotonic()
 
 
@@ -230,7 +242,7 @@ async def _writer(
     index_only: bool,
     transport: asyncio.BaseTransport | None,
     drain: Callable[[], Awaitable[None]],
-    writing: list[bool],
+    state: _WatchState,
 ) -> None:
     # Frames are written straight to the connection's transport, all frames of one hand-out
     # in a single write (one syscall instead of one per record). Safe next to aiohttp's own
@@ -272,10 +284,10 @@ async def _writer(
                 chunk.append(frame)
                 size += len(frame)
                 if size >= WRITE_HIGH_WATER:
-                    await _flush(direct, chunk, drain, c, writing)
+                    await _flush(direct, chunk, drain, c, state)
                     chunk, size = [], 0
             if chunk:
-                await _flush(direct, chunk, drain, c, writing)
+                await _flush(direct, chunk, drain, c, state)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a send failed: the connection is gone; the reader ends too
