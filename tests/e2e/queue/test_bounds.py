@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import random
+import socket
 import threading
 import time
 from pathlib import Path
@@ -141,6 +142,40 @@ def test_idle_watcher_is_closed_and_its_records_redelivered(tmp_path: Path, read
         assert sorted(got) == indexes and all(got[idx] == bytes([i]) * size for i, idx in enumerate(indexes))
         assert time.monotonic() - start < 10
         ws.close()
+        q.close()
+    finally:
+        server.kill()
+
+
+def test_auto_commit_watcher_that_never_reads_is_dropped(tmp_path: Path) -> None:
+    """An auto-commit watcher holds nothing in its window; what it holds is frames its socket
+    does not take. Never reading, it is dropped after watcher_idle_s (no close frame can
+    reach it) instead of holding its connection and a slice of payloads for ever."""
+    cfg = queue_config(
+        tmp_path / "data", ["firehose"], watcher_idle_s=1.0, max_payload_bytes=MIB, heartbeat_s=60
+    )
+    server = QueueServer.start(cfg, tmp_path)
+    try:
+        q = client(server, "firehose")
+        for i in range(24):
+            q.put(payload(i))
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(
+            b"GET /api/predict/firehose?_watch_=true&_window_=0&_auto_commit_=true HTTP/1.1\r\nHost: x\r\n"
+            b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\nAuthorization: " + TOKEN.encode() + b"\r\n\r\n"
+        )
+        assert sock.recv(12) == b"HTTP/1.1 101"
+        deadline = time.monotonic() + 5
+        connected = "1"
+        while time.monotonic() < deadline:
+            connected = q.attributes()["consumers.stats.connected"]
+            if connected == "0":
+                break
+            time.sleep(0.2)
+        assert connected == "0", "a watcher that never reads was kept"
+        sock.close()
         q.close()
     finally:
         server.kill()
