@@ -23,6 +23,17 @@ class QueueConfig:
     # Several gateways on one Redis: the one holding the store's lease serves its queues;
     # when it stops renewing (killed, cut off) another takes over after this long.
     owner_lease_s: float = 5.0
+    # Payload bytes of one queue's records kept in memory; beyond it a payload stays on disk
+    # only (SQLite) and is read back when delivered. The records' metadata is always in memory.
+    memory_bytes: int = 64 * 1024 * 1024
+    # Payload bytes one queue may hold (a put beyond it gets 429). 0: what the queue holds at
+    # start plus half the disk space then free in data_dir (no byte cap for Redis).
+    max_bytes: int = 0
+    # A get answers at most this many payload bytes (always at least one record).
+    max_get_bytes: int = 32 * 1024 * 1024
+    # A watcher holding records that neither reads nor commits any for this long is closed
+    # (1008) and its records go back to its group. 0: never (a long inference looks the same).
+    watcher_idle_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,10 @@ class _PoolCollector(Collector):
         pending = GaugeMetricFamily(
             "easgw_queue_pending", "Records delivered to a watcher and not yet committed", labels=["queue"]
         )
+        held = GaugeMetricFamily("easgw_queue_bytes", "Payload bytes held by a queue", labels=["queue"])
+        cached = GaugeMetricFamily(
+            "easgw_queue_memory_bytes", "Payload bytes of a queue in memory", labels=["queue"]
+        )
         found = False
         if isinstance(queues, dict):
             for qname, figures in queues.items():
@@ -73,12 +77,17 @@ class _PoolCollector(Collector):
                 if isinstance(value, (int, float)):
                     length.add_metric([str(qname)], float(value))
                     found = True
-                for family, key in ((consumers, "consumers"), (pending, "pending")):
+                for family, key in (
+                    (consumers, "consumers"),
+                    (pending, "pending"),
+                    (held, "bytes"),
+                    (cached, "memory_bytes"),
+                ):
                     value = figures.get(key)
                     if isinstance(value, (int, float)):
                         family.add_metric([str(qname)], float(value))
         if found:
-            yield from (length, consumers, pending)
+            yield from (length, consumers, pending, held, cached)
         dispatchers = snap.get("dispatchers") if isinstance(snap, dict) else None
         if isinstance(dispatchers, dict) and dispatchers:
             yield from _dispatcher_families(dispatchers)

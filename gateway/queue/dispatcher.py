@@ -42,7 +42,7 @@ from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_ST
 from gateway import errors
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
-from gateway.queue.records import QueueError
+from gateway.queue.records import QueueError, Record
 from gateway.queue.store import Queue
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, QUEUES_KEY
 
@@ -202,7 +202,7 @@ class Dispatcher:
     # ---------------------------------------------------------------- main loop
     def _sink_full(self) -> bool:
         q = self.sink_q
-        return len(q.records) + q.inflight >= q.cfg.max_length
+        return len(q.records) + q.inflight >= q.cfg.max_length or 0 < q.max_bytes <= q.bytes
 
     async def _run(self) -> None:
         c = self._consumer
@@ -221,7 +221,7 @@ class Dispatcher:
             recs, dur = self.input_q.take(c)
             await _durable(dur)
             for rec, _count in recs:
-                t = asyncio.create_task(self._handle_safe(rec.idx, rec.rid, dict(rec.tags), rec.data))
+                t = asyncio.create_task(self._handle_safe(rec))
                 self._inflight.add(t)
                 t.add_done_callback(self._done)
             if not recs:
@@ -268,12 +268,18 @@ class Dispatcher:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
-    async def _handle_safe(self, idx: int, rid: str, tags: Mapping[str, str], data: bytes) -> None:
+    async def _handle_safe(self, rec: Record) -> None:
         """``_handle`` until it succeeds: a store failure (disk error) must not strand the record
         at this consumer, where nothing would ever deliver it again."""
         delay = 0.1
+        idx, rid, tags = rec.idx, rec.rid, dict(rec.tags)
         while True:
             try:
+                # The payload is read back from disk here if it left memory: at most a window
+                # of payloads is held, those of the records being worked on.
+                data = self.input_q.payload(rec)
+                if data is None:
+                    return  # removed from the queue meanwhile: nothing to do
                 await self._handle(idx, rid, tags, data)
                 return
             except asyncio.CancelledError:

@@ -12,7 +12,16 @@ import time
 from collections.abc import Iterable
 
 from .recordlog import RecordLog
-from .records import Consumer, Durable, Group, QueueError, Record, last_durable, matches
+from .records import (
+    AUTO_COMMIT_BYTES,
+    Consumer,
+    Durable,
+    Group,
+    QueueError,
+    Record,
+    last_durable,
+    matches,
+)
 
 
 class ConsumerGroups(RecordLog):
@@ -166,11 +175,15 @@ class ConsumerGroups(RecordLog):
         if room <= 0:
             return [], None
         fresh: list[Record] = []
+        # An auto-commit hand-out deletes its records before they are written: it takes what
+        # it can hold in memory (see AUTO_COMMIT_BYTES), a plain one the window.
+        budget = AUTO_COMMIT_BYTES if c.auto_commit else float("inf")
+        spent = 0
         # 2. records returned by consumers that left (only ones the group's filter wants are
         # handed back, and a filter change empties the heap; one that does not match this
         # consumer is kept for another, never dropped)
         skipped: list[int] = []
-        while g.returned and len(fresh) < room:
+        while g.returned and len(fresh) < room and spent < budget:
             idx = heapq.heappop(g.returned)
             rec = self.records.get(idx)
             if rec is None or idx in g.pending or idx in g.committed:
@@ -179,26 +192,36 @@ class ConsumerGroups(RecordLog):
                 skipped.append(idx)
                 continue
             fresh.append(rec)
+            spent += rec.size
             self.redeliveries_total += 1
         for idx in skipped:
             heapq.heappush(g.returned, idx)
         # 3. never-delivered records, in index order
-        while len(fresh) < room and g.cursor < self.visible_next:
+        while len(fresh) < room and g.cursor < self.visible_next and spent < budget:
             idx = g.cursor
             g.cursor += 1
             rec = self.records.get(idx)
             if rec is None or idx in g.pending or idx in g.committed or not g.relevant(rec):
                 continue
             fresh.append(rec)
+            spent += rec.size
         if not fresh:
             return [], None
         if g.cursor < self.min_live:
             g.cursor = self.min_live
         dur: Durable = None
         if c.auto_commit:
+            # With their payloads in hand: the commit removes them from disk.
+            idxs = [rec.idx for rec in fresh]
+            try:
+                fresh = [loaded for rec in fresh if (loaded := self._loaded(rec)) is not None]
+            except Exception:
+                for idx in idxs:  # unreadable now: the group keeps them for a later hand-out
+                    self._hand_back(g, idx)
+                raise
             c.delivered += len(fresh)
             out = [(rec, self._count(g, rec.idx)) for rec in fresh]
-            dur = self._commit_group(g, [rec.idx for rec in fresh])
+            dur = self._commit_group(g, idxs)
             return out, dur
         for rec in fresh:
             g.pending[rec.idx] = c.uid

@@ -127,7 +127,10 @@ async def _get(mgr: QueueHost, q: Queue, request: RequestLike, query: dict[str, 
     # Answer a little before the client's own read timeout (which defaults to the same 5 s).
     deadline = time.monotonic() + max(0.0, timeout - min(0.25, timeout * 0.05))
     while True:
-        recs, dur = q.get(index, length, auto_delete, rid, tags)
+        try:
+            recs, dur = q.get(index, length, auto_delete, rid, tags)
+        except StorageError as exc:  # a payload could not be read back from disk
+            raise QueueError(507, f"queue storage unavailable: {exc}") from None
         if recs:
             await _durable(dur)
             break
@@ -139,7 +142,7 @@ async def _get(mgr: QueueHost, q: Queue, request: RequestLike, query: dict[str, 
     for r in recs:
         df = out.index.add()
         df.index = r.idx
-        df.data = r.data
+        df.data = r.data or b""  # q.get hands records out with their payloads read
         df.tags.update(r.tags)
     return Reply(200, out.SerializeToString(), C.CONTENT_TYPE_PROTOBUF)
 

@@ -8,6 +8,7 @@ consumer groups built on this log are in ``groups.py``.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -45,12 +46,30 @@ class RecordLog:
         self.puts_total = 0
         self.commits_total = 0
         self.redeliveries_total = 0
+        # Payload bytes of the live and in-flight records (the max_bytes cap), and of the
+        # payloads held in memory (the memory_bytes cap). A backend that can read one record
+        # back (``read``: SQLite) lets a payload leave memory once durable; the others keep all.
+        self.bytes = 0
+        self.cached_bytes = 0
+        self._read: Callable[[str, int], bytes | None] | None = getattr(backend, "read", None)
+        self.max_bytes = cfg.max_bytes
+        if cfg.max_bytes <= 0:
+            # Default: half the disk space free now (``load`` adds what the queue holds); a
+            # backend without a disk of its own reports none: no byte cap.
+            free = getattr(backend, "free_bytes", None)
+            room = free() if free is not None else None
+            self.max_bytes = room // 2 if room is not None else 0
 
     # ------------------------------------------------------------------ recovery
     def load(self, state: Mapping[str, Any]) -> None:
         self.next_idx = max(1, int(state.get("next_idx", 1)))
-        for idx, rid, tags, data in state.get("records", ()):
-            rec = Record(idx, rid, tags, data)
+        # A record is (idx, rid, tags, data) or (idx, rid, tags, None, size): the SQLite
+        # store recovers metadata only and the payloads stay on disk until delivered.
+        for idx, rid, tags, data, *size in state.get("records", ()):
+            rec = Record(idx, rid, tags, data, size=size[0] if size else -1)
+            self.bytes += rec.size
+            if data is not None:
+                self._cache(rec)
             self.records[idx] = rec
             self.by_rid[rid] = idx
             self.next_idx = max(self.next_idx, idx + 1)
@@ -70,6 +89,40 @@ class RecordLog:
             g = self.groups.get(gid)
             if g is not None and idx in self.records:
                 g.committed.add(idx)
+        if self.cfg.max_bytes <= 0 and self.max_bytes > 0:
+            self.max_bytes += self.bytes  # the default cap counts free space on top of it
+
+    # ------------------------------------------------------------------ payloads
+    def _cache(self, rec: Record) -> None:
+        """A record became durable: keep its payload in memory while the cache has room."""
+        if self._read is not None and self.cached_bytes + rec.size > self.cfg.memory_bytes:
+            rec.data = None  # on disk only; read back when delivered
+        else:
+            self.cached_bytes += rec.size
+
+    def payload(self, rec: Record) -> bytes | None:
+        """The record's payload, from memory or read back from the backend; None once the
+        record is gone from the store.
+
+        The read is synchronous, in the event loop: one row by its rowid on SQLite's own
+        read-only connection, at most max_payload_bytes (measured from the page cache:
+        0.35 ms for 1 MiB, 7 ms for 8 MiB, less than sending it costs). An executor
+        hand-off would cost a thread switch per record and let the record be removed
+        between the hand-out and the read; a synchronous read cannot."""
+        if rec.data is not None:
+            return rec.data
+        if self._read is None:
+            return None
+        return self._read(self.name, rec.idx)
+
+    def _loaded(self, rec: Record) -> Record | None:
+        """The record with its payload in hand (a copy, when read back from disk)."""
+        if rec.data is not None:
+            return rec
+        data = self.payload(rec)
+        if data is None:
+            return None
+        return Record(rec.idx, rec.rid, rec.tags, data, rec.fetched, rec.size)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -109,6 +162,9 @@ class RecordLog:
             if rec is None:
                 continue
             removed.append(idx)
+            self.bytes -= rec.size
+            if rec.data is not None:
+                self.cached_bytes -= rec.size
             if rids is not None:
                 rids.append(rec.rid)
             self.by_rid.pop(rec.rid, None)
@@ -126,6 +182,7 @@ class RecordLog:
             c = g.consumers.get(uid)
             if c is not None:
                 c.pending.pop(idx, None)
+                c.progress = time.monotonic()  # committed (or removed): not held any more
                 self._wake(c)
 
     def _wake(self, c: Consumer) -> None:
@@ -157,14 +214,23 @@ class RecordLog:
             raise QueueError(
                 413, f"record of {len(data)} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
             )
+        if 0 < self.max_bytes < len(data):  # could never fit, however much is consumed
+            raise QueueError(413, f"record of {len(data)} bytes exceeds max_bytes {self.max_bytes}")
         if len(self.records) + self.inflight >= self.cfg.max_length:
             raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
+        if self.max_bytes > 0 and self.bytes + len(data) > self.max_bytes:
+            raise QueueError(
+                429,
+                f"queue {self.name} is full: it holds {self.bytes} payload bytes and this record of "
+                f"{len(data)} would pass max_bytes {self.max_bytes}",
+            )
         idx = self.next_idx
         self.next_idx += 1
         tags = dict(tags)
         tags["requestId"] = rid
         rec = Record(idx, rid, tags, data)
         self.inflight += 1
+        self.bytes += rec.size
         dur = self.backend.put(self.name, [rec], self.next_idx)
         if dur is None:
             self.inflight -= 1
@@ -183,9 +249,12 @@ class RecordLog:
         if ok and rec is not None:
             self._make_visible(rec)
         else:
+            if rec is not None:
+                self.bytes -= rec.size
             self.visible_next = max(self.visible_next, rec_idx + 1)
 
     def _make_visible(self, rec: Record) -> None:
+        self._cache(rec)
         self.records[rec.idx] = rec
         self.by_rid[rec.rid] = rec.idx
         self.visible_next = max(self.visible_next, rec.idx + 1)
@@ -198,12 +267,16 @@ class RecordLog:
     def get(
         self, index: int, length: int, auto_delete: bool, rid: str | None, tags: Mapping[str, str]
     ) -> tuple[list[Record], Durable]:
+        """Up to ``length`` records from ``index`` on, and no more than max_get_bytes of
+        payload (always at least one record), each with its payload in hand: with
+        ``auto_delete`` they leave the disk as soon as the returned handle completes."""
         out: list[Record] = []
         if rid is not None:
             idx = self.by_rid.get(rid)
             if idx is not None and idx in self.records:
                 out.append(self.records[idx])
         else:
+            total = 0
             start = max(index, 1)
             self._advance_min_live()
             start = max(start, self.min_live)
@@ -214,9 +287,13 @@ class RecordLog:
             for i in it:
                 rec = self.records.get(i)
                 if rec is not None and matches(tags, rec.tags):
+                    if out and total + rec.size > self.cfg.max_get_bytes:
+                        break
+                    total += rec.size
                     out.append(rec)
                     if len(out) >= length:
                         break
+        out = [loaded for rec in out if (loaded := self._loaded(rec)) is not None]
         dur: Durable = None
         if auto_delete and out:
             dur = self.delete([r.idx for r in out])

@@ -18,8 +18,11 @@ Durable = Awaitable[Any] | None
 # same index after its record was consumed, across restarts too.
 RECENT_LIMIT = 100_000
 MAX_GET_LENGTH = 10_000
-# With auto_commit the window does not limit; records are handed out in slices this big.
+# With auto_commit the window does not limit; records are handed out in slices this big,
+# and of at most this many payload bytes (or one record): their payloads are read from disk
+# before the hand-out commits (and deletes) them.
 AUTO_COMMIT_SLICE = 256
+AUTO_COMMIT_BYTES = 1024 * 1024
 
 
 class QueueError(Exception):
@@ -34,11 +37,19 @@ class QueueError(Exception):
 
 @dataclass(slots=True)
 class Record:
+    """One record. ``data`` is None once the payload left memory (it is durable in the
+    backend, read back on delivery: ``RecordLog.payload``); ``size`` is its length either way."""
+
     idx: int
     rid: str
     tags: dict[str, str]
-    data: bytes
+    data: bytes | None
     fetched: bool = False  # returned by a get (a later commit is then legitimate)
+    size: int = -1
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            self.size = len(self.data) if self.data is not None else 0
 
 
 @dataclass(eq=False)
@@ -56,6 +67,9 @@ class Consumer:
     last_seen: float = field(default_factory=time.monotonic)
     delivered: int = 0
     wake: Callable[[], None] | None = None
+    # Last time the consumer moved: a delivery written to its socket, or one of its records
+    # committed (ws.py closes a watcher that holds records without moving for watcher_idle_s).
+    progress: float = field(default_factory=time.monotonic)
 
     @property
     def room(self) -> int:

@@ -47,6 +47,7 @@ from gateway.private_files import private_file
 
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
+from .sqlite_read import PayloadReader
 
 __all__ = ["SqliteBackend", "StorageError"]
 
@@ -126,6 +127,7 @@ class SqliteBackend:
         if path != ":memory:":
             private_file(path)  # 0600 in a 0700 directory, before SQLite opens it
         self._conn = self._open()
+        self._reader = PayloadReader(path, self._conn)
         self._ops: _stdqueue.SimpleQueue[tuple[_Op, asyncio.Future[None]] | None] = _stdqueue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -166,9 +168,10 @@ class SqliteBackend:
         for name, qid in c.execute("SELECT queue, qid FROM qmap").fetchall():
             self._qids[name] = qid
             recs = q(name)["records"]
-            sql = f"SELECT idx, rid, tags, data FROM r_{int(qid)} ORDER BY idx"  # noqa: S608 (r_<int>)
-            for idx, rid, tags, data in c.execute(sql):
-                recs.append((idx, rid, json.loads(tags), bytes(data)))
+            # Metadata only: the payloads stay on disk until delivered (``read``).
+            sql = f"SELECT idx, rid, tags, length(data) FROM r_{int(qid)} ORDER BY idx"  # noqa: S608 (r_<int>)
+            for idx, rid, tags, size in c.execute(sql):
+                recs.append((idx, rid, json.loads(tags), None, size))
             if recs:
                 q(name)["next_idx"] = max(q(name)["next_idx"], recs[-1][0] + 1)
             q(name)["removed"] = self._recent_tombstones(int(qid))
@@ -178,6 +181,13 @@ class SqliteBackend:
             q(name)["acks"].append((gid, idx))
             self._acked.add(name)
         return out
+
+    def read(self, queue: str, idx: int) -> bytes | None:
+        """One record's payload, read back from disk (None if it is not there)."""
+        return self._reader.read(self._qids.get(queue), idx)
+
+    def free_bytes(self) -> int | None:
+        return self._reader.free_bytes()
 
     def _recent_tombstones(self, qid: int) -> list[tuple[int, str]]:
         """The newest RECENT_LIMIT tombstones of a queue, oldest first (removal order)."""
@@ -260,6 +270,7 @@ class SqliteBackend:
             self._thread = None
         if next_idx:
             self.final_indexes(next_idx)
+        self._reader.close()
         try:
             self._conn.close()
         except sqlite3.Error:

@@ -6,7 +6,8 @@ connection in every form: close frame, bare TCP close (EOF), reset, missed
 heartbeat pongs. The writer hands records out as the consumer's window allows.
 When the reader ends, the consumer disconnects and its outstanding records go
 back to its group (after ``grace_s``, if configured; a reconnect of the same uid
-in between takes them back).
+in between takes them back). With ``watcher_idle_s`` a third task closes (1008) a
+watcher that holds records and has neither read nor committed any for that long.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -37,12 +40,13 @@ MAX_WINDOW_HARD = 1 << 20
 CLOSE_TIMEOUT_S = 2.0
 
 
-def encode(rec: Record, index_only: bool) -> bytes:
+def encode(rec: Record, data: bytes | None) -> bytes:
+    """One delivery; ``data`` None for an index-only watch."""
     df = DataFrameProto()
     df.index = rec.idx
     df.tags.update(rec.tags)
-    if not index_only:
-        df.data = rec.data
+    if data is not None:
+        df.data = data
     return df.SerializeToString()
 
 
@@ -130,7 +134,10 @@ async def _serve(
     wake = asyncio.Event()
     c.wake = wake.set
     mgr.watchers.add(ws)
-    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only, transport, drain))
+    state = _WatchState()
+    writer = asyncio.ensure_future(_writer(q, ws, c, wake, index_only, transport, drain, state))
+    idle_s = q.cfg.watcher_idle_s
+    watchdog = asyncio.ensure_future(_idle_watch(ws, c, idle_s, state, transport)) if idle_s > 0 else None
     try:
         async for msg in ws:
             c.last_seen = asyncio.get_running_loop().time()
@@ -146,12 +153,54 @@ async def _serve(
         writer.cancel()
         with contextlib.suppress(BaseException):
             await writer
+        if watchdog is not None:
+            if not state.closing:
+                watchdog.cancel()
+            with contextlib.suppress(BaseException):
+                await watchdog  # an idle close under way ends by itself, bounded
         mgr.watchers.discard(ws)
         q.disconnect(c)
         mgr.schedule_release(q, c)
         if not ws.closed:
             with contextlib.suppress(Exception):
                 await ws.close()
+
+
+IDLE_CLOSE = WSCloseCode.POLICY_VIOLATION  # 1008
+
+
+@dataclass
+class _WatchState:
+    writing: bool = False  # the writer holds frames the peer has not read yet
+    closing: bool = False  # the idle watch is closing the connection
+
+
+async def _idle_watch(
+    ws: web.WebSocketResponse,
+    c: Consumer,
+    idle_s: float,
+    state: _WatchState,
+    transport: asyncio.BaseTransport | None,
+) -> None:
+    """Close a watcher that holds records (delivered, or waiting for it to read them) and
+    has neither read nor committed any for ``idle_s``. A watcher waiting on an empty queue
+    holds nothing and is never idle. Its records go back to its group when the reader ends."""
+    while True:
+        held = bool(c.pending) or state.writing
+        quiet = time.monotonic() - c.progress
+        if not held or quiet < idle_s:
+            await asyncio.sleep(max(0.05, min(idle_s / 4, idle_s - quiet if held else idle_s)))
+            continue
+        log.info("watch %s.%s closed: idle %.0f s holding %d record(s)", c.gid, c.uid, quiet, len(c.pending))
+        reason = f"idle: no record read or committed for {idle_s:g} s".encode()
+        state.closing = True
+        try:
+            # A peer that does not read may never take the close frame: then drop the connection.
+            await asyncio.wait_for(ws.close(code=IDLE_CLOSE, message=reason), CLOSE_TIMEOUT_S)
+        except (TimeoutError, ConnectionError):
+            if transport is not None:
+                transport.abort()  # type: ignore[attr-defined]
+        return
 
 
 async def _write(direct: Any, frames: list[bytes], drain: Callable[[], Awaitable[None]]) -> None:
@@ -167,6 +216,24 @@ async def _write(direct: Any, frames: list[bytes], drain: Callable[[], Awaitable
             await asyncio.sleep(DRAIN_RETRY_S)  # not paused after all: look again later
 
 
+async def _flush(
+    direct: Any, frames: list[bytes], drain: Callable[[], Awaitable[None]], c: Consumer, state: _WatchState
+) -> None:
+    """``_write``, marking the time it waits for the peer to read (the idle watch looks)."""
+    state.writing = True
+    await _write(direct, frames, drain)
+    state.writing = False
+    c.progress = time.monotonic()
+
+
+def _take(q: Queue, c: Consumer) -> list[tuple[Record, int]]:
+    held = bool(c.pending)
+    items, _ = q.take(c)
+    if items and not held:
+        c.progress = time.monotonic()  # the idle clock starts when the watcher begins to hold records
+    return items
+
+
 async def _writer(
     q: Queue,
     ws: web.WebSocketResponse,
@@ -175,6 +242,7 @@ async def _writer(
     index_only: bool,
     transport: asyncio.BaseTransport | None,
     drain: Callable[[], Awaitable[None]],
+    state: _WatchState,
 ) -> None:
     # Frames are written straight to the connection's transport, all frames of one hand-out
     # in a single write (one syscall instead of one per record). Safe next to aiohttp's own
@@ -189,30 +257,37 @@ async def _writer(
         direct.set_write_buffer_limits(high=WRITE_HIGH_WATER)
     try:
         while not ws.closed:
-            items, _ = q.take(c)
+            items = _take(q, c)
             if not items:
                 wake.clear()
-                items, _ = q.take(c)
+                items = _take(q, c)
                 if not items:
                     await wake.wait()
                     continue
             if direct is None:
                 for rec, _count in items:
-                    await ws.send_bytes(encode(rec, index_only))
+                    data = None if index_only else q.payload(rec)
+                    if index_only or data is not None:
+                        await ws.send_bytes(encode(rec, data))
+                        c.progress = time.monotonic()
                 continue
             # Frames are made and written WRITE_HIGH_WATER at a time, each write waiting for
-            # room: a window of large records is never copied into the socket's buffer at once.
+            # room: a window of large records is never copied into the socket's buffer at once,
+            # nor read back from disk (a payload that left memory is read as its frame is made).
             chunk: list[bytes] = []
             size = 0
             for rec, _count in items:
-                frame = binary_frame(encode(rec, index_only))
+                data = None if index_only else q.payload(rec)
+                if data is None and not index_only:
+                    continue  # removed while earlier frames were written
+                frame = binary_frame(encode(rec, data))
                 chunk.append(frame)
                 size += len(frame)
                 if size >= WRITE_HIGH_WATER:
-                    await _write(direct, chunk, drain)
+                    await _flush(direct, chunk, drain, c, state)
                     chunk, size = [], 0
             if chunk:
-                await _write(direct, chunk, drain)
+                await _flush(direct, chunk, drain, c, state)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a send failed: the connection is gone; the reader ends too

@@ -134,7 +134,7 @@ async def test_restart_keeps_records_indexes_and_group_state(store: Store) -> No
     q2 = m2.queue("a")
     assert sorted(q2.records) == [2, 3, 4]
     assert q2.records[3].tags == {"k": "2", "requestId": q.records[3].rid}
-    assert q2.records[3].data == b"r2"
+    assert q2.payload(q2.records[3]) == b"r2"
     assert q2.groups["g1"].committed == {2} and not q2.groups["g2"].committed
     idx, _rid, dur = q2.put(b"new", {}, None)
     await dur

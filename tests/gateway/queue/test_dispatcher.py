@@ -407,3 +407,25 @@ async def test_a_result_consumed_before_a_crash_is_not_written_again(tmp_path: P
         assert m2.queue("asvc/sink").length == 0
     finally:
         await m2.stop()
+
+
+async def test_payloads_read_back_from_disk(tmp_path: Path) -> None:
+    """With memory_bytes 0 every payload is on disk only: the dispatcher reads each input
+    back, and its results are read back too."""
+    svc = ServiceConfig(
+        name="asvc", processor="onnx", model="m.onnx", async_=True, queue=QueueConfig(memory_bytes=0)
+    )
+    qm = QueueManager([svc], str(tmp_path))
+    await qm.start()
+    try:
+        rids = [await _put(qm, f"x{i}".encode() * 1000) for i in range(20)]
+        assert all(r.data is None for r in qm.queue("asvc").records.values())
+        d = await _dispatcher(qm, FakePool(_echo), svc)
+        await _wait(lambda: len(_sink(qm)) == 20 and qm.queue("asvc").length == 0)
+        await d.stop()
+        sink = _sink(qm)
+        assert [qm.queue("asvc/sink").payload(sink[rid]) for rid in rids] == [
+            b"out:" + f"x{i}".encode() * 1000 for i in range(20)
+        ]
+    finally:
+        await qm.stop()

@@ -49,6 +49,9 @@ async def test_dispatcher_and_queue_figures(tmp_path: Path) -> None:
         assert (figures["results_total"], figures["errors_total"], figures["inflight"]) == (5, 0, 0), figures
         assert {"retries_total", "sink_full_waits", "ready_waits", "window"} <= set(figures)
         assert listing["queues"]["echo/sink"]["length"] == 5
+        sink = listing["queues"]["echo/sink"]
+        # The results' payload bytes, all held in memory (far below memory_bytes).
+        assert sink["bytes"] > 0 and sink["memory_bytes"] == sink["bytes"], sink
         metrics = await (await client.get("/metrics")).text()
     for line in (
         'easgw_async_results_total{service="echo"} 5.0',
@@ -60,5 +63,8 @@ async def test_dispatcher_and_queue_figures(tmp_path: Path) -> None:
         'easgw_queue_consumers{queue="echo/sink"} 0.0',
         'easgw_queue_pending{queue="echo"} 0.0',
         'easgw_queue_length{queue="echo/sink"} 5.0',
+        'easgw_queue_bytes{queue="echo"} 0.0',
+        f'easgw_queue_bytes{{queue="echo/sink"}} {float(sink["bytes"])}',
+        f'easgw_queue_memory_bytes{{queue="echo/sink"}} {float(sink["bytes"])}',
     ):
         assert line in metrics, line
