@@ -23,6 +23,12 @@ class QueueConfig:
     # Several gateways on one Redis: the one holding the store's lease serves its queues;
     # when it stops renewing (killed, cut off) another takes over after this long.
     owner_lease_s: float = 5.0
+    # A consumer group with no connected consumer for this long is deleted, with the records
+    # only it still needed (0: groups are kept until deleted through the admin API).
+    group_idle_ttl_s: float = 86400.0
+    # A put on a full queue evicts the oldest record that only groups idle (no connected
+    # consumer) for at least this long still need, instead of answering 429 (0: never).
+    group_evict_idle_s: float = 300.0
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class ConsumerGroups(RecordLog):
             return  # replaced by a newer connection of the same uid
         c.connected = False
         c.wake = None
-        c.last_seen = time.monotonic()
+        c.last_seen = g.last_seen = time.monotonic()
         if self.grace_s <= 0:
             self.release(c)
 

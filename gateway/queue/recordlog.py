@@ -157,7 +157,7 @@ class RecordLog:
             raise QueueError(
                 413, f"record of {len(data)} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
             )
-        if len(self.records) + self.inflight >= self.cfg.max_length:
+        if len(self.records) + self.inflight >= self.cfg.max_length and not self._make_room():
             raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
         idx = self.next_idx
         self.next_idx += 1
@@ -193,6 +193,10 @@ class RecordLog:
         self._wake_all()
         if self.on_visible is not None:
             self.on_visible()
+
+    def _make_room(self) -> bool:
+        """The queue is full: free one place if the retention rules allow (store.Queue)."""
+        return False
 
     # ------------------------------------------------------------------ get
     def get(

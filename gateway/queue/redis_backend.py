@@ -384,6 +384,18 @@ class RedisBackend:
 
         return self._submit(op)
 
+    def drop_group(self, queue: str, gid: str) -> Durable:
+        """Forget a group: its registration and what it committed."""
+        groups, acks = self.key(queue, "groups"), self.key(queue, f"acks:{gid}")
+        self._groups.get(queue, set()).discard(gid)
+
+        def op(pipe: Any) -> int:
+            pipe.hdel(groups, gid)
+            pipe.delete(acks)
+            return 2
+
+        return self._submit(op)
+
 
 def _retrieve(f: asyncio.Future[None]) -> None:
     if not f.cancelled():

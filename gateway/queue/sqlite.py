@@ -436,6 +436,16 @@ class SqliteBackend:
 
         return self._submit(op)
 
+    def drop_group(self, queue: str, gid: str) -> Durable:
+        """Forget a group: its registration and what it committed."""
+        row = (queue, gid)
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM groups WHERE queue = ? AND gid = ?", row)
+            c.execute("DELETE FROM acks WHERE queue = ? AND gid = ?", row)
+
+        return self._submit(op)
+
 
 def _retrieve(f: asyncio.Future[None]) -> None:
     if not f.cancelled():

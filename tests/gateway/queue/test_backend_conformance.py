@@ -21,8 +21,10 @@ from aiohttp.test_utils import TestServer
 from eas_sdk.errors import HTTPStatusError
 from eas_sdk.queue import AsyncQueueClient
 from gateway.config import parse_config
+from gateway.queue.datadir import LockedSqliteBackend
 from gateway.queue.manager import QueueManager
 from gateway.queue.redis_backend import RedisBackend
+from gateway.queue.retention import delete_group
 from gateway.queue.server import MANAGER_KEY, build_app
 from gateway.queue.sqlite import SqliteBackend
 from gateway.queue.store import QueueError
@@ -56,6 +58,8 @@ class Store:
         if isinstance(b, SqliteBackend):
             b._ckpt_stop.set()
             b._conn.close()
+            if isinstance(b, LockedSqliteBackend) and b.lock is not None:
+                b.lock.release()  # the kernel drops a killed process's flock
         else:
             await self.crash_redis(m)
 
@@ -278,3 +282,33 @@ async def test_failing_storage_answers_507_and_recovers(store: Store) -> None:
             got = await client.get(length=10, auto_delete=False, timeout="0s")
             assert [d.data for d in got] == [b"before", b"after"]
             assert int(index) == 3  # the refused put's index is not reused
+
+
+async def test_a_deleted_group_stays_deleted(store: Store) -> None:
+    """Deleting a group is journalled: after a crash it is gone with what it committed, and
+    the records it alone still needed stay deleted."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(4):
+        await q.put(f"r{i}".encode(), {}, None)[2]
+    keep, _ = q.connect("keep", "u1", 0, 5, False, {})
+    gone, _ = q.connect("gone", "u2", 0, 5, False, {})
+    q.take(gone)
+    await q.commit("gone", [1, 2])  # kept for group keep: journalled as acks of group gone
+    q.take(keep)
+    await q.commit("keep", [3])  # kept for group gone
+    q.disconnect(gone)
+    n, dur = delete_group(q, "gone")
+    await dur
+    assert n == 1 and sorted(q.records) == [1, 2, 4]  # 3: only group gone still needed it
+    await store.crash(m)
+
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert sorted(q2.groups) == ["keep"] and sorted(q2.records) == [1, 2, 4]
+    assert q2.commit("gone", [3]) is None  # a removed record: idempotent
+    c, _ = q2.connect("gone", "u2", 0, 5, False, {})  # a new group of that name starts afresh
+    assert [r.idx for r, _ in q2.take(c)[0]] == [1, 2, 4]
+    await m2.stop()
