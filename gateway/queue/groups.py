@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from .recordlog import RecordLog
 from .records import Consumer, Durable, Group, QueueError, Record, last_durable, matches
+from .undo import Assignments, on_failure
 
 
 class ConsumerGroups(RecordLog):
@@ -249,10 +250,12 @@ class ConsumerGroups(RecordLog):
     def _commit_group(self, g: Group, idxs: Iterable[int]) -> Durable:
         to_delete: list[int] = []
         to_ack: list[int] = []
+        held: list[tuple[int, str | None]] = []
         for idx in idxs:
             rec = self.records.get(idx)
             if rec is None or idx in g.committed:
                 continue
+            held.append((idx, g.pending.get(idx)))
             self._unassign(g, idx)
             self.commits_total += 1
             if not self._owed_elsewhere(rec, g):
@@ -265,4 +268,7 @@ class ConsumerGroups(RecordLog):
             durs.append(self._drop(to_delete)[1])
         if to_ack:
             durs.append(self.backend.ack(self.name, g.gid, to_ack))
-        return last_durable(durs)
+        dur = last_durable(durs)
+        undo = Assignments(g, held)
+        on_failure(dur, lambda: undo.restore(self))  # refused: uncommitted, held as before
+        return dur

@@ -296,6 +296,11 @@ class QueueManager:
         except QueueError as err:
             return error_reply(err)
 
+    def storage_failure(self) -> str | None:
+        """Why a queue store refuses writes (its last write failed), or None."""
+        failures = [f for b in self.backends.values() if (f := getattr(b, "failure", None))]
+        return f"queue store refuses writes: {'; '.join(failures)}" if failures else None
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "backend": self.backend_name,

@@ -17,6 +17,7 @@ from gateway.config import QueueConfig
 
 from .backend import Backend
 from .records import RECENT_LIMIT, Consumer, Durable, Group, QueueError, Record, matches
+from .undo import Removal, on_failure
 
 
 class RecordLog:
@@ -98,9 +99,15 @@ class RecordLog:
 
     def _drop(self, idxs: Iterable[int]) -> tuple[int, Durable]:
         """Remove records and journal it (with their tombstones); -> (how many, handle)."""
+        idxs = list(idxs)
+        undo = Removal(self, idxs)
         rids: list[str] = []
         removed = self._remove(idxs, rids)
-        return len(removed), (self.backend.delete(self.name, removed, rids) if removed else None)
+        if not removed:
+            return 0, None
+        dur = self.backend.delete(self.name, removed, rids)
+        on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
+        return len(removed), dur
 
     def _remove(self, idxs: Iterable[int], rids: list[str] | None = None) -> list[int]:
         removed: list[int] = []

@@ -98,6 +98,8 @@ class RedisBackend:
         self.fence: Fence | None = None
         self.batches = 0
         self.ops = 0
+        # Why the last write failed, until one succeeds again (/readyz reports it).
+        self.failure: str | None = None
         self.errors = 0
 
     # ------------------------------------------------------------------ keys
@@ -278,11 +280,13 @@ class RedisBackend:
                 results, spans = await self._execute(batch)
             except (RedisError, OSError, StorageError) as exc:
                 self.errors += 1
+                self.failure = f"redis: {exc}"
                 log.error("queue storage write failed: %s", exc)
                 _fail([f for _, f, _ in batch], exc)
                 continue
             self.batches += 1
             self.ops += len(batch)
+            self.failure = None
             # Redis applies the other commands of a transaction when one fails: each op is
             # answered by its own commands' results.
             at = 0
@@ -296,6 +300,7 @@ class RedisBackend:
                     continue
                 if errs:
                     self.errors += 1
+                    self.failure = f"redis: {errs[0]}"
                     log.error("queue storage write failed: %s", errs[0])
                     fut.set_exception(StorageError(f"queue storage write failed: {errs[0]}"))
                 else:

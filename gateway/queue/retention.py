@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .records import Durable, QueueError, last_durable
+from .undo import on_failure
 
 if TYPE_CHECKING:
     from .store import Queue
@@ -83,13 +84,11 @@ def delete_group(q: Queue, gid: str) -> tuple[int, Durable]:
         raise QueueError(404, f"queue {q.name} has no group {gid!r}", "group")
     if n := _connected(q, gid):
         raise QueueError(409, f"group {gid!r} of queue {q.name} has {n} connected consumer(s)", "group")
-    del q.groups[gid]
-    for c in g.consumers.values():
-        c.pending.clear()  # a consumer within its grace period: nothing goes back to a gone group
-        c.resend.clear()
+    del q.groups[gid]  # a consumer within its grace period finds no group when it ends: a no-op
     victims = [idx for idx, rec in q.records.items() if idx not in g.committed and g.relevant(rec)]
     victims = [idx for idx in victims if not q._needed_by(q.records[idx])]
     durs: list[Durable] = [q.backend.drop_group(q.name, gid)]
+    on_failure(durs[0], lambda: q.groups.setdefault(gid, g))  # refused: the group is back
     n, dur = q._drop(victims)
     durs.append(dur)
     return n, last_durable(durs)

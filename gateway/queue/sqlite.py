@@ -132,6 +132,8 @@ class SqliteBackend:
         self.batches = 0
         self.ops = 0
         self.errors = 0
+        # Why the last write failed, until one succeeds again (/readyz reports it).
+        self.failure: str | None = None
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -339,11 +341,14 @@ class SqliteBackend:
         except sqlite3.Error as exc:
             err = exc
             self.errors += 1
+            self.failure = f"sqlite: {exc}"
             log.error("queue storage write failed: %s", exc)
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
+        else:
+            self.failure = None
         self.batches += 1
         self.ops += len(batch)
         return err

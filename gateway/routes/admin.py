@@ -42,7 +42,12 @@ async def readyz(request: web.Request) -> web.Response:
             doc["reason"] = reason
         return web.json_response(doc, status=200 if ok else 503)
     ok = all_ready(app)
+    # A queue store that refused its last write (disk full, read-only): not ready until one succeeds.
+    storage = getattr(app[QUEUES_KEY], "storage_failure", lambda: None)()
+    ok = ok and not storage
     body: dict[str, Any] = {"ready": ok}
+    if storage:
+        body["storage"] = storage
     if app[STATE_KEY].shutting_down:
         body["shutting_down"] = True
     else:

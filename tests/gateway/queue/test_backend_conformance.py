@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestServer
 from eas_sdk.errors import HTTPStatusError
 from eas_sdk.queue import AsyncQueueClient
 from gateway.config import parse_config
+from gateway.queue.backend import StorageError
 from gateway.queue.datadir import LockedSqliteBackend
 from gateway.queue.manager import QueueManager
 from gateway.queue.redis_backend import RedisBackend
@@ -311,4 +312,50 @@ async def test_a_deleted_group_stays_deleted(store: Store) -> None:
     assert q2.commit("gone", [3]) is None  # a removed record: idempotent
     c, _ = q2.connect("gone", "u2", 0, 5, False, {})  # a new group of that name starts afresh
     assert [r.idx for r, _ in q2.take(c)[0]] == [1, 2, 4]
+    await m2.stop()
+
+
+async def test_a_refused_removal_changes_nothing_in_memory_or_on_disk(store: Store) -> None:
+    """Delete, truncate, a get with auto-delete, a commit and a group's deletion whose write
+    is refused leave the queue as it was (in memory now, on disk after a restart)."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(6):
+        await q.put(f"r{i}".encode(), {}, f"rid-{i}")[2]
+    c, dur = q.connect("g1", "u1", 0, 2, False, {})
+    await dur
+    assert [r.idx for r, _ in q.take(c)[0]] == [1, 2]
+    idle, dur = q.connect("g2", "u2", 0, 2, False, {})
+    await dur
+    q.disconnect(idle)
+    store.break_writes(m)
+    try:
+        refused = [
+            lambda: q.delete([3]),
+            lambda: q.truncate(5)[1],
+            lambda: q.get(0, 2, True, None, {})[1],
+            lambda: q.commit("g1", [1]),
+            lambda: delete_group(q, "g2")[1],
+        ]
+        for call in refused:
+            with pytest.raises(StorageError):
+                await call()
+            assert sorted(q.records) == [1, 2, 3, 4, 5, 6]
+        assert sorted(q.groups) == ["g1", "g2"]
+        g1 = q.groups["g1"]
+        assert (dict(g1.pending), sorted(c.pending), g1.committed) == ({1: "u1", 2: "u1"}, [1, 2], set())
+        assert q.by_rid["rid-0"] == 1 and "rid-0" not in q.recent_rids
+        assert m.storage_failure() is not None
+    finally:
+        store.mend_writes(m)
+    await q.commit("g1", [2])  # a write that succeeds: the store is healthy again
+    assert m.storage_failure() is None
+    await store.crash(m)
+
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert sorted(q2.records) == [1, 2, 3, 4, 5, 6]  # 2: still owed to g2
+    assert sorted(q2.groups) == ["g1", "g2"]
     await m2.stop()

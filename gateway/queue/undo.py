@@ -1,0 +1,109 @@
+"""Undoing in memory what the store refused to write.
+
+The queue changes its memory at once and journals the change (``Durable``); the client is
+answered when the write is durable, or 507 when the store refused it (disk full, read-only,
+Redis refusing writes). A refused removal must then not stay applied in memory: the
+records would be gone until the next restart and back after it. So a removal remembers
+what it changes (the records, and per group whether it had committed each and which
+consumer held it) and puts it back when its write fails, before the waiting client is
+answered (the undo is the write's first done-callback). A record put back that its group
+had handed out and whose consumer is gone meanwhile is handed back to the group, so no
+record is stranded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from .records import Durable, Group, Record
+
+if TYPE_CHECKING:
+    from .groups import ConsumerGroups
+
+# Per record: the record and, per group, (committed by it, the uid holding it, deliveries).
+_GroupState = tuple[Group, bool, str | None, int | None]
+
+
+def on_failure(dur: Durable, undo: Callable[[], None]) -> None:
+    """Run ``undo`` if the write behind ``dur`` fails (synchronous handles never do)."""
+    if isinstance(dur, asyncio.Future):
+        dur.add_done_callback(lambda f: undo() if f.cancelled() or f.exception() is not None else None)
+
+
+class Removal:
+    """What removing some records changes, captured before the removal."""
+
+    def __init__(self, q: ConsumerGroups, idxs: Iterable[int]) -> None:
+        self.saved: list[tuple[Record, list[_GroupState]]] = []
+        for idx in idxs:
+            rec = q.records.get(idx)
+            if rec is None:
+                continue
+            self.saved.append(
+                (
+                    rec,
+                    [
+                        (g, idx in g.committed, g.pending.get(idx), g.deliveries.get(idx))
+                        for g in q.groups.values()
+                        if idx in g.committed or idx in g.pending or idx in g.deliveries
+                    ],
+                )
+            )
+
+    def restore(self, q: ConsumerGroups) -> None:
+        for rec, states in self.saved:
+            idx = rec.idx
+            if idx in q.records:
+                continue
+            q.records[idx] = rec
+            q.by_rid[rec.rid] = idx
+            if q.recent.get(idx) == rec.rid:
+                del q.recent[idx]
+                if q.recent_rids.get(rec.rid) == idx:
+                    del q.recent_rids[rec.rid]
+            q.min_live = min(q.min_live, idx)
+            for g, committed, _uid, deliveries in states:
+                if deliveries is not None:
+                    g.deliveries[idx] = deliveries
+                if committed:
+                    g.committed.add(idx)
+            for g in q.groups.values():
+                held = next((uid for gg, _, uid, _ in states if gg is g), None)
+                if idx in g.committed or idx in g.pending:
+                    continue
+                reassign(q, g, idx, held)
+        q._wake_all()
+
+
+def reassign(q: ConsumerGroups, g: Group, idx: int, uid: str | None) -> None:
+    """Give a record back to the consumer that held it if it is still there, else to the group."""
+    c = g.consumers.get(uid) if uid is not None else None
+    if c is not None and c.connected and not c.auto_commit:
+        g.pending[idx] = c.uid
+        c.pending[idx] = None
+    else:
+        q._hand_back(g, idx)
+
+
+class Assignments:
+    """The records a commit took off a group's consumers, with the uid that held each
+    (None: none did), to put back if the commit's write fails."""
+
+    def __init__(self, g: Group, held: list[tuple[int, str | None]]) -> None:
+        self.g = g
+        self.held = held
+
+    def restore(self, q: ConsumerGroups) -> None:
+        g = self.g
+        if q.groups.get(g.gid) is not g:
+            return  # deleted meanwhile
+        for idx, uid in self.held:
+            g.committed.discard(idx)
+            if idx in q.records and idx not in g.pending:
+                reassign(q, g, idx, uid)
+        q._wake_group(g)
+
+
+__all__ = ["Assignments", "Removal", "on_failure", "reassign"]
