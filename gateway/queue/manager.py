@@ -115,7 +115,8 @@ class QueueManager:
         # gateway.queue.dispatcher.setup: their figures join the snapshot.
         self.dispatchers: dict[str, Any] = {}
         # Deletes consumer groups idle for longer than their queue's group_idle_ttl_s.
-        self.sweeper = Sweeper(lambda: self.queues.values())
+        ttls = [c.group_idle_ttl_s for c in self.configs.values()]
+        self.sweeper = Sweeper(lambda: self.queues.values(), ttls)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:

@@ -157,12 +157,15 @@ def _log_eviction(q: Queue, idx: int, groups: Iterable[str], limit: float, now: 
 class Sweeper:
     """Deletes idle groups of every queue served here, every ``ttl / 4`` (at most a minute)."""
 
-    def __init__(self, queues: Callable[[], Iterable[Queue]]) -> None:
+    def __init__(self, queues: Callable[[], Iterable[Queue]], ttls: Iterable[float]) -> None:
+        """``ttls``: every configured queue's, also of queues served here only later (a Redis
+        store whose lease this gateway gains)."""
         self.queues = queues
+        self.ttls = [t for t in ttls if t > 0]
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        ttls = [q.cfg.group_idle_ttl_s for q in self.queues() if q.cfg.group_idle_ttl_s > 0]
+        ttls = self.ttls
         if ttls and self.task is None:
             self.task = asyncio.create_task(self._run(max(0.05, min(60.0, min(ttls) / 4))))
 

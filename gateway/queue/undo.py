@@ -17,7 +17,8 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from .records import Durable, Group, Record
+from .backend import StorageError
+from .records import Consumer, Durable, Group, QueueError, Record
 
 if TYPE_CHECKING:
     from .groups import ConsumerGroups
@@ -106,4 +107,33 @@ class Assignments:
         q._wake_group(g)
 
 
-__all__ = ["Assignments", "Removal", "on_failure", "reassign"]
+class Watch:
+    """A watch's group as it was before the watch (absent, or its tag filter), to put back
+    if registering the group or its new filter is refused: the watch is then answered 507
+    and the group is as it was (a new one gone, if no other consumer joined it meanwhile)."""
+
+    def __init__(self, q: ConsumerGroups, gid: str) -> None:
+        g = q.groups.get(gid)
+        self.gid = gid
+        self.tags = None if g is None else dict(g.tags)
+
+    async def durable(self, q: ConsumerGroups, c: Consumer, dur: Durable) -> QueueError | None:
+        """Await the watch's write; on a refusal undo the watch -> the error to answer."""
+        if dur is None:
+            return None
+        try:
+            await dur
+        except StorageError as exc:
+            q.disconnect(c)
+            q.release(c)
+            g = q.groups.get(self.gid)
+            if g is not None and not g.consumers:
+                if self.tags is None:
+                    del q.groups[self.gid]
+                else:
+                    g.tags = self.tags  # the rescan the change started does no harm
+            return QueueError(507, f"queue storage unavailable: {exc}")
+        return None
+
+
+__all__ = ["Assignments", "Removal", "Watch", "on_failure", "reassign"]

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -359,3 +360,21 @@ async def test_a_refused_removal_changes_nothing_in_memory_or_on_disk(store: Sto
     assert sorted(q2.records) == [1, 2, 3, 4, 5, 6]  # 2: still owed to g2
     assert sorted(q2.groups) == ["g1", "g2"]
     await m2.stop()
+
+
+async def test_a_watch_whose_group_cannot_be_written_is_refused_and_leaves_no_group(store: Store) -> None:
+    cfg = parse_config(store.config(["a"]))
+    app = build_app(cfg)
+    async with TestServer(app, host="127.0.0.1") as server:
+        m = app[MANAGER_KEY]
+        url = f"http://127.0.0.1:{server.port}/api/predict/a?_watch_=true&_index_=0&_window_=1"
+        headers = {"Authorization": TOKEN, "X-EAS-QueueService-Redis-Gid": "new"}
+        store.break_writes(m)
+        try:
+            async with aiohttp.ClientSession() as session:
+                with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+                    await session.ws_connect(url, headers=headers)
+            assert info.value.status == 507
+            assert m.queue("a").groups == {}
+        finally:
+            store.mend_writes(m)
