@@ -255,12 +255,12 @@ class ConsumerGroups(RecordLog):
             rec = self.records.get(idx)
             if rec is None or idx in g.committed:
                 continue
-            held.append((idx, g.pending.get(idx)))
-            self._unassign(g, idx)
             self.commits_total += 1
             if not self._owed_elsewhere(rec, g):
-                to_delete.append(idx)
+                to_delete.append(idx)  # _drop unassigns it (and its undo knows who held it)
             else:
+                held.append((idx, g.pending.get(idx)))
+                self._unassign(g, idx)
                 g.committed.add(idx)
                 to_ack.append(idx)
         durs: list[Durable] = []
@@ -269,6 +269,7 @@ class ConsumerGroups(RecordLog):
         if to_ack:
             durs.append(self.backend.ack(self.name, g.gid, to_ack))
         dur = last_durable(durs)
-        undo = Assignments(g, held)
-        on_failure(dur, lambda: undo.restore(self))  # refused: uncommitted, held as before
+        if held:
+            undo = Assignments(g, held)
+            on_failure(dur, lambda: undo.restore(self))  # refused: uncommitted, held as before
         return dur

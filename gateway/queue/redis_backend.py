@@ -39,6 +39,7 @@ from redis.exceptions import RedisError, WatchError
 
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
+from .undo import settle
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,7 @@ class RedisBackend:
                     done(mine)
                 if fut.done():
                     continue
+                settle(fut, not errs)  # a refused write's changes are undone in memory first
                 if errs:
                     self.errors += 1
                     self.failure = f"redis: {errs[0]}"
@@ -410,4 +412,5 @@ def _retrieve(f: asyncio.Future[None]) -> None:
 def _fail(futs: list[asyncio.Future[None]], err: BaseException) -> None:
     for f in futs:
         if not f.done():
+            settle(f, False)  # the write's changes are undone in memory first
             f.set_exception(StorageError(f"queue storage write failed: {err}"))

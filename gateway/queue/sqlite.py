@@ -47,6 +47,7 @@ from gateway.private_files import private_file
 
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
+from .undo import settle
 
 __all__ = ["SqliteBackend", "StorageError"]
 
@@ -461,6 +462,7 @@ def _complete(futs: list[asyncio.Future[None]], err: BaseException | None) -> No
     for f in futs:
         if f.done():
             continue
+        settle(f, err is None)  # a refused write's changes are undone in memory first
         if err is None:
             f.set_result(None)
         else:

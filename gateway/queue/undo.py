@@ -27,10 +27,28 @@ if TYPE_CHECKING:
 _GroupState = tuple[Group, bool, str | None, int | None]
 
 
+# The undos of the writes in flight, by their handle. The backend settles each handle as it
+# completes it (``settle``), before the waiting caller resumes: a dict lookup per write, where
+# a done-callback per write would cost a turn of the event loop each.
+_UNDOS: dict[asyncio.Future[None], list[Callable[[], None]]] = {}
+
+
 def on_failure(dur: Durable, undo: Callable[[], None]) -> None:
     """Run ``undo`` if the write behind ``dur`` fails (synchronous handles never do)."""
     if isinstance(dur, asyncio.Future):
-        dur.add_done_callback(lambda f: undo() if f.cancelled() or f.exception() is not None else None)
+        undos = _UNDOS.get(dur)
+        if undos is None:
+            _UNDOS[dur] = [undo]
+        else:
+            undos.append(undo)
+
+
+def settle(fut: asyncio.Future[None], ok: bool) -> None:
+    """The backend is about to complete ``fut``: forget its undos, or run them if it failed."""
+    undos = _UNDOS.pop(fut, None)
+    if undos is not None and not ok:
+        for undo in undos:
+            undo()
 
 
 class Removal:
@@ -136,4 +154,4 @@ class Watch:
         return None
 
 
-__all__ = ["Assignments", "Removal", "Watch", "on_failure", "reassign"]
+__all__ = ["Assignments", "Removal", "Watch", "on_failure", "reassign", "settle"]
