@@ -64,6 +64,8 @@ async def test_a_full_database_answers_507_changes_nothing_and_shows_in_readyz(t
                 status, doc = await _ready(http)
                 assert status == 503 and not doc["ready"]
                 assert doc["storage"] == "queue store refuses writes: sqlite: database or disk is full"
+                r = await http.get("/readyz", params={"service": "jobs"})
+                assert r.status == 503 and (await r.json())["reason"] == doc["storage"]
             finally:
                 conn.execute("PRAGMA max_page_count = 1073741823")
             await client.commit(list(range(1, N + 1)))
