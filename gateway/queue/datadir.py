@@ -4,7 +4,8 @@ missing or was damaged is an error at start, never an empty queue.
 * ``queues.lock``: an exclusive ``flock`` held for as long as the store is open, holding the
   holder's pid. A second gateway on the same directory is refused naming the directory and
   that pid. The kernel drops the lock when its holder dies (``kill -9`` included), so a
-  stale file never blocks a restart.
+  stale file never blocks a restart; the descriptor is not inheritable, so a worker process
+  (started with exec) never holds it.
 * ``queues.created``: written once the database exists. If it is there and the database is
   not, the database was deleted (or the wrong directory was mounted): starting with an empty
   store would silently lose every queued record, so the start fails naming the file.
@@ -92,7 +93,12 @@ def check_existing(db_path: str) -> None:
     except OSError as exc:
         raise StoreUnusable(f"cannot read the queue store {db_path}: {exc.strerror or exc}") from None
     if size == 0:
-        return  # created but never written (a start that stopped at once): SQLite initialises it
+        # Until the first checkpoint a new store's pages are all in its -wal file; with
+        # neither, a store the marker says was created has lost everything.
+        wal = db_path + "-wal"
+        if os.path.exists(marker) and (not os.path.exists(wal) or os.path.getsize(wal) == 0):
+            raise StoreUnusable(f"queue store {db_path} is empty, but {marker} records that it was created")
+        return
     if len(header) < 100 or header[:16] != _MAGIC:
         raise StoreUnusable(f"queue store {db_path} is not an SQLite database (corrupt or overwritten)")
     page_size = int.from_bytes(header[16:18], "big")

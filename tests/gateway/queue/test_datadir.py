@@ -108,7 +108,7 @@ def test_a_deleted_store_is_an_error_not_an_empty_queue(saved: Path, tmp_path: P
     assert not (data / DB_FILE).exists()  # nothing was created in its place
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "pages"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "pages", "emptied"])
 def test_a_damaged_store_is_an_error_naming_it(saved: Path, tmp_path: Path, damage: str) -> None:
     data = _copy(saved, tmp_path)
     db = data / DB_FILE
@@ -118,8 +118,10 @@ def test_a_damaged_store_is_an_error_naming_it(saved: Path, tmp_path: Path, dama
         db.write_bytes(b"this is not a database" * 500)
     elif damage == "truncated":
         db.write_bytes(raw[: len(raw) // 2])
-    else:  # the header is intact; every page after the first is overwritten
+    elif damage == "pages":  # the header is intact; every page after the first is overwritten
         db.write_bytes(raw[:4096] + b"\xa5" * (len(raw) - 4096))
+    else:
+        db.write_bytes(b"")
     proc = _refused(data, tmp_path / "gw")
     assert proc.returncode == 1, proc.stderr
     assert f"queue store {db} is" in proc.stderr, proc.stderr
