@@ -18,13 +18,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .backend import StorageError
-from .records import Consumer, Durable, Group, QueueError, Record
+from .records import Consumer, Durable, Group, QueueError
 
 if TYPE_CHECKING:
     from .groups import ConsumerGroups
-
-# Per record: the record and, per group, (committed by it, the uid holding it, deliveries).
-_GroupState = tuple[Group, bool, str | None, int | None]
 
 
 # The undos of the writes in flight, by their handle. The backend settles each handle as it
@@ -55,24 +52,21 @@ class Removal:
     """What removing some records changes, captured before the removal."""
 
     def __init__(self, q: ConsumerGroups, idxs: Iterable[int]) -> None:
-        self.saved: list[tuple[Record, list[_GroupState]]] = []
-        for idx in idxs:
-            rec = q.records.get(idx)
-            if rec is None:
-                continue
-            self.saved.append(
-                (
-                    rec,
-                    [
-                        (g, idx in g.committed, g.pending.get(idx), g.deliveries.get(idx))
-                        for g in q.groups.values()
-                        if idx in g.committed or idx in g.pending or idx in g.deliveries
-                    ],
-                )
-            )
+        # On the commit path, so in bulk: set and dict-key intersections run in C.
+        get = q.records.get
+        self.records = [rec for idx in idxs if (rec := get(idx)) is not None]
+        live = {rec.idx for rec in self.records}
+        self.groups: list[tuple[Group, set[int], dict[int, str], dict[int, int]]] = []
+        for g in q.groups.values():
+            touched = live & g.deliveries.keys()  # every record handed out (pending ones too)
+            committed = live & g.committed
+            if touched or committed:
+                pending = {i: g.pending[i] for i in touched & g.pending.keys()}
+                self.groups.append((g, committed, pending, {i: g.deliveries[i] for i in touched}))
 
     def restore(self, q: ConsumerGroups) -> None:
-        for rec, states in self.saved:
+        back: dict[int, None] = {}  # in index order, and quick to look up
+        for rec in self.records:
             idx = rec.idx
             if idx in q.records:
                 continue
@@ -83,16 +77,17 @@ class Removal:
                 if q.recent_rids.get(rec.rid) == idx:
                     del q.recent_rids[rec.rid]
             q.min_live = min(q.min_live, idx)
-            for g, committed, _uid, deliveries in states:
-                if deliveries is not None:
-                    g.deliveries[idx] = deliveries
-                if committed:
-                    g.committed.add(idx)
-            for g in q.groups.values():
-                held = next((uid for gg, _, uid, _ in states if gg is g), None)
-                if idx in g.committed or idx in g.pending:
-                    continue
-                reassign(q, g, idx, held)
+            back[idx] = None
+        held: dict[int, dict[int, str]] = {}
+        for g, committed, pending, deliveries in self.groups:
+            g.committed.update(i for i in committed if i in back)
+            g.deliveries.update(deliveries)
+            held[id(g)] = pending
+        for g in q.groups.values():
+            pending = held.get(id(g), {})
+            for idx in back:
+                if idx not in g.committed and idx not in g.pending:
+                    reassign(q, g, idx, pending.get(idx))
         q._wake_all()
 
 
