@@ -28,7 +28,7 @@ class QueueConfig:
     group_idle_ttl_s: float = 86400.0
     # A put on a full queue evicts the oldest record that only groups idle (no connected
     # consumer) for at least this long still need, instead of answering 429 (0: never).
-    group_evict_idle_s: float = 300.0
+    group_evict_idle_s: float = 3600.0
 
 
 @dataclass(frozen=True)

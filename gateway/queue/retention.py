@@ -11,7 +11,7 @@ from then on). Three ways out:
 * **idle time** (``group_idle_ttl_s``, default 24 h, 0: never): a group with no connected
   consumer for that long is deleted the same way, by a sweep every ``ttl / 4`` (at most a
   minute).
-* **size** (``group_evict_idle_s``, default 300 s, 0: never): a put that finds the queue at
+* **size** (``group_evict_idle_s``, default 1 h, 0: never): a put that finds the queue at
   ``max_length`` deletes the oldest live record that only groups idle (no connected
   consumer) for at least that long still need, and is then stored. Records no group needs
   (put before any watch, read by gets) are never evicted: the queue answers 429 for those,
