@@ -33,6 +33,12 @@ CONFIG: dict[str, Any] = {
             "queue": {"max_length": 5, "group_idle_ttl_s": 1.5, "group_evict_idle_s": 0, "heartbeat_s": 1},
         },
         {
+            "name": "evicting",
+            "processor": "queue",
+            "token": TOKEN,
+            "queue": {"max_length": 3, "group_idle_ttl_s": 0, "group_evict_idle_s": 1.0},
+        },
+        {
             "name": "pinned",
             "processor": "queue",
             "token": TOKEN,
@@ -122,6 +128,25 @@ def test_an_abandoned_group_is_deleted_after_its_idle_ttl(gw: GatewayProcess) ->
     assert _groups(gw, "jobs") == []
     assert q.attributes()["stream.length"] == "1"  # the abandoned group's records went with it
     assert gw.output().count("group batch deleted after") == 1
+    q.close()
+
+
+def test_a_full_queue_evicts_the_oldest_records_only_a_long_idle_group_needs(gw: GatewayProcess) -> None:
+    _abandon(gw, "evicting", "away")
+    q = _client(gw, "evicting")
+    _fill(q, 2)  # at once: the group has been idle for less than group_evict_idle_s
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            index, _ = q.put("evicts the oldest")
+            break
+        except HTTPStatusError as exc:
+            assert exc.code == 429 and time.monotonic() < deadline
+            time.sleep(0.1)
+    got = q.get(length=10, auto_delete=False, timeout="0s")
+    assert [d.index for d in got] == [2, 3, int(index)]  # record 1 went; the group stays
+    assert [g["group"] for g in _groups(gw, "evicting")] == ["away"]
+    assert gw.output().count("queue evicting is full: evicted 1 record(s)") == 1
     q.close()
 
 
