@@ -34,6 +34,12 @@ class QueueConfig:
     # A watcher holding records that neither reads nor commits any for this long is closed
     # (1008) and its records go back to its group. 0: never (a long inference looks the same).
     watcher_idle_s: float = 0.0
+    # A consumer group with no connected consumer for this long is deleted, with the records
+    # only it still needed (0: groups are kept until deleted through the admin API).
+    group_idle_ttl_s: float = 86400.0
+    # A put on a full queue evicts the oldest record that only groups idle (no connected
+    # consumer) for at least this long still need, instead of answering 429 (0: never).
+    group_evict_idle_s: float = 3600.0
 
 
 @dataclass(frozen=True)

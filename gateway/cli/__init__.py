@@ -3,6 +3,8 @@
 * ``serve --config FILE`` runs it (gateway.cli.serve);
 * ``services list|get|create|update|scale|delete`` and ``status`` talk to a running
   gateway's admin API (gateway.cli.services);
+* ``queues groups|delete-group`` lists and deletes a queue service's consumer groups
+  through the admin API (gateway.cli.queues);
 * ``validate FILE`` checks a config file and lists every error (gateway.cli.validate);
 * ``worker --gateway URL --service NAME`` serves a service's model on this host for the
   gateways there (gateway.cli.worker).
@@ -45,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a config file; list every error with its place")
     v.add_argument("config", help="services YAML file")
     services.add_parsers(sub)
+    from gateway.cli import queues
+
+    queues.add_parsers(sub)
     from gateway.cli import worker
 
     worker.add_parser(sub)
@@ -61,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway.cli.worker import run as run_worker
 
         return run_worker(args)
+    if args.command == "queues":
+        from gateway.cli.queues import run as run_queues
+
+        return run_queues(args)
     if args.command in ("services", "status"):
         from gateway.cli.services import run
 

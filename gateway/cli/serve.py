@@ -113,6 +113,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     from gateway.app import create_app
     from gateway.manage.api import admin_url, start_admin
     from gateway.manage.store import ManagedStore
+    from gateway.queue.datadir import StoreUnusable
     from gateway.server import GatewayRunner, bound_port
     from gateway.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
@@ -138,7 +139,11 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         log.error("start-up failed: %s", exc)
         return 1
     cfg = replace(cfg, services=store.apply(cfg.services))
-    app = create_app(cfg, cluster_serving=True, managed_store=store)
+    try:
+        app = create_app(cfg, cluster_serving=True, managed_store=store)
+    except StoreUnusable as exc:  # locked by another gateway, missing, corrupt, unwritable
+        log.error("start-up failed: %s", exc)
+        return 1
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
     if cfg.source is not None:

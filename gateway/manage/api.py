@@ -23,6 +23,7 @@ from gateway import __version__, errors
 from gateway.config import SERVICE_NAME_RE, ConfigError
 from gateway.manage.manager import MANAGER_KEY, ServiceManager
 from gateway.manage.openapi import OPENAPI
+from gateway.manage.queues_api import add_routes as add_queue_routes
 from gateway.manage.spec import parse_body
 from gateway.middleware import gateway_middleware
 from gateway.state import CONFIG_KEY, STATE_KEY
@@ -143,6 +144,7 @@ def create_admin_app(main: web.Application) -> web.Application:
     r.add_get("/admin/status", status)
     r.add_post("/admin/reload", reload)
     r.add_get("/admin/openapi.json", openapi)
+    add_queue_routes(app, MAIN_KEY)
     return app
 
 

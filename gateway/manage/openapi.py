@@ -26,6 +26,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         404: "no such service",
         409: "the service exists already",
         422: "the new version did not start; the running one serves on",
+        507: "the queue store refused the write (disk full, read-only)",
     }
     return {str(s): _answer(text[s], _ERROR) for s in (401, *statuses)}
 
@@ -121,6 +122,24 @@ OPENAPI: dict[str, Any] = {
                     },
                 },
                 "responses": {"200": _answer("scaled", _SERVICE), **_errors(400, 404)},
+            },
+        },
+        "/admin/services/{name}/groups": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "Consumer groups of the service's queues: cursor, pending, lag, consumers, idle",
+                "responses": {"200": _answer("groups per queue", {"type": "object"}), **_errors(404)},
+            },
+        },
+        "/admin/services/{name}/groups/{group}": {
+            "parameters": [
+                _NAME,
+                {"name": "group", "in": "path", "required": True, "schema": {"type": "string"}},
+                {"name": "queue", "in": "query", "required": False, "schema": {"type": "string"}},
+            ],
+            "delete": {
+                "summary": "Delete a consumer group and the records only it still needed",
+                "responses": {"200": _answer("deleted", {"type": "object"}), **_errors(400, 404, 409, 507)},
             },
         },
         "/admin/status": {

@@ -35,6 +35,10 @@ class Backend(Protocol):
         """Register a group, or record its new tag filter (its start never changes)."""
         ...
 
+    def drop_group(self, queue: str, gid: str) -> Durable:
+        """Forget a group: its registration and what it committed."""
+        ...
+
     def close(self, next_idx: dict[str, int] | None = None) -> None: ...
 
 
@@ -54,6 +58,9 @@ class MemoryBackend:
         return None
 
     def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+        return None
+
+    def drop_group(self, queue: str, gid: str) -> Durable:
         return None
 
     def close(self, next_idx: dict[str, int] | None = None) -> None:

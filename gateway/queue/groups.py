@@ -22,6 +22,7 @@ from .records import (
     last_durable,
     matches,
 )
+from .undo import Assignments, on_failure
 
 
 class ConsumerGroups(RecordLog):
@@ -133,7 +134,7 @@ class ConsumerGroups(RecordLog):
             return  # replaced by a newer connection of the same uid
         c.connected = False
         c.wake = None
-        c.last_seen = time.monotonic()
+        c.last_seen = g.last_seen = time.monotonic()
         if self.grace_s <= 0:
             self.release(c)
 
@@ -272,15 +273,17 @@ class ConsumerGroups(RecordLog):
     def _commit_group(self, g: Group, idxs: Iterable[int]) -> Durable:
         to_delete: list[int] = []
         to_ack: list[int] = []
+        held: list[tuple[int, str | None]] = []
         for idx in idxs:
             rec = self.records.get(idx)
             if rec is None or idx in g.committed:
                 continue
-            self._unassign(g, idx)
             self.commits_total += 1
             if not self._owed_elsewhere(rec, g):
-                to_delete.append(idx)
+                to_delete.append(idx)  # _drop unassigns it (and its undo knows who held it)
             else:
+                held.append((idx, g.pending.get(idx)))
+                self._unassign(g, idx)
                 g.committed.add(idx)
                 to_ack.append(idx)
         durs: list[Durable] = []
@@ -288,4 +291,8 @@ class ConsumerGroups(RecordLog):
             durs.append(self._drop(to_delete)[1])
         if to_ack:
             durs.append(self.backend.ack(self.name, g.gid, to_ack))
-        return last_durable(durs)
+        dur = last_durable(durs)
+        if held:
+            undo = Assignments(g, held)
+            on_failure(dur, lambda: undo.restore(self))  # refused: uncommitted, held as before
+        return dur

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -26,10 +25,12 @@ from gateway.config import Config, QueueConfig, ServiceConfig
 from gateway.lean_http import FastRequest, Query, Reply
 
 from .backend import Backend, MemoryBackend
+from .datadir import open_store
 from .http import handle_http
 from .proxy import FORWARDED, Forwarder, unavailable
 from .records import Consumer, QueueError
 from .replies import error_reply, error_response, to_response
+from .retention import Sweeper
 from .sqlite import SqliteBackend
 from .store import Queue
 from .ws import handle_watch, watch_params
@@ -91,8 +92,10 @@ class QueueManager:
             elif kind != "sqlite":
                 self.backends[kind] = _redis_backend(kind, fsync)
             else:
-                path = ":memory:" if data_dir is None else os.path.join(data_dir, DB_FILE)
-                self.backends[kind] = SqliteBackend(path, fsync=fsync)
+                if data_dir is None:
+                    self.backends[kind] = SqliteBackend(":memory:", fsync=fsync)
+                else:  # locked, and checked for a store that went missing or is damaged
+                    self.backends[kind] = open_store(data_dir, DB_FILE, fsync)
         self.queue_backends: dict[str, Backend] = {n: self.backends[k] for n, k in kinds.items()}
         # Each Redis store's owner lease; its queues are in self.queues only while it is held.
         self.leases: dict[str, Lease] = {}
@@ -111,6 +114,9 @@ class QueueManager:
         # Async services' dispatchers (service name -> Dispatcher), registered by
         # gateway.queue.dispatcher.setup: their figures join the snapshot.
         self.dispatchers: dict[str, Any] = {}
+        # Deletes consumer groups idle for longer than their queue's group_idle_ttl_s.
+        ttls = [c.group_idle_ttl_s for c in self.configs.values()]
+        self.sweeper = Sweeper(lambda: self.queues.values(), ttls)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -129,6 +135,7 @@ class QueueManager:
         for lease in self.leases.values():
             await lease.claim()  # free (or ours): served here from now on
             lease.start()
+        self.sweeper.start()
         self._started = True
 
     async def _lease(self, b: RedisBackend) -> Lease:
@@ -195,6 +202,7 @@ class QueueManager:
         for t in list(self._timers):
             t.cancel()
         self._timers.clear()
+        await self.sweeper.stop()
         await self.shutdown()
         for lease in self.leases.values():
             await lease.pause()  # no more rounds; still held while the last writes go out
@@ -288,6 +296,11 @@ class QueueManager:
             return await self.forwarder.call(owner, req.method, path_qs, req.headers, req.body)
         except QueueError as err:
             return error_reply(err)
+
+    def storage_failure(self) -> str | None:
+        """Why a queue store refuses writes (its last write failed), or None."""
+        failures = [f for b in self.backends.values() if (f := getattr(b, "failure", None))]
+        return f"queue store refuses writes: {'; '.join(failures)}" if failures else None
 
     def snapshot(self) -> dict[str, Any]:
         return {

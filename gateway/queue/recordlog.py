@@ -18,6 +18,7 @@ from gateway.config import QueueConfig
 
 from .backend import Backend
 from .records import RECENT_LIMIT, Consumer, Durable, Group, QueueError, Record, matches
+from .undo import Removal, on_failure
 
 
 class RecordLog:
@@ -151,9 +152,15 @@ class RecordLog:
 
     def _drop(self, idxs: Iterable[int]) -> tuple[int, Durable]:
         """Remove records and journal it (with their tombstones); -> (how many, handle)."""
+        idxs = list(idxs)
+        undo = Removal(self, idxs)
         rids: list[str] = []
         removed = self._remove(idxs, rids)
-        return len(removed), (self.backend.delete(self.name, removed, rids) if removed else None)
+        if not removed:
+            return 0, None
+        dur = self.backend.delete(self.name, removed, rids)
+        on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
+        return len(removed), dur
 
     def _remove(self, idxs: Iterable[int], rids: list[str] | None = None) -> list[int]:
         removed: list[int] = []
@@ -216,7 +223,7 @@ class RecordLog:
             )
         if 0 < self.max_bytes < len(data):  # could never fit, however much is consumed
             raise QueueError(413, f"record of {len(data)} bytes exceeds max_bytes {self.max_bytes}")
-        if len(self.records) + self.inflight >= self.cfg.max_length:
+        if len(self.records) + self.inflight >= self.cfg.max_length and not self._make_room():
             raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
         if self.max_bytes > 0 and self.bytes + len(data) > self.max_bytes:
             raise QueueError(
@@ -262,6 +269,10 @@ class RecordLog:
         self._wake_all()
         if self.on_visible is not None:
             self.on_visible()
+
+    def _make_room(self) -> bool:
+        """The queue is full: free one place if the retention rules allow (store.Queue)."""
+        return False
 
     # ------------------------------------------------------------------ get
     def get(

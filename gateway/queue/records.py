@@ -89,6 +89,8 @@ class Group:
     committed: set[int] = field(default_factory=set)
     consumers: dict[str, Consumer] = field(default_factory=dict)
     deliveries: dict[int, int] = field(default_factory=dict)  # idx -> delivery count (in memory)
+    # When its last consumer left (creation or recovery before any): retention.py's idle time.
+    last_seen: float = field(default_factory=time.monotonic)
 
     def relevant(self, rec: Record) -> bool:
         return rec.idx >= self.start and matches(self.tags, rec.tags)

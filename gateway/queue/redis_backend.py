@@ -39,6 +39,7 @@ from redis.exceptions import RedisError, WatchError
 
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
+from .undo import settle
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,8 @@ class RedisBackend:
         self.fence: Fence | None = None
         self.batches = 0
         self.ops = 0
+        # Why the last write failed, until one succeeds again (/readyz reports it).
+        self.failure: str | None = None
         self.errors = 0
 
     # ------------------------------------------------------------------ keys
@@ -278,11 +281,13 @@ class RedisBackend:
                 results, spans = await self._execute(batch)
             except (RedisError, OSError, StorageError) as exc:
                 self.errors += 1
+                self.failure = f"redis: {exc}"
                 log.error("queue storage write failed: %s", exc)
                 _fail([f for _, f, _ in batch], exc)
                 continue
             self.batches += 1
             self.ops += len(batch)
+            self.failure = None
             # Redis applies the other commands of a transaction when one fails: each op is
             # answered by its own commands' results.
             at = 0
@@ -294,8 +299,10 @@ class RedisBackend:
                     done(mine)
                 if fut.done():
                     continue
+                settle(fut, not errs)  # a refused write's changes are undone in memory first
                 if errs:
                     self.errors += 1
+                    self.failure = f"redis: {errs[0]}"
                     log.error("queue storage write failed: %s", errs[0])
                     fut.set_exception(StorageError(f"queue storage write failed: {errs[0]}"))
                 else:
@@ -384,6 +391,18 @@ class RedisBackend:
 
         return self._submit(op)
 
+    def drop_group(self, queue: str, gid: str) -> Durable:
+        """Forget a group: its registration and what it committed."""
+        groups, acks = self.key(queue, "groups"), self.key(queue, f"acks:{gid}")
+        self._groups.get(queue, set()).discard(gid)
+
+        def op(pipe: Any) -> int:
+            pipe.hdel(groups, gid)
+            pipe.delete(acks)
+            return 2
+
+        return self._submit(op)
+
 
 def _retrieve(f: asyncio.Future[None]) -> None:
     if not f.cancelled():
@@ -393,4 +412,5 @@ def _retrieve(f: asyncio.Future[None]) -> None:
 def _fail(futs: list[asyncio.Future[None]], err: BaseException) -> None:
     for f in futs:
         if not f.done():
+            settle(f, False)  # the write's changes are undone in memory first
             f.set_exception(StorageError(f"queue storage write failed: {err}"))

@@ -36,6 +36,7 @@ from gateway.lean_http import (
     protocol_factory,
 )
 
+from .datadir import StoreUnusable
 from .http import Reply, dispatch
 from .manager import QueueManager
 from .replies import text
@@ -168,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         import uvloop
 
         uvloop.install()
-    asyncio.run(_serve(config, host, port, args.port_file or config.gateway.port_file, not args.no_fast_path))
+    try:
+        asyncio.run(
+            _serve(config, host, port, args.port_file or config.gateway.port_file, not args.no_fast_path)
+        )
+    except StoreUnusable as exc:  # locked by another gateway, missing, corrupt, unwritable
+        print(f"queue server: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -48,6 +48,7 @@ from gateway.private_files import private_file
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
 from .sqlite_read import PayloadReader
+from .undo import settle
 
 __all__ = ["SqliteBackend", "StorageError"]
 
@@ -134,6 +135,8 @@ class SqliteBackend:
         self.batches = 0
         self.ops = 0
         self.errors = 0
+        # Why the last write failed, until one succeeds again (/readyz reports it).
+        self.failure: str | None = None
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -350,11 +353,14 @@ class SqliteBackend:
         except sqlite3.Error as exc:
             err = exc
             self.errors += 1
+            self.failure = f"sqlite: {exc}"
             log.error("queue storage write failed: %s", exc)
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
+        else:
+            self.failure = None
         self.batches += 1
         self.ops += len(batch)
         return err
@@ -447,6 +453,16 @@ class SqliteBackend:
 
         return self._submit(op)
 
+    def drop_group(self, queue: str, gid: str) -> Durable:
+        """Forget a group: its registration and what it committed."""
+        row = (queue, gid)
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM groups WHERE queue = ? AND gid = ?", row)
+            c.execute("DELETE FROM acks WHERE queue = ? AND gid = ?", row)
+
+        return self._submit(op)
+
 
 def _retrieve(f: asyncio.Future[None]) -> None:
     if not f.cancelled():
@@ -457,6 +473,7 @@ def _complete(futs: list[asyncio.Future[None]], err: BaseException | None) -> No
     for f in futs:
         if f.done():
             continue
+        settle(f, err is None)  # a refused write's changes are undone in memory first
         if err is None:
             f.set_result(None)
         else:

@@ -43,6 +43,7 @@ from typing import Any
 from .backend import Backend, MemoryBackend
 from .groups import ConsumerGroups
 from .records import MAX_GET_LENGTH, RECENT_LIMIT, Consumer, Durable, QueueError, Record
+from .retention import make_room
 
 __all__ = [
     "MAX_GET_LENGTH",
@@ -62,6 +63,9 @@ class Queue(ConsumerGroups):
 
     The record log (``RecordLog``) and its consumer groups (``ConsumerGroups``) live in
     their own modules; this class adds what reports on both: search, attributes, figures."""
+
+    def _make_room(self) -> bool:
+        return make_room(self)
 
     def search(self, gid: str, idx: int) -> dict[str, Any] | None:
         rec = self.records.get(idx)

@@ -31,6 +31,7 @@ from .params import bad, identity, parse_bool, parse_uint, query_dict, split_tag
 from .records import Consumer, QueueError, Record
 from .replies import error_response
 from .store import Queue
+from .undo import Watch
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,13 @@ async def handle_watch(mgr: QueueHost, q: Queue, request: web.Request) -> web.St
         )
         if not ws.can_prepare(request).ok:
             raise bad(C.Q_WATCH, "a watch needs a WebSocket upgrade")
-        consumer, _ = q.connect(gid, uid, index, window, auto_commit, tags)
+        before = Watch(q, gid)
+        consumer, dur = q.connect(gid, uid, index, window, auto_commit, tags)
     except QueueError as err:
         return error_response(err)
+    refused = await before.durable(q, consumer, dur)  # a new group or filter is journalled first
+    if refused is not None:
+        return error_response(refused)
     try:
         await ws.prepare(request)
     except BaseException:

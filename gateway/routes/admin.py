@@ -29,20 +29,34 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+def _storage_failure(app: web.Application, name: str | None = None) -> str | None:
+    """Why the queue store refuses writes (its last write failed: disk full, read-only), for
+    the whole gateway or for service ``name`` if it has a queue; None while it writes."""
+    qm: Any = app[QUEUES_KEY]
+    if qm is None or not hasattr(qm, "storage_failure") or (name is not None and not qm.has(name)):
+        return None
+    return qm.storage_failure()
+
+
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
     name = request.query.get("service")
     if name is not None:
         if app[CONFIG_KEY].service(name) is None:
             raise ServiceNotFound(f"service {name!r} not found")
+        storage = _storage_failure(app, name)
         ok = not app[STATE_KEY].shutting_down and app[STATE_KEY].started and service_ready(app, name)
+        ok = ok and not storage
         doc: dict[str, Any] = {"ready": ok, "service": name}
-        reason = None if ok else not_ready_reason(app, name)
+        reason = storage or (None if ok else not_ready_reason(app, name))
         if reason:
             doc["reason"] = reason
         return web.json_response(doc, status=200 if ok else 503)
-    ok = all_ready(app)
+    storage = _storage_failure(app)
+    ok = all_ready(app) and not storage
     body: dict[str, Any] = {"ready": ok}
+    if storage:
+        body["storage"] = storage
     if app[STATE_KEY].shutting_down:
         body["shutting_down"] = True
     else:

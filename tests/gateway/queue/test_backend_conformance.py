@@ -15,14 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
 from eas_sdk.errors import HTTPStatusError
 from eas_sdk.queue import AsyncQueueClient
 from gateway.config import parse_config
+from gateway.queue.backend import StorageError
+from gateway.queue.datadir import LockedSqliteBackend
 from gateway.queue.manager import QueueManager
 from gateway.queue.redis_backend import RedisBackend
+from gateway.queue.retention import delete_group
 from gateway.queue.server import MANAGER_KEY, build_app
 from gateway.queue.sqlite import SqliteBackend
 from gateway.queue.store import QueueError
@@ -56,6 +60,8 @@ class Store:
         if isinstance(b, SqliteBackend):
             b._ckpt_stop.set()
             b._conn.close()
+            if isinstance(b, LockedSqliteBackend) and b.lock is not None:
+                b.lock.release()  # the kernel drops a killed process's flock
         else:
             await self.crash_redis(m)
 
@@ -278,3 +284,99 @@ async def test_failing_storage_answers_507_and_recovers(store: Store) -> None:
             got = await client.get(length=10, auto_delete=False, timeout="0s")
             assert [d.data for d in got] == [b"before", b"after"]
             assert int(index) == 3  # the refused put's index is not reused
+
+
+async def test_a_deleted_group_stays_deleted(store: Store) -> None:
+    """Deleting a group is journalled: after a crash it is gone with what it committed, and
+    the records it alone still needed stay deleted."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(4):
+        await q.put(f"r{i}".encode(), {}, None)[2]
+    keep, _ = q.connect("keep", "u1", 0, 5, False, {})
+    gone, _ = q.connect("gone", "u2", 0, 5, False, {})
+    q.take(gone)
+    await q.commit("gone", [1, 2])  # kept for group keep: journalled as acks of group gone
+    q.take(keep)
+    await q.commit("keep", [3])  # kept for group gone
+    q.disconnect(gone)
+    n, dur = delete_group(q, "gone")
+    await dur
+    assert n == 1 and sorted(q.records) == [1, 2, 4]  # 3: only group gone still needed it
+    await store.crash(m)
+
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert sorted(q2.groups) == ["keep"] and sorted(q2.records) == [1, 2, 4]
+    assert q2.commit("gone", [3]) is None  # a removed record: idempotent
+    c, _ = q2.connect("gone", "u2", 0, 5, False, {})  # a new group of that name starts afresh
+    assert [r.idx for r, _ in q2.take(c)[0]] == [1, 2, 4]
+    await m2.stop()
+
+
+async def test_a_refused_removal_changes_nothing_in_memory_or_on_disk(store: Store) -> None:
+    """Delete, truncate, a get with auto-delete, a commit and a group's deletion whose write
+    is refused leave the queue as it was (in memory now, on disk after a restart)."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(6):
+        await q.put(f"r{i}".encode(), {}, f"rid-{i}")[2]
+    c, dur = q.connect("g1", "u1", 0, 2, False, {})
+    await dur
+    assert [r.idx for r, _ in q.take(c)[0]] == [1, 2]
+    figures = (q.bytes, q.cached_bytes)  # what the byte cap and the payload cache count
+    idle, dur = q.connect("g2", "u2", 0, 2, False, {})
+    await dur
+    q.disconnect(idle)
+    store.break_writes(m)
+    try:
+        refused = [
+            lambda: q.delete([3]),
+            lambda: q.truncate(5)[1],
+            lambda: q.get(0, 2, True, None, {})[1],
+            lambda: q.commit("g1", [1]),
+            lambda: delete_group(q, "g2")[1],
+        ]
+        for call in refused:
+            with pytest.raises(StorageError):
+                await call()
+            assert sorted(q.records) == [1, 2, 3, 4, 5, 6]
+            assert (q.bytes, q.cached_bytes) == figures
+        assert sorted(q.groups) == ["g1", "g2"]
+        g1 = q.groups["g1"]
+        assert (dict(g1.pending), sorted(c.pending), g1.committed) == ({1: "u1", 2: "u1"}, [1, 2], set())
+        assert q.by_rid["rid-0"] == 1 and "rid-0" not in q.recent_rids
+        assert m.storage_failure() is not None
+    finally:
+        store.mend_writes(m)
+    await q.commit("g1", [2])  # a write that succeeds: the store is healthy again
+    assert m.storage_failure() is None
+    await store.crash(m)
+
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert sorted(q2.records) == [1, 2, 3, 4, 5, 6]  # 2: still owed to g2
+    assert sorted(q2.groups) == ["g1", "g2"]
+    await m2.stop()
+
+
+async def test_a_watch_whose_group_cannot_be_written_is_refused_and_leaves_no_group(store: Store) -> None:
+    cfg = parse_config(store.config(["a"]))
+    app = build_app(cfg)
+    async with TestServer(app, host="127.0.0.1") as server:
+        m = app[MANAGER_KEY]
+        url = f"http://127.0.0.1:{server.port}/api/predict/a?_watch_=true&_index_=0&_window_=1"
+        headers = {"Authorization": TOKEN, "X-EAS-QueueService-Redis-Gid": "new"}
+        store.break_writes(m)
+        try:
+            async with aiohttp.ClientSession() as session:
+                with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+                    await session.ws_connect(url, headers=headers)
+            assert info.value.status == 507
+            assert m.queue("a").groups == {}
+        finally:
+            store.mend_writes(m)

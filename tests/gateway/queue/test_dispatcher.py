@@ -395,6 +395,7 @@ async def test_a_result_consumed_before_a_crash_is_not_written_again(tmp_path: P
     assert [r.rid for r in recs] == [rid]
     m.backend._ckpt_stop.set()
     m.backend._conn.close()  # kill -9: the input commit never happens
+    m.backend.lock.release()  # as the kernel drops a killed process's flock
 
     m2 = QueueManager([_svc()], str(tmp_path))
     await m2.start()

@@ -74,6 +74,7 @@ def _crash(m: QueueManager) -> None:
     """Stop writing without a clean stop, as a kill -9 would (what is committed stays)."""
     m.backend._ckpt_stop.set()
     m.backend._conn.close()
+    m.backend.lock.release()  # as the kernel drops a killed process's flock
 
 
 async def test_tombstone_rows_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

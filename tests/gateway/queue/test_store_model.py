@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from gateway.config import QueueConfig
+from gateway.queue import retention
 from gateway.queue.http import HEADER_NAMES
 from gateway.queue.store import Consumer, MemoryBackend, Queue, QueueError
 
@@ -237,6 +238,25 @@ class QueueMachine(RuleBasedStateMachine):
         self.q.truncate(below)
         for idx in [i for i in self.live if i < below]:
             self._remove(idx)
+
+    def _idle_groups(self) -> list[str]:
+        return sorted(gid for gid in self.groups if not any(k[0] == gid for k in self.conns))
+
+    @precondition(lambda self: bool(self._idle_groups()))
+    @rule(data=st.data())
+    def delete_group(self, data: st.DataObject) -> None:
+        gid = data.draw(st.sampled_from(self._idle_groups()))
+        g = self.groups.pop(gid)
+        n, _ = retention.delete_group(self.q, gid)
+        for k in [k for k in self.last_fresh if k[0] == gid]:
+            del self.last_fresh[k]
+        # What it had not committed goes, unless another group still needs it.
+        gone = [
+            i for i in self.live if i not in g.committed and self._relevant(g, i) and self._done_everywhere(i)
+        ]
+        for idx in gone:
+            self._remove(idx)
+        assert n == len(gone)
 
     # ------------------------------------------------------------------ invariants
     @invariant()
