@@ -20,6 +20,9 @@ from .backend import Backend
 from .records import RECENT_LIMIT, Consumer, Durable, Group, QueueError, Record, matches
 from .undo import Removal, on_failure
 
+# A put on a queue at max_bytes may evict up to this many records pinned only by idle groups.
+MAX_EVICTIONS_PER_PUT = 1024
+
 
 class RecordLog:
     """Records of one queue and what every group sees of them (``ConsumerGroups`` adds the rest)."""
@@ -225,7 +228,11 @@ class RecordLog:
             raise QueueError(413, f"record of {len(data)} bytes exceeds max_bytes {self.max_bytes}")
         if len(self.records) + self.inflight >= self.cfg.max_length and not self._make_room():
             raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
-        if self.max_bytes > 0 and self.bytes + len(data) > self.max_bytes:
+        evictions = 0  # by the same rule as a full max_length, within a bound per put
+        while self.max_bytes > 0 and self.bytes + len(data) > self.max_bytes:
+            if evictions < MAX_EVICTIONS_PER_PUT and self._make_room():
+                evictions += 1
+                continue
             raise QueueError(
                 429,
                 f"queue {self.name} is full: it holds {self.bytes} payload bytes and this record of "

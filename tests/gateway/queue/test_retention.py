@@ -121,3 +121,18 @@ def test_eviction_spares_records_a_connected_group_or_no_group_needs() -> None:
     with pytest.raises(QueueError) as info:
         q.put(b"x", {}, None)
     assert info.value.status == 429 and q.length == 5
+
+
+def test_a_queue_at_max_bytes_evicts_by_the_same_rule() -> None:
+    q = Queue(
+        "q", QueueConfig(max_length=100, max_bytes=10, group_evict_idle_s=0.001), MemoryBackend(), grace_s=0
+    )
+    _abandon(q, "gone")
+    _fill(q, 5)  # five records of 2 bytes: the queue holds max_bytes
+    time.sleep(0.01)
+    assert q.put(b"four", {}, None)[0] == 6  # two of the oldest make room for 4 bytes
+    assert sorted(q.records) == [3, 4, 5, 6] and q.bytes == 10
+    q.connect("live", "u", 0, 1, False, {})  # a connected group needs them all now
+    with pytest.raises(QueueError) as info:
+        q.put(b"xx", {}, None)
+    assert info.value.status == 429 and "max_bytes" in info.value.message and q.bytes == 10
