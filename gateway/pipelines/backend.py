@@ -8,7 +8,8 @@ encoded in the request's own format. It offers what the gateway asks of a worker
 (start, stop, readiness, metadata, a snapshot), so the application keeps it beside them.
 
 A model step with ``service:`` calls that service's worker pool (one predictor serves its
-direct callers and every pipeline that uses it); a step with its own ``model:`` gets a pool
+direct callers and every pipeline that uses it), in the form its processor speaks (an
+``onnx`` or a ``python`` service, see gateway.pipelines.forms); a step with its own ``model:`` gets a pool
 of its own, named ``<pipeline>.<step>``, started and stopped with the pipeline.
 """
 
@@ -25,9 +26,10 @@ import numpy as np
 
 from eas_sdk.codecs import eas
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
-from gateway.dataplane import TF_FORM_HEADERS, DataPlane
+from gateway.dataplane import DataPlane
 from gateway.errors import error_body
 from gateway.pipelines.catalog import DTYPES
+from gateway.pipelines.forms import STEP_FORMS
 from gateway.pipelines.graph import REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
 from gateway.pipelines.local import LocalModel
 from gateway.pipelines.ops import load_op
@@ -111,8 +113,11 @@ class PipelineBackend:
         *,
         pool_factory: PoolFactory,
         timings: StepTimings | None = None,
+        processors: Mapping[str, str] | None = None,
     ) -> None:
         assert service.pipeline is not None
+        # The processor of each service a step may call: it decides the form of the call.
+        self.processors = dict(processors or {})
         self.service = service
         self.spec: PipelineSpec = service.pipeline
         self.gateway = gateway
@@ -175,8 +180,14 @@ class PipelineBackend:
                 through = None
                 if step.service is not None and self.plane is not None:
                     through = functools.partial(self._through_plane, step.service)
+                processor = self.processors.get(step.service or "", "onnx")
                 model = ModelCall(
-                    step.name, self.model_backends[step.name], wanted, step.concurrency, through
+                    step.name,
+                    self.model_backends[step.name],
+                    wanted,
+                    step.concurrency,
+                    through,
+                    STEP_FORMS.get(processor, "tf"),
                 )
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)
@@ -220,11 +231,11 @@ class PipelineBackend:
         self.plane = plane
 
     async def _through_plane(
-        self, service: str, body: bytes, request_id: str, timeout: float
+        self, service: str, body: bytes, headers: Mapping[str, str], request_id: str, timeout: float
     ) -> WorkerResponse:
         assert self.plane is not None
         svc = self.plane.services[service]
-        return await self.plane.infer(svc, TF_FORM_HEADERS, body, request_id=request_id, timeout=timeout)
+        return await self.plane.infer(svc, headers, body, request_id=request_id, timeout=timeout)
 
     async def wait_ready(self, timeout: float) -> bool:
         results = await asyncio.gather(*(b.wait_ready(timeout) for b in self.model_backends.values()))
@@ -314,8 +325,11 @@ def pipeline_backends(
     timings: StepTimings,
 ) -> dict[str, PipelineBackend]:
     """A backend for each pipeline service, over the other services' pools."""
+    processors = {s.name: s.processor for s in services}
     return {
-        s.name: PipelineBackend(s, gateway, pools, pool_factory=pool_factory, timings=timings)
+        s.name: PipelineBackend(
+            s, gateway, pools, pool_factory=pool_factory, timings=timings, processors=processors
+        )
         for s in services
         if s.pipeline is not None
     }

@@ -33,3 +33,15 @@ class InWorker:
         if (x < 0).any():
             raise OpError("x must not be negative", 422)
         return {"y": x * 2, "pid": np.array([os.getpid()], dtype=np.int64)}
+
+
+class AroundScore:
+    """A transformer around a Python predictor: doubles ``x`` before it (float64, cast to the
+    predictor's declared float32 on the way), marks its labels after it."""
+
+    def preprocess(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        return {"x": np.asarray(inputs["x"], dtype=np.float64) * 2}
+
+    def postprocess(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
+        marked = np.array([f"{label}!" for label in outputs["label"]], dtype=object)
+        return {"score": outputs["score"], "label": marked}

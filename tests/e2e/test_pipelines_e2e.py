@@ -25,6 +25,7 @@ from tests.e2e.pipeline_http import post, sample_client, wait_ready
 MODELS = ROOT / "samples" / "models"
 SAMPLES = ROOT / "samples" / "pipelines"
 OPS = Path(__file__).resolve().parent / "pipeline_ops.py"
+PREDICTOR = Path(__file__).resolve().parent / "pipeline_predictor.py"
 
 
 def _samples() -> dict[str, dict[str, Any]]:
@@ -59,6 +60,20 @@ def _services() -> list[dict[str, Any]]:
                     "outputs": {"features": "float32", "norm": "float32"},
                 }],
                 "outputs": {"features": "around.features", "norm": "around.norm"},
+            },
+        },
+        {"name": "scores", "processor": "python", "public": True,  # a user's Python predictor
+         "entry": f"{PREDICTOR}:ScorePredictor", "config": {"threshold": 1.0}},
+        {   # a transformer in front of it: the model step speaks the predictor's JSON form
+            "name": "py-transformer",
+            "processor": "pipeline", "public": True,
+            "pipeline": {
+                "inputs": {"x": "float32"},  # no shape: the predictor checks it
+                "steps": [{
+                    "name": "score", "op": f"{OPS}:AroundScore", "service": "scores",
+                    "inputs": {"x": "request.x"}, "outputs": {"score": "float32", "label": "bytes"},
+                }],
+                "outputs": {"score": "score.score", "label": "score.label"},
             },
         },
         {   # fan-out after the features, fan-in in a concat
@@ -144,8 +159,12 @@ def _inference_count(gw: GatewayProcess, model: str) -> int:
     return int(body["model_stats"][0]["inference_count"])
 
 
+def _runs(gw: GatewayProcess, service: str) -> int:
+    return sum(int(w.get("runs") or 0) for w in gw.services()[service]["workers"])
+
+
 def _features_runs(gw: GatewayProcess) -> int:
-    return sum(int(w.get("runs") or 0) for w in gw.services()["features"]["workers"])
+    return _runs(gw, "features")
 
 
 def test_a_transformer_in_front_of_a_shared_predictor(gw: GatewayProcess) -> None:
@@ -168,6 +187,36 @@ def test_a_transformer_in_front_of_a_shared_predictor(gw: GatewayProcess) -> Non
         time.sleep(0.1)
     assert _features_runs(gw) > runs_before
     assert gw.services()["transformer"].get("workers", []) == []  # no model copy of its own
+
+
+def test_a_transformer_in_front_of_a_python_predictor(gw: GatewayProcess) -> None:
+    x = [[0.25, 0.25], [1.0, 1.0]]
+    status, direct, _ = post(
+        gw,
+        "/api/predict/scores",
+        {"inputs": {"x": {"shape": [2, 2], "dtype": "float32", "data": [0.5, 0.5, 2.0, 2.0]}}},
+    )
+    assert status == 200 and direct["outputs"]["label"]["data"] == ["low", "high"], direct
+    runs_before = _runs(gw, "scores")
+    status, body, _ = post(gw, "/api/predict/py-transformer", {"inputs": {"x": x}})
+    assert status == 200, body
+    assert body["outputs"]["score"] == {"dtype": "float32", "shape": [2], "data": [1.0, 4.0]}
+    assert body["outputs"]["label"]["data"] == ["low!", "high!"]
+    # The call ran on the predictor's own worker (its run count, from the health ping).
+    deadline = time.monotonic() + 5
+    while _runs(gw, "scores") <= runs_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _runs(gw, "scores") > runs_before
+    # Through V2 as well, its outputs typed from the predictor's metadata and the config.
+    v2 = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [2.0, 0.5]}]}
+    status, body, _ = post(gw, "/v2/models/py-transformer/infer", v2)
+    assert status == 200, body
+    got = {o["name"]: (o["datatype"], o["data"]) for o in body["outputs"]}
+    assert got == {"score": ("FP32", [5.0]), "label": ("BYTES", ["high!"])}
+    # The predictor's own refusal names the step, with its status.
+    status, body, _ = post(gw, "/api/predict/py-transformer", {"inputs": {"x": [1.0, 2.0]}})
+    assert status == 400, body
+    assert body["message"].startswith("step 'score': x: expected float32[N,M], got float32[2]"), body
 
 
 def test_direct_mode_reaches_a_pipeline_at_its_gateway(gw: GatewayProcess) -> None:
