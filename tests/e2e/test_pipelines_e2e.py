@@ -276,6 +276,40 @@ def test_a_pipeline_through_v2_grpc(gw: GatewayProcess) -> None:
         np.testing.assert_allclose(joined[:, :10].sum(axis=1), 1.0, rtol=1e-4)
 
 
+def _timed(headers: Any) -> set[str]:
+    return {part.split(";")[0] for part in (headers.get("Server-Timing") or "").split(", ") if part}
+
+
+def test_per_step_timings_on_v1_v2_and_grpc(gw: GatewayProcess) -> None:
+    import grpc
+
+    from gateway._proto import grpc_service_pb2 as pb
+    from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+
+    steps = {"features", "classify", "soft", "join", "total"}
+    asked = {"X-Eas-Pipeline-Timings": "1"}
+    row = _pixels(1).ravel().tolist()
+    v2 = {"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 64], "data": row}]}
+    status, body, headers = post(gw, "/v2/models/fan/infer", v2, asked)
+    assert status == 200 and _timed(headers) == steps, (body, dict(headers))
+    status, body, headers = post(gw, "/v1/models/fan:predict", {"instances": [row]}, asked)
+    assert status == 200 and len(body["predictions"]) == 1 and _timed(headers) == steps
+    for path, doc in (("/v2/models/fan/infer", v2), ("/v1/models/fan:predict", {"instances": [row]})):
+        status, _, headers = post(gw, path, doc)  # not asked: not answered
+        assert status == 200 and "Server-Timing" not in headers
+    port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        req = pb.ModelInferRequest(model_name="fan")
+        req.inputs.add(name="pixels", datatype="FP32", shape=[1, 64])
+        req.raw_input_contents.append(_pixels(1).tobytes())
+        _, call = stub.ModelInfer.with_call(req, timeout=10, metadata=[("x-eas-pipeline-timings", "1")])
+        assert _timed(dict(call.trailing_metadata())) == set()  # gRPC keys are lowercase
+        assert _timed({"Server-Timing": dict(call.trailing_metadata())["server-timing"]}) == steps
+        _, call = stub.ModelInfer.with_call(req, timeout=10)
+        assert "server-timing" not in dict(call.trailing_metadata())
+
+
 def test_a_model_step_refusing_its_input_names_the_step(gw: GatewayProcess) -> None:
     # The pipeline's declared input shape turns a short row away before any step runs ...
     status, body, _ = post(gw, "/fan/prediction", {"feed": [{"pixels": [0.5] * 63}]})
