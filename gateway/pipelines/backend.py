@@ -181,13 +181,9 @@ class PipelineBackend:
                 if step.service is not None and self.plane is not None:
                     through = functools.partial(self._through_plane, step.service)
                 processor = self.processors.get(step.service or "", "onnx")
+                form = "values" if remote_op else STEP_FORMS.get(processor, "tf")
                 model = ModelCall(
-                    step.name,
-                    self.model_backends[step.name],
-                    wanted,
-                    step.concurrency,
-                    through,
-                    STEP_FORMS.get(processor, "tf"),
+                    step.name, self.model_backends[step.name], wanted, step.concurrency, through, form
                 )
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)

@@ -20,10 +20,16 @@ import numpy as np
 
 from eas_sdk.codecs.eas.decoded import dtype_name
 from gateway.dataplane import JSON_FORM_HEADERS, TF_FORM_HEADERS
+from gateway.pipelines import values
 
 # The processors a model step can call, and the form each one gets.
 STEP_FORMS = {"onnx": "tf", "python": "json"}
-FORM_HEADERS = {"tf": TF_FORM_HEADERS, "json": JSON_FORM_HEADERS}
+FORM_HEADERS = {
+    "tf": TF_FORM_HEADERS,
+    "json": JSON_FORM_HEADERS,
+    # An op on worker processes of its own: named values (gateway.pipelines.values).
+    "values": {"Content-Type": values.CONTENT_TYPE},
+}
 
 
 def _data(arr: np.ndarray) -> list[Any]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from gateway import errors
 from gateway.dataplane import Backend
+from gateway.pipelines import values
 from gateway.pipelines.forms import FORM_HEADERS, json_outputs, json_request
 from gateway.pipelines.graph import REQUEST, PipelineSpec, StepSpec
 from gateway.pipelines.ops import TRANSFORM_FUNCTIONS, OpError
@@ -63,6 +64,13 @@ class ModelRunner(Protocol):
 Through = Callable[[bytes, Mapping[str, str], str, float], Awaitable[WorkerResponse]]
 
 
+_FORM_NAMES = {
+    "tf": "a TF PredictResponse",
+    "json": "an answer in the JSON form",
+    "values": "a values message",
+}
+
+
 class ModelCall:
     """One call of a model on a backend's workers: feeds by name in, outputs by name out."""
 
@@ -76,7 +84,8 @@ class ModelCall:
         form: str = "tf",
     ) -> None:
         self.step = step
-        # "tf" (an onnx service) or "json" (a python service): see gateway.pipelines.forms.
+        # "tf" (an onnx service), "json" (a python service), see gateway.pipelines.forms, or
+        # "values" (an op on its own workers), see gateway.pipelines.values.
         self.form = form
         self.headers = FORM_HEADERS[form]
         self.backend = backend
@@ -133,11 +142,12 @@ class ModelCall:
     async def __call__(self, feeds: Mapping[str, Any], ctx: CallContext) -> dict[str, np.ndarray]:
         self._check(feeds)
         try:
-            arrays = self._feeds(feeds)
-            if self.form == "json":
-                body = json_request(arrays, self.wanted)
+            if self.form == "values":  # an op's own workers: plain values as they are
+                body = values.encode(feeds, self.wanted)
+            elif self.form == "json":
+                body = json_request(self._feeds(feeds), self.wanted)
             else:
-                body = v2_tensors.tf_request(arrays, self.wanted)
+                body = v2_tensors.tf_request(self._feeds(feeds), self.wanted)
         except (ValueError, TypeError) as exc:
             raise StepFailed(self.step, 500, f"cannot send the model's inputs: {exc}") from None
         if self.limit is None:
@@ -168,11 +178,13 @@ class ModelCall:
         if resp.status != 200:
             raise StepFailed(self.step, int(resp.status), errors.message_of(bytes(resp.body)))
         try:
+            if self.form == "values":
+                return values.decode(bytes(resp.body))[0]
             if self.form == "json":
                 return json_outputs(bytes(resp.body))
             return v2_tensors.tf_outputs(bytes(resp.body), self._types("outputs"))
         except (ValueError, TypeError) as exc:
-            what = "an answer in the JSON form" if self.form == "json" else "a TF PredictResponse"
+            what = _FORM_NAMES[self.form]
             raise StepFailed(self.step, 502, f"the model's reply is not {what} ({exc})") from None
 
 

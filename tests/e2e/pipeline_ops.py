@@ -26,13 +26,30 @@ class AroundFeatures:
 
 
 class InWorker:
-    """Doubles ``x`` and says which process it ran in; refuses negative values (422)."""
+    """Doubles ``x`` and says which process it ran in, with plain Python values beside the
+    tensors: a ``label`` string and an ``info`` dict; refuses negative values (422)."""
 
     def preprocess(self, inputs: dict[str, Any]) -> dict[str, Any]:
         x = np.asarray(inputs["x"], dtype=np.float32)
         if (x < 0).any():
             raise OpError("x must not be negative", 422)
-        return {"y": x * 2, "pid": np.array([os.getpid()], dtype=np.int64)}
+        info = {"count": int(x.size), "top": float(x.max()), "tags": ["a", ("b", 2)], "raw": b"\x00\xff"}
+        return {
+            "y": x * 2,
+            "pid": np.array([os.getpid()], dtype=np.int64),
+            "label": "big" if x.sum() > 3 else "small",
+            "info": info,
+        }
+
+
+class Describe:
+    """A later step (in the gateway) reading the plain values the worker's op answered."""
+
+    def preprocess(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        info, label = inputs["info"], inputs["label"]
+        assert isinstance(label, str) and isinstance(info, dict), (type(label), type(info))
+        assert isinstance(info["raw"], bytes) and info["tags"] == ["a", ("b", 2)], info
+        return {"summary": f"{label}: {info['count']} values up to {info['top']:g}, raw {info['raw'].hex()}"}
 
 
 class AroundScore:

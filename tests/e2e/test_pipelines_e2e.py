@@ -119,9 +119,15 @@ def _services() -> list[dict[str, Any]]:
             "processor": "pipeline", "public": True,
             "pipeline": {
                 "inputs": {"x": "float32"},
-                "steps": [{"name": "work", "op": f"{OPS}:InWorker", "placement": "process", "workers": 1,
-                           "inputs": {"x": "request.x"}, "outputs": {"y": "float32", "pid": "int64"}}],
-                "outputs": {"y": "work.y", "pid": "work.pid"},
+                "steps": [
+                    {"name": "work", "op": f"{OPS}:InWorker", "placement": "process", "workers": 1,
+                     "inputs": {"x": "request.x"},
+                     "outputs": {"y": "float32", "pid": "int64", "label": "bytes", "info": None}},
+                    {"name": "describe", "op": f"{OPS}:Describe",
+                     "inputs": {"info": "work.info", "label": "work.label"}, "outputs": {"summary": "bytes"}},
+                ],
+                "outputs": {"y": "work.y", "pid": "work.pid", "label": "work.label",
+                            "summary": "describe.summary"},
             },
         },
         *_samples().values(),
@@ -330,6 +336,10 @@ def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
     status, body, _ = post(gw, "/api/predict/procop", {"inputs": {"x": [1.5, 2.0]}})
     assert status == 200, body
     assert body["outputs"]["y"]["data"] == [3.0, 4.0]
+    # Plain values cross the process boundary too: a string for the answer, and a dict
+    # (with a tuple and bytes inside) that a later step reads as it was made.
+    assert body["outputs"]["label"]["data"] == ["big"]
+    assert body["outputs"]["summary"]["data"] == ["big: 2 values up to 2, raw 00ff"]
     workers = gw.services()["procop"]["workers"]
     assert [(w["step"], w["pid"]) for w in workers] == [("work", body["outputs"]["pid"]["data"][0])]
     assert workers[0]["pid"] != gw.pid

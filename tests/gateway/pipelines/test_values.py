@@ -1,0 +1,74 @@
+"""Named values across the process boundary: arrays and plain Python values round-trip as
+they were made, arrays are read in place, and what cannot cross is refused by name."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gateway.pipelines import values
+
+
+def test_arrays_and_plain_values_round_trip() -> None:
+    made = {
+        "pixels": np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+        "ids": np.array([[1, 2]], dtype=np.int64),
+        "mask": np.array([True, False, True]),
+        "complex": np.array([1 + 2j]),
+        "empty": np.zeros((0, 3), dtype=np.float16),
+        "scalar": np.float32(1.5),
+        "words": np.array(["a", "bé"], dtype=object),
+        "label": "cat",
+        "count": 3,
+        "big": 1 << 80,
+        "none": None,
+        "raw": b"\x00\xff",
+        "info": {"tags": ["a", ("b", 2)], 7: {"nested": [1.5, None, True]}, ("k", 1): b"v"},
+    }
+    got, wanted = values.decode(values.encode(made, ["label"]))
+    assert wanted == ["label"] and list(got) == list(made)
+    for name in ("pixels", "ids", "mask", "complex", "empty"):
+        assert got[name].dtype == made[name].dtype and np.array_equal(got[name], made[name]), name
+    assert type(got["scalar"]) is np.float32 and got["scalar"] == 1.5
+    assert got["words"].dtype == object and got["words"].tolist() == ["a", "bé"]
+    assert {k: got[k] for k in ("label", "count", "big", "none", "raw", "info")} == {
+        k: made[k] for k in ("label", "count", "big", "none", "raw", "info")
+    }
+    assert type(got["raw"]) is bytes
+
+
+def test_arrays_are_aligned_read_only_views_of_the_message() -> None:
+    message = values.encode({"a": np.ones(3, dtype=np.int8), "b": np.arange(5, dtype=np.float64)})
+    got, _ = values.decode(message)
+    for arr in got.values():
+        assert arr.base is not None and not arr.flags.writeable  # no copy: the message's bytes
+        assert arr.ctypes.data % 8 == 0 or arr.dtype.itemsize == 1
+    assert got["b"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_non_finite_floats_and_strided_arrays() -> None:
+    strided = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]
+    got, _ = values.decode(values.encode({"s": strided, "f": [math.inf, math.nan]}))
+    assert got["s"].tolist() == strided.tolist()
+    assert got["f"][0] == math.inf and math.isnan(got["f"][1])
+
+
+def test_what_cannot_cross_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match=r"info\['tags'\]\[1\]: cannot send a set"):
+        values.encode({"info": {"tags": [1, {2}]}})
+    with pytest.raises(TypeError, match="when: cannot send a datetime64"):
+        values.encode({"when": np.datetime64("2024-01-01")})
+
+
+@pytest.mark.parametrize("message", [b"", b"\x00\x00\x00\x05{}", b"\x00\x00\x00\x02{}"])
+def test_a_malformed_message_is_a_value_error(message: bytes) -> None:
+    with pytest.raises(ValueError, match="not a values message"):
+        values.decode(message)
+
+
+def test_a_value_outside_the_message_is_refused() -> None:
+    message = values.encode({"a": np.ones(4, dtype=np.float32)})
+    with pytest.raises(ValueError, match="outside the message"):
+        values.decode(message[:-4])
