@@ -456,7 +456,7 @@ def check_services(spec: PipelineSpec, where: str, processors: Mapping[str, str]
             why = NOT_A_STEP.get(processor, "it runs no model")
             raise PipelineConfigError(
                 f"{field_}: service {s.service!r} is a {processor} service ({why}); "
-                f"a model step calls a {' or '.join(STEP_PROCESSORS)} service"
+                f"a model step calls a service whose processor is {' or '.join(STEP_PROCESSORS)}"
             )
 
 

@@ -76,6 +76,18 @@ def _services() -> list[dict[str, Any]]:
                 "outputs": {"score": "score.score", "label": "score.label"},
             },
         },
+        {"name": "echo", "processor": "python", "public": True,  # answers its body: not the JSON form
+         "entry": f"{ROOT / 'samples' / 'processors' / 'echo.py'}:EchoProcessor"},
+        {
+            "name": "echoed",
+            "processor": "pipeline", "public": True,
+            "pipeline": {
+                "inputs": {"x": "float32"},
+                "steps": [{"name": "echo", "service": "echo", "inputs": {"x": "request.x"},
+                           "outputs": ["y"]}],
+                "outputs": {"y": "echo.y"},
+            },
+        },
         {   # fan-out after the features, fan-in in a concat
             "name": "fan",
             "processor": "pipeline", "public": True,
@@ -223,6 +235,11 @@ def test_a_transformer_in_front_of_a_python_predictor(gw: GatewayProcess) -> Non
     status, body, _ = post(gw, "/api/predict/py-transformer", {"inputs": {"x": [1.0, 2.0]}})
     assert status == 400, body
     assert body["message"].startswith("step 'score': x: expected float32[N,M], got float32[2]"), body
+    # A Python service that does not answer in the JSON form fails the step with a 502.
+    status, body, _ = post(gw, "/api/predict/echoed", {"inputs": {"x": [1.0]}})
+    assert status == 502 and body["message"].startswith(
+        "step 'echo': the model's reply is not an answer in the JSON form"
+    ), body
 
 
 def test_direct_mode_reaches_a_pipeline_at_its_gateway(gw: GatewayProcess) -> None:
