@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -69,6 +70,18 @@ def step_service(pipeline: ServiceConfig, step: StepSpec) -> ServiceConfig:
         request_format="tf",
         env=pipeline.env,
     )
+
+
+def _json_text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _answer_array(value: Any) -> np.ndarray:
+    """A pipeline output as the answer's tensor: arrays, numbers, strings and lists of them as
+    they are; a dict (a plain value no tensor holds) as its JSON text."""
+    if isinstance(value, dict):
+        return np.array(json.dumps(value, ensure_ascii=False, default=_json_text), dtype=object)
+    return np.asarray(value)
 
 
 def _tensor_spec(decl: TensorDecl) -> eas.TensorSpec:
@@ -301,7 +314,7 @@ class PipelineBackend:
             message = f"the pipeline did not finish within {timeout:g} s (steps still running: {waiting})"
             return self._error(504, "UpstreamTimeout", message, rid)
         self.timings.observe(self.service.name, timings)
-        arrays = [np.asarray(values[f"{src.step}.{src.name}"]) for _, src in self.spec.outputs]
+        arrays = [_answer_array(values[f"{src.step}.{src.name}"]) for _, src in self.spec.outputs]
         try:
             body, ctype = eas.encode_response(decoded, self.output_names, arrays, indices)
         except eas.InvalidInput as exc:

@@ -139,7 +139,7 @@ def _services() -> list[dict[str, Any]]:
                      "inputs": {"info": "work.info", "label": "work.label"}, "outputs": {"summary": "bytes"}},
                 ],
                 "outputs": {"y": "work.y", "pid": "work.pid", "label": "work.label",
-                            "summary": "describe.summary"},
+                            "summary": "describe.summary", "info": "work.info"},
             },
         },
         *_samples().values(),
@@ -357,6 +357,9 @@ def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
     # (with a tuple and bytes inside) that a later step reads as it was made.
     assert body["outputs"]["label"]["data"] == ["big"]
     assert body["outputs"]["summary"]["data"] == ["big: 2 values up to 2, raw 00ff"]
+    # A dict in the answer is its JSON text (a tuple as a list, bytes as text).
+    info = json.loads(body["outputs"]["info"]["data"][0])
+    assert info == {"count": 2, "top": 2.0, "tags": ["a", ["b", 2]], "raw": "\x00\ufffd"}
     workers = gw.services()["procop"]["workers"]
     assert [(w["step"], w["pid"]) for w in workers] == [("work", body["outputs"]["pid"]["data"][0])]
     assert workers[0]["pid"] != gw.pid
