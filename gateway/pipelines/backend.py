@@ -45,6 +45,7 @@ from gateway.pipelines.runner import (
     StepFailed,
     TransformStep,
 )
+from gateway.pipelines.shm import ShmArea
 from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings, server_timing, wants_timings
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
@@ -153,6 +154,8 @@ class PipelineBackend:
         self.runner: Runner | None = None
         self._ops: list[OpStep] = []
         self._closers: list[Callable[[], None]] = []
+        # Shared memory for the large arrays of ops on worker processes of their own.
+        self.shm: ShmArea | None = None
         self.restarts_total = 0
 
     @property
@@ -195,8 +198,11 @@ class PipelineBackend:
                     through = functools.partial(self._through_plane, step.service)
                 processor = self.processors.get(step.service or "", "onnx")
                 form = "values" if remote_op else STEP_FORMS.get(processor, "tf")
+                if remote_op and self.shm is None:
+                    self.shm = ShmArea.create(self.service.name)
+                shm = self.shm.path if remote_op and self.shm is not None else None
                 model = ModelCall(
-                    step.name, self.model_backends[step.name], wanted, step.concurrency, through, form
+                    step.name, self.model_backends[step.name], wanted, step.concurrency, through, form, shm
                 )
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)
@@ -263,6 +269,9 @@ class PipelineBackend:
         await asyncio.gather(
             *(p.stop(drain_timeout) for p in self.own_pools.values()), return_exceptions=True
         )
+        if self.shm is not None:  # what calls that gave up left behind
+            self._closers.append(self.shm.close)
+            self.shm = None
         for close in [op.close for op in self._ops] + self._closers:
             try:
                 close()

@@ -27,6 +27,7 @@ from gateway.pipelines import values
 from gateway.pipelines.forms import FORM_HEADERS, json_outputs, json_request
 from gateway.pipelines.graph import REQUEST, PipelineSpec, StepSpec
 from gateway.pipelines.ops import TRANSFORM_FUNCTIONS, OpError
+from gateway.pipelines.shm import ShmWriter
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 
@@ -82,12 +83,15 @@ class ModelCall:
         concurrency: int = 0,
         through: Through | None = None,
         form: str = "tf",
+        shm: str | None = None,
     ) -> None:
         self.step = step
         # "tf" (an onnx service), "json" (a python service), see gateway.pipelines.forms, or
         # "values" (an op on its own workers), see gateway.pipelines.values.
         self.form = form
         self.headers = FORM_HEADERS[form]
+        # The values form's shared memory directory, for large arrays (gateway.pipelines.shm).
+        self.shm = shm
         self.backend = backend
         # How a call reaches another service's backend: through the dataplane, so that its
         # figures (statistics, metrics) count the pipeline's calls beside its own callers'.
@@ -141,19 +145,26 @@ class ModelCall:
 
     async def __call__(self, feeds: Mapping[str, Any], ctx: CallContext) -> dict[str, np.ndarray]:
         self._check(feeds)
+        writer = ShmWriter(self.shm) if self.shm is not None else None
         try:
             if self.form == "values":  # an op's own workers: plain values as they are
-                body = values.encode(feeds, self.wanted)
+                body = values.encode(feeds, self.wanted, writer, self.shm)
             elif self.form == "json":
                 body = json_request(self._feeds(feeds), self.wanted)
             else:
                 body = v2_tensors.tf_request(self._feeds(feeds), self.wanted)
         except (ValueError, TypeError) as exc:
+            if writer is not None:
+                writer.remove_all()
             raise StepFailed(self.step, 500, f"cannot send the model's inputs: {exc}") from None
-        if self.limit is None:
-            return await self._dispatch(body, ctx)
-        async with self.limit:
-            return await self._dispatch(body, ctx)
+        try:
+            if self.limit is None:
+                return await self._dispatch(body, ctx)
+            async with self.limit:
+                return await self._dispatch(body, ctx)
+        finally:
+            if writer is not None:  # the call is over (answered, failed or given up)
+                writer.remove_all()
 
     async def _dispatch(self, body: bytes, ctx: CallContext) -> dict[str, np.ndarray]:
         remaining = ctx.deadline - time.monotonic()
@@ -179,7 +190,7 @@ class ModelCall:
             raise StepFailed(self.step, int(resp.status), errors.message_of(bytes(resp.body)))
         try:
             if self.form == "values":
-                return values.decode(bytes(resp.body))[0]
+                return values.decode(bytes(resp.body), unlink=True).values
             if self.form == "json":
                 return json_outputs(bytes(resp.body))
             return v2_tensors.tf_outputs(bytes(resp.body), self._types("outputs"))

@@ -7,13 +7,16 @@ holds each value as a tree of JSON: ``None``, booleans, integers, floats and str
 themselves, lists as lists, and everything JSON cannot tell apart as a one-key object:
 
 * ``{"a": [dtype, shape, offset, nbytes]}``: a numeric numpy array (its bytes in the data);
+* ``{"m": [path, dtype, shape, nbytes]}``: a large one in shared memory (gateway.pipelines.shm);
 * ``{"g": [dtype, offset, nbytes]}``: a numpy scalar (``np.float32(1.5)``);
 * ``{"o": [shape, [items]]}``: a numpy array of strings or objects, item by item;
 * ``{"b": [offset, nbytes]}``: ``bytes`` (``bytearray`` and ``memoryview`` arrive as bytes);
 * ``{"t": [items]}``: a tuple; ``{"d": [[key, value], ...]}``: a dict (keys of any plain type).
 
-Encoding copies each array's bytes once, into the message; decoding copies nothing: the
-arrays are read-only views of the message received (copy one to change it in place).
+Encoding copies each array's bytes once, into the message or into shared memory; decoding
+copies nothing: the arrays are read-only views of the message received or of the shared
+memory (copy one to change it in place). The header's ``shm`` names the directory where the
+answer may put its own large arrays.
 Anything else (a set, a user's class) is refused with a TypeError naming the value.
 """
 
@@ -22,9 +25,11 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from gateway.pipelines.shm import SHM_MIN, ShmWriter, take
 
 CONTENT_TYPE = "application/x-easkit-values"
 _LEN = struct.Struct("!I")
@@ -32,10 +37,17 @@ _ALIGN = 8
 _PAD = bytes(_ALIGN)
 
 
+class Message(NamedTuple):
+    values: dict[str, Any]
+    wanted: list[str]  # the names the sender wants back (from the gateway)
+    shm: str | None  # where the answer may put its large arrays (from the gateway)
+
+
 class _Writer:
-    def __init__(self) -> None:
+    def __init__(self, shm: ShmWriter | None) -> None:
         self.parts: list[Any] = []
         self.size = 0  # bytes of data so far (offsets are relative to the data's start)
+        self.shm = shm
 
     def add(self, buf: Any, nbytes: int) -> int:
         offset = self.size
@@ -51,6 +63,10 @@ class _Writer:
             return value
         if isinstance(value, np.ndarray):
             if value.dtype.kind in "biufc":
+                if self.shm is not None and value.nbytes >= SHM_MIN:
+                    path = self.shm.put(value)
+                    if path is not None:  # else no room there: in the message
+                        return {"m": [path, value.dtype.str, list(value.shape), value.nbytes]}
                 arr = np.ascontiguousarray(value)
                 # A byte view of the array (no copy): the join in encode() is its one copy.
                 offset = self.add(arr.reshape(-1).view(np.uint8), arr.nbytes)
@@ -76,33 +92,46 @@ class _Writer:
         )
 
 
-def encode(values: Mapping[str, Any], wanted: Sequence[str] = ()) -> bytes:
-    """A message of ``values`` (and, from the gateway, the names it wants back)."""
-    writer = _Writer()
+def encode(
+    values: Mapping[str, Any],
+    wanted: Sequence[str] = (),
+    shm: ShmWriter | None = None,
+    answer_shm: str | None = None,
+) -> bytes:
+    """A message of ``values`` (and, from the gateway, the names it wants back, and the
+    directory where the answer may put large arrays). ``shm``: put large arrays there."""
+    writer = _Writer(shm)
     tree = {name: writer.node(value, name) for name, value in values.items()}
-    head = json.dumps({"values": tree, "wanted": list(wanted)}, separators=(",", ":")).encode()
+    doc = {"values": tree, "wanted": list(wanted), "shm": answer_shm}
+    head = json.dumps(doc, separators=(",", ":")).encode()
     lead = _LEN.size + len(head)
     return b"".join([_LEN.pack(len(head)), head, _PAD[: -lead % _ALIGN], *writer.parts])
 
 
-def decode(message: bytes) -> tuple[dict[str, Any], list[str]]:
-    """-> (the values by name, the names wanted back); ValueError on a malformed message."""
+def decode(message: bytes, *, unlink: bool = False) -> Message:
+    """The values of a message; ValueError on a malformed one, or one whose shared memory is
+    gone. ``unlink``: remove the shared memory files once mapped (the gateway, reading an
+    answer; a request's files are the gateway's to remove)."""
     try:
         (n,) = _LEN.unpack_from(message)
         doc = json.loads(message[_LEN.size : _LEN.size + n])
         start = _LEN.size + n
         start += -start % _ALIGN
-        reader = _Reader(message, start)
+        reader = _Reader(message, start, unlink)
         values = {str(name): reader.node(node) for name, node in doc["values"].items()}
-        return values, [str(w) for w in doc.get("wanted") or ()]
+        shm = doc.get("shm")
+        return Message(values, [str(w) for w in doc.get("wanted") or ()], str(shm) if shm else None)
     except (struct.error, json.JSONDecodeError, KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ValueError(f"not a values message ({type(exc).__name__}: {exc})") from None
+    except OSError as exc:
+        raise ValueError(f"shared memory of the message is gone ({exc.strerror})") from None
 
 
 class _Reader:
-    def __init__(self, message: bytes, start: int) -> None:
+    def __init__(self, message: bytes, start: int, unlink: bool) -> None:
         self.message = message
         self.start = start
+        self.unlink = unlink
 
     def _span(self, offset: int, nbytes: int) -> int:
         begin = self.start + int(offset)
@@ -121,6 +150,9 @@ class _Reader:
             dt = np.dtype(dtype)
             begin = self._span(offset, nbytes)
             return np.frombuffer(self.message, dt, nbytes // dt.itemsize, begin).reshape(shape)
+        if tag == "m":
+            path, dtype, shape, nbytes = body
+            return take(str(path), np.dtype(dtype), shape, int(nbytes), unlink=self.unlink)
         if tag == "g":
             dtype, offset, nbytes = body
             return np.frombuffer(self.message, np.dtype(dtype), 1, self._span(offset, nbytes))[0]
@@ -141,4 +173,4 @@ class _Reader:
         raise ValueError(f"unknown value tag {tag!r}")
 
 
-__all__ = ["CONTENT_TYPE", "decode", "encode"]
+__all__ = ["CONTENT_TYPE", "Message", "decode", "encode"]

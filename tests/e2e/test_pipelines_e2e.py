@@ -20,7 +20,7 @@ import yaml
 from eas_sdk import ENDPOINT_TYPE_DIRECT, PredictClient, QueueClient, StringRequest
 from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
-from tests.e2e.pipeline_http import post, sample_client, wait_ready
+from tests.e2e.pipeline_http import post, post_raw, sample_client, wait_ready
 
 MODELS = ROOT / "samples" / "models"
 SAMPLES = ROOT / "samples" / "pipelines"
@@ -363,6 +363,14 @@ def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
     workers = gw.services()["procop"]["workers"]
     assert [(w["step"], w["pid"]) for w in workers] == [("work", body["outputs"]["pid"]["data"][0])]
     assert workers[0]["pid"] != gw.pid
+    # A large array goes to the worker and back through the pipeline's shared memory, whose
+    # files are gone once the call is over.
+    x = np.random.default_rng(0).random(300_000, dtype=np.float32)  # 1.2 MB
+    status, reply = post_raw(gw, "/api/predict/procop", encode_tf_request(None, {"x": x}, ["y"]))
+    assert status == 200, reply[:300]
+    np.testing.assert_array_equal(decode_tf_response(reply)["y"].to_tensor("y").array, x * 2)
+    areas = list(Path("/dev/shm").glob("easkit-procop-*"))  # where the gateway puts them
+    assert areas and not [f for a in areas for f in a.iterdir()]
     status, body, _ = post(gw, "/procop/prediction", {"feed": [{"x": -1.0}]})
     assert status == 422 and body["err_msg"] == "step 'work': x must not be negative"
 

@@ -1,7 +1,8 @@
 """A pipeline's Python op in worker processes of its own (a step with ``placement: process``).
 
 The step's inputs arrive as a values message (gateway.pipelines.values: numpy arrays and
-plain Python values by name, the arrays' bytes copied once into it and read in place here),
+plain Python values by name, the arrays' bytes copied once into it, or into shared memory
+when large, and read in place here),
 the op's ``preprocess`` and ``postprocess`` run as they would in the gateway's threads, and
 its outputs go back the same way. Worth it for an op that holds the GIL (pure Python work)
 or that must not take the gateway down when it crashes.
@@ -14,6 +15,7 @@ from typing import Any
 
 from gateway.pipelines import values as wire
 from gateway.pipelines.ops import OpError, load_op
+from gateway.pipelines.shm import ShmWriter
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.processors.base import Processor, ProcessorError
 
@@ -28,7 +30,7 @@ class OpProcessor(Processor):
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         try:
-            inputs, wanted = wire.decode(req.body)
+            inputs, wanted, shm = wire.decode(req.body)
         except ValueError as exc:
             raise ProcessorError(f"cannot read the step's inputs: {exc}") from None
         try:
@@ -51,9 +53,13 @@ class OpProcessor(Processor):
             raise ProcessorError(
                 f"produced no output {missing[0]!r}; it gave: {', '.join(map(str, values))}", 500
             )
+        # Large arrays go back through the gateway's shared memory, which it removes once read.
+        writer = ShmWriter(shm) if shm else None
         try:
-            body = wire.encode({n: values[n] for n in wanted})
+            body = wire.encode({n: values[n] for n in wanted}, shm=writer)
         except TypeError as exc:
+            if writer is not None:
+                writer.remove_all()
             raise ProcessorError(f"cannot send the op's outputs: {exc}", 500) from None
         return WorkerResponse(200, body, wire.CONTENT_TYPE)
 

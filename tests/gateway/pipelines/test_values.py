@@ -1,14 +1,17 @@
 """Named values across the process boundary: arrays and plain Python values round-trip as
-they were made, arrays are read in place, and what cannot cross is refused by name."""
+they were made, arrays are read in place (large ones from shared memory), and what cannot
+cross is refused by name."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gateway.pipelines import values
+from gateway.pipelines.shm import SHM_MIN, ShmArea, ShmWriter
 
 
 def test_arrays_and_plain_values_round_trip() -> None:
@@ -27,7 +30,7 @@ def test_arrays_and_plain_values_round_trip() -> None:
         "raw": b"\x00\xff",
         "info": {"tags": ["a", ("b", 2)], 7: {"nested": [1.5, None, True]}, ("k", 1): b"v"},
     }
-    got, wanted = values.decode(values.encode(made, ["label"]))
+    got, wanted, _ = values.decode(values.encode(made, ["label"]))
     assert wanted == ["label"] and list(got) == list(made)
     for name in ("pixels", "ids", "mask", "complex", "empty"):
         assert got[name].dtype == made[name].dtype and np.array_equal(got[name], made[name]), name
@@ -41,7 +44,7 @@ def test_arrays_and_plain_values_round_trip() -> None:
 
 def test_arrays_are_aligned_read_only_views_of_the_message() -> None:
     message = values.encode({"a": np.ones(3, dtype=np.int8), "b": np.arange(5, dtype=np.float64)})
-    got, _ = values.decode(message)
+    got = values.decode(message).values
     for arr in got.values():
         assert arr.base is not None and not arr.flags.writeable  # no copy: the message's bytes
         assert arr.ctypes.data % 8 == 0 or arr.dtype.itemsize == 1
@@ -50,7 +53,7 @@ def test_arrays_are_aligned_read_only_views_of_the_message() -> None:
 
 def test_non_finite_floats_and_strided_arrays() -> None:
     strided = np.arange(12, dtype=np.int32).reshape(3, 4)[:, ::2]
-    got, _ = values.decode(values.encode({"s": strided, "f": [math.inf, math.nan]}))
+    got = values.decode(values.encode({"s": strided, "f": [math.inf, math.nan]})).values
     assert got["s"].tolist() == strided.tolist()
     assert got["f"][0] == math.inf and math.isnan(got["f"][1])
 
@@ -72,3 +75,37 @@ def test_a_value_outside_the_message_is_refused() -> None:
     message = values.encode({"a": np.ones(4, dtype=np.float32)})
     with pytest.raises(ValueError, match="outside the message"):
         values.decode(message[:-4])
+
+
+def test_large_arrays_travel_in_shared_memory(tmp_path: Path) -> None:
+    big = np.arange(SHM_MIN // 4 + 3, dtype=np.float32)
+    small = np.ones(4, dtype=np.int64)
+    writer = ShmWriter(str(tmp_path))
+    message = values.encode({"big": big, "small": small}, ["y"], writer, "/answers/here")
+    assert len(message) < 1024 and len(writer.made) == 1  # the big one is not in the message
+    got = values.decode(message)
+    assert got.wanted == ["y"] and got.shm == "/answers/here"
+    assert np.array_equal(got.values["big"], big) and not got.values["big"].flags.writeable
+    assert np.array_equal(got.values["small"], small)
+    assert [p.name for p in tmp_path.iterdir()] == [Path(writer.made[0]).name]  # the sender's to remove
+    again = values.decode(message, unlink=True).values["big"]  # the gateway, reading an answer
+    assert not any(tmp_path.iterdir()) and np.array_equal(again, big)  # mapped: still readable
+    with pytest.raises(ValueError, match="shared memory of the message is gone"):
+        values.decode(message)
+
+
+def test_without_room_in_shared_memory_an_array_travels_in_the_message(tmp_path: Path) -> None:
+    writer = ShmWriter(str(tmp_path / "missing"))
+    big = np.zeros(SHM_MIN, dtype=np.uint8)
+    message = values.encode({"big": big}, shm=writer)
+    assert len(message) > SHM_MIN and not writer.made
+    assert np.array_equal(values.decode(message).values["big"], big)
+
+
+def test_an_area_is_private_and_removed_whole(tmp_path: Path) -> None:
+    area = ShmArea.create("p", root=tmp_path)
+    assert area is not None and (Path(area.path).stat().st_mode & 0o777) == 0o700
+    ShmWriter(area.path).put(np.ones(8))
+    area.close()
+    assert not Path(area.path).exists()
+    assert ShmArea.create("p", root=tmp_path / "none") is None

@@ -1,0 +1,107 @@
+"""Large arrays of a values message in shared memory: the one copy of a hop.
+
+An array of ``SHM_MIN`` bytes or more that goes to an op on worker processes of its own, or
+comes back from it, is written once into a file of the pipeline's private directory in
+``/dev/shm`` (a memory file system: nothing touches a disk) and the message names the file;
+the other side maps the file and reads the array in place. So the array is copied once per
+hop, where the socket would move it through the kernel and copy it on both sides.
+
+Files live only while a call needs them: the gateway removes a request's files once the
+call is over, and each answer's file once it has mapped it (the mapping stays readable);
+what a call that gave up leaves behind goes with the directory when the pipeline stops.
+The file is filled with ``write`` (never through a mapping, where a full ``/dev/shm`` would
+be a SIGBUS): when there is no room, the array travels in the message as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SHM_MIN = 1 << 20
+# Mapped with every page at once: a page fault per 4 KiB would cost more than reading it.
+_SHARED_POPULATED = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+SHM_ROOT = Path("/dev/shm")  # noqa: S108 - the memory file system, for a private directory in it
+
+
+class ShmArea:
+    """A directory of its own (mode 0700) for one pipeline's messages."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, name: str, root: Path = SHM_ROOT) -> ShmArea | None:
+        """A new area, or None where there is no memory file system to hold one."""
+        if not root.is_dir() or not os.access(root, os.W_OK):
+            return None
+        try:
+            return cls(tempfile.mkdtemp(prefix=f"easkit-{name}-", dir=root))
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class ShmWriter:
+    """Puts arrays into files of one directory; remembers the files it made."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.made: list[str] = []
+
+    def put(self, arr: np.ndarray) -> str | None:
+        """A new file holding ``arr``'s bytes (C order) -> its path; None when there is no room."""
+        try:
+            fd, path = tempfile.mkstemp(dir=self.directory)
+        except OSError:
+            return None
+        try:
+            # write(), not a mapping: the kernel copies straight into the file's pages (about
+            # half the time of faulting them in one by one), and a full /dev/shm is ENOSPC.
+            view = memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            os.close(fd)
+            remove(path)
+            return None
+        os.close(fd)
+        self.made.append(path)
+        return path
+
+    def remove_all(self) -> None:
+        for path in self.made:
+            remove(path)
+        self.made.clear()
+
+
+def take(path: str, dtype: np.dtype[Any], shape: list[int], nbytes: int, *, unlink: bool) -> np.ndarray:
+    """A read-only view of a file :meth:`ShmWriter.put` wrote (the mapping lives as long as
+    the array); ``unlink``: remove the file once mapped. OSError when it is gone."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_size < nbytes:
+            raise ValueError(f"{Path(path).name}: shorter than the {nbytes} bytes it should hold")
+        mm = mmap.mmap(fd, nbytes, flags=_SHARED_POPULATED, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+        if unlink:
+            remove(path)
+    return np.frombuffer(mm, dtype, nbytes // dtype.itemsize).reshape(shape)
+
+
+def remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+__all__ = ["SHM_MIN", "SHM_ROOT", "ShmArea", "ShmWriter", "remove", "take"]
