@@ -45,7 +45,7 @@ from gateway.pipelines.runner import (
     StepFailed,
     TransformStep,
 )
-from gateway.pipelines.shm import ShmArea
+from gateway.pipelines.shm import SHM_ENV, ShmArea
 from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings, server_timing, wants_timings
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
@@ -56,8 +56,11 @@ JSON = "application/json"
 PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
 
 
-def step_service(pipeline: ServiceConfig, step: StepSpec) -> ServiceConfig:
-    """The hidden service whose pool runs a step's own ONNX model, or its op."""
+def step_service(
+    pipeline: ServiceConfig, step: StepSpec, env: Mapping[str, str] | None = None
+) -> ServiceConfig:
+    """The hidden service whose pool runs a step's own ONNX model, or its op (``env``: more
+    variables for its workers)."""
     return ServiceConfig(
         name=f"{pipeline.name}.{step.name}",
         processor="onnx" if step.model else "op",
@@ -69,7 +72,7 @@ def step_service(pipeline: ServiceConfig, step: StepSpec) -> ServiceConfig:
         max_pending=pipeline.max_pending,
         timeout_ms=pipeline.timeout_ms,
         request_format="tf",
-        env=pipeline.env,
+        env={**pipeline.env, **(env or {})},
     )
 
 
@@ -137,6 +140,8 @@ class PipelineBackend:
         self.gateway = gateway
         self.timings = timings or StepTimings()
         self.timings.declare(service.name, [s.name for s in self.spec.steps])
+        # Shared memory for the large arrays of ops on worker processes of their own.
+        self.shm: ShmArea | None = None
         # Each model step's backend: the referenced service's pool, or a pool of its own.
         self.own_pools: dict[str, Any] = {}
         self.model_backends: dict[str, Any] = {}
@@ -144,7 +149,13 @@ class PipelineBackend:
             if step.service is not None:
                 self.model_backends[step.name] = pools[step.service]
             elif step.placement == "process" and (step.model is not None or step.op is not None):
-                pool = pool_factory(step_service(service, step), gateway)
+                env: dict[str, str] = {}
+                if step.model is None:  # an op alone: its large arrays in shared memory
+                    if self.shm is None:
+                        self.shm = ShmArea.create(service.name)
+                    if self.shm is not None:
+                        env[SHM_ENV] = self.shm.path
+                pool = pool_factory(step_service(service, step, env), gateway)
                 self.own_pools[step.name] = self.model_backends[step.name] = pool
         self._metadata: ModelMetadata | None = None
         self.plane: DataPlane | None = None
@@ -154,8 +165,6 @@ class PipelineBackend:
         self.runner: Runner | None = None
         self._ops: list[OpStep] = []
         self._closers: list[Callable[[], None]] = []
-        # Shared memory for the large arrays of ops on worker processes of their own.
-        self.shm: ShmArea | None = None
         self.restarts_total = 0
 
     @property
@@ -198,8 +207,6 @@ class PipelineBackend:
                     through = functools.partial(self._through_plane, step.service)
                 processor = self.processors.get(step.service or "", "onnx")
                 form = "values" if remote_op else STEP_FORMS.get(processor, "tf")
-                if remote_op and self.shm is None:
-                    self.shm = ShmArea.create(self.service.name)
                 shm = self.shm.path if remote_op and self.shm is not None else None
                 model = ModelCall(
                     step.name, self.model_backends[step.name], wanted, step.concurrency, through, form, shm

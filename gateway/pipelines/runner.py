@@ -190,7 +190,7 @@ class ModelCall:
             raise StepFailed(self.step, int(resp.status), errors.message_of(bytes(resp.body)))
         try:
             if self.form == "values":
-                return values.decode(bytes(resp.body), unlink=True).values
+                return values.decode(bytes(resp.body), shm=self.shm, unlink=True).values
             if self.form == "json":
                 return json_outputs(bytes(resp.body))
             return v2_tensors.tf_outputs(bytes(resp.body), self._types("outputs"))

@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 
 SHM_MIN = 1 << 20
+# The variable naming an op worker's directory: the only one it reads from or writes to,
+# whatever a message says (a message may come from a direct caller of the worker).
+SHM_ENV = "EASKIT_PIPELINE_SHM"
 # Mapped with every page at once: a page fault per 4 KiB would cost more than reading it.
 _SHARED_POPULATED = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 SHM_ROOT = Path("/dev/shm")  # noqa: S108 - the memory file system, for a private directory in it
@@ -84,10 +87,16 @@ class ShmWriter:
         self.made.clear()
 
 
-def take(path: str, dtype: np.dtype[Any], shape: list[int], nbytes: int, *, unlink: bool) -> np.ndarray:
-    """A read-only view of a file :meth:`ShmWriter.put` wrote (the mapping lives as long as
-    the array); ``unlink``: remove the file once mapped. OSError when it is gone."""
-    fd = os.open(path, os.O_RDONLY)
+def take(
+    path: str, dtype: np.dtype[Any], shape: list[int], nbytes: int, *, directory: str | None, unlink: bool
+) -> np.ndarray:
+    """A read-only view of a file :meth:`ShmWriter.put` wrote in ``directory`` (the mapping
+    lives as long as the array); ``unlink``: remove the file once mapped. ValueError for a
+    file elsewhere (or no directory), OSError when it is gone."""
+    name = os.path.basename(path)
+    if directory is None or os.path.dirname(path) != directory or name in ("", ".", ".."):
+        raise ValueError("a shared memory file outside the pipeline's directory")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         if os.fstat(fd).st_size < nbytes:
             raise ValueError(f"{Path(path).name}: shorter than the {nbytes} bytes it should hold")
@@ -104,4 +113,4 @@ def remove(path: str) -> None:
         os.unlink(path)
 
 
-__all__ = ["SHM_MIN", "SHM_ROOT", "ShmArea", "ShmWriter", "remove", "take"]
+__all__ = ["SHM_ENV", "SHM_MIN", "SHM_ROOT", "ShmArea", "ShmWriter", "remove", "take"]

@@ -108,16 +108,17 @@ def encode(
     return b"".join([_LEN.pack(len(head)), head, _PAD[: -lead % _ALIGN], *writer.parts])
 
 
-def decode(message: bytes, *, unlink: bool = False) -> Message:
+def decode(message: bytes, *, shm: str | None = None, unlink: bool = False) -> Message:
     """The values of a message; ValueError on a malformed one, or one whose shared memory is
-    gone. ``unlink``: remove the shared memory files once mapped (the gateway, reading an
-    answer; a request's files are the gateway's to remove)."""
+    gone or outside ``shm`` (the only directory arrays are mapped from; None: none).
+    ``unlink``: remove the shared memory files once mapped (the gateway, reading an answer;
+    a request's files are the gateway's to remove)."""
     try:
         (n,) = _LEN.unpack_from(message)
         doc = json.loads(message[_LEN.size : _LEN.size + n])
         start = _LEN.size + n
         start += -start % _ALIGN
-        reader = _Reader(message, start, unlink)
+        reader = _Reader(message, start, shm, unlink)
         values = {str(name): reader.node(node) for name, node in doc["values"].items()}
         shm = doc.get("shm")
         return Message(values, [str(w) for w in doc.get("wanted") or ()], str(shm) if shm else None)
@@ -128,9 +129,10 @@ def decode(message: bytes, *, unlink: bool = False) -> Message:
 
 
 class _Reader:
-    def __init__(self, message: bytes, start: int, unlink: bool) -> None:
+    def __init__(self, message: bytes, start: int, shm: str | None, unlink: bool) -> None:
         self.message = message
         self.start = start
+        self.shm = shm
         self.unlink = unlink
 
     def _span(self, offset: int, nbytes: int) -> int:
@@ -152,7 +154,9 @@ class _Reader:
             return np.frombuffer(self.message, dt, nbytes // dt.itemsize, begin).reshape(shape)
         if tag == "m":
             path, dtype, shape, nbytes = body
-            return take(str(path), np.dtype(dtype), shape, int(nbytes), unlink=self.unlink)
+            return take(
+                str(path), np.dtype(dtype), shape, int(nbytes), directory=self.shm, unlink=self.unlink
+            )
         if tag == "g":
             dtype, offset, nbytes = body
             return np.frombuffer(self.message, np.dtype(dtype), 1, self._span(offset, nbytes))[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from typing import Any
 
@@ -34,11 +35,17 @@ class InWorker:
         if (x < 0).any():
             raise OpError("x must not be negative", 422)
         info = {"count": int(x.size), "top": float(x.max()), "tags": ["a", ("b", 2)], "raw": b"\x00\xff"}
+        base = inputs["x"]
+        while isinstance(base, np.ndarray):
+            base = base.base
+        if isinstance(base, memoryview):
+            base = base.obj
         return {
             "y": x * 2,
             "pid": np.array([os.getpid()], dtype=np.int64),
             "label": "big" if x.sum() > 3 else "small",
             "info": info,
+            "mapped": isinstance(base, mmap.mmap),  # x came in shared memory
         }
 
 

@@ -134,12 +134,13 @@ def _services() -> list[dict[str, Any]]:
                 "steps": [
                     {"name": "work", "op": f"{OPS}:InWorker", "placement": "process", "workers": 1,
                      "inputs": {"x": "request.x"},
-                     "outputs": {"y": "float32", "pid": "int64", "label": "bytes", "info": None}},
+                     "outputs": {"y": "float32", "pid": "int64", "label": "bytes", "info": None,
+                                 "mapped": "bool"}},
                     {"name": "describe", "op": f"{OPS}:Describe",
                      "inputs": {"info": "work.info", "label": "work.label"}, "outputs": {"summary": "bytes"}},
                 ],
                 "outputs": {"y": "work.y", "pid": "work.pid", "label": "work.label",
-                            "summary": "describe.summary", "info": "work.info"},
+                            "summary": "describe.summary", "info": "work.info", "mapped": "work.mapped"},
             },
         },
         *_samples().values(),
@@ -353,6 +354,7 @@ def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
     status, body, _ = post(gw, "/api/predict/procop", {"inputs": {"x": [1.5, 2.0]}})
     assert status == 200, body
     assert body["outputs"]["y"]["data"] == [3.0, 4.0]
+    assert body["outputs"]["mapped"]["data"] == [False]  # small: in the message
     # Plain values cross the process boundary too: a string for the answer, and a dict
     # (with a tuple and bytes inside) that a later step reads as it was made.
     assert body["outputs"]["label"]["data"] == ["big"]
@@ -366,9 +368,11 @@ def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
     # A large array goes to the worker and back through the pipeline's shared memory, whose
     # files are gone once the call is over.
     x = np.random.default_rng(0).random(300_000, dtype=np.float32)  # 1.2 MB
-    status, reply = post_raw(gw, "/api/predict/procop", encode_tf_request(None, {"x": x}, ["y"]))
+    status, reply = post_raw(gw, "/api/predict/procop", encode_tf_request(None, {"x": x}, ["y", "mapped"]))
     assert status == 200, reply[:300]
-    np.testing.assert_array_equal(decode_tf_response(reply)["y"].to_tensor("y").array, x * 2)
+    answer = decode_tf_response(reply)
+    np.testing.assert_array_equal(answer["y"].to_tensor("y").array, x * 2)
+    assert answer["mapped"].to_tensor("mapped").array.tolist() is True
     areas = list(Path("/dev/shm").glob("easkit-procop-*"))  # where the gateway puts them
     assert areas and not [f for a in areas for f in a.iterdir()]
     status, body, _ = post(gw, "/procop/prediction", {"feed": [{"x": -1.0}]})

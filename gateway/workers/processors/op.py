@@ -11,11 +11,12 @@ or that must not take the gateway down when it crashes.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from gateway.pipelines import values as wire
 from gateway.pipelines.ops import OpError, load_op
-from gateway.pipelines.shm import ShmWriter
+from gateway.pipelines.shm import SHM_ENV, ShmWriter
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.processors.base import Processor, ProcessorError
 
@@ -25,12 +26,14 @@ log = logging.getLogger("gateway.worker")
 class OpProcessor(Processor):
     def load(self) -> None:
         self.op = load_op(self.service.entry or "", self.service.config)
+        # The pipeline's shared memory directory: the only one this worker maps or writes.
+        self.shm = os.environ.get(SHM_ENV) or None
         self.pre = getattr(self.op, "preprocess", None)
         self.post = getattr(self.op, "postprocess", None)
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         try:
-            inputs, wanted, shm = wire.decode(req.body)
+            inputs, wanted, answer_shm = wire.decode(req.body, shm=self.shm)
         except ValueError as exc:
             raise ProcessorError(f"cannot read the step's inputs: {exc}") from None
         try:
@@ -54,7 +57,7 @@ class OpProcessor(Processor):
                 f"produced no output {missing[0]!r}; it gave: {', '.join(map(str, values))}", 500
             )
         # Large arrays go back through the gateway's shared memory, which it removes once read.
-        writer = ShmWriter(shm) if shm else None
+        writer = ShmWriter(self.shm) if self.shm and answer_shm == self.shm else None
         try:
             body = wire.encode({n: values[n] for n in wanted}, shm=writer)
         except TypeError as exc:

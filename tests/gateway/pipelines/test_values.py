@@ -4,7 +4,9 @@ cross is refused by name."""
 
 from __future__ import annotations
 
+import json
 import math
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -83,15 +85,28 @@ def test_large_arrays_travel_in_shared_memory(tmp_path: Path) -> None:
     writer = ShmWriter(str(tmp_path))
     message = values.encode({"big": big, "small": small}, ["y"], writer, "/answers/here")
     assert len(message) < 1024 and len(writer.made) == 1  # the big one is not in the message
-    got = values.decode(message)
+    with pytest.raises(ValueError, match="outside the pipeline's directory"):
+        values.decode(message)  # a reader maps only from the directory it knows
+    got = values.decode(message, shm=str(tmp_path))
     assert got.wanted == ["y"] and got.shm == "/answers/here"
     assert np.array_equal(got.values["big"], big) and not got.values["big"].flags.writeable
     assert np.array_equal(got.values["small"], small)
     assert [p.name for p in tmp_path.iterdir()] == [Path(writer.made[0]).name]  # the sender's to remove
-    again = values.decode(message, unlink=True).values["big"]  # the gateway, reading an answer
+    again = values.decode(message, shm=str(tmp_path), unlink=True).values["big"]  # an answer, read
     assert not any(tmp_path.iterdir()) and np.array_equal(again, big)  # mapped: still readable
     with pytest.raises(ValueError, match="shared memory of the message is gone"):
-        values.decode(message)
+        values.decode(message, shm=str(tmp_path))
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "{d}/../x", "{d}/..", "{d}/sub/x"])
+def test_only_files_of_the_directory_are_mapped(tmp_path: Path, path: str) -> None:
+    """A message may come from a direct caller of a worker: a file it names elsewhere is
+    refused, never read."""
+    (tmp_path / "x").write_bytes(bytes(16))  # a file the forged paths could reach
+    head = json.dumps({"values": {"x": {"m": [path.format(d=tmp_path), "<f8", [2], 16]}}}).encode()
+    forged = struct.pack("!I", len(head)) + head
+    with pytest.raises(ValueError, match="outside the pipeline's directory"):
+        values.decode(forged, shm=str(tmp_path))
 
 
 def test_without_room_in_shared_memory_an_array_travels_in_the_message(tmp_path: Path) -> None:
