@@ -60,9 +60,13 @@ def step_service(
     pipeline: ServiceConfig, step: StepSpec, env: Mapping[str, str] | None = None
 ) -> ServiceConfig:
     """The hidden service whose pool runs a step's own ONNX model, or its op (``env``: more
-    variables for its workers)."""
+    variables for its workers). It takes the pipeline's tokens: the gateway's calls over the
+    worker IPC need none, and a direct call to its workers' HTTP port needs the pipeline's."""
     return ServiceConfig(
         name=f"{pipeline.name}.{step.name}",
+        token=pipeline.token,
+        extra_tokens=pipeline.extra_tokens,
+        public=pipeline.public,
         processor="onnx" if step.model else "op",
         model=step.model,
         entry=None if step.model else step.op,
