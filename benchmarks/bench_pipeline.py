@@ -249,8 +249,8 @@ async def _hop(work: Path, sizes_mb: tuple[int, ...], reps: int) -> dict[int, tu
     op.write_text(_IDENTITY_OP)
     svc = ServiceConfig(name="hop", processor="op", entry=f"{op}:Identity", max_pending=64, timeout_ms=60_000)
     pool = WorkerPool(svc, GatewayConfig(health_interval_s=5.0, log_level="WARNING"))
-    area = ShmArea.create("bench-hop")
-    assert area is not None, "no /dev/shm"
+    area = ShmArea.plan("bench-hop")
+    assert area is not None and area.open(), "no /dev/shm"
     await pool.start()
     out: dict[int, tuple[float, float, float]] = {}
     try:

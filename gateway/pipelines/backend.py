@@ -156,7 +156,7 @@ class PipelineBackend:
                 env: dict[str, str] = {}
                 if step.model is None:  # an op alone: its large arrays in shared memory
                     if self.shm is None:
-                        self.shm = ShmArea.create(service.name)
+                        self.shm = ShmArea.plan(service.name)
                     if self.shm is not None:
                         env[SHM_ENV] = self.shm.path
                 pool = pool_factory(step_service(service, step, env), gateway)
@@ -200,6 +200,11 @@ class PipelineBackend:
         """Load the ops (user code: an import error fails the start, naming the step) and
         start the steps' own pools; workers boot in the background, as a pool's do."""
         execs: dict[str, StepExec] = {}
+        if self.shm is not None and not self.shm.open():
+            log.warning(
+                "pipeline %s: no shared memory directory; large arrays go in the messages", self.service.name
+            )
+            self.shm = None
         for step in self.spec.steps:
             model: ModelRunner | None = None
             # An op alone with placement: process runs on its own workers, like a model.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,20 +36,26 @@ SHM_ROOT = Path("/dev/shm")  # noqa: S108 - the memory file system, for a privat
 
 
 class ShmArea:
-    """A directory of its own (mode 0700) for one pipeline's messages."""
+    """A directory of its own (mode 0700) for one pipeline's messages: its path is chosen when
+    the pipeline is built (its workers are told it), the directory made when it starts."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     @classmethod
-    def create(cls, name: str, root: Path = SHM_ROOT) -> ShmArea | None:
-        """A new area, or None where there is no memory file system to hold one."""
+    def plan(cls, name: str, root: Path = SHM_ROOT) -> ShmArea | None:
+        """An area to open at start, or None where there is no memory file system to hold one."""
         if not root.is_dir() or not os.access(root, os.W_OK):
             return None
+        return cls(str(root / f"easkit-{name}-{secrets.token_hex(8)}"))
+
+    def open(self) -> bool:
+        """Make the directory; False when it cannot be (the arrays then go in the messages)."""
         try:
-            return cls(tempfile.mkdtemp(prefix=f"easkit-{name}-", dir=root))
+            os.mkdir(self.path, 0o700)
         except OSError:
-            return None
+            return False
+        return True
 
     def close(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

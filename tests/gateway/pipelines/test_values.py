@@ -118,9 +118,11 @@ def test_without_room_in_shared_memory_an_array_travels_in_the_message(tmp_path:
 
 
 def test_an_area_is_private_and_removed_whole(tmp_path: Path) -> None:
-    area = ShmArea.create("p", root=tmp_path)
-    assert area is not None and (Path(area.path).stat().st_mode & 0o777) == 0o700
+    area = ShmArea.plan("p", root=tmp_path)
+    assert area is not None and not Path(area.path).exists()  # made at start, not when planned
+    assert area.open() and (Path(area.path).stat().st_mode & 0o777) == 0o700
+    assert not area.open()  # a directory that is there already is not taken over
     ShmWriter(area.path).put(np.ones(8))
     area.close()
     assert not Path(area.path).exists()
-    assert ShmArea.create("p", root=tmp_path / "none") is None
+    assert ShmArea.plan("p", root=tmp_path / "none") is None
