@@ -242,15 +242,18 @@ async def _hop(work: Path, sizes_mb: tuple[int, ...], reps: int) -> dict[int, tu
     (over the socket), and one memcpy of the same bytes."""
     from gateway.config import GatewayConfig, ServiceConfig
     from gateway.pipelines.runner import CallContext, ModelCall
-    from gateway.pipelines.shm import ShmArea
+    from gateway.pipelines.shm import SHM_ENV, ShmArea
     from gateway.workers.pool import WorkerPool
 
     op = work / "identity_op.py"
     op.write_text(_IDENTITY_OP)
-    svc = ServiceConfig(name="hop", processor="op", entry=f"{op}:Identity", max_pending=64, timeout_ms=60_000)
-    pool = WorkerPool(svc, GatewayConfig(health_interval_s=5.0, log_level="WARNING"))
     area = ShmArea.plan("bench-hop")
     assert area is not None and area.open(), "no /dev/shm"
+    svc = ServiceConfig(
+        name="hop", processor="op", entry=f"{op}:Identity", max_pending=64, timeout_ms=60_000,
+        env={SHM_ENV: area.path},  # as a pipeline tells its op's workers
+    )  # fmt: skip
+    pool = WorkerPool(svc, GatewayConfig(health_interval_s=5.0, log_level="WARNING"))
     await pool.start()
     out: dict[int, tuple[float, float, float]] = {}
     try:
