@@ -11,7 +11,10 @@ gateway and its workers (core 0), TF protobuf bodies throughout:
 Prints req/s and p50 of each, the throughput ratio pipeline / client chain (target >= 1.5),
 and the pipeline's overhead per step in microseconds, two ways: in the gateway (the answer's
 Server-Timing total less its steps, at concurrency 1) and in process (the runner over three
-no-op steps less calling them directly).
+no-op steps less calling them directly). Last, the cost of moving a tensor to a step on a
+worker process and back (an identity op with ``placement: process``, 1 to 64 MiB of float32),
+in shared memory and in the message over the socket, in µs per MiB and in memcpys of the
+same bytes.
 
     .venv/bin/python benchmarks/bench_pipeline.py [--rounds N] [--seconds S] [--concurrency C] [--quick]
 """
@@ -229,6 +232,69 @@ def runner_overhead_us(n: int = 20_000) -> float:
     return (runner_s - direct_s) / n / 3 * 1e6
 
 
+_IDENTITY_OP = "class Identity:\n    def preprocess(self, inputs):\n        return inputs\n"
+
+
+async def _hop(work: Path, sizes_mb: tuple[int, ...], reps: int) -> dict[int, tuple[float, float, float]]:
+    """A tensor's round trip through an op on a worker process of its own, as a pipeline step
+    makes it (ModelCall over the worker IPC, values messages both ways): per size, the median
+    round trip in µs per MiB with the array in shared memory, the same with it in the message
+    (over the socket), and one memcpy of the same bytes."""
+    from gateway.config import GatewayConfig, ServiceConfig
+    from gateway.pipelines.runner import CallContext, ModelCall
+    from gateway.pipelines.shm import SHM_ENV, ShmArea
+    from gateway.workers.pool import WorkerPool
+
+    op = work / "identity_op.py"
+    op.write_text(_IDENTITY_OP)
+    area = ShmArea.plan("bench-hop")
+    assert area is not None and area.open(), "no /dev/shm"
+    svc = ServiceConfig(
+        name="hop", processor="op", entry=f"{op}:Identity", max_pending=64, timeout_ms=60_000,
+        env={SHM_ENV: area.path},  # as a pipeline tells its op's workers
+    )  # fmt: skip
+    pool = WorkerPool(svc, GatewayConfig(health_interval_s=5.0, log_level="WARNING"))
+    await pool.start()
+    out: dict[int, tuple[float, float, float]] = {}
+    try:
+        assert await pool.wait_ready(60), pool.snapshot()
+        shared = ModelCall("hop", pool, ("x",), form="values", shm=area.path)
+        inline = ModelCall("hop", pool, ("x",), form="values")
+        ctx = CallContext("bench", time.monotonic() + 3600)
+        for mb in sizes_mb:
+            x = np.random.default_rng(mb).random(mb * (1 << 18), dtype=np.float32)  # mb MiB
+            copy = np.empty_like(x)
+            for call in (shared, inline):
+                assert np.array_equal((await call({"x": x}, ctx))["x"], x)
+            figures: list[list[float]] = [[], [], []]
+            for _ in range(reps):
+                for i, call in enumerate((shared, inline)):
+                    t0 = time.perf_counter()
+                    await call({"x": x}, ctx)
+                    figures[i].append((time.perf_counter() - t0) * 1e6 / mb)
+                t0 = time.perf_counter()
+                np.copyto(copy, x)
+                figures[2].append((time.perf_counter() - t0) * 1e6 / mb)
+            out[mb] = (
+                statistics.median(figures[0]),
+                statistics.median(figures[1]),
+                statistics.median(figures[2]),
+            )
+    finally:
+        await pool.stop(2)
+        area.close()
+    return out
+
+
+def hop_figures(work: Path, quick: bool) -> dict[int, tuple[float, float, float]]:
+    sizes, reps = ((1, 16), 5) if quick else ((1, 16, 64), 15)
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is part of the gateway extra
+        return asyncio.run(_hop(work, sizes, reps))
+    return uvloop.run(_hop(work, sizes, reps))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -278,6 +344,10 @@ def main() -> None:
     print(f"chain {c1['chain']}")
     print(f"  pipeline overhead per step in the gateway (Server-Timing, c=1): {out['overhead_us']:.1f} us")
     print(f"  runner overhead per step in process (no-op steps): {runner_overhead_us():.1f} us")
+    print("  a float32 tensor's round trip to an op on its own worker process, us per MiB:")
+    for mb, (shared, inline, copy) in hop_figures(work, args.quick).items():
+        print(f"    {mb:3d} MiB: shared memory {shared:6.0f} ({shared / copy:4.1f} memcpys), ", end="")
+        print(f"in the message {inline:6.0f} ({inline / copy:4.1f} memcpys); one memcpy {copy:4.0f}")
 
 
 if __name__ == "__main__":

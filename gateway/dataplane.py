@@ -343,11 +343,23 @@ class DataPlane:
         return await self.infer(svc, headers, body, subpath=subpath, request_id=request_id, timeout=timeout)
 
     async def infer_json(
-        self, svc: ServiceConfig, body: bytes, *, request_id: str, timeout: float
+        self,
+        svc: ServiceConfig,
+        body: bytes,
+        *,
+        request_id: str,
+        timeout: float,
+        extra: Mapping[str, str] | None = None,
+        answer_headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         """A call in the onnx processor's JSON form (the KServe and Cluster Serving adapters):
-        -> (200, the reply body) or (the processor's status, its error message as UTF-8)."""
-        resp = await self.infer(svc, JSON_FORM_HEADERS, body, request_id=request_id, timeout=timeout)
+        -> (200, the reply body) or (the processor's status, its error message as UTF-8).
+        ``extra``: caller's headers the backend reads (a pipeline's timings request);
+        ``answer_headers``: filled with the backend's own answer headers (Server-Timing)."""
+        headers = {**JSON_FORM_HEADERS, **extra} if extra else JSON_FORM_HEADERS
+        resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
+        if answer_headers is not None and resp.headers:
+            answer_headers.update(resp.headers)
         status, reply = int(resp.status), bytes(resp.body)
         if status == 200:
             return status, reply
@@ -362,13 +374,19 @@ class DataPlane:
         request_id: str,
         timeout: float,
         declared: Mapping[str, np.dtype[Any]] | None = None,
+        extra: Mapping[str, str] | None = None,
+        answer_headers: dict[str, str] | None = None,
     ) -> dict[str, np.ndarray]:
         """A call with tensors by name (the V2 binary and gRPC adapters): it travels in the
         onnx processor's TF protobuf form, so it costs a worker what an EAS TFRequest costs.
-        -> the output arrays (``declared``: the model's output dtypes, see ``tf_outputs``).
+        -> the output arrays (``declared``: the model's output dtypes, see ``tf_outputs``;
+        ``extra`` and ``answer_headers`` as for :meth:`infer_json`).
         A processor's error answer raises ProcessorFailed with its status and message."""
         body = v2_tensors.tf_request(inputs, outputs)
-        resp = await self.infer(svc, TF_FORM_HEADERS, body, request_id=request_id, timeout=timeout)
+        headers = {**TF_FORM_HEADERS, **extra} if extra else TF_FORM_HEADERS
+        resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
+        if answer_headers is not None and resp.headers:
+            answer_headers.update(resp.headers)
         status, reply = int(resp.status), bytes(resp.body)
         if status != 200:
             raise errors.ProcessorFailed(status, errors.message_of(reply))

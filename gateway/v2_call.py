@@ -36,10 +36,14 @@ async def infer(
     *,
     request_id: str,
     timeout: float,
+    extra: Mapping[str, str] | None = None,
+    answer_headers: dict[str, str] | None = None,
 ) -> tuple[bytes, int | None]:
     """-> (answer body, JSON header length when binary tensors follow it, else None).
     ``svc``: the model as clients name it; ``runs``: the service whose workers serve
-    ``version``; ``meta``: their signature (None before a worker was ready)."""
+    ``version``; ``meta``: their signature (None before a worker was ready); ``extra``:
+    the caller's headers a backend reads, ``answer_headers``: filled with the backend's own
+    (a pipeline's timings, see gateway.pipelines.timings)."""
     if len(body) > LARGE_BODY:
         # Off the loop, one large parse at a time (its Python objects take 10-20x the body).
         req = await parse_off_loop(functools.partial(v2_infer.parse_request, body, binary_header))
@@ -51,8 +55,9 @@ async def infer(
     types = v2_tensors.DATATYPES
     declared = {t.name: types[t.datatype] for t in outputs if t.datatype in types}
     arrays = await plane.infer_tensors(
-        runs, req.inputs, req.output_names, request_id=request_id, timeout=timeout, declared=declared
-    )
+        runs, req.inputs, req.output_names, request_id=request_id, timeout=timeout, declared=declared,
+        extra=extra, answer_headers=answer_headers,
+    )  # fmt: skip
     try:
         return v2_infer.answer(svc.name, version, req, arrays, [t.name for t in outputs])
     except KeyError as exc:

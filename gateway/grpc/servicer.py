@@ -32,6 +32,7 @@ from gateway.grpc.status import grpc_code, trailers
 from gateway.logging import ACCESS_LOGGER, log_access
 from gateway.manage.manager import MANAGER_KEY
 from gateway.middleware import new_request_id
+from gateway.pipelines.timings import timings_asked
 from gateway.protocols import kserve, v2_grpc
 from gateway.protocols.v2_tensors import DATATYPES, TensorError
 from gateway.routes.repository import authorize_model_control
@@ -284,9 +285,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ------------------------------------------------------------------ inference
     async def _infer(
-        self, request: pb.ModelInferRequest, context: Context, rid: str
+        self,
+        request: pb.ModelInferRequest,
+        context: Context,
+        rid: str,
+        answer_headers: dict[str, str] | None = None,
     ) -> pb.ModelInferResponse:
-        """One inference; raises GatewayError or TensorError. Counted in the gateway's metrics."""
+        """One inference; raises GatewayError or TensorError. Counted in the gateway's metrics.
+        ``answer_headers``: filled with a pipeline's Server-Timing when the call's metadata
+        asks for it."""
         arrived = time.monotonic()
         started = time.perf_counter()
         svc, runs, version = self._model(request.model_name, request.model_version)
@@ -304,9 +311,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             if meta is not None:
                 declared = {t.name: DATATYPES[t.datatype] for t in meta.outputs if t.datatype in DATATYPES}
                 order = order or [t.name for t in meta.outputs]
+            extra = None
+            if answer_headers is not None:
+                extra = timings_asked(dict(context.invocation_metadata() or ()))
             arrays = await self.plane.infer_tensors(
-                runs, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared
-            )
+                runs, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared,
+                extra=extra, answer_headers=answer_headers,
+            )  # fmt: skip
             order += [n for n in arrays if n not in order]
             build = functools.partial(
                 v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed, version=version
@@ -335,7 +346,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelInfer(self, request: Any, context: Context, rid: str) -> pb.ModelInferResponse:
-        return await self._infer(request, context, rid)
+        answer: dict[str, str] = {}
+        resp = await self._infer(request, context, rid, answer)
+        if answer:  # a pipeline's Server-Timing: trailing metadata, with lowercase keys
+            context.set_trailing_metadata(tuple((k.lower(), v) for k, v in answer.items()))
+        return resp
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context

@@ -8,7 +8,8 @@ encoded in the request's own format. It offers what the gateway asks of a worker
 (start, stop, readiness, metadata, a snapshot), so the application keeps it beside them.
 
 A model step with ``service:`` calls that service's worker pool (one predictor serves its
-direct callers and every pipeline that uses it); a step with its own ``model:`` gets a pool
+direct callers and every pipeline that uses it), in the form its processor speaks (an
+``onnx`` or a ``python`` service, see gateway.pipelines.forms); a step with its own ``model:`` gets a pool
 of its own, named ``<pipeline>.<step>``, started and stopped with the pipeline.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -25,9 +27,10 @@ import numpy as np
 
 from eas_sdk.codecs import eas
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
-from gateway.dataplane import TF_FORM_HEADERS, DataPlane
+from gateway.dataplane import DataPlane
 from gateway.errors import error_body
 from gateway.pipelines.catalog import DTYPES
+from gateway.pipelines.forms import STEP_FORMS
 from gateway.pipelines.graph import REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
 from gateway.pipelines.local import LocalModel
 from gateway.pipelines.ops import load_op
@@ -42,6 +45,7 @@ from gateway.pipelines.runner import (
     StepFailed,
     TransformStep,
 )
+from gateway.pipelines.shm import SHM_ENV, ShmArea
 from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings, server_timing, wants_timings
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
@@ -52,10 +56,17 @@ JSON = "application/json"
 PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
 
 
-def step_service(pipeline: ServiceConfig, step: StepSpec) -> ServiceConfig:
-    """The hidden service whose pool runs a step's own ONNX model, or its op."""
+def step_service(
+    pipeline: ServiceConfig, step: StepSpec, env: Mapping[str, str] | None = None
+) -> ServiceConfig:
+    """The hidden service whose pool runs a step's own ONNX model, or its op (``env``: more
+    variables for its workers). It takes the pipeline's tokens: the gateway's calls over the
+    worker IPC need none, and a direct call to its workers' HTTP port needs the pipeline's."""
     return ServiceConfig(
         name=f"{pipeline.name}.{step.name}",
+        token=pipeline.token,
+        extra_tokens=pipeline.extra_tokens,
+        public=pipeline.public,
         processor="onnx" if step.model else "op",
         model=step.model,
         entry=None if step.model else step.op,
@@ -65,8 +76,20 @@ def step_service(pipeline: ServiceConfig, step: StepSpec) -> ServiceConfig:
         max_pending=pipeline.max_pending,
         timeout_ms=pipeline.timeout_ms,
         request_format="tf",
-        env=pipeline.env,
+        env={**pipeline.env, **(env or {})},
     )
+
+
+def _json_text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _answer_array(value: Any) -> np.ndarray:
+    """A pipeline output as the answer's tensor: arrays, numbers, strings and lists of them as
+    they are; a dict (a plain value no tensor holds) as its JSON text."""
+    if isinstance(value, dict):
+        return np.array(json.dumps(value, ensure_ascii=False, default=_json_text), dtype=object)
+    return np.asarray(value)
 
 
 def _tensor_spec(decl: TensorDecl) -> eas.TensorSpec:
@@ -111,13 +134,18 @@ class PipelineBackend:
         *,
         pool_factory: PoolFactory,
         timings: StepTimings | None = None,
+        processors: Mapping[str, str] | None = None,
     ) -> None:
         assert service.pipeline is not None
+        # The processor of each service a step may call: it decides the form of the call.
+        self.processors = dict(processors or {})
         self.service = service
         self.spec: PipelineSpec = service.pipeline
         self.gateway = gateway
         self.timings = timings or StepTimings()
         self.timings.declare(service.name, [s.name for s in self.spec.steps])
+        # Shared memory for the large arrays of ops on worker processes of their own.
+        self.shm: ShmArea | None = None
         # Each model step's backend: the referenced service's pool, or a pool of its own.
         self.own_pools: dict[str, Any] = {}
         self.model_backends: dict[str, Any] = {}
@@ -125,7 +153,13 @@ class PipelineBackend:
             if step.service is not None:
                 self.model_backends[step.name] = pools[step.service]
             elif step.placement == "process" and (step.model is not None or step.op is not None):
-                pool = pool_factory(step_service(service, step), gateway)
+                env: dict[str, str] = {}
+                if step.model is None:  # an op alone: its large arrays in shared memory
+                    if self.shm is None:
+                        self.shm = ShmArea.plan(service.name)
+                    if self.shm is not None:
+                        env[SHM_ENV] = self.shm.path
+                pool = pool_factory(step_service(service, step, env), gateway)
                 self.own_pools[step.name] = self.model_backends[step.name] = pool
         self._metadata: ModelMetadata | None = None
         self.plane: DataPlane | None = None
@@ -166,6 +200,11 @@ class PipelineBackend:
         """Load the ops (user code: an import error fails the start, naming the step) and
         start the steps' own pools; workers boot in the background, as a pool's do."""
         execs: dict[str, StepExec] = {}
+        if self.shm is not None and not self.shm.open():
+            log.warning(
+                "pipeline %s: no shared memory directory; large arrays go in the messages", self.service.name
+            )
+            self.shm = None
         for step in self.spec.steps:
             model: ModelRunner | None = None
             # An op alone with placement: process runs on its own workers, like a model.
@@ -175,8 +214,11 @@ class PipelineBackend:
                 through = None
                 if step.service is not None and self.plane is not None:
                     through = functools.partial(self._through_plane, step.service)
+                processor = self.processors.get(step.service or "", "onnx")
+                form = "values" if remote_op else STEP_FORMS.get(processor, "tf")
+                shm = self.shm.path if remote_op and self.shm is not None else None
                 model = ModelCall(
-                    step.name, self.model_backends[step.name], wanted, step.concurrency, through
+                    step.name, self.model_backends[step.name], wanted, step.concurrency, through, form, shm
                 )
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)
@@ -220,11 +262,11 @@ class PipelineBackend:
         self.plane = plane
 
     async def _through_plane(
-        self, service: str, body: bytes, request_id: str, timeout: float
+        self, service: str, body: bytes, headers: Mapping[str, str], request_id: str, timeout: float
     ) -> WorkerResponse:
         assert self.plane is not None
         svc = self.plane.services[service]
-        return await self.plane.infer(svc, TF_FORM_HEADERS, body, request_id=request_id, timeout=timeout)
+        return await self.plane.infer(svc, headers, body, request_id=request_id, timeout=timeout)
 
     async def wait_ready(self, timeout: float) -> bool:
         results = await asyncio.gather(*(b.wait_ready(timeout) for b in self.model_backends.values()))
@@ -243,6 +285,9 @@ class PipelineBackend:
         await asyncio.gather(
             *(p.stop(drain_timeout) for p in self.own_pools.values()), return_exceptions=True
         )
+        if self.shm is not None:  # what calls that gave up left behind
+            self._closers.append(self.shm.close)
+            self.shm = None
         for close in [op.close for op in self._ops] + self._closers:
             try:
                 close()
@@ -294,7 +339,7 @@ class PipelineBackend:
             message = f"the pipeline did not finish within {timeout:g} s (steps still running: {waiting})"
             return self._error(504, "UpstreamTimeout", message, rid)
         self.timings.observe(self.service.name, timings)
-        arrays = [np.asarray(values[f"{src.step}.{src.name}"]) for _, src in self.spec.outputs]
+        arrays = [_answer_array(values[f"{src.step}.{src.name}"]) for _, src in self.spec.outputs]
         try:
             body, ctype = eas.encode_response(decoded, self.output_names, arrays, indices)
         except eas.InvalidInput as exc:
@@ -314,8 +359,11 @@ def pipeline_backends(
     timings: StepTimings,
 ) -> dict[str, PipelineBackend]:
     """A backend for each pipeline service, over the other services' pools."""
+    processors = {s.name: s.processor for s in services}
     return {
-        s.name: PipelineBackend(s, gateway, pools, pool_factory=pool_factory, timings=timings)
+        s.name: PipelineBackend(
+            s, gateway, pools, pool_factory=pool_factory, timings=timings, processors=processors
+        )
         for s in services
         if s.pipeline is not None
     }

@@ -28,4 +28,12 @@ TRANSFORM_DTYPES: dict[tuple[str, str], str] = {
     ("label_map", "label"): "BYTES",
 }
 
-__all__ = ["DTYPES", "TRANSFORMS", "TRANSFORM_DTYPES"]
+# The processors of the services a model step may call (gateway.pipelines.forms speaks each),
+# and why the others cannot be one.
+STEP_PROCESSORS = ("onnx", "python")
+NOT_A_STEP = {
+    "queue": "a queue only holds requests for others to take; it runs nothing",
+    "pipeline": "a step cannot be a whole pipeline; name the service its model step calls",
+}
+
+__all__ = ["DTYPES", "NOT_A_STEP", "STEP_PROCESSORS", "TRANSFORMS", "TRANSFORM_DTYPES"]

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config_files import ConfigError, existing_file
-from gateway.pipelines.catalog import DTYPES, TRANSFORM_DTYPES, TRANSFORMS
+from gateway.pipelines.catalog import DTYPES, NOT_A_STEP, STEP_PROCESSORS, TRANSFORM_DTYPES, TRANSFORMS
 
 REQUEST = "request"  # the source "step" of the request's own inputs
 STEP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
@@ -443,8 +443,8 @@ def _check_used(
 
 
 def check_services(spec: PipelineSpec, where: str, processors: Mapping[str, str]) -> None:
-    """A model step's ``service`` must name an onnx service of the same config
-    (``processors``: service name -> processor)."""
+    """A model step's ``service`` must name a service of the same config that runs a model or
+    a Python processor (``processors``: service name -> processor)."""
     for s in spec.steps:
         if s.service is None:
             continue
@@ -452,10 +452,11 @@ def check_services(spec: PipelineSpec, where: str, processors: Mapping[str, str]
         field_ = f"{where}.pipeline.steps ({s.name}).service"
         if processor is None:
             raise PipelineConfigError(f"{field_}: unknown service {s.service!r}")
-        if processor != "onnx":
+        if processor not in STEP_PROCESSORS:
+            why = NOT_A_STEP.get(processor, "it runs no model")
             raise PipelineConfigError(
-                f"{field_}: service {s.service!r} is a {processor} service; "
-                "a model step calls an onnx service"
+                f"{field_}: service {s.service!r} is a {processor} service ({why}); "
+                f"a model step calls a service whose processor is {' or '.join(STEP_PROCESSORS)}"
             )
 
 

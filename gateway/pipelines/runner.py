@@ -3,10 +3,11 @@
 Each step starts as soon as the steps it reads from are done, so independent branches run
 at the same time (a chain runs as plain awaits, without a task per step). Values move
 between steps as Python objects: nothing is serialised in this process. A model step is
-one call to a service's workers (the TF protobuf form over the worker IPC, so the tensors
-are copied once each way); an op runs in its step's own threads, so a slow step with few
-threads never holds up a fast one; a transform runs inline. The first step to fail ends
-the request with a :class:`StepFailed` that names it; the other requests are untouched.
+one call to a service's workers in the form its processor speaks (gateway.pipelines.forms:
+the TF protobuf form for an ``onnx`` service, the JSON form for a ``python`` one); an op
+runs in its step's own threads, so a slow step with few threads never holds up a fast one;
+a transform runs inline. The first step to fail ends the request with a
+:class:`StepFailed` that names it; the other requests are untouched.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from gateway import errors
-from gateway.dataplane import TF_FORM_HEADERS, Backend
+from gateway.dataplane import Backend
+from gateway.pipelines import values
+from gateway.pipelines.forms import FORM_HEADERS, json_outputs, json_request
 from gateway.pipelines.graph import REQUEST, PipelineSpec, StepSpec
 from gateway.pipelines.ops import TRANSFORM_FUNCTIONS, OpError
+from gateway.pipelines.shm import ShmWriter
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 
@@ -57,8 +61,15 @@ class ModelRunner(Protocol):
     async def __call__(self, feeds: Mapping[str, Any], ctx: CallContext) -> Mapping[str, Any]: ...
 
 
-# (body, request id, timeout) -> the answer: a call dispatched through the dataplane.
-Through = Callable[[bytes, str, float], Awaitable[WorkerResponse]]
+# (body, headers, request id, timeout) -> the answer: a call dispatched through the dataplane.
+Through = Callable[[bytes, Mapping[str, str], str, float], Awaitable[WorkerResponse]]
+
+
+_FORM_NAMES = {
+    "tf": "a TF PredictResponse",
+    "json": "an answer in the JSON form",
+    "values": "a values message",
+}
 
 
 class ModelCall:
@@ -71,8 +82,16 @@ class ModelCall:
         wanted: Sequence[str] = (),
         concurrency: int = 0,
         through: Through | None = None,
+        form: str = "tf",
+        shm: str | None = None,
     ) -> None:
         self.step = step
+        # "tf" (an onnx service), "json" (a python service), see gateway.pipelines.forms, or
+        # "values" (an op on its own workers), see gateway.pipelines.values.
+        self.form = form
+        self.headers = FORM_HEADERS[form]
+        # The values form's shared memory directory, for large arrays (gateway.pipelines.shm).
+        self.shm = shm
         self.backend = backend
         # How a call reaches another service's backend: through the dataplane, so that its
         # figures (statistics, metrics) count the pipeline's calls beside its own callers'.
@@ -126,14 +145,26 @@ class ModelCall:
 
     async def __call__(self, feeds: Mapping[str, Any], ctx: CallContext) -> dict[str, np.ndarray]:
         self._check(feeds)
+        writer = ShmWriter(self.shm) if self.shm is not None else None
         try:
-            body = v2_tensors.tf_request(self._feeds(feeds), self.wanted)
+            if self.form == "values":  # an op's own workers: plain values as they are
+                body = values.encode(feeds, self.wanted, writer, self.shm)
+            elif self.form == "json":
+                body = json_request(self._feeds(feeds), self.wanted)
+            else:
+                body = v2_tensors.tf_request(self._feeds(feeds), self.wanted)
         except (ValueError, TypeError) as exc:
+            if writer is not None:
+                writer.remove_all()
             raise StepFailed(self.step, 500, f"cannot send the model's inputs: {exc}") from None
-        if self.limit is None:
-            return await self._dispatch(body, ctx)
-        async with self.limit:
-            return await self._dispatch(body, ctx)
+        try:
+            if self.limit is None:
+                return await self._dispatch(body, ctx)
+            async with self.limit:
+                return await self._dispatch(body, ctx)
+        finally:
+            if writer is not None:  # the call is over (answered, failed or given up)
+                writer.remove_all()
 
     async def _dispatch(self, body: bytes, ctx: CallContext) -> dict[str, np.ndarray]:
         remaining = ctx.deadline - time.monotonic()
@@ -141,14 +172,14 @@ class ModelCall:
             raise StepFailed(self.step, 504, "the request's time ran out before this step", "UpstreamTimeout")
         try:
             if self.through is not None:
-                resp = await self.through(body, ctx.request_id, remaining)
+                resp = await self.through(body, self.headers, ctx.request_id, remaining)
             else:
                 req = WorkerRequest(
                     body,
                     "",
-                    TF_FORM_HEADERS["Content-Type"],
+                    self.headers["Content-Type"],
                     ctx.request_id,
-                    dict(TF_FORM_HEADERS),
+                    dict(self.headers),
                     ctx.deadline,
                 )
                 resp = await self.backend.dispatch(req, remaining)
@@ -158,11 +189,14 @@ class ModelCall:
         if resp.status != 200:
             raise StepFailed(self.step, int(resp.status), errors.message_of(bytes(resp.body)))
         try:
+            if self.form == "values":
+                return values.decode(bytes(resp.body), shm=self.shm, unlink=True).values
+            if self.form == "json":
+                return json_outputs(bytes(resp.body))
             return v2_tensors.tf_outputs(bytes(resp.body), self._types("outputs"))
         except (ValueError, TypeError) as exc:
-            raise StepFailed(
-                self.step, 502, f"the model's reply is not a TF PredictResponse ({exc})"
-            ) from None
+            what = _FORM_NAMES[self.form]
+            raise StepFailed(self.step, 502, f"the model's reply is not {what} ({exc})") from None
 
 
 class ModelStep:

@@ -60,6 +60,16 @@ def wants_timings(value: str | None) -> bool:
     return value is not None and value.strip().lower() not in ("", "0", "false", "no")
 
 
+def timings_asked(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The header to hand a backend when the caller asks for timings (an adapter that calls
+    the dataplane with headers of its own), else None. ``headers``: case-insensitive, or
+    gRPC metadata's lowercase keys."""
+    value = headers.get(TIMINGS_HEADER)
+    if value is None:
+        value = headers.get(TIMINGS_HEADER.lower())
+    return {TIMINGS_HEADER: value} if wants_timings(value) else None
+
+
 def server_timing(timings: Mapping[str, float], total: float) -> str:
     """``Server-Timing`` (W3C): each step's duration in milliseconds, then the whole run."""
     parts = [f"{step};dur={seconds * 1000:.3f}" for step, seconds in timings.items()]
@@ -67,4 +77,4 @@ def server_timing(timings: Mapping[str, float], total: float) -> str:
     return ", ".join(parts)
 
 
-__all__ = ["TIMINGS_HEADER", "StepTimings", "server_timing", "wants_timings"]
+__all__ = ["TIMINGS_HEADER", "StepTimings", "server_timing", "timings_asked", "wants_timings"]

@@ -22,6 +22,7 @@ from aiohttp import web
 from gateway import __version__, errors, v2_call
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.middleware import request_id
+from gateway.pipelines.timings import timings_asked
 from gateway.protocols import kserve as proto
 from gateway.protocols import kserve_v1, v2_tensors
 from gateway.protocols.v2_binary import OCTET_STREAM
@@ -243,11 +244,17 @@ async def v1_model(request: web.Request) -> web.Response:
 # ----------------------------------------------------------------------------- inference
 
 
-async def _run(request: web.Request, svc: ServiceConfig, body: bytes, arrived: float) -> bytes:
-    """Dispatch a processor JSON request; -> the worker's reply body (errors raise)."""
+async def _run(
+    request: web.Request, svc: ServiceConfig, body: bytes, arrived: float, answer_headers: dict[str, str]
+) -> bytes:
+    """Dispatch a processor JSON request; -> the worker's reply body (errors raise).
+    ``answer_headers``: filled with the backend's own (a pipeline's Server-Timing)."""
     plane = request.app[DATAPLANE_KEY]
     timeout = plane.budget(svc, plane.caller_deadline(request.headers), arrived)
-    status, reply = await plane.infer_json(svc, body, request_id=request_id(request), timeout=timeout)
+    status, reply = await plane.infer_json(
+        svc, body, request_id=request_id(request), timeout=timeout,
+        extra=timings_asked(request.headers), answer_headers=answer_headers,
+    )  # fmt: skip
     if status != 200:
         raise proto.KServeRequestError(reply.decode(), status)
     return reply
@@ -262,14 +269,22 @@ async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
     return body
 
 
-def _answer(request: web.Request, body: bytes, header_length: int | None = None) -> web.Response:
+def _answer(
+    request: web.Request,
+    body: bytes,
+    header_length: int | None = None,
+    extra: dict[str, str] | None = None,
+) -> web.Response:
     """An inference answer, compressed when the client accepts it and it is worth it.
-    ``header_length``: binary tensors follow a JSON header of that many bytes."""
+    ``header_length``: binary tensors follow a JSON header of that many bytes; ``extra``:
+    the backend's own answer headers (a pipeline's Server-Timing)."""
     if header_length is None:
         resp = _json(200, body)
     else:
         resp = web.Response(status=200, body=body, content_type=OCTET_STREAM)
         resp.headers[proto.BINARY_HEADER] = str(header_length)
+    for k, v in (extra or {}).items():
+        resp.headers[k] = v
     if len(body) >= _COMPRESS_MIN and "gzip" in request.headers.get("Accept-Encoding", "").lower():
         resp.enable_compression(web.ContentCoding.gzip)
     return resp
@@ -302,6 +317,7 @@ async def v2_infer(request: web.Request) -> web.Response:
     svc = target.svc
     body = await _read(request, svc)
     plane = request.app[DATAPLANE_KEY]
+    extra: dict[str, str] = {}
     out, header_length = await v2_call.infer(
         plane,
         svc,
@@ -312,8 +328,10 @@ async def v2_infer(request: web.Request) -> web.Response:
         request.headers.get(proto.BINARY_HEADER),
         request_id=request_id(request),
         timeout=plane.budget(svc, plane.caller_deadline(request.headers), arrived),
+        extra=timings_asked(request.headers),
+        answer_headers=extra,
     )
-    return _answer(request, out, header_length)
+    return _answer(request, out, header_length, extra)
 
 
 async def v1_predict(request: web.Request) -> web.Response:
@@ -322,9 +340,10 @@ async def v1_predict(request: web.Request) -> web.Response:
     svc = target.svc
     body = await _read(request, svc)
     req = await _parse(body, kserve_v1.parse_v1_predict, _signature(request.app, target))
-    reply = await _run(request, svc, req.body, arrived)
+    extra: dict[str, str] = {}
+    reply = await _run(request, svc, req.body, arrived, extra)
     try:
-        return _answer(request, kserve_v1.v1_predictions(req, reply))
+        return _answer(request, kserve_v1.v1_predictions(req, reply), extra=extra)
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
 

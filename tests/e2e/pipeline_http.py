@@ -45,3 +45,13 @@ def wait_ready(gw: GatewayProcess, timeout: float = 60.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"gateway not ready after {timeout} s:\n{gw.output()[-3000:]}")
+
+
+def post_raw(gw: GatewayProcess, path: str, body: bytes) -> tuple[int, bytes]:
+    """A protobuf (or any binary) body -> (status, the answer's bytes)."""
+    req = urllib.request.Request(gw.url + path, body, {"Content-Type": "application/octet-stream"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()

@@ -20,11 +20,12 @@ import yaml
 from eas_sdk import ENDPOINT_TYPE_DIRECT, PredictClient, QueueClient, StringRequest
 from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
-from tests.e2e.pipeline_http import post, sample_client, wait_ready
+from tests.e2e.pipeline_http import post, post_raw, sample_client, wait_ready
 
 MODELS = ROOT / "samples" / "models"
 SAMPLES = ROOT / "samples" / "pipelines"
 OPS = Path(__file__).resolve().parent / "pipeline_ops.py"
+PREDICTOR = Path(__file__).resolve().parent / "pipeline_predictor.py"
 
 
 def _samples() -> dict[str, dict[str, Any]]:
@@ -59,6 +60,32 @@ def _services() -> list[dict[str, Any]]:
                     "outputs": {"features": "float32", "norm": "float32"},
                 }],
                 "outputs": {"features": "around.features", "norm": "around.norm"},
+            },
+        },
+        {"name": "scores", "processor": "python", "public": True,  # a user's Python predictor
+         "entry": f"{PREDICTOR}:ScorePredictor", "config": {"threshold": 1.0}},
+        {   # a transformer in front of it: the model step speaks the predictor's JSON form
+            "name": "py-transformer",
+            "processor": "pipeline", "public": True,
+            "pipeline": {
+                "inputs": {"x": "float32"},  # no shape: the predictor checks it
+                "steps": [{
+                    "name": "score", "op": f"{OPS}:AroundScore", "service": "scores",
+                    "inputs": {"x": "request.x"}, "outputs": {"score": "float32", "label": "bytes"},
+                }],
+                "outputs": {"score": "score.score", "label": "score.label"},
+            },
+        },
+        {"name": "echo", "processor": "python", "public": True,  # answers its body: not the JSON form
+         "entry": f"{ROOT / 'samples' / 'processors' / 'echo.py'}:EchoProcessor"},
+        {
+            "name": "echoed",
+            "processor": "pipeline", "public": True,
+            "pipeline": {
+                "inputs": {"x": "float32"},
+                "steps": [{"name": "echo", "service": "echo", "inputs": {"x": "request.x"},
+                           "outputs": ["y"]}],
+                "outputs": {"y": "echo.y"},
             },
         },
         {   # fan-out after the features, fan-in in a concat
@@ -104,9 +131,16 @@ def _services() -> list[dict[str, Any]]:
             "processor": "pipeline", "public": True,
             "pipeline": {
                 "inputs": {"x": "float32"},
-                "steps": [{"name": "work", "op": f"{OPS}:InWorker", "placement": "process", "workers": 1,
-                           "inputs": {"x": "request.x"}, "outputs": {"y": "float32", "pid": "int64"}}],
-                "outputs": {"y": "work.y", "pid": "work.pid"},
+                "steps": [
+                    {"name": "work", "op": f"{OPS}:InWorker", "placement": "process", "workers": 1,
+                     "inputs": {"x": "request.x"},
+                     "outputs": {"y": "float32", "pid": "int64", "label": "bytes", "info": None,
+                                 "mapped": "bool"}},
+                    {"name": "describe", "op": f"{OPS}:Describe",
+                     "inputs": {"info": "work.info", "label": "work.label"}, "outputs": {"summary": "bytes"}},
+                ],
+                "outputs": {"y": "work.y", "pid": "work.pid", "label": "work.label",
+                            "summary": "describe.summary", "info": "work.info", "mapped": "work.mapped"},
             },
         },
         *_samples().values(),
@@ -144,8 +178,12 @@ def _inference_count(gw: GatewayProcess, model: str) -> int:
     return int(body["model_stats"][0]["inference_count"])
 
 
+def _runs(gw: GatewayProcess, service: str) -> int:
+    return sum(int(w.get("runs") or 0) for w in gw.services()[service]["workers"])
+
+
 def _features_runs(gw: GatewayProcess) -> int:
-    return sum(int(w.get("runs") or 0) for w in gw.services()["features"]["workers"])
+    return _runs(gw, "features")
 
 
 def test_a_transformer_in_front_of_a_shared_predictor(gw: GatewayProcess) -> None:
@@ -168,6 +206,41 @@ def test_a_transformer_in_front_of_a_shared_predictor(gw: GatewayProcess) -> Non
         time.sleep(0.1)
     assert _features_runs(gw) > runs_before
     assert gw.services()["transformer"].get("workers", []) == []  # no model copy of its own
+
+
+def test_a_transformer_in_front_of_a_python_predictor(gw: GatewayProcess) -> None:
+    x = [[0.25, 0.25], [1.0, 1.0]]
+    status, direct, _ = post(
+        gw,
+        "/api/predict/scores",
+        {"inputs": {"x": {"shape": [2, 2], "dtype": "float32", "data": [0.5, 0.5, 2.0, 2.0]}}},
+    )
+    assert status == 200 and direct["outputs"]["label"]["data"] == ["low", "high"], direct
+    runs_before = _runs(gw, "scores")
+    status, body, _ = post(gw, "/api/predict/py-transformer", {"inputs": {"x": x}})
+    assert status == 200, body
+    assert body["outputs"]["score"] == {"dtype": "float32", "shape": [2], "data": [1.0, 4.0]}
+    assert body["outputs"]["label"]["data"] == ["low!", "high!"]
+    # The call ran on the predictor's own worker (its run count, from the health ping).
+    deadline = time.monotonic() + 5
+    while _runs(gw, "scores") <= runs_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _runs(gw, "scores") > runs_before
+    # Through V2 as well, its outputs typed from the predictor's metadata and the config.
+    v2 = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [2.0, 0.5]}]}
+    status, body, _ = post(gw, "/v2/models/py-transformer/infer", v2)
+    assert status == 200, body
+    got = {o["name"]: (o["datatype"], o["data"]) for o in body["outputs"]}
+    assert got == {"score": ("FP32", [5.0]), "label": ("BYTES", ["high!"])}
+    # The predictor's own refusal names the step, with its status.
+    status, body, _ = post(gw, "/api/predict/py-transformer", {"inputs": {"x": [1.0, 2.0]}})
+    assert status == 400, body
+    assert body["message"].startswith("step 'score': x: expected float32[N,M], got float32[2]"), body
+    # A Python service that does not answer in the JSON form fails the step with a 502.
+    status, body, _ = post(gw, "/api/predict/echoed", {"inputs": {"x": [1.0]}})
+    assert status == 502 and body["message"].startswith(
+        "step 'echo': the model's reply is not an answer in the JSON form"
+    ), body
 
 
 def test_direct_mode_reaches_a_pipeline_at_its_gateway(gw: GatewayProcess) -> None:
@@ -227,6 +300,40 @@ def test_a_pipeline_through_v2_grpc(gw: GatewayProcess) -> None:
         np.testing.assert_allclose(joined[:, :10].sum(axis=1), 1.0, rtol=1e-4)
 
 
+def _timed(headers: Any) -> set[str]:
+    return {part.split(";")[0] for part in (headers.get("Server-Timing") or "").split(", ") if part}
+
+
+def test_per_step_timings_on_v1_v2_and_grpc(gw: GatewayProcess) -> None:
+    import grpc
+
+    from gateway._proto import grpc_service_pb2 as pb
+    from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+
+    steps = {"features", "classify", "soft", "join", "total"}
+    asked = {"X-Eas-Pipeline-Timings": "1"}
+    row = _pixels(1).ravel().tolist()
+    v2 = {"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 64], "data": row}]}
+    status, body, headers = post(gw, "/v2/models/fan/infer", v2, asked)
+    assert status == 200 and _timed(headers) == steps, (body, dict(headers))
+    status, body, headers = post(gw, "/v1/models/fan:predict", {"instances": [row]}, asked)
+    assert status == 200 and len(body["predictions"]) == 1 and _timed(headers) == steps
+    for path, doc in (("/v2/models/fan/infer", v2), ("/v1/models/fan:predict", {"instances": [row]})):
+        status, _, headers = post(gw, path, doc)  # not asked: not answered
+        assert status == 200 and "Server-Timing" not in headers
+    port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        req = pb.ModelInferRequest(model_name="fan")
+        req.inputs.add(name="pixels", datatype="FP32", shape=[1, 64])
+        req.raw_input_contents.append(_pixels(1).tobytes())
+        _, call = stub.ModelInfer.with_call(req, timeout=10, metadata=[("x-eas-pipeline-timings", "1")])
+        assert _timed(dict(call.trailing_metadata())) == set()  # gRPC keys are lowercase
+        assert _timed({"Server-Timing": dict(call.trailing_metadata())["server-timing"]}) == steps
+        _, call = stub.ModelInfer.with_call(req, timeout=10)
+        assert "server-timing" not in dict(call.trailing_metadata())
+
+
 def test_a_model_step_refusing_its_input_names_the_step(gw: GatewayProcess) -> None:
     # The pipeline's declared input shape turns a short row away before any step runs ...
     status, body, _ = post(gw, "/fan/prediction", {"feed": [{"pixels": [0.5] * 63}]})
@@ -247,9 +354,27 @@ def test_an_op_on_worker_processes_of_its_own(gw: GatewayProcess) -> None:
     status, body, _ = post(gw, "/api/predict/procop", {"inputs": {"x": [1.5, 2.0]}})
     assert status == 200, body
     assert body["outputs"]["y"]["data"] == [3.0, 4.0]
+    assert body["outputs"]["mapped"]["data"] == [False]  # small: in the message
+    # Plain values cross the process boundary too: a string for the answer, and a dict
+    # (with a tuple and bytes inside) that a later step reads as it was made.
+    assert body["outputs"]["label"]["data"] == ["big"]
+    assert body["outputs"]["summary"]["data"] == ["big: 2 values up to 2, raw 00ff"]
+    # A dict in the answer is its JSON text (a tuple as a list, bytes as text).
+    info = json.loads(body["outputs"]["info"]["data"][0])
+    assert info == {"count": 2, "top": 2.0, "tags": ["a", ["b", 2]], "raw": "\x00\ufffd"}
     workers = gw.services()["procop"]["workers"]
     assert [(w["step"], w["pid"]) for w in workers] == [("work", body["outputs"]["pid"]["data"][0])]
     assert workers[0]["pid"] != gw.pid
+    # A large array goes to the worker and back through the pipeline's shared memory, whose
+    # files are gone once the call is over.
+    x = np.random.default_rng(0).random(300_000, dtype=np.float32)  # 1.2 MB
+    status, reply = post_raw(gw, "/api/predict/procop", encode_tf_request(None, {"x": x}, ["y", "mapped"]))
+    assert status == 200, reply[:300]
+    answer = decode_tf_response(reply)
+    np.testing.assert_array_equal(answer["y"].to_tensor("y").array, x * 2)
+    assert answer["mapped"].to_tensor("mapped").array.tolist() is True
+    areas = list(Path("/dev/shm").glob("easkit-procop-*"))  # where the gateway puts them
+    assert areas and not [f for a in areas for f in a.iterdir()]
     status, body, _ = post(gw, "/procop/prediction", {"feed": [{"x": -1.0}]})
     assert status == 422 and body["err_msg"] == "step 'work': x must not be negative"
 

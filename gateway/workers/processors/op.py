@@ -1,21 +1,22 @@
 """A pipeline's Python op in worker processes of its own (a step with ``placement: process``).
 
-The step's inputs arrive as a TF ``PredictRequest`` (the pipeline's model-step form), the
-op's ``preprocess`` and ``postprocess`` run as they would in the gateway's threads, and its
-outputs go back as a TF ``PredictResponse``: what crosses the process boundary are tensors,
-copied once each way over the worker IPC. Worth it for an op that holds the GIL (pure
-Python work) or that must not take the gateway down when it crashes.
+The step's inputs arrive as a values message (gateway.pipelines.values: numpy arrays and
+plain Python values by name, the arrays' bytes copied once into it, or into shared memory
+when large, and read in place here),
+the op's ``preprocess`` and ``postprocess`` run as they would in the gateway's threads, and
+its outputs go back the same way. Worth it for an op that holds the GIL (pure Python work)
+or that must not take the gateway down when it crashes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
-import numpy as np
-
-from eas_sdk.codecs import eas
+from gateway.pipelines import values as wire
 from gateway.pipelines.ops import OpError, load_op
+from gateway.pipelines.shm import SHM_ENV, ShmWriter
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.processors.base import Processor, ProcessorError
 
@@ -25,15 +26,16 @@ log = logging.getLogger("gateway.worker")
 class OpProcessor(Processor):
     def load(self) -> None:
         self.op = load_op(self.service.entry or "", self.service.config)
+        # The pipeline's shared memory directory: the only one this worker maps or writes.
+        self.shm = os.environ.get(SHM_ENV) or None
         self.pre = getattr(self.op, "preprocess", None)
         self.post = getattr(self.op, "postprocess", None)
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         try:
-            decoded = eas.decode_request(req.body, "tf")
-        except eas.InvalidInput as exc:
-            raise ProcessorError(exc.message) from None
-        inputs: dict[str, Any] = {name: t.array for name, t in decoded.named.items()}
+            inputs, wanted, answer_shm = wire.decode(req.body, shm=self.shm)
+        except ValueError as exc:
+            raise ProcessorError(f"cannot read the step's inputs: {exc}") from None
         try:
             values: Any = self.pre(inputs) if self.pre is not None else inputs
             if self.post is not None:
@@ -48,17 +50,21 @@ class OpProcessor(Processor):
             ) from None
         if not isinstance(values, dict):
             raise ProcessorError(f"the op returned {type(values).__name__}; expected a dict", 500)
-        wanted = decoded.output_names or list(values)
+        wanted = wanted or list(values)
         missing = [n for n in wanted if n not in values]
         if missing:
             raise ProcessorError(
                 f"produced no output {missing[0]!r}; it gave: {', '.join(map(str, values))}", 500
             )
+        # Large arrays go back through the gateway's shared memory, which it removes once read.
+        writer = ShmWriter(self.shm) if self.shm and answer_shm == self.shm else None
         try:
-            body = eas.encode_tf_response([(n, np.asarray(values[n])) for n in wanted])
-        except (TypeError, ValueError) as exc:
+            body = wire.encode({n: values[n] for n in wanted}, shm=writer)
+        except TypeError as exc:
+            if writer is not None:
+                writer.remove_all()
             raise ProcessorError(f"cannot send the op's outputs: {exc}", 500) from None
-        return WorkerResponse(200, body, eas.CONTENT_TYPE_PROTOBUF)
+        return WorkerResponse(200, body, wire.CONTENT_TYPE)
 
     def close(self) -> None:
         close = getattr(getattr(self, "op", None), "close", None)

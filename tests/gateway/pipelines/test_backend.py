@@ -15,7 +15,7 @@ import pytest
 
 from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
 from gateway.config import ConfigError, GatewayConfig, parse_config
-from gateway.pipelines.backend import PipelineBackend
+from gateway.pipelines.backend import PipelineBackend, step_service
 from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings
 from gateway.workers.ipc import WorkerRequest
 
@@ -293,3 +293,20 @@ async def test_metadata_types_follow_the_graph(backends: dict[str, PipelineBacke
     # concat of two float32 outputs is float32; topk's indices are int64.
     assert [(t.name, t.datatype) for t in meta.outputs] == [("joined", "FP32"), ("best", "INT64")]
     assert [(t.name, t.datatype) for t in backends["guarded"].metadata.outputs] == [("label", "BYTES")]
+
+
+def test_a_steps_own_workers_take_the_pipelines_tokens() -> None:
+    """The gateway calls a step's workers over the IPC (no token); their direct HTTP port
+    wants the pipeline's token, so it is no way around the pipeline's."""
+    pipeline = {
+        "inputs": {"x": "float32"},
+        "steps": [{**_op("work", "Scale", "request.x"), "placement": "process"}],
+        "outputs": {"y": "work.y"},
+    }
+    raw = {"name": "p", "processor": "pipeline", "token": "a-pipeline-token-0123456789", "pipeline": pipeline}
+    svc = parse_config({"services": [raw]}).services[0]
+    assert svc.pipeline is not None
+    hidden = step_service(svc, svc.pipeline.steps[0], {"EXTRA": "1"})
+    assert hidden.name == "p.work" and hidden.processor == "op"
+    assert hidden.tokens == ("a-pipeline-token-0123456789",) and not hidden.public
+    assert hidden.env["EXTRA"] == "1"

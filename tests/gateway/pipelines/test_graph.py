@@ -141,11 +141,22 @@ def test_a_step_referencing_an_unknown_service() -> None:
     assert "(a).service" in msg and "unknown service 'ghost'" in msg
 
 
-def test_a_model_step_calls_an_onnx_service_only(tmp_path: Path) -> None:
+def test_a_model_step_calls_an_onnx_or_a_python_service(tmp_path: Path) -> None:
     steps = copy.deepcopy(BASE["steps"])
     steps[0] = {"name": "a", "service": "q", "inputs": {"x": "request.x"}, "outputs": ["y"]}
     msg = _error(_with(steps=steps), [{"name": "q", "processor": "queue", "public": True}])
-    assert "(a).service" in msg and "is a queue service" in msg
+    assert "services (p).pipeline.steps (a).service: service 'q' is a queue service (a queue" in msg
+    assert msg.endswith("a model step calls a service whose processor is onnx or python")
+    # Another pipeline is no model step either ...
+    other = {"name": "q", "processor": "pipeline", "public": True, "pipeline": copy.deepcopy(BASE)}
+    msg = _error(_with(steps=steps), [other])
+    assert "(a).service: service 'q' is a pipeline service (a step cannot be a whole pipeline" in msg
+    # ... but a user's Python processor is (the KServe transformer -> predictor pattern).
+    predictor = {"name": "q", "processor": "python", "public": True, "entry": f"{tmp_path / 'p.py'}:P"}
+    (tmp_path / "p.py").write_text("class P:\n    def process(self, data):\n        return data\n")
+    config = parse_config(_config(_with(steps=steps), [predictor]))
+    spec = config.services[1].pipeline
+    assert spec is not None and spec.step("a").service == "q"
 
 
 def test_file_paths_are_checked() -> None:

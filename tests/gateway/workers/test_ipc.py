@@ -13,8 +13,10 @@ import pytest
 
 from gateway.workers.ipc import (
     HEADER,
+    LARGE,
     REQUEST,
     RESPONSE,
+    FramedProtocol,
     IPCClient,
     IPCServerProtocol,
     IPCTimeout,
@@ -179,3 +181,58 @@ async def test_an_answer_over_the_limit_never_crosses_to_the_gateway() -> None:
             client.close()
             srv.close()
             await srv.wait_closed()
+
+
+class _Frames(FramedProtocol):
+    """Records the frames a byte stream holds, as a receiver hands them on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[tuple[int, int, Any]] = []
+
+    def frame_received(self, rid: int, kind: int, payload: bytes, body: bytes | None = None) -> None:
+        if kind == REQUEST:
+            self.frames.append((rid, kind, decode_request(payload, body)))
+        else:
+            self.frames.append((rid, kind, decode_response(payload, body)))
+
+
+@pytest.mark.parametrize("chunk", [3, 1000, 65_536, 1 << 20])
+def test_large_frames_are_gathered_between_small_ones(chunk: int) -> None:
+    """A large request and response (over LARGE) between small frames, split at every chunk
+    size: what precedes the body may span chunks, a chunk may end one frame and start the
+    next; every frame comes out whole, in order, its body as bytes."""
+    big = os.urandom(LARGE + 12_345)
+    frames = [
+        (1, REQUEST, WorkerRequest(b"small", request_id="a")),
+        (2, REQUEST, WorkerRequest(big, "sub", "application/x", "big", {"K": "v"}, 1.5)),
+        (3, RESPONSE, WorkerResponse(200, big[::-1], "application/y", 42)),
+        (4, RESPONSE, WorkerResponse(201, b"tail")),
+    ]
+    stream = b""
+    for rid, kind, msg in frames:
+        payload = b"".join(encode_request(msg) if kind == REQUEST else encode_response(msg))
+        stream += HEADER.pack(len(payload), rid, kind) + payload
+    proto = _Frames()
+    for i in range(0, len(stream), chunk):
+        proto.data_received(stream[i : i + chunk])
+    assert proto.frames == frames
+    assert all(type(m.body) is bytes for _, _, m in proto.frames)
+    assert not proto._buf and proto._gathering is None
+
+
+async def test_a_large_body_round_trips_on_a_real_socket(server: Any) -> None:
+    path, sink, _ = server
+    client = IPCClient(path, connections=1)
+    await client.connect()
+    body = os.urandom(3 * LARGE + 7)
+    call = asyncio.ensure_future(client.call(WorkerRequest(body, request_id="big"), 10))
+    small = asyncio.ensure_future(client.call(WorkerRequest(b"s", request_id="small"), 10))
+    while len(sink.jobs) < 2:
+        await asyncio.sleep(0.01)
+    got = {req.request_id: (req, done) for req, done in sink.jobs}
+    assert got["big"][0].body == body
+    got["big"][1](WorkerResponse(200, body[::-1]))
+    got["small"][1](WorkerResponse(200, b"t"))
+    assert (await call).body == body[::-1] and (await small).body == b"t"
+    client.close()
