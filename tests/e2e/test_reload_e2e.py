@@ -169,7 +169,10 @@ def test_status_table(env: dict[str, Any]) -> None:
     assert lines[0].startswith("eas-gateway ") and f"(pid {gw.pid})" in lines[0]
     assert lines[1].split() == ["SERVICE", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REQ/S", "MEAN", "MS"]
     rows = {line.split()[0]: line.split() for line in lines[2:]}
-    assert rows["digits"][:3] == ["digits", "yes", "2/2"]
+    # However many workers earlier tests of this module left it (scaled to 2 when run in
+    # order), every one of them is ready.
+    ready, total = rows["digits"][2].split("/")
+    assert rows["digits"][:2] == ["digits", "yes"] and ready == total and int(total) >= 1
 
 
 def test_triton_model_control(env: dict[str, Any]) -> None:
