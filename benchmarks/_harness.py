@@ -7,6 +7,7 @@ within a round, then the median over rounds is reported.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -33,6 +34,21 @@ def pin(core: int) -> list[str]:
     if shutil.which("taskset") and NCPU > core:
         return ["taskset", "-c", str(core)]
     return []
+
+
+def round_options(ap: argparse.ArgumentParser, *, seconds: float = 4.0, connections: int = 16) -> None:
+    """``--rounds``, ``--seconds``, ``--connections`` and ``--quick`` (see :func:`quick_rounds`)."""
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=seconds)
+    ap.add_argument("--connections", type=int, default=connections)
+    ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run)")
+
+
+def quick_rounds(args: argparse.Namespace) -> argparse.Namespace:
+    """``--quick``: one round of 2 s."""
+    if args.quick:
+        args.rounds, args.seconds = 1, 2.0
+    return args
 
 
 def free_port() -> int:

@@ -37,7 +37,9 @@ from _harness import (
     free_port,
     median,
     pin,
+    quick_rounds,
     report_targets,
+    round_options,
     run_wrk,
     start_gateway,
     tree_pids,
@@ -61,18 +63,13 @@ def build_body(path: Path, input_name: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run)")
+    round_options(ap, connections=16)
     ap.add_argument(
         "--access-log",
         action="store_true",
         help="the gateway as configured by default: access log on at INFO (off by default here)",
     )
-    args = ap.parse_args()
-    if args.quick:
-        args.rounds, args.seconds = 1, 2.0
+    args = quick_rounds(ap.parse_args())
 
     sys.path.insert(0, str(ROOT / "samples"))
     import build_models  # type: ignore[import-not-found]

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import NCPU, Child, cpu_seconds, free_port, median, tree_pids
+from _harness import NCPU, Child, cpu_seconds, free_port, median, quick_rounds, round_options, tree_pids
 from _harness import start_gateway as harness_start_gateway
 
 TOKEN = "bench-grpc-token-7d2e9c4b1a"
@@ -168,13 +168,8 @@ async def run(args: argparse.Namespace) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--connections", type=int, default=8)
-    ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run, < 30 s)")
-    args = ap.parse_args()
-    if args.quick:
-        args.rounds, args.seconds = 1, 2.0
+    round_options(ap, connections=8)
+    args = quick_rounds(ap.parse_args())
     if NCPU > 1 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {1})  # the callers; the gateway and its worker are on core 0
     sys.exit(asyncio.run(run(args)))

@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import median, run_wrk, start_gateway, tree_pids
+from _harness import median, quick_rounds, round_options, run_wrk, start_gateway, tree_pids
 
 TOKEN = "bench-token-0123456789"
 SHAPE = (1, 3, 224, 224)
@@ -101,13 +101,8 @@ def check(url: str, body: Path, headers: dict[str, str]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--connections", type=int, default=4)
-    ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run)")
-    args = ap.parse_args()
-    if args.quick:
-        args.rounds, args.seconds = 1, 2.0
+    round_options(ap, connections=4)
+    args = quick_rounds(ap.parse_args())
 
     work = Path(tempfile.mkdtemp(prefix="easkit-bench-kserve-"))
     model = work / "pool_dense.onnx"

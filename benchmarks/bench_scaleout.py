@@ -30,7 +30,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import NCPU, ROOT, Target, WrkResult, median, report_targets, run_wrk, start_gateway, tree_pids
+from _harness import (
+    NCPU,
+    ROOT,
+    Target,
+    WrkResult,
+    median,
+    quick_rounds,
+    report_targets,
+    round_options,
+    run_wrk,
+    start_gateway,
+    tree_pids,
+)
 from bench_gateway import TOKEN, build_body
 from bench_queue import Redis
 
@@ -61,13 +73,8 @@ def drive(urls_cores: list[tuple[str, int]], body: Path, connections: int, secon
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--connections", type=int, default=16)
-    ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run)")
-    args = ap.parse_args()
-    if args.quick:
-        args.rounds, args.seconds = 1, 2.0
+    round_options(ap, connections=16)
+    args = quick_rounds(ap.parse_args())
     enough = NCPU >= CORES_NEEDED
     if not enough:
         print(f"{NCPU} cores here, the layout needs {CORES_NEEDED}: the ratio is shown without its goal")

@@ -11,14 +11,11 @@ import sys
 import urllib.parse
 from typing import Any
 
-from gateway.cli.services import DEFAULT_ADMIN, Admin, AdminError, _table
+from gateway.cli.services import DEFAULT_ADMIN, Admin, AdminError, _table, admin_options
 
 
 def add_parsers(sub: Any) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    admin_help = f"admin API URL (default: $EAS_ADMIN_URL or {DEFAULT_ADMIN})"
-    common.add_argument("--admin", default=argparse.SUPPRESS, help=admin_help)
-    common.add_argument("--token", default=argparse.SUPPRESS, help="admin token (default: $EAS_ADMIN_TOKEN)")
+    common = admin_options()
     q = sub.add_parser("queues", help="a queue service's consumer groups", parents=[common])
     ops = q.add_subparsers(dest="op", required=True)
     groups = ops.add_parser("groups", help="list the consumer groups of a service's queues", parents=[common])

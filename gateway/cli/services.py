@@ -29,13 +29,19 @@ class AdminError(Exception):
     pass
 
 
-def add_parsers(sub: Any) -> None:
-    # Accepted before and after the operation; SUPPRESS: an option given at one level is not
-    # overwritten by the other level's default.
+def admin_options() -> argparse.ArgumentParser:
+    """``--admin`` and ``--token``, for a command's parser and its operations' parsers:
+    accepted before and after the operation (SUPPRESS: an option given at one level is not
+    overwritten by the other level's default)."""
     common = argparse.ArgumentParser(add_help=False)
     admin_help = f"admin API URL (default: $EAS_ADMIN_URL or {DEFAULT_ADMIN})"
     common.add_argument("--admin", default=argparse.SUPPRESS, help=admin_help)
     common.add_argument("--token", default=argparse.SUPPRESS, help="admin token (default: $EAS_ADMIN_TOKEN)")
+    return common
+
+
+def add_parsers(sub: Any) -> None:
+    common = admin_options()
     s = sub.add_parser("services", help="manage a running gateway's services", parents=[common])
     ops = s.add_subparsers(dest="op", required=True)
     ops.add_parser("list", help="services and their state", parents=[common])
