@@ -10,8 +10,9 @@ missing or was damaged is an error at start, never an empty queue.
   not, the database was deleted (or the wrong directory was mounted): starting with an empty
   store would silently lose every queued record, so the start fails naming the file.
 * The database itself is checked before use: its SQLite header, its size against the page
-  count the header states (a truncated copy; pages the -wal file can still supply count), and ``PRAGMA quick_check`` when the file is at
-  most ``QUICK_CHECK_MAX_BYTES`` (it reads the whole file).
+  count the header states (a truncated copy; pages the -wal file can still supply count),
+  and ``PRAGMA quick_check`` when the file is at most ``QUICK_CHECK_MAX_BYTES`` (it reads
+  the whole file).
 """
 
 from __future__ import annotations
