@@ -18,7 +18,9 @@ request runs right in the event loop. A watchdog thread, polling every few ms, i
 an inline run that takes longer than ``INLINE_BUDGET_S``; that request then goes to the
 compute thread from the start (a model run has no side effects) and inline runs pause for
 ``INLINE_BACKOFF_S``. So the loop is never blocked for long: pings, cancels and deadlines
-work as before.
+work as before. A queue may also be given a softer bound (``inline_max_s``, the gateway's
+own sessions: gateway.workers.threads): a run that finished but took longer than that also
+pauses inline runs for ``INLINE_BACKOFF_S``, so only a small model runs in the loop.
 
 Dynamic batching (opt-in, ``batching.max_batch_size > 1``, for a processor that is
 :class:`~gateway.workers.processors.base.Batchable` and whose loaded model supports it):
@@ -87,6 +89,7 @@ class ComputeQueue(RequestSink):
         max_batch_size: int = 0,
         max_latency_ms: float = 0.0,
         stall_s: float = 0.0,
+        inline_max_s: float = INLINE_BUDGET_S,
     ) -> None:
         self.loop = loop
         self.processor = processor
@@ -125,6 +128,7 @@ class ComputeQueue(RequestSink):
         self._inline_seq = 0
         self._preempt_seq = -1  # the inline run the watchdog interrupted
         self._inline_after = 0.0  # no inline runs before this monotonic time
+        self._inline_max_ns = int(inline_max_s * 1e9)  # a longer inline run pauses them
         self._stopping = threading.Event()
         if self.inline:
             threading.Thread(target=self._watchdog, name="inline-watchdog", daemon=True).start()
@@ -178,7 +182,11 @@ class ComputeQueue(RequestSink):
             return False
         self.runs += 1
         self.inlined += 1
-        resp.compute_us = (time.perf_counter_ns() - t0) // 1000
+        took = time.perf_counter_ns() - t0
+        if took > self._inline_max_ns:
+            # Answered, but too slow to hold the loop for: the next calls go to the thread.
+            self._inline_after = time.monotonic() + INLINE_BACKOFF_S
+        resp.compute_us = took // 1000
         job.done(resp)
         return True
 

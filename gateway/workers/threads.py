@@ -9,11 +9,14 @@ the hop to a worker: no encoding, no socket, no second process to wake, and the 
 gRPC adapters hand their arrays over as they are (gateway.workers.tensor_call).
 
 ONNX Runtime releases the GIL while it computes, so the event loop keeps serving during a
-run. A call that finds its session idle runs right in the event loop (the compute queue's
-inline path): a hand-off to the compute thread and back costs two thread wake-ups, more
-than a small model's run. The compute queue's watchdog interrupts an inline run that takes
-longer than its budget, and that call, and every call for a while after it, goes to the
-compute thread instead, so a large model never holds the loop for long.
+run on the compute thread. A call that finds its session idle runs right in the event loop
+instead (the compute queue's inline path) while the model is small: a hand-off to the
+compute thread and back costs two thread wake-ups, more than a small model's run (measured
+on the digits model, one connection: about 120 µs median latency inline, 180 µs through
+the thread). A run that took longer than ``INLINE_MAX_S`` sends the calls after it to the
+compute thread for a second, and the compute queue's watchdog interrupts an inline run
+past its hard budget (10 ms), which then reruns on the thread: a large model never holds
+the loop for long.
 
 The price is isolation: a model that crashes takes the gateway with it, and a stuck run is
 interrupted, never killed. Such a service has no direct mode: discovery lists no worker
@@ -40,6 +43,13 @@ from gateway.workers.processors.registry import create_processor
 from gateway.workers.supervision import public_message
 
 log = logging.getLogger("gateway.pool")
+
+# A run in the event loop that took longer than this sends the next calls to the compute
+# thread for a while (gateway.workers.compute): below it a run holds the loop no longer than
+# parsing a mid-sized request does, and the hand-off to a thread and back (two wake-ups, a
+# few tens of microseconds of CPU) would cost more than it frees. The sample digits model
+# runs in about 5 µs, a 224x224 convolution in tens.
+INLINE_MAX_S = 0.001
 
 
 class _Session:
@@ -108,6 +118,7 @@ class ThreadService:
                 session.queue = ComputeQueue(
                     asyncio.get_running_loop(), session.processor, 1,
                     svc.batching.max_batch_size, svc.batching.max_latency_ms, svc.stall_timeout_s,
+                    INLINE_MAX_S,
                 )  # fmt: skip
                 session.state = "ready"
             else:
