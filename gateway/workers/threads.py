@@ -19,8 +19,9 @@ past its hard budget (10 ms), which then reruns on the thread: a large model nev
 the loop for long.
 
 The price is isolation: a model that crashes takes the gateway with it, and a stuck run is
-interrupted, never killed. Such a service has no direct mode: discovery lists no worker
-endpoints for it, and its callers always come through the gateway. Readiness, the pending
+interrupted, never killed. Such a service has no worker to call directly: discovery lists
+the gateway's own address for it (as for a pipeline), so a direct-mode client calls the
+gateway, where the model already is. Readiness, the pending
 limit, timeouts and their errors are the worker pool's (gateway.workers.pool).
 """
 
