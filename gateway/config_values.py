@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config_files import ConfigError, check_file, resolve_path
+from gateway.user_code import ENTRY_FORMS
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -314,7 +315,7 @@ def entry_path(raw: Mapping[str, Any], processor: str, base: Path | None, where:
         return entry if entry is None else str(entry)
     entry = as_str(entry, f"{where}.entry")
     if ":" not in entry:
-        raise ConfigError(f"{where}.entry: expected 'path/to/file.py:Class' or 'package.module:Class'")
+        raise ConfigError(f"{where}.entry: expected {ENTRY_FORMS}")
     target, _, cls_name = entry.rpartition(":")
     if target.endswith(".py"):
         target = resolve_path(target, base, f"{where}.entry")

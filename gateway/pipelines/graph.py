@@ -40,6 +40,7 @@ from typing import Any
 
 from gateway.config_files import ConfigError, existing_file
 from gateway.pipelines.catalog import DTYPES, NOT_A_STEP, STEP_PROCESSORS, TRANSFORM_DTYPES, TRANSFORMS
+from gateway.user_code import ENTRY_FORMS
 
 REQUEST = "request"  # the source "step" of the request's own inputs
 STEP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
@@ -241,7 +242,7 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
         model = existing_file(model, base, f"{where}.model")
     if op:
         if ":" not in op:
-            raise _fail(f"{where}.op", "expected 'path/to/file.py:Class' or 'package.module:Class'")
+            raise _fail(f"{where}.op", f"expected {ENTRY_FORMS}")
         target, _, cls = op.rpartition(":")
         if target.endswith(".py"):
             target = existing_file(target, base, f"{where}.op")

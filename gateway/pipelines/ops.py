@@ -19,16 +19,13 @@ any other exception is a 500 that names the step.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gateway.pipelines.catalog import DTYPES
+from gateway.user_code import import_class
 
 # V2 datatype -> numpy dtype for ``cast``.
 _NUMPY: dict[str, np.dtype[Any]] = {
@@ -51,28 +48,11 @@ class OpError(Exception):
 
 def load_op(entry: str, config: Mapping[str, Any]) -> Any:
     """An initialised instance of the op class ``entry`` names."""
-    target, _, cls_name = entry.rpartition(":")
-    if target.endswith(".py"):
-        path = Path(target).resolve()
-        # Sibling modules of the op's file are importable, as next to a python processor.
-        if str(path.parent) not in sys.path:
-            sys.path.insert(0, str(path.parent))
-        spec = importlib.util.spec_from_file_location(f"easgw_op_{path.stem}", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path.name}")
-        module = sys.modules.get(spec.name)
-        if module is None:
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    cls = getattr(module, cls_name, None)
-    if not isinstance(cls, type):
-        raise AttributeError(f"{entry}: no class {cls_name!r}")
+    cls = import_class(entry)
     if not (callable(getattr(cls, "preprocess", None)) or callable(getattr(cls, "postprocess", None))):
         raise TypeError(
-            f"{entry}: class {cls_name} has neither preprocess(inputs) nor postprocess(inputs, outputs)"
+            f"entry {entry!r}: class {cls.__name__} has neither preprocess(inputs)"
+            " nor postprocess(inputs, outputs)"
         )
     obj = cls()
     obj.config = dict(config)

@@ -21,14 +21,12 @@ is empty.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
+from gateway.user_code import import_class
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import ModelMetadata
 from gateway.workers.processors.base import LoadError, Processor, ProcessorError
@@ -37,29 +35,9 @@ log = logging.getLogger("gateway.worker")
 
 
 def load_entry(entry: str) -> type:
-    target, sep, cls_name = entry.rpartition(":")
-    if not sep or not target or not cls_name:
-        raise ValueError(f"entry {entry!r}: expected 'path/to/file.py:Class' or 'package.module:Class'")
-    if target.endswith(".py"):
-        path = Path(target).resolve()
-        if not path.is_file():
-            raise FileNotFoundError(f"entry file not found: {path.name}")
-        # Sibling modules of the entry file are importable, as in an EAS processor directory.
-        if str(path.parent) not in sys.path:
-            sys.path.insert(0, str(path.parent))
-        spec = importlib.util.spec_from_file_location(f"easgw_entry_{path.stem}", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path.name}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    cls = getattr(module, cls_name, None)
-    if not isinstance(cls, type):
-        raise AttributeError(f"entry {entry!r}: no class {cls_name!r}")
+    cls = import_class(entry)
     if not callable(getattr(cls, "process", None)):
-        raise TypeError(f"entry {entry!r}: class {cls_name} has no process(data) method")
+        raise TypeError(f"entry {entry!r}: class {cls.__name__} has no process(data) method")
     return cls
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from eas_sdk.queue import QueueClient
-from gateway.queue.datadir import LOCK_FILE, MARKER_FILE
+from gateway.queue.datadir import LOCK_FILE, MARKER_FILE, StoreUnusable, check_existing
 from gateway.queue.manager import DB_FILE
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.e2e.queue.server_proc import TOKEN
@@ -138,3 +139,47 @@ def test_a_store_that_cannot_be_opened_is_an_error(saved: Path, tmp_path: Path) 
     assert proc.returncode == 1, proc.stderr
     assert f"cannot open the queue store {data / DB_FILE}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _interrupted_checkpoint(folder: Path) -> tuple[Path, int]:
+    """A store as a kill -9 in the middle of a checkpoint leaves it: the file holds the first
+    pages the checkpoint copied (page 1, with the new page count, comes first) and is shorter
+    than its header says; the -wal file still holds every page of the last transactions."""
+    db = folder / DB_FILE
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE t (x BLOB)")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    rows = 300
+    conn.execute("BEGIN")
+    for i in range(rows):
+        conn.execute("INSERT INTO t VALUES (?)", (bytes([i % 256]) * 3000,))
+    conn.execute("COMMIT")
+    wal = (folder / (DB_FILE + "-wal")).read_bytes()  # the state at the kill, before the checkpoint
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    full = db.read_bytes()
+    conn.close()
+    db.write_bytes(full[: len(full) // 3])
+    (folder / (DB_FILE + "-wal")).write_bytes(wal)
+    (folder / (DB_FILE + "-shm")).unlink(missing_ok=True)
+    return db, rows
+
+
+def test_a_checkpoint_cut_short_by_a_kill_is_not_a_truncated_store(tmp_path: Path) -> None:
+    db, rows = _interrupted_checkpoint(tmp_path)
+    check_existing(str(db))  # the -wal file holds the missing pages: sound
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT count(*), sum(length(x)) FROM t").fetchone() == (rows, rows * 3000)
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        conn.close()
+
+
+def test_a_short_store_whose_wal_cannot_hold_the_rest_is_truncated(tmp_path: Path) -> None:
+    db, _ = _interrupted_checkpoint(tmp_path)
+    wal = tmp_path / (DB_FILE + "-wal")
+    wal.write_bytes(wal.read_bytes()[:8192])
+    with pytest.raises(StoreUnusable, match="is truncated"):
+        check_existing(str(db))

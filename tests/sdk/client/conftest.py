@@ -57,6 +57,11 @@ class Harness:
             await self.client.close()
 
 
+def endpoint_item(s: FakeEAS, weight: int) -> dict[str, Any]:
+    """One endpoint of a discovery answer, pointing at ``s``."""
+    return {"ip": "127.0.0.1", "port": str(s.port), "weight": weight}
+
+
 def _start(**kwargs: Any) -> FakeEAS:
     return FakeEAS(**kwargs).start()
 
