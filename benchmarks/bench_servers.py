@@ -14,7 +14,7 @@ ONNX Runtime (one intra-op thread) in each server, pinned to core 0, with wrk on
 Each scenario is measured at 1 and 32 connections in interleaved rounds; the ratios are
 taken within a round and the median over rounds is reported. Goals, on the digits model's
 V2 JSON path with the same request: throughput >= 4x KServe's and >= 3x MLServer's, p99 at
-most half of theirs at both concurrencies.
+most half of theirs at both concurrencies; reported for both placements of the model.
 
 Writes ``benchmarks/results/servers.json`` and, when matplotlib is installed, ``servers.png``.
 Usage: python benchmarks/bench_servers.py [--rounds N] [--seconds S] [--quick]

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import re
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,11 +21,11 @@ import yaml
 from eas_sdk import PredictClient, QueueClient, TFRequest
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-from tests.e2e.gateway_proc import ROOT, GatewayProcess
+from tests.e2e.gateway_proc import GatewayProcess
 from tests.e2e.reference_load import ReferenceLoad
+from tests.e2e.test_services_e2e import ADMIN_TOKEN, cli
 
 TOKEN = "e2e-thread-placement-token-4b1d"
-ADMIN_TOKEN = "admin-token-thread-9e3c51a7"
 AUTH = {"Authorization": TOKEN}
 X = (np.arange(64, dtype=np.float32).reshape(1, 64) % 17) / 2.0
 
@@ -58,8 +54,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
     }
     proc = GatewayProcess.start(config, workdir)
     try:
-        proc.wait_workers_ready("digits", 1)
-        proc.wait_workers_ready("tdigits", 1)
+        for name in ("digits", "tdigits", "atdigits"):
+            proc.wait_workers_ready(name, 1)
         yield proc
     finally:
         proc.kill()
@@ -202,19 +198,6 @@ def test_readiness_status_metrics_and_discovery(gw: GatewayProcess) -> None:
     assert json.loads(data)["endpoints"]["items"] == [{"ip": "127.0.0.1", "port": gw.port, "weight": 100}]
 
 
-def _admin(gw: GatewayProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    found = re.findall(r"admin API listening on (http://\S+)", gw.output())
-    env = {**os.environ, "EAS_ADMIN_URL": found[-1], "EAS_ADMIN_TOKEN": ADMIN_TOKEN}
-    return subprocess.run(
-        [sys.executable, "-m", "gateway", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_an_update_swaps_the_sessions_with_no_failed_call(gw: GatewayProcess, digits_model: Path) -> None:
     spec = gw.workdir / "tdigits.yaml"
     doc = {
@@ -224,11 +207,11 @@ def test_an_update_swaps_the_sessions_with_no_failed_call(gw: GatewayProcess, di
     load = ReferenceLoad.start(gw.endpoint, "tdigits", gw.workdir, token=TOKEN)
     try:
         spec.write_text(yaml.safe_dump(doc))
-        rolled = _admin(gw, "services", "update", "-f", str(spec))  # a new session: it rolls
+        rolled = cli(gw, "services", "update", "-f", str(spec))  # a new session: it rolls
         assert rolled.returncode == 0, rolled.stderr
-        scaled = _admin(gw, "services", "scale", "tdigits", "2")  # in place
+        scaled = cli(gw, "services", "scale", "tdigits", "2")  # in place
         assert scaled.returncode == 0 and "(2/2 ready)" in scaled.stdout, scaled.stderr
-        assert _admin(gw, "services", "scale", "tdigits", "1").returncode == 0
+        assert cli(gw, "services", "scale", "tdigits", "1").returncode == 0
         time.sleep(0.3)  # calls on the new version too
     finally:
         result = load.finish()
@@ -236,5 +219,5 @@ def test_an_update_swaps_the_sessions_with_no_failed_call(gw: GatewayProcess, di
     assert result["ok"] > 50
     now = gw.services()["tdigits"]
     assert now["ready"] and [w["state"] for w in now["workers"]] == ["ready"]
-    described = _admin(gw, "services", "get", "tdigits")
+    described = cli(gw, "services", "get", "tdigits")
     assert described.returncode == 0 and "thread" in described.stdout, described.stdout

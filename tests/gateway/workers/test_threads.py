@@ -165,10 +165,8 @@ async def test_a_call_past_its_timeout_is_answered_504_and_never_runs(
     assert queue.dropped == 1 and queue.runs == 1  # the late call was dropped unrun
 
 
-async def test_small_runs_stay_in_the_loop_and_a_slow_one_sends_the_next_to_the_thread(
-    models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    svc = _service(models["spin"], name="spin")
+async def _inlined_of_two_calls(svc: ServiceConfig) -> tuple[int, int]:
+    """(calls run in the event loop, runs) after two small calls to a fresh service."""
     body = json.dumps({"inputs": {"n": 10}}).encode()
     backend = await _started(svc)
     assert await backend.wait_ready(30.0)
@@ -177,16 +175,17 @@ async def test_small_runs_stay_in_the_loop_and_a_slow_one_sends_the_next_to_the_
         status, _ = await plane.infer_json(svc, body, request_id="r", timeout=5.0)
         assert status == 200
     [session] = backend._sessions
-    assert session.queue is not None and (session.queue.inlined, session.queue.runs) == (2, 2)
+    queue = session.queue
+    assert queue is not None
     await backend.stop(1.0)
+    return queue.inlined, queue.runs
+
+
+async def test_small_runs_stay_in_the_loop_and_a_slow_one_sends_the_next_to_the_thread(
+    models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = _service(models["spin"], name="spin")
+    assert await _inlined_of_two_calls(svc) == (2, 2)
     # Every run counts as too slow for the loop: after the first, calls go to the thread.
     monkeypatch.setattr("gateway.workers.threads.INLINE_MAX_S", 0.0)
-    backend = await _started(svc)
-    assert await backend.wait_ready(30.0)
-    plane = DataPlane([svc], {svc.name: backend})
-    for _ in range(2):
-        status, _ = await plane.infer_json(svc, body, request_id="r", timeout=5.0)
-        assert status == 200
-    [session] = backend._sessions
-    assert session.queue is not None and (session.queue.inlined, session.queue.runs) == (1, 2)
-    await backend.stop(1.0)
+    assert await _inlined_of_two_calls(svc) == (1, 2)
