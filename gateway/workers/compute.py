@@ -435,3 +435,12 @@ class ComputeQueue(RequestSink):
         self._stopping.set()
         for _ in self._threads:
             self._q.put(None)
+
+    def join(self, timeout: float) -> bool:
+        """After shutdown: wait (blocking) until the compute threads have ended; False when
+        one still runs after ``timeout``. A process that exits while a thread is inside the
+        model aborts (the thread is torn down in the middle of native code)."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)

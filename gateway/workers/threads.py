@@ -51,6 +51,8 @@ log = logging.getLogger("gateway.pool")
 # few tens of microseconds of CPU) would cost more than it frees. The sample digits model
 # runs in about 5 µs, a 224x224 convolution in tens.
 INLINE_MAX_S = 0.001
+# How long a stopping session waits for its compute thread to end.
+CLOSE_WAIT_S = 5.0
 
 
 class _Session:
@@ -181,16 +183,23 @@ class ThreadService:
         if queue is not None and queue.outstanding:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(queue.idle.wait(), max(0.0, drain_timeout))
-        self._close(session)
+        await self._close(session)
         if session in self._sessions:
             self._sessions.remove(session)
 
-    def _close(self, session: _Session) -> None:
+    async def _close(self, session: _Session) -> None:
+        """Stop the session's compute thread and wait for it (bounded): calls still queued
+        past the drain run or are dropped at their deadline, the one running is interrupted.
+        The gateway must not exit while the thread is inside ONNX Runtime."""
         session.state = "stopped"
-        if session.queue is not None:
-            session.queue.shutdown()
-            session.queue = None
-            session.processor.close()
+        queue, session.queue = session.queue, None
+        if queue is None:
+            return
+        queue.shutdown()
+        session.processor.cancel_running()
+        if not await asyncio.to_thread(queue.join, CLOSE_WAIT_S):
+            log.warning("service %s: session %d still running at stop", self.service.name, session.index)
+        session.processor.close()
 
     async def stop(self, drain_timeout: float) -> None:
         """Take no more calls, let those in flight finish (bounded), then close the sessions."""
@@ -203,7 +212,7 @@ class ThreadService:
         for s in self._sessions:
             if s.task is not None and not s.task.done():
                 s.state = "stopped"  # _load closes it once loaded
-            self._close(s)
+        await asyncio.gather(*(self._close(s) for s in self._sessions))
         if self._changed is not None:
             self._changed.set()
 
