@@ -19,8 +19,9 @@ an inline run that takes longer than ``INLINE_BUDGET_S``; that request then goes
 compute thread from the start (a model run has no side effects) and inline runs pause for
 ``INLINE_BACKOFF_S``. So the loop is never blocked for long: pings, cancels and deadlines
 work as before. A queue may also be given a softer bound (``inline_max_s``, the gateway's
-own sessions: gateway.workers.threads): a run that finished but took longer than that also
-pauses inline runs for ``INLINE_BACKOFF_S``, so only a small model runs in the loop.
+own sessions: gateway.workers.threads): ``INLINE_SLOW_RUNS`` runs in a row that finished but
+took longer than that also pause inline runs for ``INLINE_BACKOFF_S``, so only a small model
+runs in the loop (one slow run alone may be the process preempted by another).
 
 Dynamic batching (opt-in, ``batching.max_batch_size > 1``, for a processor that is
 :class:`~gateway.workers.processors.base.Batchable` and whose loaded model supports it):
@@ -55,6 +56,8 @@ log = logging.getLogger("gateway.worker")
 # compute thread; inline runs then pause for INLINE_BACKOFF_S.
 INLINE_BUDGET_S = 0.010
 INLINE_BACKOFF_S = 1.0
+# Consecutive inline runs over a queue's ``inline_max_s`` that pause inline runs.
+INLINE_SLOW_RUNS = 2
 _WATCHDOG_PERIOD_S = 0.004
 
 
@@ -128,7 +131,8 @@ class ComputeQueue(RequestSink):
         self._inline_seq = 0
         self._preempt_seq = -1  # the inline run the watchdog interrupted
         self._inline_after = 0.0  # no inline runs before this monotonic time
-        self._inline_max_ns = int(inline_max_s * 1e9)  # a longer inline run pauses them
+        self._inline_max_ns = int(inline_max_s * 1e9)  # longer inline runs pause them
+        self._inline_slow = 0  # consecutive inline runs longer than that
         self._stopping = threading.Event()
         if self.inline:
             threading.Thread(target=self._watchdog, name="inline-watchdog", daemon=True).start()
@@ -183,9 +187,15 @@ class ComputeQueue(RequestSink):
         self.runs += 1
         self.inlined += 1
         took = time.perf_counter_ns() - t0
-        if took > self._inline_max_ns:
+        if took <= self._inline_max_ns:
+            self._inline_slow = 0
+        else:
             # Answered, but too slow to hold the loop for: the next calls go to the thread.
-            self._inline_after = time.monotonic() + INLINE_BACKOFF_S
+            # Twice in a row, since one slow run may only have been the process preempted.
+            self._inline_slow += 1
+            if self._inline_slow >= INLINE_SLOW_RUNS:
+                self._inline_slow = 0
+                self._inline_after = time.monotonic() + INLINE_BACKOFF_S
         resp.compute_us = took // 1000
         job.done(resp)
         return True

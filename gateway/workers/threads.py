@@ -14,8 +14,8 @@ instead (the compute queue's inline path) while the model is small: a hand-off t
 compute thread and back costs two thread wake-ups, more than a small model's run (measured
 on the digits model's V2 JSON calls, one connection on one core: a median latency of
 125-136 µs inline against 177-205 µs through the thread, a third more calls per second).
-A run that took longer than ``INLINE_MAX_S`` sends the calls after it to the compute thread
-for a second, and the compute queue's watchdog interrupts an inline run past its hard
+Two runs in a row that took longer than ``INLINE_MAX_S`` send the calls after them to the
+compute thread for a second, and the compute queue's watchdog interrupts an inline run past its hard
 budget (10 ms), which then reruns on the thread: a large model never holds the loop long.
 
 The price is isolation: a model that crashes takes the gateway with it, and a stuck run is
@@ -46,8 +46,8 @@ from gateway.workers.supervision import public_message
 
 log = logging.getLogger("gateway.pool")
 
-# A run in the event loop that took longer than this sends the next calls to the compute
-# thread for a while (gateway.workers.compute): below it a run holds the loop no longer than
+# Runs in the event loop that take longer than this (twice in a row) send the next calls to
+# the compute thread for a while (gateway.workers.compute): below it a run holds the loop no longer than
 # parsing a mid-sized request does, and the hand-off to a thread and back (two wake-ups, a
 # few tens of microseconds of CPU) would cost more than it frees. The sample digits model
 # runs in about 5 µs, a 224x224 convolution in tens.

@@ -165,13 +165,13 @@ async def test_a_call_past_its_timeout_is_answered_504_and_never_runs(
     assert queue.dropped == 1 and queue.runs == 1  # the late call was dropped unrun
 
 
-async def _inlined_of_two_calls(svc: ServiceConfig) -> tuple[int, int]:
-    """(calls run in the event loop, runs) after two small calls to a fresh service."""
+async def _inlined_of_three_calls(svc: ServiceConfig) -> tuple[int, int]:
+    """(calls run in the event loop, runs) after three small calls to a fresh service."""
     body = json.dumps({"inputs": {"n": 10}}).encode()
     backend = await _started(svc)
     assert await backend.wait_ready(30.0)
     plane = DataPlane([svc], {svc.name: backend})
-    for _ in range(2):
+    for _ in range(3):
         status, _ = await plane.infer_json(svc, body, request_id="r", timeout=5.0)
         assert status == 200
     [session] = backend._sessions
@@ -185,7 +185,8 @@ async def test_small_runs_stay_in_the_loop_and_a_slow_one_sends_the_next_to_the_
     models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     svc = _service(models["spin"], name="spin")
-    assert await _inlined_of_two_calls(svc) == (2, 2)
-    # Every run counts as too slow for the loop: after the first, calls go to the thread.
+    assert await _inlined_of_three_calls(svc) == (3, 3)
+    # Every run counts as too slow for the loop: after two in a row (one alone may be the
+    # process preempted), calls go to the thread.
     monkeypatch.setattr("gateway.workers.threads.INLINE_MAX_S", 0.0)
-    assert await _inlined_of_two_calls(svc) == (1, 2)
+    assert await _inlined_of_three_calls(svc) == (2, 3)
