@@ -16,7 +16,7 @@ import pytest
 
 from gateway import errors
 from gateway.app import _default_pool_factory
-from gateway.config import ServiceConfig
+from gateway.config import BatchingConfig, ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.workers.pool import WorkerPool
 from gateway.workers.threads import ThreadService
@@ -190,3 +190,25 @@ async def test_small_runs_stay_in_the_loop_and_a_slow_one_sends_the_next_to_the_
     # process preempted), calls go to the thread.
     monkeypatch.setattr("gateway.workers.threads.INLINE_MAX_S", 0.0)
     assert await _inlined_of_three_calls(svc) == (2, 3)
+
+
+async def test_batched_tensor_calls_each_get_their_own_rows(models: dict[str, Path]) -> None:
+    svc = _service(models["digits"], batching=BatchingConfig(max_batch_size=8, max_latency_ms=50.0))
+    backend = await _started(svc)
+    assert await backend.wait_ready(30.0)
+    plane = DataPlane([svc], {svc.name: backend})
+    rows = [np.full((1, 64), float(i), dtype=np.float32) for i in range(4)]
+    try:
+        alone = [await plane.infer_tensors(svc, {"input": x}, request_id="a", timeout=5.0) for x in rows]
+        together = await asyncio.gather(
+            *(
+                plane.infer_tensors(svc, {"input": x}, request_id=str(i), timeout=5.0)
+                for i, x in enumerate(rows)
+            )
+        )
+    finally:
+        await backend.stop(1.0)
+    for one, other in zip(alone, together, strict=True):
+        assert one["probabilities"].shape == other["probabilities"].shape == (1, 10)
+        np.testing.assert_allclose(one["probabilities"], other["probabilities"], rtol=1e-5)
+        assert one["label"].tolist() == other["label"].tolist()
