@@ -57,6 +57,11 @@ def queue_services(config: Config) -> list[ServiceConfig]:
 
 
 def _default_pool_factory(service: ServiceConfig, gateway: GatewayConfig) -> Any:
+    """Worker processes, or ONNX Runtime sessions in the gateway's threads (``placement: thread``)."""
+    if service.placement == "thread":
+        from gateway.workers.threads import ThreadService
+
+        return ThreadService(service, gateway)
     from gateway.workers.pool import WorkerPool
 
     return WorkerPool(service, gateway)

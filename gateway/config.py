@@ -52,6 +52,7 @@ _UNSET = object()  # an entry that could not be expanded
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
+PLACEMENTS = ("process", "thread")
 # Listen addresses meaning "every interface": compared against, never bound here.
 _EVERY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - a value to recognise, not a bind
 
@@ -74,6 +75,9 @@ class ServiceConfig:
     # ONNX Runtime: the execution providers to try, in order, and threads between operators.
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     inter_op_threads: int = 1
+    # onnx: where the model runs: ``process`` (worker processes) or ``thread`` (ONNX Runtime
+    # sessions in the gateway process, ``workers`` of them; gateway.workers.threads).
+    placement: str = "process"
     request_format: str = "auto"
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # A worker whose compute thread has spent longer than this on one run while other
@@ -219,7 +223,7 @@ _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
-    "versions", "pipeline", "remote_workers",
+    "versions", "pipeline", "remote_workers", "placement",
 }  # fmt: skip
 
 
@@ -255,6 +259,16 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     if processor == "queue" and async_:
         errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
     remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers")
+    placement = errs.check(
+        _choice, raw.get("placement", "process"), PLACEMENTS, f"{where}.placement", default="process"
+    )
+    if placement == "thread":
+        # Only ONNX Runtime releases the GIL while it computes and can be interrupted; user
+        # code, a pipeline or a queue has no model to run in the gateway's threads.
+        if processor and processor != "onnx":
+            errs.add(f"{where}.placement: only an onnx service can run in the gateway's threads (thread)")
+        elif remote is not None:
+            errs.add(f"{where}.placement: a service run in the gateway's threads has no remote workers")
     # A queue service has no workers; one served by remote workers may have no local ones.
     lo_workers = 0 if processor == "queue" or remote is not None else 1
     values = {
@@ -303,6 +317,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         versions=versions,
         pipeline=pipeline,
         remote_workers=remote,
+        placement=placement,
         **values,
     )
 

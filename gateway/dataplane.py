@@ -36,6 +36,7 @@ from gateway.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, verif
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from gateway.workers.tensor_call import TensorRequest, TensorResponse
 
 log = logging.getLogger("gateway.dataplane")
 
@@ -58,7 +59,9 @@ _VERIFIED_MAX = 1024
 
 
 class Backend(Protocol):
-    """What runs a service's calls: the gateway's WorkerPool, or a worker's compute queue."""
+    """What runs a service's calls: the gateway's WorkerPool, a service run in the gateway's
+    threads (which may also ``takes_tensors``: see :meth:`DataPlane.infer_tensors`), a
+    pipeline, or a worker's compute queue."""
 
     async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse: ...
 
@@ -279,19 +282,34 @@ class DataPlane:
         request_id: str = "",
         timeout: float,
         content_type: str | None = None,
+        tensors: tuple[Mapping[str, np.ndarray], Sequence[str]] | None = None,
     ) -> WorkerResponse:
         """Run one call on the service's backend; every failure raises a GatewayError.
-        ``content_type``: when ``headers`` is a plain dict, not a case-insensitive one."""
-        req = self.make_request(
-            body=body,
-            subpath=subpath,
-            content_type=content_type or headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
-            request_id=request_id,
-            # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
-            headers={str(k): str(v) for k, v in headers.items() if k.lower() not in DROP_HEADERS},
-            # The worker drops the call unrun once this passes: nobody waits for its answer.
-            deadline=time.monotonic() + timeout,
-        )
+        ``content_type``: when ``headers`` is a plain dict, not a case-insensitive one;
+        ``tensors``: (inputs, output names) for a backend that ``takes_tensors``, instead of
+        the body (:meth:`infer_tensors`)."""
+        # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
+        sent = {str(k): str(v) for k, v in headers.items() if k.lower() not in DROP_HEADERS}
+        # The worker drops the call unrun once this passes: nobody waits for its answer.
+        deadline = time.monotonic() + timeout
+        if tensors is not None:
+            req: WorkerRequest = TensorRequest(
+                b"",
+                request_id=request_id,
+                headers=sent,
+                deadline=deadline,
+                inputs=tensors[0],
+                outputs=tensors[1],
+            )
+        else:
+            req = self.make_request(
+                body=body,
+                subpath=subpath,
+                content_type=content_type or headers.get("Content-Type", DEFAULT_CONTENT_TYPE),
+                request_id=request_id,
+                headers=sent,
+                deadline=deadline,
+            )
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "dispatch %s subpath=%r bytes=%d timeout=%.3fs",
@@ -381,12 +399,20 @@ class DataPlane:
         onnx processor's TF protobuf form, so it costs a worker what an EAS TFRequest costs.
         -> the output arrays (``declared``: the model's output dtypes, see ``tf_outputs``;
         ``extra`` and ``answer_headers`` as for :meth:`infer_json`).
-        A processor's error answer raises ProcessorFailed with its status and message."""
-        body = v2_tensors.tf_request(inputs, outputs)
+        A processor's error answer raises ProcessorFailed with its status and message.
+        A backend in the gateway process that ``takes_tensors`` gets the arrays as they are."""
         headers = {**TF_FORM_HEADERS, **extra} if extra else TF_FORM_HEADERS
-        resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
+        if getattr(self.backends.get(svc.name), "takes_tensors", False):
+            resp = await self.infer(
+                svc, headers, b"", request_id=request_id, timeout=timeout, tensors=(inputs, outputs)
+            )
+        else:
+            body = v2_tensors.tf_request(inputs, outputs)
+            resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
         if answer_headers is not None and resp.headers:
             answer_headers.update(resp.headers)
+        if isinstance(resp, TensorResponse):
+            return resp.arrays
         status, reply = int(resp.status), bytes(resp.body)
         if status != 200:
             raise errors.ProcessorFailed(status, errors.message_of(reply))

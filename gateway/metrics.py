@@ -44,7 +44,8 @@ class _PoolCollector(Collector):
                 snap = pool.snapshot()
                 restarts.add_metric([name], float(getattr(pool, "restarts_total", 0)))
                 pending.add_metric([name], float(sum(int(w.get("outstanding", 0)) for w in snap)))
-                ready.add_metric([name], float(len(pool.ready_endpoints())))
+                # By state, not by endpoints: sessions in the gateway's threads have none.
+                ready.add_metric([name], float(sum(1 for w in snap if w.get("state") == "ready")))
                 workers.add_metric([name], float(len(snap)))
             except Exception:  # noqa: S112 - a pool being torn down must not break the scrape
                 continue

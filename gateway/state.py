@@ -43,16 +43,20 @@ STATE_KEY = web.AppKey("state", GatewayState)
 DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
 
 
+def backend_ready(pool: Any) -> bool:
+    """Whether a service's backend takes calls: one that runs in the gateway (a pipeline, a
+    ``placement: thread`` service) knows itself; a worker pool has a ready worker."""
+    is_ready = getattr(pool, "is_ready", None)
+    try:
+        return bool(is_ready()) if callable(is_ready) else bool(pool.ready_endpoints())
+    except Exception:
+        return False
+
+
 def service_ready(app: web.Application, name: str) -> bool:
     pool = app[POOLS_KEY].get(name)
-    is_ready = getattr(pool, "is_ready", None)
-    if callable(is_ready):  # a backend that runs in the gateway (a pipeline) knows itself
-        return bool(is_ready())
     if pool is not None:
-        try:
-            return bool(pool.ready_endpoints())
-        except Exception:
-            return False
+        return backend_ready(pool)
     # Plain queue service: ready once the queue store is up.
     return app[STATE_KEY].started and app[QUEUES_KEY] is not None
 

@@ -53,6 +53,7 @@ OPENAPI: dict[str, Any] = {
                     "model": {"type": "string"},
                     "entry": {"type": "string"},
                     "workers": {"type": "integer", "minimum": 1, "maximum": 64},
+                    "placement": {"type": "string", "enum": ["process", "thread"]},
                     "token": {"type": "string"},
                     "timeout_ms": {"type": "integer"},
                     "max_pending": {"type": "integer"},

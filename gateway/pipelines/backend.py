@@ -48,6 +48,7 @@ from gateway.pipelines.runner import (
 from gateway.pipelines.shm import SHM_ENV, ShmArea
 from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings, server_timing, wants_timings
 from gateway.protocols import v2_tensors
+from gateway.state import backend_ready
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import UNKNOWN, ModelMetadata, TensorSpec
 
@@ -273,13 +274,10 @@ class PipelineBackend:
         return all(results)
 
     def is_ready(self) -> bool:
-        """Ready when every model step has a ready worker (a pipeline of ops only: once started)."""
+        """Ready when every model step's backend is (a pipeline of ops only: once started)."""
         if self.runner is None:
             return False
-        try:
-            return all(b.ready_endpoints() for b in self.model_backends.values())
-        except Exception:
-            return False
+        return all(backend_ready(b) for b in self.model_backends.values())
 
     async def stop(self, drain_timeout: float) -> None:
         await asyncio.gather(

@@ -20,7 +20,7 @@ import numpy as np
 
 from gateway.pipelines.ops import OpError
 from gateway.pipelines.runner import CallContext, StepFailed
-from gateway.workers.processors.onnx import ORT_DTYPES, ORT_TO_V2
+from gateway.workers.processors.onnx import ORT_DTYPES, ORT_TO_V2, open_session
 
 
 class LocalModel:
@@ -45,16 +45,7 @@ class LocalModel:
 
     def load(self) -> None:
         """Open the session (blocking: call it off the event loop, once)."""
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.intra_op_threads
-        opts.inter_op_num_threads = 1
-        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # Spinning threads would burn the gateway's core between requests.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.log_severity_level = 3
-        self.session = ort.InferenceSession(self.path, opts, providers=["CPUExecutionProvider"])
+        self.session = open_session(self.path, self.intra_op_threads, label=f"pipeline step {self.step}")
         self.inputs = {a.name: ORT_DTYPES.get(a.type) for a in self.session.get_inputs()}
         for name in self.given:
             if name not in self.inputs:

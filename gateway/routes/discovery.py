@@ -6,8 +6,9 @@ old Python) answer ``{"endpoints": {"items": [{"ip", "port", "weight"}]}}``.
 Weights are integers (a float breaks the reference client's gcd). Open by
 default, since the reference client sends no token here; with
 ``gateway.discovery_requires_token`` the service's token is required.
-Queue, async and pipeline services are served by the gateway itself, so their
-only endpoint is the gateway's own address.
+Queue, async and pipeline services, and services whose model runs in the gateway's
+threads (``placement: thread``), are served by the gateway itself, so their only
+endpoint is the gateway's own address.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ def _handler(prefix: str) -> Any:
             plane.authenticate(svc, request.headers, request.rel_url.raw_path, None)
         items: list[dict[str, Any]] = []
         pool = request.app[POOLS_KEY].get(svc.name)
-        # Queue, async and pipeline services run in the gateway itself: their direct endpoint
-        # is the gateway's own address (no hop to skip).
-        if pool is not None and not svc.async_ and svc.pipeline is None:
+        # Queue, async, pipeline and placement: thread services run in the gateway itself:
+        # their direct endpoint is the gateway's own address (no hop to skip).
+        if pool is not None and not svc.async_ and svc.pipeline is None and svc.placement != "thread":
             for host, port in pool.ready_endpoints():
                 items.append({"ip": str(host), "port": int(port), "weight": WEIGHT})
         else:

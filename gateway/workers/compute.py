@@ -18,7 +18,10 @@ request runs right in the event loop. A watchdog thread, polling every few ms, i
 an inline run that takes longer than ``INLINE_BUDGET_S``; that request then goes to the
 compute thread from the start (a model run has no side effects) and inline runs pause for
 ``INLINE_BACKOFF_S``. So the loop is never blocked for long: pings, cancels and deadlines
-work as before.
+work as before. A queue may also be given a softer bound (``inline_max_s``, the gateway's
+own sessions: gateway.workers.threads): ``INLINE_SLOW_RUNS`` runs in a row that finished but
+took longer than that also pause inline runs for ``INLINE_BACKOFF_S``, so only a small model
+runs in the loop (one slow run alone may be the process preempted by another).
 
 Dynamic batching (opt-in, ``batching.max_batch_size > 1``, for a processor that is
 :class:`~gateway.workers.processors.base.Batchable` and whose loaded model supports it):
@@ -53,6 +56,8 @@ log = logging.getLogger("gateway.worker")
 # compute thread; inline runs then pause for INLINE_BACKOFF_S.
 INLINE_BUDGET_S = 0.010
 INLINE_BACKOFF_S = 1.0
+# Consecutive inline runs over a queue's ``inline_max_s`` that pause inline runs.
+INLINE_SLOW_RUNS = 2
 _WATCHDOG_PERIOD_S = 0.004
 
 
@@ -87,6 +92,7 @@ class ComputeQueue(RequestSink):
         max_batch_size: int = 0,
         max_latency_ms: float = 0.0,
         stall_s: float = 0.0,
+        inline_max_s: float = INLINE_BUDGET_S,
     ) -> None:
         self.loop = loop
         self.processor = processor
@@ -125,6 +131,8 @@ class ComputeQueue(RequestSink):
         self._inline_seq = 0
         self._preempt_seq = -1  # the inline run the watchdog interrupted
         self._inline_after = 0.0  # no inline runs before this monotonic time
+        self._inline_max_ns = int(inline_max_s * 1e9)  # longer inline runs pause them
+        self._inline_slow = 0  # consecutive inline runs longer than that
         self._stopping = threading.Event()
         if self.inline:
             threading.Thread(target=self._watchdog, name="inline-watchdog", daemon=True).start()
@@ -178,7 +186,17 @@ class ComputeQueue(RequestSink):
             return False
         self.runs += 1
         self.inlined += 1
-        resp.compute_us = (time.perf_counter_ns() - t0) // 1000
+        took = time.perf_counter_ns() - t0
+        if took <= self._inline_max_ns:
+            self._inline_slow = 0
+        else:
+            # Answered, but too slow to hold the loop for: the next calls go to the thread.
+            # Twice in a row, since one slow run may only have been the process preempted.
+            self._inline_slow += 1
+            if self._inline_slow >= INLINE_SLOW_RUNS:
+                self._inline_slow = 0
+                self._inline_after = time.monotonic() + INLINE_BACKOFF_S
+        resp.compute_us = took // 1000
         job.done(resp)
         return True
 
@@ -427,3 +445,12 @@ class ComputeQueue(RequestSink):
         self._stopping.set()
         for _ in self._threads:
             self._q.put(None)
+
+    def join(self, timeout: float) -> bool:
+        """After shutdown: wait (blocking) until the compute threads have ended; False when
+        one still runs after ``timeout``. A process that exits while a thread is inside the
+        model aborts (the thread is torn down in the middle of native code)."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)

@@ -15,11 +15,13 @@ from tests.eas_reference import reference_python
 LOAD = r"""
 import json, os, sys, threading, time
 from eas_prediction import PredictClient, TFRequest
-endpoint, service, marker, stop = sys.argv[1:5]
+endpoint, service, marker, stop, token = sys.argv[1:6]
 counts = {"ok": 0}
 failed = []
 def run():
     client = PredictClient(endpoint, service)
+    if token:
+        client.set_token(token)
     client.init()
     while not os.path.exists(stop):
         req = TFRequest("serving_default")
@@ -41,19 +43,19 @@ print(json.dumps({"ok": counts["ok"], "failed": failed, "seconds": time.time() -
 
 
 class ReferenceLoad:
-    def __init__(self, endpoint: str, service: str, workdir: Path) -> None:
+    def __init__(self, endpoint: str, service: str, workdir: Path, token: str = "") -> None:
         self.marker = workdir / f"calling-{service}"
         self.stop = workdir / f"stop-{service}"
         self.marker.unlink(missing_ok=True)
         self.stop.unlink(missing_ok=True)
         self.proc = subprocess.Popen(
-            [reference_python(), "-c", LOAD, endpoint, service, str(self.marker), str(self.stop)],
+            [reference_python(), "-c", LOAD, endpoint, service, str(self.marker), str(self.stop), token],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
     @classmethod
-    def start(cls, endpoint: str, service: str, workdir: Path) -> ReferenceLoad:
-        load = cls(endpoint, service, workdir)
+    def start(cls, endpoint: str, service: str, workdir: Path, token: str = "") -> ReferenceLoad:
+        load = cls(endpoint, service, workdir, token)
         deadline = time.monotonic() + 30
         while not load.marker.exists() and load.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)

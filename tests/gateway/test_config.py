@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import ConfigError, load_config, open_service_warnings, parse_config
+from gateway.manage.spec import parse_spec, spec_of
 
 
 def _load(tmp_path: Path, text: str) -> object:
@@ -123,3 +124,28 @@ def test_an_unset_variable_is_reported_once(monkeypatch: pytest.MonkeyPatch) -> 
         parse_config({"services": [{"name": "a", "processor": "queue", "token": "${NOPE_TOKEN}"}]})
     assert "environment variable NOPE_TOKEN is not set" in str(info.value)
     assert "expected a mapping" not in str(info.value)  # no follow-on error for the same entry
+
+
+DIGITS = str(Path(__file__).resolve().parents[2] / "samples" / "models" / "digits.onnx")
+
+
+def test_placement_thread_is_for_onnx_services_only() -> None:
+    onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True}
+    (svc,) = parse_config({"services": [onnx]}).services
+    assert svc.placement == "process"
+    (svc,) = parse_config({"services": [{**onnx, "placement": "thread", "workers": 2}]}).services
+    assert (svc.placement, svc.workers) == ("thread", 2)
+    with pytest.raises(ConfigError, match=r"services\[0\] \(d\)\.placement: .*process, thread"):
+        parse_config({"services": [{**onnx, "placement": "inline"}]})
+    echo = {"name": "e", "processor": "python", "entry": "x:Y", "public": True, "placement": "thread"}
+    for service in (echo, {"name": "q", "processor": "queue", "public": True, "placement": "thread"}):
+        with pytest.raises(ConfigError, match=r"\.placement: only an onnx service") as info:
+            parse_config({"services": [service]})
+        assert f"({service['name']}).placement" in str(info.value)
+    remote = {**onnx, "placement": "thread", "remote_workers": {"token": "r" * 16}}
+    with pytest.raises(ConfigError, match=r"\(d\)\.placement: .* no remote workers"):
+        parse_config({"services": [remote]})
+    # Written back as it was given (the admin API's description and its store).
+    (svc,) = parse_config({"services": [{**onnx, "placement": "thread"}]}).services
+    assert spec_of(svc)["placement"] == "thread"
+    assert parse_spec(spec_of(svc, redact=False)).placement == "thread"

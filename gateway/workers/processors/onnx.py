@@ -31,6 +31,7 @@ from eas_sdk.codecs import eas
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import UNKNOWN, ModelMetadata, TensorSpec
 from gateway.workers.processors.base import Batchable, LoadError, ProcessorError
+from gateway.workers.tensor_call import TENSORS, TensorRequest, TensorResponse
 
 log = logging.getLogger("gateway.worker")
 
@@ -122,6 +123,40 @@ def choose_providers(service: str, wanted: tuple[str, ...], available: list[str]
     return usable
 
 
+def open_session(
+    model: str,
+    intra_op_threads: int,
+    inter_op_threads: int = 1,
+    providers: tuple[str, ...] = ("CPUExecutionProvider",),
+    service: str = "",
+    label: str = "",
+) -> Any:
+    """An ONNX Runtime session as the gateway runs them, in a worker process or in the
+    gateway's own threads (a ``placement: thread`` service or pipeline step): threads that
+    never spin, sequential execution unless given threads between operators. ``label``:
+    who opens it, for the log (default: the service)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, intra_op_threads)
+    opts.inter_op_num_threads = max(1, inter_op_threads)
+    # Operators run side by side only when given threads to do it.
+    parallel = inter_op_threads > 1
+    opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
+    # Spinning threads burn a core between requests; workers and the gateway share the machine.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    opts.log_severity_level = 3
+    usable = choose_providers(service, providers, ort.get_available_providers())
+    session = ort.InferenceSession(model, opts, providers=usable)
+    log.info(
+        "%s: ONNX Runtime runs on %s (intra-op %d, inter-op %d thread(s))",
+        label or f"service {service}", ", ".join(session.get_providers()), opts.intra_op_num_threads,
+        opts.inter_op_num_threads,
+    )  # fmt: skip
+    return session
+
+
 class OnnxProcessor(Batchable[Prepared]):
     # cancel_running() interrupts a run (ONNX Runtime's terminate flag).
     interruptible = True
@@ -131,25 +166,12 @@ class OnnxProcessor(Batchable[Prepared]):
 
         if not self.service.model:
             raise ValueError("the onnx processor needs a model path")
-        opts = ort.SessionOptions()
         svc = self.service
-        opts.intra_op_num_threads = max(1, svc.intra_op_threads)
-        opts.inter_op_num_threads = max(1, svc.inter_op_threads)
-        # Operators run side by side only when given threads to do it.
-        parallel = svc.inter_op_threads > 1
-        opts.execution_mode = ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
-        # Spinning threads burn a core between requests; workers share the machine.
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        opts.log_severity_level = 3
-        providers = choose_providers(svc.name, svc.providers, ort.get_available_providers())
-        self.session = ort.InferenceSession(svc.model, opts, providers=providers)
+        self.session = open_session(
+            svc.model, svc.intra_op_threads, svc.inter_op_threads, svc.providers, svc.name
+        )
         # What ONNX Runtime really uses (a provider can also fail to initialise, e.g. no GPU).
         self.providers_used = list(self.session.get_providers())
-        log.info(
-            "service %s: ONNX Runtime runs on %s (intra-op %d, inter-op %d thread(s))",
-            svc.name, ", ".join(self.providers_used), opts.intra_op_num_threads, opts.inter_op_num_threads,
-        )  # fmt: skip
         self.inputs = [_spec(a) for a in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._strings = {s.name for s in self.inputs if s.dtype == np.dtype(object)}
@@ -184,9 +206,13 @@ class OnnxProcessor(Batchable[Prepared]):
     def prepare(self, req: WorkerRequest) -> Prepared:
         """Decode and check one request (raises ProcessorError); no model run."""
         try:
-            decoded = eas.decode_request(
-                req.body, self.service.request_format, req.header("X-Eas-Request-Format")
-            )
+            if isinstance(req, TensorRequest):  # arrays from a V2 or gRPC adapter in the gateway
+                named = {n: eas.InputTensor(np.asarray(a)) for n, a in req.inputs.items()}
+                decoded = eas.DecodedRequest(TENSORS, named, output_names=list(req.outputs))
+            else:
+                decoded = eas.decode_request(
+                    req.body, self.service.request_format, req.header("X-Eas-Request-Format")
+                )
             feeds = eas.bind_inputs(decoded, self.inputs)
             indices = eas.select_outputs(decoded, self.output_names)
         except eas.InvalidInput as exc:
@@ -221,6 +247,8 @@ class OnnxProcessor(Batchable[Prepared]):
 
     def _encode(self, p: Prepared, results: list[np.ndarray]) -> WorkerResponse:
         by_name = dict(zip(p.wanted, results, strict=True))
+        if p.decoded.kind == TENSORS:
+            return TensorResponse(200, b"", arrays={n: by_name[n] for n in p.wanted})
         arrays = [by_name.get(n) for n in self.output_names]
         try:
             body, ctype = eas.encode_response(p.decoded, self.output_names, arrays, p.indices)  # type: ignore[arg-type]

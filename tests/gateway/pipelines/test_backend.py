@@ -18,6 +18,7 @@ from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.pipelines.backend import PipelineBackend, step_service
 from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings
 from gateway.workers.ipc import WorkerRequest
+from gateway.workers.threads import ThreadService
 
 OPS = f"{Path(__file__).resolve().parent / 'fixture_ops.py'}"
 
@@ -253,6 +254,36 @@ async def test_a_model_in_the_gateway_s_threads(tmp_path: Path) -> None:
         assert status == 400 and body["message"].startswith("step 'twice': model run failed")
     finally:
         await backend.stop(0.0)
+
+
+async def test_a_step_calls_a_service_that_runs_in_the_gateway_s_threads(tmp_path: Path) -> None:
+    model = _double_model(tmp_path / "double.onnx")
+    doubler = {
+        "name": "doubler",
+        "processor": "onnx",
+        "public": True,
+        "model": str(model),
+        "placement": "thread",
+    }
+    raw = {"name": "chain", "processor": "pipeline", "public": True, "pipeline": {
+        "inputs": {"x": "float32"},
+        "steps": [{"name": "twice", "service": "doubler", "inputs": {"x": "request.x"}, "outputs": ["y"]}],
+        "outputs": {"y": "twice.y"}}}  # fmt: skip
+    svc, pipe = parse_config({"services": [doubler, raw]}).services
+    threads = ThreadService(svc, GatewayConfig())
+    backend = PipelineBackend(pipe, GatewayConfig(), {"doubler": threads}, pool_factory=lambda *a: None)
+    await threads.start()
+    await backend.start()
+    try:
+        assert await backend.wait_ready(30.0)
+        # Ready as its step's service is, which has no worker endpoints of its own.
+        assert backend.is_ready() and threads.ready_endpoints() == []
+        status, body = await _call(backend, {"x": [[1.0, 2.0]]})
+        assert status == 200 and body["outputs"]["y"]["data"] == [2.0, 4.0]
+    finally:
+        await backend.stop(0.0)
+        await threads.stop(0.0)
+    assert not backend.is_ready()
 
 
 async def test_a_model_s_names_are_checked_when_it_loads(tmp_path: Path) -> None:
