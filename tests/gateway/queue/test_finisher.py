@@ -1,5 +1,6 @@
-"""The dispatcher's finisher against the real queue store (SQLite): results written and inputs
-committed many records per store call, with the guarantees of one record at a time."""
+"""The dispatcher's finisher against the real queue stores (SQLite, and Redis where the backend
+matters): results written and inputs committed many records per store call, with the
+guarantees of one record at a time."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 from gateway.config import QueueConfig, ServiceConfig
 from gateway.queue.dispatcher import FAST_PER_WORKER, worker_capacity
 from gateway.queue.manager import QueueManager
+from gateway.queue.redis_backend import RedisBackend
 from gateway.queue.store import Queue
+from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.gateway.queue.test_dispatcher import (
     FakePool,
     Req,
@@ -48,6 +51,41 @@ class GatedPool(FakePool):
             self.inflight -= 1
 
 
+REDIS_DB = 3  # flushed before each test that uses it
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_kw(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The queue block's store settings: the embedded SQLite store, or a real redis-server."""
+    if request.param == "sqlite":
+        return {}
+    redis = request.getfixturevalue("redis_server")
+    with redis.client(REDIS_DB) as c:
+        c.flushdb()
+    return {"backend": redis.url(REDIS_DB), "owner_lease_s": LEASE_S}
+
+
+def _async_svc(store_kw: dict[str, Any], workers: int = 2) -> ServiceConfig:
+    return ServiceConfig(
+        name="asvc",
+        processor="onnx",
+        model="m.onnx",
+        workers=workers,
+        async_=True,
+        queue=QueueConfig(**store_kw),
+    )
+
+
+async def _crash(m: QueueManager) -> None:
+    """Stop writing without a clean stop, as a kill -9 would."""
+    if isinstance(m.backend, RedisBackend):
+        await Store.crash_redis(m)
+        return
+    m.backend._ckpt_stop.set()
+    m.backend._conn.close()
+    m.backend.lock.release()  # as the kernel drops a killed process's flock
+
+
 @pytest.fixture
 async def qm(tmp_path: Path) -> AsyncIterator[QueueManager]:
     m = QueueManager([_svc()], str(tmp_path))
@@ -70,9 +108,9 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, q: Queue, name: str) -> list[A
 
 
 async def test_records_finishing_together_are_one_sink_write_and_one_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_kw: dict[str, Any]
 ) -> None:
-    svc = _svc(workers=4)
+    svc = _async_svc(store_kw, workers=4)
     qm = QueueManager([svc], str(tmp_path))
     await qm.start()
     try:
@@ -82,11 +120,13 @@ async def test_records_finishing_together_are_one_sink_write_and_one_commit(
         d = await _dispatcher(qm, pool, svc)
         rids = [await _put(qm, f"x{i}".encode(), {"uri": f"u{i}"}) for i in range(worker_capacity(svc))]
         await _wait(lambda: pool.inflight == len(rids))  # every slot taken, nothing finished
+        writes = qm.backend.ops  # type: ignore[attr-defined]
         pool.gate.set()
         await _wait(lambda: qm.queue("asvc").length == 0 and not d.snapshot()["inflight"])
         await d.stop()
         assert [len(items) for items in puts] == [len(rids)]
         assert [sorted(idxs) for idxs in commits] == [list(range(1, len(rids) + 1))]
+        assert qm.backend.ops == writes + 2  # type: ignore[attr-defined]  # one sink write, one commit
         sink = _sink(qm)
         assert [sink[rid].data for rid in rids] == [f"out:x{i}".encode() for i in range(len(rids))]
         assert [sink[rid].tags["uri"] for rid in rids] == [f"u{i}" for i in range(len(rids))]
@@ -95,21 +135,22 @@ async def test_records_finishing_together_are_one_sink_write_and_one_commit(
         await qm.stop()
 
 
-async def test_a_crash_between_the_sink_write_and_the_commit_redelivers_without_loss(tmp_path: Path) -> None:
+async def test_a_crash_between_the_sink_write_and_the_commit_redelivers_without_loss(
+    tmp_path: Path, store_kw: dict[str, Any]
+) -> None:
     """The gateway dies once a batch of results is durable in the sink and before its inputs are
     committed: after the restart every input is delivered again, the work repeats, and the
     sink keeps the first result of each record that had one and gets one for every other."""
-    m = QueueManager([_svc()], str(tmp_path))
+    svc = _async_svc(store_kw)
+    m = QueueManager([svc], str(tmp_path))
     await m.start()
     rids = [await _put(m, f"r{i}".encode()) for i in range(12)]
     crashed = asyncio.Event()
     pool = FakePool(lambda b: Resp(200, b"run1:" + b))
-    d = await _dispatcher(m, pool)
+    d = await _dispatcher(m, pool, svc)
 
     async def crash(done: list[Any]) -> None:
-        m.backend._ckpt_stop.set()
-        m.backend._conn.close()  # kill -9: no commit reaches the disk
-        m.backend.lock.release()  # as the kernel drops a killed process's flock
+        await _crash(m)  # kill -9: no commit reaches the store
         crashed.set()
         await asyncio.Event().wait()
 
@@ -119,12 +160,12 @@ async def test_a_crash_between_the_sink_write_and_the_commit_redelivers_without_
     assert first and set(first) <= set(rids)
     await d.stop(timeout=0)
 
-    m2 = QueueManager([_svc()], str(tmp_path))
+    m2 = QueueManager([svc], str(tmp_path))
     await m2.start()
     try:
         assert sorted(r.rid for r in m2.queue("asvc").records.values()) == sorted(rids)  # none lost
         pool2 = FakePool(lambda b: Resp(200, b"run2:" + b))
-        d2 = await _dispatcher(m2, pool2)
+        d2 = await _dispatcher(m2, pool2, svc)
         await _wait(lambda: m2.queue("asvc").length == 0 and not d2.snapshot()["inflight"])
         await d2.stop()
         assert sorted(pool2.calls) == sorted(rids)  # the work repeats ...
