@@ -11,7 +11,9 @@ missing or was damaged is an error at start, never an empty queue.
   store would silently lose every queued record, so the start fails naming the file.
 * The database itself is checked before use: its SQLite header, its size against the page
   count the header states (a truncated copy), and ``PRAGMA quick_check`` when the file is at
-  most ``QUICK_CHECK_MAX_BYTES`` (it reads the whole file).
+  most ``QUICK_CHECK_MAX_BYTES`` (it reads the whole file). A file shorter than its header
+  says beside a -wal file is what a crash during a checkpoint leaves (the header page is
+  copied first): the checkpoint is completed from the WAL, then the file is checked.
 """
 
 from __future__ import annotations
@@ -106,11 +108,28 @@ def check_existing(db_path: str) -> None:
     pages = int.from_bytes(header[28:32], "big")
     # The page count in the header is valid when the two change counters agree.
     if header[24:28] == header[92:96] and pages and size < pages * page_size:
+        wal = db_path + "-wal"
+        if os.path.exists(wal) and os.path.getsize(wal) > 0:
+            _checkpoint(db_path)  # the WAL is emptied: checked again, the file stands on its own
+            return check_existing(db_path)
         raise StoreUnusable(
             f"queue store {db_path} is truncated ({size} bytes; its header says {pages * page_size})"
         )
     if size <= QUICK_CHECK_MAX_BYTES:
         _quick_check(db_path)
+
+
+def _checkpoint(db_path: str) -> None:
+    try:
+        conn = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreUnusable(f"queue store {db_path} is unreadable: {exc}") from None
+    if busy:
+        raise StoreUnusable(f"queue store {db_path}: its -wal file could not be written back")
 
 
 def _quick_check(db_path: str) -> None:
