@@ -110,7 +110,9 @@ def _dispatcher_families(dispatchers: Mapping[str, Any]) -> Iterable[Metric]:
         (CounterMetricFamily(name, doc, labels=["service"]), key) for name, key, doc in _DISPATCHER_COUNTERS
     ]
     inflight = GaugeMetricFamily(
-        "easgw_async_inflight", "Input records at the workers or on their way to the sink", labels=["service"]
+        "easgw_async_inflight",
+        "Input records the dispatcher holds: taken, at a worker or being written",
+        labels=["service"],
     )
     for service, figures in dispatchers.items():
         if not isinstance(figures, dict):

@@ -10,9 +10,10 @@ missing or was damaged is an error at start, never an empty queue.
   not, the database was deleted (or the wrong directory was mounted): starting with an empty
   store would silently lose every queued record, so the start fails naming the file.
 * The database itself is checked before use: its SQLite header, its size against the page
-  count the header states (a truncated copy; pages the -wal file can still supply count),
-  and ``PRAGMA quick_check`` when the file is at most ``QUICK_CHECK_MAX_BYTES`` (it reads
-  the whole file).
+  count the header states (a truncated copy), and ``PRAGMA quick_check`` when the file is at
+  most ``QUICK_CHECK_MAX_BYTES`` (it reads the whole file). A file shorter than its header
+  says beside a -wal file is what a crash during a checkpoint leaves (the header page is
+  copied first): the checkpoint is completed from the WAL, then the file is checked.
 """
 
 from __future__ import annotations
@@ -107,28 +108,28 @@ def check_existing(db_path: str) -> None:
     pages = int.from_bytes(header[28:32], "big")
     # The page count in the header is valid when the two change counters agree.
     if header[24:28] == header[92:96] and pages and size < pages * page_size:
-        missing = pages - size // page_size
-        if _wal_bytes(db_path) < _WAL_HEADER + missing * (_WAL_FRAME_HEADER + page_size):
-            raise StoreUnusable(
-                f"queue store {db_path} is truncated ({size} bytes; its header says {pages * page_size})"
-            )
-        # A checkpoint writes page 1 before it extends the file: killed in between, the file
-        # is shorter than its header says while the -wal file still holds the missing pages,
-        # and SQLite reads them from there (and checkpoints them again) when it opens.
+        wal = db_path + "-wal"
+        if os.path.exists(wal) and os.path.getsize(wal) > 0:
+            _checkpoint(db_path)  # the WAL is emptied: checked again, the file stands on its own
+            return check_existing(db_path)
+        raise StoreUnusable(
+            f"queue store {db_path} is truncated ({size} bytes; its header says {pages * page_size})"
+        )
     if size <= QUICK_CHECK_MAX_BYTES:
         _quick_check(db_path)
 
 
-# The -wal file's layout: a 32-byte header, then frames of a 24-byte header and one page.
-_WAL_HEADER = 32
-_WAL_FRAME_HEADER = 24
-
-
-def _wal_bytes(db_path: str) -> int:
+def _checkpoint(db_path: str) -> None:
     try:
-        return os.path.getsize(db_path + "-wal")
-    except OSError:
-        return 0
+        conn = sqlite3.connect(db_path, isolation_level=None)
+        try:
+            busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreUnusable(f"queue store {db_path} is unreadable: {exc}") from None
+    if busy:
+        raise StoreUnusable(f"queue store {db_path}: its -wal file could not be written back")
 
 
 def _quick_check(db_path: str) -> None:

@@ -1,8 +1,8 @@
 """Asynchronous inference: feed an async service's input queue to its workers, results to its sink.
 
 One ``Dispatcher`` per predict service with ``async: true``. It is a consumer of the input
-queue ``<svc>`` (group ``eas``, uid ``gateway-dispatcher``) holding at most ``window``
-records, the service's worker capacity (see ``worker_capacity``), and for each record:
+queue ``<svc>`` (group ``eas``, uid ``gateway-dispatcher``) with at most ``window`` records
+at the workers, the service's worker capacity (see ``worker_capacity``), and for each record:
 
 1. sends the record's data to a worker as a synchronous predict of that body would be
    sent (through the dataplane, gateway/dataplane.py), the record's tags as its headers (``requestId`` and
@@ -12,6 +12,10 @@ records, the service's worker capacity (see ``worker_capacity``), and for each r
    (the store dedupes puts by request id, so a redelivered record never yields a second
    result), with the input's tags copied and ``status`` = the reply's status code;
 3. waits until that put is durable, and only then commits the input record.
+
+Steps 2 and 3 are the finisher's (finisher.py): a record leaves its worker slot as soon as
+the worker answered, and the results that finished meanwhile are written in one sink put and
+their inputs committed in one commit. So the workers are fed while results are written.
 
 A crash anywhere before 3 leaves the input uncommitted, so it is delivered again after a
 restart (work may repeat, results are never lost or doubled). A processor error (any
@@ -29,10 +33,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -42,28 +46,41 @@ from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_ST
 from gateway import errors
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
-from gateway.queue.records import QueueError, Record
+from gateway.queue.finisher import DISPATCH_GROUP, SINK_FULL_POLL_S, Finished, Finisher, FinishStats
+from gateway.queue.records import Record
 from gateway.queue.store import Queue
 from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.dispatcher")
 
-DISPATCH_GROUP = "eas"
 DISPATCH_UID = "gateway-dispatcher"
 # In flight per worker: one computing and one waiting on its socket, so a worker never idles
 # between replies.
 PER_WORKER_INFLIGHT = 2
-SINK_FULL_POLL_S = 0.05
+# More for a quick model: as many as a worker computes in QUEUED_S, up to FAST_PER_WORKER.
+# Under load a turn of the gateway's event loop (answering puts, writing results) takes
+# longer than a small model's inference, and a worker holding a single request besides the
+# one it computes idles until the gateway sends it the next. A record waits about QUEUED_S
+# more at most, so a slow model's records never get near their timeout from waiting.
+FAST_PER_WORKER = 8
+QUEUED_S = 0.002
 READY_POLL_S = 0.25
+# Records the dispatcher's consumer holds on top of its window: finished ones whose results
+# are being written (the next records go to the workers meanwhile).
+FINISH_ROOM = 64
 
 
-def worker_capacity(service: ServiceConfig) -> int:
+def worker_capacity(service: ServiceConfig, compute_s: float = 0.0) -> int:
     """The dispatcher's window: what the service's workers can hold at once.
 
-    Per worker one request computing and one waiting; with dynamic batching one full batch
-    computing and the next one filling (``2 x max_batch_size``), so batches can fill. Never
-    more than ``max_pending`` (the pool refuses beyond it) or the queue's ``max_window``."""
+    Per worker one request computing and one waiting, or with inferences that take
+    ``compute_s`` (0: not known) as many as a worker computes in ``QUEUED_S`` (up to
+    ``FAST_PER_WORKER``); with dynamic batching at least one full batch computing and the next
+    one filling (``2 x max_batch_size``), so batches can fill. Never more than ``max_pending``
+    (the pool refuses beyond it) or the queue's ``max_window``."""
     per_worker = PER_WORKER_INFLIGHT
+    if compute_s > 0:
+        per_worker = max(per_worker, min(FAST_PER_WORKER, int(QUEUED_S / compute_s)))
     if service.batching.max_batch_size > 1:
         per_worker = max(per_worker, 2 * service.batching.max_batch_size)
     return max(1, min(service.workers * per_worker, service.max_pending, service.queue.max_window))
@@ -119,37 +136,48 @@ class Dispatcher:
         self.plane = plane or DataPlane([service], {service.name: pool}, make_request=make_request)
         self.input_q = input_q
         self.sink_q = sink_q
+        # The records at the workers at once: worker_capacity, as the workers' compute time
+        # measured so far allows (``window`` given: that, fixed).
         self.window = window or worker_capacity(service)
+        self._fixed = window is not None
+        self._compute_s = 0.0  # a moving mean of the workers' compute time per record
         self.retry_for_s = retry_for_s
         self.timeout_attempts = timeout_attempts
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._inflight: set[asyncio.Task[None]] = set()  # records at the workers
+        self._backlog: deque[Record] = deque()  # taken, waiting for a worker slot
         self._consumer: Any = None
         self._stopping = False
-        self.results_total = 0
-        self.errors_total = 0
-        self.empty_total = 0
+        self.stats = FinishStats()
+        self.finisher = Finisher(service.name, input_q, sink_q, self.stats)
+        self._finishing: asyncio.Task[None] | None = None
         self.retries_total = 0
-        self.sink_full_waits = 0
         self.ready_waits = 0
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        c, dur = self.input_q.connect(DISPATCH_GROUP, DISPATCH_UID, 0, self.window, False, {})
+        # Room for the largest window the workers' compute time can open, and for finishing.
+        most = self.window if self._fixed else worker_capacity(self.service, QUEUED_S / FAST_PER_WORKER)
+        held = most + max(most, FINISH_ROOM)
+        c, dur = self.input_q.connect(DISPATCH_GROUP, DISPATCH_UID, 0, held, False, {})
         await _durable(dur)
         c.wake = self._wake.set
         self._consumer = c
-        self._task = asyncio.create_task(self._run(), name=f"dispatcher:{self.service.name}")
+        name = self.service.name
+        self._finishing = asyncio.create_task(self.finisher.run(), name=f"dispatcher-finisher:{name}")
+        self._task = asyncio.create_task(self._run(), name=f"dispatcher:{name}")
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Stop taking input; let in-flight records finish (up to ``timeout``), then leave.
 
-        Records still in flight at the deadline are cancelled uncommitted: the queue
-        redelivers them to the next dispatcher (after a restart).
+        Records still in flight at the deadline (at a worker, or their result not written
+        yet) are cancelled uncommitted: the queue redelivers them to the next dispatcher
+        (after a restart).
         """
         self._stopping = True
         self._wake.set()
+        deadline = time.monotonic() + timeout
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -160,6 +188,12 @@ class Dispatcher:
                 t.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
+        if self._finishing is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.finisher.drained(), max(0.0, deadline - time.monotonic()))
+            self._finishing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._finishing
         if self._consumer is not None:
             self.input_q.disconnect(self._consumer)
             self._consumer = None
@@ -167,12 +201,12 @@ class Dispatcher:
     def snapshot(self) -> dict[str, Any]:
         return {
             "window": self.window,
-            "inflight": len(self._inflight),
-            "results_total": self.results_total,
-            "errors_total": self.errors_total,
-            "empty_total": self.empty_total,
+            "inflight": len(self._inflight) + len(self._backlog) + self.finisher.busy,
+            "results_total": self.stats.results_total,
+            "errors_total": self.stats.errors_total,
+            "empty_total": self.stats.empty_total,
             "retries_total": self.retries_total,
-            "sink_full_waits": self.sink_full_waits,
+            "sink_full_waits": self.stats.sink_full_waits,
             "ready_waits": self.ready_waits,
         }
 
@@ -201,11 +235,12 @@ class Dispatcher:
 
     # ---------------------------------------------------------------- main loop
     def _sink_full(self) -> bool:
+        """No room in the sink for one more result (counting those being finished)."""
         q = self.sink_q
-        return len(q.records) + q.inflight >= q.cfg.max_length or 0 < q.max_bytes <= q.bytes
+        held = len(q.records) + q.inflight + self.finisher.unwritten
+        return held >= q.cfg.max_length or 0 < q.max_bytes <= q.bytes
 
     async def _run(self) -> None:
-        c = self._consumer
         while not self._stopping:
             if not self._ready():
                 # No worker to run anything: leave the input in the queue until one is up.
@@ -214,18 +249,55 @@ class Dispatcher:
             if self._sink_full():
                 # Backpressure: hold the input until consumers drain the sink.
                 # (The store has no drain notification: poll.)
-                self.sink_full_waits += 1
+                self.stats.sink_full_waits += 1
                 await asyncio.sleep(SINK_FULL_POLL_S)
                 continue
+            # Woken when records arrive, a worker slot frees or the consumer has room again
+            # (inputs committed): whatever happens while feeding sets it again.
             self._wake.clear()
-            recs, dur = self.input_q.take(c)
-            await _durable(dur)
-            for rec, _count in recs:
-                t = asyncio.create_task(self._handle_safe(rec))
-                self._inflight.add(t)
-                t.add_done_callback(self._done)
-            if not recs:
-                await self._wake.wait()
+            self._feed()
+            await self._wake.wait()
+
+    def _feed(self) -> None:
+        """Fill the free worker slots."""
+        room = self.window - len(self._inflight)
+        if room <= 0:
+            return
+        self._refill(room)
+        while self._backlog and len(self._inflight) < self.window:
+            t = asyncio.create_task(self._slot(self._backlog.popleft()))
+            self._inflight.add(t)
+            t.add_done_callback(self._done)
+
+    async def _slot(self, rec: Record) -> None:
+        """One worker slot: its record, then the next one at once while there is one, so the
+        worker gets its next request as soon as it answered (not a few loop turns later,
+        through the feeder: with small models that is longer than an inference)."""
+        while True:
+            await self._handle_safe(rec)
+            nxt = self._next_record()
+            if nxt is None:
+                return
+            rec = nxt
+
+    def _next_record(self) -> Record | None:
+        """The next record for a slot that just finished one; None ends the slot (also when the
+        window shrank below the slots running)."""
+        if self._stopping or len(self._inflight) > self.window or self._sink_full() or not self._ready():
+            return None
+        if not self._backlog:
+            self._refill(self.window - len(self._inflight) + 1)  # this slot's, and any free one's
+            if len(self._backlog) > 1 and len(self._inflight) < self.window:
+                self._wake.set()  # the feeder starts the free slots
+        return self._backlog.popleft() if self._backlog else None
+
+    def _refill(self, want: int) -> None:
+        """At least ``want`` records in the backlog if the queue has them: read a window's
+        worth at once, so that slots rarely read the queue for one record each."""
+        have = len(self._backlog)
+        if have < want:
+            recs, _dur = self.input_q.take(self._consumer, max(want, self.window) - have)
+            self._backlog.extend(rec for rec, _count in recs)  # (not auto-commit: no write to wait for)
 
     def _done(self, t: asyncio.Task[None]) -> None:
         self._inflight.discard(t)
@@ -247,6 +319,8 @@ class Dispatcher:
                 resp = await self.plane.infer(
                     svc, headers, data, content_type=ctype, request_id=rid, timeout=timeout
                 )
+                if resp.compute_us > 0 and not self._fixed:
+                    self._computed(resp.compute_us / 1e6)
                 return int(resp.status), bytes(resp.body)
             except errors.GatewayError as exc:
                 if 400 <= exc.status < 500 and exc.status not in (429, 450):
@@ -268,9 +342,19 @@ class Dispatcher:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    def _computed(self, seconds: float) -> None:
+        """A worker reported how long it computed a record: follow the window to it."""
+        mean = self._compute_s
+        self._compute_s = seconds if mean <= 0 else mean + (seconds - mean) * 0.1
+        window = worker_capacity(self.service, self._compute_s)
+        if window > self.window:
+            self._wake.set()  # room for more at once
+        self.window = window
+
     async def _handle_safe(self, rec: Record) -> None:
         """``_handle`` until it succeeds: a store failure (disk error) must not strand the record
-        at this consumer, where nothing would ever deliver it again."""
+        at this consumer, where nothing would ever deliver it again. It ends once the worker
+        answered; the finisher writes the result and commits the input."""
         delay = 0.1
         idx, rid, tags = rec.idx, rec.rid, dict(rec.tags)
         while True:
@@ -298,30 +382,9 @@ class Dispatcher:
                 body = f"the processor answered {status} with an empty body".encode()
             out_tags = {k: v for k, v in tags.items() if k not in (TAG_REQUEST_ID, TAG_STATUS)}
             out_tags[TAG_STATUS] = str(status)
-            await self._put_sink(rid, out_tags, body, status)
-        else:  # a 200 with an empty body: no result (EAS)
-            self.empty_total += 1
-        await _durable(self.input_q.commit(DISPATCH_GROUP, [idx]))
-
-    async def _put_sink(self, rid: str, tags: dict[str, str], body: bytes, status: int) -> None:
-        while True:
-            try:
-                _i, _r, dur = self.sink_q.put(body, tags, rid)
-            except QueueError as exc:
-                if exc.status == 429:  # sink full: wait for room, keep the input uncommitted
-                    self.sink_full_waits += 1
-                    await asyncio.sleep(SINK_FULL_POLL_S)
-                    continue
-                # The reply itself cannot be stored (too large): store why instead.
-                status = exc.status
-                tags = {**tags, TAG_STATUS: str(status)}
-                body = json.dumps({"error": exc.message}).encode()
-                continue
-            await _durable(dur)
-            break
-        if status >= 400:
-            self.errors_total += 1
-        self.results_total += 1
+            self.finisher.add(Finished(idx, rid, out_tags, body, status))
+        else:  # a 200 with an empty body: no result (EAS), the input is committed all the same
+            self.finisher.add(Finished(idx, rid, None, b"", status))
 
 
 # ---------------------------------------------------------------- wiring into the app

@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gateway.config import QueueConfig
 
 from .backend import Backend
-from .records import RECENT_LIMIT, Consumer, Durable, Group, QueueError, Record, matches
+from .records import RECENT_LIMIT, Consumer, Durable, Group, QueueError, Record, every_durable, matches
 from .undo import Removal, on_failure
 
 # A put on a queue at max_bytes may evict up to this many records pinned only by idle groups.
@@ -211,15 +211,62 @@ class RecordLog:
     def put(self, data: bytes, tags: dict[str, str], rid: str | None) -> tuple[int, str, Durable]:
         """Allocate an index; the record becomes visible when the returned handle completes."""
         if rid:
-            if rid in self.by_rid:
-                return self.by_rid[rid], rid, None
-            if rid in self.inflight_rids:
-                idx, dur = self.inflight_rids[rid]
-                return idx, rid, dur
-            if rid in self.recent_rids:
-                return self.recent_rids[rid], rid, None
-        else:
-            rid = str(uuid.uuid4())
+            known = self._known(rid)
+            if known is not None:
+                return known[0], rid, known[1]
+        rec = self._allocate(data, tags, rid)
+        dur = self.backend.put(self.name, [rec], self.next_idx)
+        self._journalled([rec], dur)
+        return rec.idx, rec.rid, dur
+
+    def put_many(
+        self, items: Sequence[tuple[bytes, Mapping[str, str], str | None]]
+    ) -> tuple[list[tuple[int, str] | QueueError], Durable]:
+        """Many puts in one journal write: per item (data, tags, request id) what ``put``
+        answers, its (index, request id), or the refusal ``put`` raises (full, too large),
+        and one handle for them all. A request id already in the queue, being put or
+        remembered as removed stores nothing, as with ``put``; the new records become
+        visible together, in index order, when the write completes."""
+        out: list[tuple[int, str] | QueueError] = []
+        fresh: list[Record] = []
+        waits: list[Durable] = []
+        mine: dict[str, int] = {}  # request ids new in this call (a repeat within it stores nothing)
+        for data, tags, rid in items:
+            if rid:
+                known = self._known(rid)
+                if known is not None or rid in mine:
+                    idx, dur = known if known is not None else (mine[rid], None)
+                    out.append((idx, rid))
+                    waits.append(dur)
+                    continue
+            try:
+                rec = self._allocate(data, tags, rid)
+            except QueueError as exc:
+                out.append(exc)
+                continue
+            mine[rec.rid] = rec.idx
+            fresh.append(rec)
+            out.append((rec.idx, rec.rid))
+        if fresh:
+            dur = self.backend.put(self.name, fresh, self.next_idx)
+            self._journalled(fresh, dur)
+            waits.append(dur)
+        return out, every_durable(waits)
+
+    def _known(self, rid: str) -> tuple[int, Durable] | None:
+        """The index of a record with this request id in the queue, being put (with the
+        put's handle) or removed recently; None if there is none."""
+        idx = self.by_rid.get(rid)
+        if idx is not None:
+            return idx, None
+        inflight = self.inflight_rids.get(rid)
+        if inflight is not None:
+            return inflight
+        idx = self.recent_rids.get(rid)
+        return None if idx is None else (idx, None)
+
+    def _allocate(self, data: bytes, tags: Mapping[str, str], rid: str | None) -> Record:
+        """A new record with the next index, counted as in flight; raises what a put refuses."""
         if len(data) > self.cfg.max_payload_bytes:
             raise QueueError(
                 413, f"record of {len(data)} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
@@ -238,6 +285,7 @@ class RecordLog:
                 f"queue {self.name} is full: it holds {self.bytes} payload bytes and this record of "
                 f"{len(data)} would pass max_bytes {self.max_bytes}",
             )
+        rid = rid or str(uuid.uuid4())
         idx = self.next_idx
         self.next_idx += 1
         tags = dict(tags)
@@ -245,37 +293,36 @@ class RecordLog:
         rec = Record(idx, rid, tags, data)
         self.inflight += 1
         self.bytes += rec.size
-        dur = self.backend.put(self.name, [rec], self.next_idx)
+        return rec
+
+    def _journalled(self, recs: list[Record], dur: Durable) -> None:
+        """The records' put was handed to the backend: they become visible once ``dur`` completes."""
         if dur is None:
-            self.inflight -= 1
-            self._make_visible(rec)
-            return idx, rid, None
-        self.inflight_rids[rid] = (idx, dur)
+            self._puts_done(recs, True)
+            return
+        for rec in recs:
+            self.inflight_rids[rec.rid] = (rec.idx, dur)
         add_done = getattr(dur, "add_done_callback", None)
         if add_done is not None:
-            add_done(lambda f: self.put_done(idx, rid, rec, not f.cancelled() and f.exception() is None))
-        return idx, rid, dur
+            add_done(lambda f: self._puts_done(recs, not f.cancelled() and f.exception() is None))
 
-    def put_done(self, rec_idx: int, rid: str, rec: Record | None, ok: bool) -> None:
-        """Called by the durability layer when a put's batch committed (or failed)."""
-        self.inflight -= 1
-        self.inflight_rids.pop(rid, None)
-        if ok and rec is not None:
-            self._make_visible(rec)
-        else:
-            if rec is not None:
+    def _puts_done(self, recs: list[Record], ok: bool) -> None:
+        """Called by the durability layer when a put's write committed (or failed)."""
+        for rec in recs:
+            self.inflight -= 1
+            self.inflight_rids.pop(rec.rid, None)
+            if ok:
+                self._cache(rec)
+                self.records[rec.idx] = rec
+                self.by_rid[rec.rid] = rec.idx
+                self.puts_total += 1
+            else:
                 self.bytes -= rec.size
-            self.visible_next = max(self.visible_next, rec_idx + 1)
-
-    def _make_visible(self, rec: Record) -> None:
-        self._cache(rec)
-        self.records[rec.idx] = rec
-        self.by_rid[rec.rid] = rec.idx
-        self.visible_next = max(self.visible_next, rec.idx + 1)
-        self.puts_total += 1
-        self._wake_all()
-        if self.on_visible is not None:
-            self.on_visible()
+            self.visible_next = max(self.visible_next, rec.idx + 1)
+        if ok:
+            self._wake_all()
+            if self.on_visible is not None:
+                self.on_visible()
 
     def _make_room(self) -> bool:
         """The queue is full: free one place if the retention rules allow (store.Queue)."""

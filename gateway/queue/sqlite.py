@@ -119,6 +119,10 @@ class SqliteBackend:
         # transaction, without the BEGIN/COMMIT round trips through the statement cache.
         self._single = False
         self._qids: dict[str, int] = {}
+        # Queues whose tables no write has created yet: every write to one creates them
+        # (idempotently) until one succeeds, so a refused first write leaves no queue without
+        # its table.
+        self._uncreated: set[str] = set()
         self._reserved: dict[str, int] = {}
         self._acked: set[str] = set()
         self._removals: dict[str, int] = {}  # removals since the last tombstone prune
@@ -211,6 +215,8 @@ class SqliteBackend:
         if qid is None:
             qid = max(self._qids.values(), default=0) + 1
             self._qids[queue] = qid
+            self._uncreated.add(queue)
+        if queue in self._uncreated:
 
             def create(c: sqlite3.Connection, queue: str = queue, qid: int = qid) -> None:
                 c.execute("INSERT OR IGNORE INTO qmap (queue, qid) VALUES (?, ?)", (queue, qid))
@@ -222,6 +228,15 @@ class SqliteBackend:
 
             setup.append(create)
         return f"r_{qid}"
+
+    def _created(self, queue: str, dur: Durable) -> Durable:
+        """A write that creates the queue's tables was submitted: later ones need not, once it succeeded."""
+        if dur is None:
+            self._uncreated.discard(queue)
+        else:
+            # (A refused or cancelled write leaves them to the next one.)
+            dur.add_done_callback(lambda f: f.cancelled() or f.exception() or self._uncreated.discard(queue))  # type: ignore[attr-defined]
+        return dur
 
     def final_indexes(self, next_idx: dict[str, int]) -> None:
         """On a clean stop: record the exact next index of every queue (no reservation gap)."""
@@ -391,7 +406,8 @@ class SqliteBackend:
                     (queue, reserve),
                 )
 
-        return self._submit(op)
+        dur = self._submit(op)
+        return self._created(queue, dur) if setup else dur
 
     def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
         """Remove records and leave their tombstones (``rids``: their request ids, in the
@@ -429,7 +445,8 @@ class SqliteBackend:
                     (RECENT_LIMIT,),
                 )
 
-        return self._submit(op)
+        dur = self._submit(op)
+        return self._created(queue, dur) if setup else dur
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
         rows = [(queue, gid, i) for i in idxs]

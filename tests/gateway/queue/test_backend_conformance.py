@@ -380,3 +380,74 @@ async def test_a_watch_whose_group_cannot_be_written_is_refused_and_leaves_no_gr
             assert m.queue("a").groups == {}
         finally:
             store.mend_writes(m)
+
+
+async def test_a_batch_put_is_one_write_that_a_crash_keeps(store: Store) -> None:
+    """``put_many``: one journal write for the batch, each item answered as a put would be
+    (a known request id stores nothing, a refusal refuses that item only); what it wrote
+    survives a crash, and a batch retried after it stores nothing twice."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    await q.put(b"old", {}, "rid-old")[2]
+    ops = m.backend.ops  # type: ignore[attr-defined]
+    answers, dur = q.put_many(
+        [
+            (b"n1", {"k": "1"}, "rid-1"),
+            (b"n2", {}, None),
+            (b"dup", {}, "rid-old"),  # in the queue already
+            (b"again", {}, "rid-1"),  # twice in the batch
+            (b"x" * (q.cfg.max_payload_bytes + 1), {}, "rid-big"),
+        ]
+    )
+    assert [a if isinstance(a, tuple) else a.status for a in answers[:4]] == [
+        (2, "rid-1"),
+        (3, answers[1][1]),  # type: ignore[index]
+        (1, "rid-old"),
+        (2, "rid-1"),
+    ]
+    assert isinstance(answers[4], QueueError) and answers[4].status == 413
+    assert dur is not None and 2 not in q.records  # visible once durable
+    await dur
+    assert sorted(q.records) == [1, 2, 3] and q.inflight == 0
+    assert m.backend.ops == ops + 1  # type: ignore[attr-defined]
+    assert q.records[2].tags == {"k": "1", "requestId": "rid-1"}
+    await store.crash(m)
+
+    m2 = store.manager()
+    await m2.start()
+    q2 = m2.queue("a")
+    assert [q2.payload(q2.records[i]) for i in (1, 2, 3)] == [b"old", b"n1", b"n2"]
+    c, _ = q2.connect("g", "u", 0, 10, False, {})
+    q2.take(c)
+    await q2.commit("g", [2])  # consumed: its request id is remembered
+    answers, dur = q2.put_many([(b"n1", {}, "rid-1"), (b"n3", {}, "rid-3")])
+    (i1, r1), (i3, r3) = answers  # type: ignore[misc]
+    assert (i1, r1, r3) == (2, "rid-1", "rid-3") and i3 > 3  # (after a crash: above the reservation)
+    await dur
+    assert sorted(q2.records) == [1, 3, i3]
+    await m2.stop()
+
+
+async def test_a_refused_batch_put_leaves_nothing_and_can_be_retried(store: Store) -> None:
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    figures = (q.bytes, q.length)
+    store.break_writes(m)
+    try:
+        answers, dur = q.put_many([(b"r1", {}, "rid-1"), (b"r2", {}, "rid-2")])
+        assert answers == [(1, "rid-1"), (2, "rid-2")]
+        with pytest.raises(StorageError):
+            await dur  # type: ignore[misc]
+    finally:
+        store.mend_writes(m)
+    assert (q.bytes, q.length, q.inflight, q.inflight_rids) == (*figures, 0, {})
+    answers, dur = q.put_many([(b"r1", {}, "rid-1"), (b"r2", {}, "rid-2")])
+    assert answers == [(3, "rid-1"), (4, "rid-2")]  # the refused indexes are not reused
+    await dur
+    await m.stop()
+    m2 = store.manager()
+    await m2.start()
+    assert [(r.idx, r.rid) for r in m2.queue("a").records.values()] == [(3, "rid-1"), (4, "rid-2")]
+    await m2.stop()

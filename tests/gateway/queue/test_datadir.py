@@ -177,9 +177,45 @@ def test_a_checkpoint_cut_short_by_a_kill_is_not_a_truncated_store(tmp_path: Pat
         conn.close()
 
 
-def test_a_short_store_whose_wal_cannot_hold_the_rest_is_truncated(tmp_path: Path) -> None:
+def test_a_short_store_whose_wal_cannot_supply_the_rest_is_refused(tmp_path: Path) -> None:
     db, _ = _interrupted_checkpoint(tmp_path)
     wal = tmp_path / (DB_FILE + "-wal")
     wal.write_bytes(wal.read_bytes()[:8192])
-    with pytest.raises(StoreUnusable, match="is truncated"):
+    with pytest.raises(StoreUnusable, match="is (truncated|unreadable: database disk image is malformed)"):
         check_existing(str(db))
+
+
+def test_a_checkpoint_cut_short_by_a_crash_is_completed_not_refused(saved: Path, tmp_path: Path) -> None:
+    """Killed while a checkpoint copied the WAL into the database (the header page goes
+    first), the store is left shorter than its header says, with the rest in its -wal file:
+    the start completes the checkpoint and every record is there."""
+    import sqlite3
+
+    data = _copy(saved, tmp_path)
+    db = data / DB_FILE
+    live = sqlite3.connect(db, isolation_level=None)
+    live.execute("PRAGMA wal_autocheckpoint=0")
+    rows = [(i, f"rid-{i}", f'{{"requestId": "rid-{i}"}}', bytes([i % 251]) * 4096) for i in range(4, 104)]
+    live.executemany("INSERT INTO r_1 (idx, rid, tags, data) VALUES (?, ?, ?, ?)", rows)
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    for name in (DB_FILE, DB_FILE + "-wal"):  # what a kill -9 leaves: the connection is still open
+        shutil.copy(data / name, crashed / name)
+    shutil.copy(data / MARKER_FILE, crashed / MARKER_FILE)
+    live.close()
+    # The header as the checkpoint writes it first, on the file as it was before.
+    whole = tmp_path / "whole"
+    shutil.copytree(crashed, whole)
+    done = sqlite3.connect(whole / DB_FILE)
+    done.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    done.close()
+    header = (whole / DB_FILE).read_bytes()[:100]
+    with open(crashed / DB_FILE, "r+b") as f:
+        f.write(header)
+    pages = int.from_bytes(header[28:32], "big") * int.from_bytes(header[16:18], "big")
+    assert (crashed / DB_FILE).stat().st_size < pages  # what the size check refused
+    gw = GatewayProcess.start(_config(crashed), tmp_path / "gw")
+    try:
+        assert int(_client(gw).attributes()["stream.length"]) == 3 + len(rows)
+    finally:
+        assert gw.stop() == 0

@@ -257,16 +257,16 @@ async def test_a_store_failure_is_retried_not_stranded(
     qm: QueueManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sink = qm.queue("asvc/sink")
-    real_put = sink.put
+    real_put = sink.put_many
     failures = {"n": 0}
 
-    def flaky_put(data: bytes, tags: dict[str, str], rid: str | None) -> Any:
+    def flaky_put(items: Any) -> Any:
         if failures["n"] < 2:
             failures["n"] += 1
             raise OSError("disk I/O error")
-        return real_put(data, tags, rid)
+        return real_put(items)
 
-    monkeypatch.setattr(sink, "put", flaky_put)
+    monkeypatch.setattr(sink, "put_many", flaky_put)
     d = await _dispatcher(qm, FakePool(_echo))
     rid = await _put(qm, b"x")
     await _wait(lambda: rid in _sink(qm) and qm.queue("asvc").length == 0)

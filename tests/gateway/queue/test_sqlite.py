@@ -130,3 +130,27 @@ async def test_data_files_are_private(tmp_path: Path) -> None:
     await m.stop()
     assert data.stat().st_mode & 0o777 == 0o700
     assert modes and set(modes.values()) == {0o600}, modes
+
+
+@pytest.mark.parametrize("fsync", ["normal", "always"])
+async def test_a_refused_first_write_leaves_the_queue_working(tmp_path: Path, fsync: str) -> None:
+    """The first write to a queue creates its tables; refused (a read-only disk), the next
+    write creates them, and what it wrote is there after a restart."""
+    from gateway.queue.backend import StorageError
+
+    m = manager(tmp_path, fsync)
+    await m.start()
+    q = m.queue("b")
+    assert isinstance(m.backend, SqliteBackend)
+    m.backend._conn.execute("PRAGMA query_only=1")
+    with pytest.raises(StorageError):
+        await q.put(b"refused", {}, None)[2]  # type: ignore[misc]
+    m.backend._conn.execute("PRAGMA query_only=0")
+    idx, _rid, dur = q.put(b"after", {}, None)
+    await dur  # type: ignore[misc]
+    await m.stop()
+    m2 = manager(tmp_path, fsync)
+    await m2.start()
+    q2 = m2.queue("b")
+    assert [q2.payload(r) for r in q2.records.values()] == [b"after"] and idx in q2.records
+    await m2.stop()
