@@ -181,7 +181,7 @@ def test_a_short_store_whose_wal_cannot_supply_the_rest_is_refused(tmp_path: Pat
     db, _ = _interrupted_checkpoint(tmp_path)
     wal = tmp_path / (DB_FILE + "-wal")
     wal.write_bytes(wal.read_bytes()[:8192])
-    with pytest.raises(StoreUnusable, match="is (truncated|unreadable: database disk image is malformed)"):
+    with pytest.raises(StoreUnusable, match=r"is (truncated|unreadable: database disk image is malformed)"):
         check_existing(str(db))
 
 
