@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from gateway.config import QueueConfig, ServiceConfig
 from gateway.queue.dispatcher import DISPATCH_GROUP, Dispatcher, worker_capacity
 from gateway.queue.manager import QueueManager
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from tests.gateway.queue.conftest import async_service as _svc
 
 # The real request and response types the pool carries.
 Req = WorkerRequest
@@ -53,26 +54,6 @@ class FakePool:
 
 def _echo(body: bytes) -> Resp:
     return Resp(200, b"out:" + body)
-
-
-def _svc(workers: int = 2, max_length: int = 100_000) -> ServiceConfig:
-    return ServiceConfig(
-        name="asvc",
-        processor="onnx",
-        model="m.onnx",
-        workers=workers,
-        timeout_ms=2000,
-        async_=True,
-        queue=QueueConfig(max_length=max_length),
-    )
-
-
-@pytest.fixture
-async def qm(tmp_path: Path) -> AsyncIterator[QueueManager]:
-    m = QueueManager([_svc()], str(tmp_path))
-    await m.start()
-    yield m
-    await m.stop()
 
 
 async def _put(

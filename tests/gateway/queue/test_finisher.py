@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from gateway.queue.dispatcher import FAST_PER_WORKER, worker_capacity
 from gateway.queue.manager import QueueManager
 from gateway.queue.redis_backend import RedisBackend
 from gateway.queue.store import Queue
+from tests.gateway.queue.conftest import async_service as _svc
 from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.gateway.queue.test_dispatcher import (
     FakePool,
@@ -27,7 +27,6 @@ from tests.gateway.queue.test_dispatcher import (
     _echo,
     _put,
     _sink,
-    _svc,
     _wait,
 )
 
@@ -84,14 +83,6 @@ async def _crash(m: QueueManager) -> None:
     m.backend._ckpt_stop.set()
     m.backend._conn.close()
     m.backend.lock.release()  # as the kernel drops a killed process's flock
-
-
-@pytest.fixture
-async def qm(tmp_path: Path) -> AsyncIterator[QueueManager]:
-    m = QueueManager([_svc()], str(tmp_path))
-    await m.start()
-    yield m
-    await m.stop()
 
 
 def _count_calls(monkeypatch: pytest.MonkeyPatch, q: Queue, name: str) -> list[Any]:
