@@ -288,8 +288,11 @@ class DataPlane:
         ``content_type``: when ``headers`` is a plain dict, not a case-insensitive one;
         ``tensors``: (inputs, output names) for a backend that ``takes_tensors``, instead of
         the body (:meth:`infer_tensors`)."""
-        # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
-        sent = {str(k): str(v) for k, v in headers.items() if k.lower() not in DROP_HEADERS}
+        if headers is TF_FORM_HEADERS or headers is JSON_FORM_HEADERS:
+            sent = dict(headers)  # the adapters' own: nothing to drop, plain str already
+        else:
+            # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
+            sent = {str(k): str(v) for k, v in headers.items() if k.lower() not in DROP_HEADERS}
         # The worker drops the call unrun once this passes: nobody waits for its answer.
         deadline = time.monotonic() + timeout
         if tensors is not None:

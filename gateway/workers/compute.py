@@ -142,25 +142,28 @@ class ComputeQueue(RequestSink):
         self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None], inline: bool = True
     ) -> _Job | None:
         """Queue ``req``; ``done`` gets its answer. None: already answered (ran inline)."""
+        if inline and self.inline and self.outstanding == 0:
+            resp = self.run_inline(req)
+            if resp is not None:
+                done(resp)
+                return None
         job = _Job(req, done)
-        if inline and self.inline and self.outstanding == 0 and self._run_inline(job):
-            return None
         self.outstanding += 1
         self.idle.clear()
         self._q.put(job)
         return job
 
-    def _run_inline(self, job: _Job) -> bool:
-        """Run ``job`` in the event loop; False when it must go to the compute thread instead."""
+    def run_inline(self, req: WorkerRequest) -> WorkerResponse | None:
+        """Run ``req`` in the event loop and answer it; None when it must go to the compute
+        thread instead (inline runs paused, or this one interrupted). For a caller that
+        found the queue idle (``outstanding == 0``) and the queue ``inline``."""
         now = time.monotonic()
         if now < self._inline_after:
-            return False
-        req = job.req
+            return None
         if req.deadline and now >= req.deadline:
             self.dropped += 1
             msg = "the request's deadline passed while it was queued; it was not run"
-            job.done(error_response(504, "UpstreamTimeout", msg, req.request_id))
-            return True
+            return error_response(504, "UpstreamTimeout", msg, req.request_id)
         self._inline_seq += 1
         seq = self._inline_seq
         t0 = time.perf_counter_ns()
@@ -183,7 +186,7 @@ class ComputeQueue(RequestSink):
             # cancels are served while it runs.
             self.preempted += 1
             self._inline_after = time.monotonic() + INLINE_BACKOFF_S
-            return False
+            return None
         self.runs += 1
         self.inlined += 1
         took = time.perf_counter_ns() - t0
@@ -197,8 +200,7 @@ class ComputeQueue(RequestSink):
                 self._inline_slow = 0
                 self._inline_after = time.monotonic() + INLINE_BACKOFF_S
         resp.compute_us = took // 1000
-        job.done(resp)
-        return True
+        return resp
 
     def _watchdog(self) -> None:
         while not self._stopping.wait(_WATCHDOG_PERIOD_S):

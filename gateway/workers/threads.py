@@ -242,6 +242,11 @@ class ThreadService:
         deadline = time.monotonic() + timeout
         if not req.deadline or req.deadline > deadline:
             req.deadline = deadline
+        if queue.inline and queue.outstanding == 0:
+            # Answered at once when it runs inline (see the module docstring).
+            resp = queue.run_inline(req)
+            if resp is not None:
+                return resp
         answer: list[WorkerResponse | None] = []
         fut: asyncio.Future[None] | None = None
 
@@ -252,9 +257,9 @@ class ThreadService:
 
         self._pending += 1
         try:
-            # Answered at once when it ran inline (see the module docstring).
-            job = queue.submit(req, done)
-            if job is not None and not answer:
+            job = queue.submit(req, done, inline=False)
+            assert job is not None  # never answered inline when not asked to
+            if not answer:
                 fut = asyncio.get_running_loop().create_future()
                 try:
                     await asyncio.wait_for(fut, timeout)
