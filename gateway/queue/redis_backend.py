@@ -54,7 +54,7 @@ PRUNE_SLACK = 4096  # tombstones kept beyond RECENT_LIMIT before the oldest entr
 
 # A queued write: it appends its raw Redis commands to the batch and says how many it added.
 _Op = Callable[[list[Cmd]], int]
-# Told the results of its op's commands once the transaction succeeded.
+# Told the results of its op's commands once Redis answered the batch.
 _Done = Callable[[list[Any]], None] | None
 
 
@@ -292,8 +292,8 @@ class RedisBackend:
             self.batches += 1
             self.ops += len(batch)
             self.failure = None
-            # Redis applies the other commands of a transaction when one fails: each op is
-            # answered by its own commands' results.
+            # Redis applies the other commands of a batch (script or transaction) when one
+            # fails: each op is answered by its own commands' results.
             at = 0
             for (_, fut, done), n in zip(batch, spans, strict=True):
                 mine = results[at : at + n]
@@ -335,14 +335,10 @@ class RedisBackend:
     # ------------------------------------------------------------------ journal ops
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
         key = self.key(queue, "records")
-        return self._submit(
-            _adding(
-                [
-                    ("XADD", key, f"{r.idx}-0", "r", r.rid, "t", json.dumps(r.tags), "d", r.data)
-                    for r in records
-                ]
-            )
-        )
+        cmds: list[Cmd] = [
+            ("XADD", key, f"{r.idx}-0", "r", r.rid, "t", json.dumps(r.tags), "d", r.data) for r in records
+        ]
+        return self._submit(_adding(cmds))
 
     def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
         """Remove records and leave their tombstones in the same batch."""

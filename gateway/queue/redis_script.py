@@ -23,7 +23,8 @@ CHUNK = 1000
 FENCED = "EASQ_FENCED"
 
 # KEYS[1]: the lease key. ARGV[1]: the holder's value prefix ("<token> "); then per command
-# its argument count followed by its arguments.
+# its argument count followed by its arguments. The commands' own keys travel in ARGV: the
+# store is one Redis server (a batch spans queues, as a MULTI/EXEC of them did), not a cluster.
 SOURCE = f"""
 if redis.replicate_commands then redis.replicate_commands() end
 local holder = redis.call('GET', KEYS[1])
