@@ -8,9 +8,10 @@ renewed at a third of it. A gateway that stops renewing (killed, hung, cut off) 
 once it expires, and the first other gateway that tries takes it over and loads the
 queues from Redis: whatever was delivered but not committed is delivered again.
 
-Fencing: every journal write checks in its own transaction (``WATCH`` on the key) that
-the lease is still this gateway's, so a gateway that lost the lease while paused can
-never write after its successor loaded the queues.
+Fencing: every batch of journal writes is one Lua script that reads the key and runs
+the batch's commands only while the value is still this gateway's (redis_script.py); a
+script runs atomically, so a gateway that lost the lease while paused can never write
+after its successor loaded the queues.
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ class Lease:
     def interval_s(self) -> float:
         return self.ttl_ms / 3000.0
 
-    def holds(self, value: bytes | str | None) -> bool:
-        raw = value.decode() if isinstance(value, bytes) else value
-        return raw is not None and raw.startswith(self.token + " ")
+    @property
+    def prefix(self) -> str:
+        """How the key's value starts while this gateway holds the lease."""
+        return self.token + " "
 
     async def claim(self) -> bool:
         """One acquire-or-renew round; True while this gateway holds the lease. Rounds never
@@ -99,7 +101,7 @@ class Lease:
 
     async def _claim(self) -> bool:
         try:
-            got = await self.client.eval(_CLAIM, 1, self.key, self.token + " ", self.value, self.ttl_ms)
+            got = await self.client.eval(_CLAIM, 1, self.key, self.prefix, self.value, self.ttl_ms)
         except (RedisError, OSError) as exc:
             # Unreachable: still ours until it would have expired, then assume it is gone.
             if self.owned and time.monotonic() - self._renewed > self.ttl_ms / 1000.0:
@@ -180,4 +182,4 @@ class Lease:
     async def release(self) -> None:
         """Give the lease back at once (a clean stop): another gateway takes over now."""
         with contextlib.suppress(RedisError, OSError):
-            await self.client.eval(_RELEASE, 1, self.key, self.token + " ")
+            await self.client.eval(_RELEASE, 1, self.key, self.prefix)

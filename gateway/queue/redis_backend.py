@@ -17,11 +17,15 @@ outlives the gateway's host. Key layout, per queue ``<q>`` under a prefix (``eas
   still needs them.
 * ``easq:<q>:next`` - the next index, written on a clean stop.
 
-Everything submitted during one event-loop iteration is sent as one ``MULTI``/``EXEC``
-transaction; one transaction is in flight at a time, so handles complete in order
-(``records.last_durable`` relies on it) and the writes that arrive meanwhile form the
-next batch. A handle completes once Redis answered the ``EXEC``: what that survives
-depends on the server's persistence settings (docs/queue.md, "Durability").
+Everything submitted during one event-loop iteration is written as one batch, in one
+round trip: with an owner lease (lease.py, always the case when the gateway serves the
+queues) one ``EVALSHA`` of a Lua script that checks the lease is still this gateway's and
+only then runs the batch's commands (redis_script.py); without one (a backend used
+directly) one ``MULTI``/``EXEC`` transaction. Either runs atomically on the server. One
+batch is in flight at a time, so handles complete in order (``records.last_durable``
+relies on it) and the writes that arrive meanwhile form the next batch. A handle
+completes once Redis answered the batch: what that survives depends on the server's
+persistence settings (docs/queue.md, "Durability").
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, WatchError
+from redis.exceptions import RedisError, ResponseError
 
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
+from .redis_script import FENCED, SOURCE, Cmd, chunks, pack
 from .undo import settle
 
 log = logging.getLogger(__name__)
@@ -46,18 +51,20 @@ log = logging.getLogger(__name__)
 PREFIX = "easq"
 PAGE = 1000  # entries per XRANGE page on recovery
 PRUNE_SLACK = 4096  # tombstones kept beyond RECENT_LIMIT before the oldest entries are trimmed
-FENCE_RETRIES = 5
 
-# A queued command: it adds its commands to the pipeline and says how many it added.
-_Op = Callable[[Any], int]
-# Told the results of its op's commands once the transaction succeeded.
+# A queued write: it appends its raw Redis commands to the batch and says how many it added.
+_Op = Callable[[list[Cmd]], int]
+# Told the results of its op's commands once Redis answered the batch.
 _Done = Callable[[list[Any]], None] | None
 
 
 class Fence(Protocol):
     key: str
 
-    def holds(self, value: bytes | str | None) -> bool: ...
+    @property
+    def prefix(self) -> str:
+        """How the lease key's value starts while this gateway holds it."""
+        ...
 
 
 def redacted(url: str) -> str:
@@ -88,6 +95,7 @@ class RedisBackend:
         self.prefix = prefix
         # Connections are opened lazily, on the loop that first uses them.
         self.client: aioredis.Redis = aioredis.Redis.from_url(url, socket_connect_timeout=5.0)
+        self._fenced_write = self.client.register_script(SOURCE)  # loaded on first use
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[_Op, asyncio.Future[None], _Done]] = []
         self._writer: asyncio.Task[None] | None = None
@@ -234,11 +242,7 @@ class RedisBackend:
                 total -= stones.popleft()[1]
             key, keep_from = self.key(queue, "removed"), stones[0][0].decode()
 
-            def op(pipe: Any) -> int:
-                pipe.xtrim(key, minid=keep_from, approximate=False)
-                return 1
-
-            self._submit(op)
+            self._submit(_adding([("XTRIM", key, "MINID", "=", keep_from)]))  # exact, not "~"
         self._stone_total[queue] = total
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -288,8 +292,8 @@ class RedisBackend:
             self.batches += 1
             self.ops += len(batch)
             self.failure = None
-            # Redis applies the other commands of a transaction when one fails: each op is
-            # answered by its own commands' results.
+            # Redis applies the other commands of a batch (script or transaction) when one
+            # fails: each op is answered by its own commands' results.
             at = 0
             for (_, fut, done), n in zip(batch, spans, strict=True):
                 mine = results[at : at + n]
@@ -311,97 +315,73 @@ class RedisBackend:
     async def _execute(
         self, batch: list[tuple[_Op, asyncio.Future[None], _Done]]
     ) -> tuple[list[Any], list[int]]:
-        """One transaction; with a fence, only while the owner lease is this gateway's."""
+        """One round trip; with a fence, written only while the owner lease is this gateway's."""
+        cmds: list[Cmd] = []
+        spans = [op(cmds) for op, _, _ in batch]
         fence = self.fence
         if fence is None:
             pipe = self.client.pipeline(transaction=True)
-            spans = [op(pipe) for op, _, _ in batch]
+            for cmd in cmds:
+                pipe.execute_command(*cmd)
             return await pipe.execute(raise_on_error=False), spans
-        for _attempt in range(FENCE_RETRIES):
-            async with self.client.pipeline(transaction=True) as pipe:
-                await pipe.watch(fence.key)
-                if not fence.holds(await pipe.get(fence.key)):
-                    raise StorageError(f"this gateway no longer serves the queues of {self.where}")
-                pipe.multi()
-                spans = [op(pipe) for op, _, _ in batch]
-                try:
-                    return await pipe.execute(raise_on_error=False), spans
-                except WatchError:
-                    continue  # the lease was renewed (or taken) meanwhile: check again
-        raise StorageError(f"the owner lease of {self.where} kept changing")
+        try:
+            results = await self._fenced_write(keys=[fence.key], args=pack(fence.prefix, cmds))
+        except ResponseError as exc:
+            if str(exc).startswith(FENCED):
+                raise StorageError(f"this gateway no longer serves the queues of {self.where}") from None
+            raise
+        return list(results), spans
 
     # ------------------------------------------------------------------ journal ops
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
         key = self.key(queue, "records")
-        rows = [(f"{r.idx}-0", {"r": r.rid, "t": json.dumps(r.tags), "d": r.data}) for r in records]
-
-        def op(pipe: Any) -> int:
-            for entry_id, fields in rows:
-                pipe.xadd(key, fields, id=entry_id)
-            return len(rows)
-
-        return self._submit(op)
+        cmds: list[Cmd] = [
+            ("XADD", key, f"{r.idx}-0", "r", r.rid, "t", json.dumps(r.tags), "d", r.data) for r in records
+        ]
+        return self._submit(_adding(cmds))
 
     def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
-        """Remove records and leave their tombstones in the same transaction."""
-        key = self.key(queue, "records")
-        removed_key = self.key(queue, "removed")
-        ids = [f"{i}-0" for i in idxs]
+        """Remove records and leave their tombstones in the same batch."""
+        key, removed_key = self.key(queue, "records"), self.key(queue, "removed")
+        cmds: list[Cmd] = [("XDEL", key, *part) for part in chunks([f"{i}-0" for i in idxs])]
+        stone_at = len(cmds)  # where the tombstone's XADD answers its entry id
         stones = list(zip(idxs, rids, strict=True)) if rids else []
-        stone = {"n": len(stones), "p": json.dumps(stones)} if stones else None
-        ack_keys = [self.key(queue, f"acks:{gid}") for gid in sorted(self._groups.get(queue, ()))]
-
-        def op(pipe: Any) -> int:
-            n = 0
-            if ids:
-                pipe.xdel(key, *ids)
-                n += 1
-            if stone is not None:
-                pipe.xadd(removed_key, stone)
-                n += 1
-            for ack_key in ack_keys:
-                pipe.srem(ack_key, *idxs)
-                n += 1
-            return n
+        if stones:
+            cmds.append(("XADD", removed_key, "*", "n", len(stones), "p", json.dumps(stones)))
+        for gid in sorted(self._groups.get(queue, ())):
+            ack_key = self.key(queue, f"acks:{gid}")
+            cmds.extend(("SREM", ack_key, *part) for part in chunks(idxs))
 
         def done(results: list[Any]) -> None:
-            if stone is not None:
-                self._stoned(queue, results[1 if ids else 0], len(stones))
+            if stones:
+                self._stoned(queue, results[stone_at], len(stones))
 
-        return self._submit(op, done)
+        return self._submit(_adding(cmds), done)
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
         key = self.key(queue, f"acks:{gid}")
         self._groups.setdefault(queue, set()).add(gid)
-
-        def op(pipe: Any) -> int:
-            pipe.sadd(key, *idxs)
-            return 1
-
-        return self._submit(op)
+        return self._submit(_adding([("SADD", key, *part) for part in chunks(idxs)]))
 
     def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
         """Register a group, or record its new tag filter (its start never changes)."""
-        key = self.key(queue, "groups")
-        value = json.dumps([start, tags])
-
-        def op(pipe: Any) -> int:
-            pipe.hset(key, gid, value)
-            return 1
-
-        return self._submit(op)
+        return self._submit(_adding([("HSET", self.key(queue, "groups"), gid, json.dumps([start, tags]))]))
 
     def drop_group(self, queue: str, gid: str) -> Durable:
         """Forget a group: its registration and what it committed."""
         groups, acks = self.key(queue, "groups"), self.key(queue, f"acks:{gid}")
         self._groups.get(queue, set()).discard(gid)
+        return self._submit(_adding([("HDEL", groups, gid), ("DEL", acks)]))
 
-        def op(pipe: Any) -> int:
-            pipe.hdel(groups, gid)
-            pipe.delete(acks)
-            return 2
 
-        return self._submit(op)
+def _adding(mine: list[Cmd]) -> _Op:
+    """The op that adds these commands to a batch."""
+
+    def op(cmds: list[Cmd]) -> int:
+        cmds.extend(mine)
+        return len(mine)
+
+    return op
 
 
 def _retrieve(f: asyncio.Future[None]) -> None:

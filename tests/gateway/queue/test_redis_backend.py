@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+import redis
 
 from gateway.config import parse_config
 from gateway.queue.backend import StorageError
 from gateway.queue.manager import QueueManager
-from gateway.queue.redis_backend import RedisBackend, redacted
+from gateway.queue.records import Record
+from gateway.queue.redis_backend import RedisBackend, _seq, redacted
 from tests.e2e.queue.server_proc import queue_config
 from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.redis_server import RedisServer
@@ -141,3 +143,139 @@ async def test_a_restarted_gateway_at_the_same_address_serves_at_once(
     assert [r.data for r in m2.queue("a").records.values()] == [b"kept"]
     await other.stop()
     await m2.stop()
+
+
+async def _fenced(tmp_path: Path, url: str) -> tuple[QueueManager, RedisBackend]:
+    """A started manager serving queue ``a``, and its backend, whose writes its lease fences."""
+    m = _manager(tmp_path, url)
+    await m.start()
+    b = m.backend
+    assert isinstance(b, RedisBackend) and b.fence is not None
+    return m, b
+
+
+def _records(idxs: range) -> list[Record]:
+    return [Record(i, f"rid-{i}", {"k": "v"}, f"r{i}".encode()) for i in idxs]
+
+
+async def test_a_batch_is_refused_whole_when_another_gateway_holds_the_lease(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    with redis_server.client(2) as c:
+        c.flushdb()
+    m, b = await _fenced(tmp_path, redis_server.url(2))
+    await b.put("a", _records(range(1, 3)), 3)
+    [lease] = m.leases.values()
+    await lease.pause()  # no renewal puts this gateway's value back
+    with redis_server.client(2) as c:
+        c.set("easq:owner", "0123456789abcdef 10.0.0.9:8080")
+    batches = b.batches
+    # Submitted in one loop iteration: one batch.
+    writes = [
+        b.put("a", _records(range(3, 5)), 5),
+        b.delete("a", [1], ["rid-1"]),
+        b.ack("a", "g", [2]),
+        b.add_group("a", "g", 1, {}),
+    ]
+    outcomes = await asyncio.gather(*writes, return_exceptions=True)
+    assert all(isinstance(o, StorageError) and "no longer serves" in str(o) for o in outcomes), outcomes
+    assert b.batches == batches and b.failure is not None and "no longer serves" in b.failure
+    with redis_server.client(2) as c:
+        assert [entry_id for entry_id, _ in c.xrange("easq:a:records")] == [b"1-0", b"2-0"]
+        assert not c.exists("easq:a:removed", "easq:a:acks:g", "easq:a:groups")
+        assert c.get("easq:owner") == b"0123456789abcdef 10.0.0.9:8080"
+    await m.stop()
+
+
+async def test_a_refused_command_fails_only_its_own_write(tmp_path: Path, redis_server: RedisServer) -> None:
+    """Redis refuses an XADD whose id is not above the stream's last one; the other writes
+    of the same fenced batch are applied and answered as such."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+    m, b = await _fenced(tmp_path, redis_server.url(2))
+    await b.put("a", _records(range(1, 6)), 6)
+    batches = b.batches
+    below, above, group = (
+        b.put("a", _records(range(3, 4)), 4),
+        b.put("a", _records(range(9, 10)), 10),
+        b.add_group("a", "g", 1, {}),
+    )
+    refused, *written = await asyncio.gather(below, above, group, return_exceptions=True)
+    assert isinstance(refused, StorageError) and "equal or smaller" in str(refused)
+    assert written == [None, None]
+    assert b.batches == batches + 1  # one batch, answered per write
+    with redis_server.client(2) as c:
+        assert [_seq(e) for e, _ in c.xrange("easq:a:records")] == [1, 2, 3, 4, 5, 9]
+        assert c.xrange("easq:a:records", "3-0", "3-0")[0][1][b"d"] == b"r3"  # not overwritten
+        assert c.hexists("easq:a:groups", "g")
+    await m.stop()
+
+
+async def test_ten_thousand_indexes_in_one_fenced_commit_and_delete(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """Commands naming this many ids are split: one command of them all would exceed what
+    the script's unpack() can put on Lua's stack."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+    m, b = await _fenced(tmp_path, redis_server.url(2))
+    n = 10_000
+    idxs = list(range(1, n + 1))
+    await b.add_group("a", "g", 1, {})
+    await b.add_group("a", "h", 1, {})
+    await b.put("a", _records(range(1, n + 1)), n + 1)
+    await b.ack("a", "g", idxs)
+    with redis_server.client(2) as c:
+        assert c.xlen("easq:a:records") == n and c.scard("easq:a:acks:g") == n
+    await b.delete("a", idxs, [f"rid-{i}" for i in idxs])
+    with redis_server.client(2) as c:
+        assert c.xlen("easq:a:records") == 0 and c.scard("easq:a:acks:g") == 0
+        [(stone_id, stone)] = c.xrange("easq:a:removed")
+        assert stone[b"n"] == str(n).encode() and len(json.loads(stone[b"p"])) == n
+    assert list(b._stones["a"]) == [(stone_id, n)]  # the tombstone's entry id was found
+    await m.stop()
+
+
+def _calls(c: redis.Redis) -> dict[str, int]:
+    stats = c.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(s["calls"]) for name, s in stats.items()}
+
+
+async def test_a_fenced_write_is_one_round_trip(tmp_path: Path, redis_server: RedisServer) -> None:
+    """One EVALSHA per batch: no WATCH, no GET of the lease from the client, no MULTI/EXEC."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+    m, _b = await _fenced(tmp_path, redis_server.url(2))
+    q = m.queue("a")
+    await q.put(b"first", {}, None)[2]  # loads the script into this server (once)
+    with redis_server.client(2) as c:
+        before = _calls(c)
+        await q.put(b"second", {}, None)[2]
+        after = _calls(c)
+    grew = {cmd: after[cmd] - before.get(cmd, 0) for cmd in after if after[cmd] != before.get(cmd, 0)}
+    assert grew.get("evalsha") == 1 and grew.get("xadd") == 1, grew
+    assert not {"watch", "multi", "exec", "script|load", "script"} & grew.keys(), grew
+    await m.stop()
+
+
+async def test_without_a_lease_a_batch_is_one_transaction(redis_server: RedisServer) -> None:
+    """A backend used directly (no owner lease) sends each batch as one MULTI/EXEC, answered
+    per write as the fenced script is."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+    b = RedisBackend(redis_server.url(2))
+    b.start(asyncio.get_running_loop())
+    await b.put("a", _records(range(1, 4)), 4)
+    with redis_server.client(2) as c:
+        before = _calls(c)
+        below, removal = b.put("a", _records(range(2, 3)), 3), b.delete("a", [1, 2], ["rid-1", "rid-2"])
+        refused, removed = await asyncio.gather(below, removal, return_exceptions=True)
+        after = _calls(c)
+    assert isinstance(refused, StorageError) and removed is None
+    grew = {cmd: after[cmd] - before.get(cmd, 0) for cmd in after if after[cmd] != before.get(cmd, 0)}
+    assert grew.get("multi") == 1 and grew.get("exec") == 1 and "evalsha" not in grew, grew
+    with redis_server.client(2) as c:
+        assert [_seq(e) for e, _ in c.xrange("easq:a:records")] == [3]
+        [(stone_id, _stone)] = c.xrange("easq:a:removed")
+    assert list(b._stones["a"]) == [(stone_id, 2)]
+    await b.aclose()
