@@ -11,6 +11,7 @@ must exist.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -99,11 +100,12 @@ class ServiceConfig:
     # None: only the gateway's own worker processes serve the service.
     remote_workers: RemoteWorkersConfig | None = None
 
-    @property
+    # Cached: read on every call (a frozen config never changes; a changed service is a new one).
+    @functools.cached_property
     def tokens(self) -> tuple[str, ...]:
         return ((self.token,) if self.token else ()) + self.extra_tokens
 
-    @property
+    @functools.cached_property
     def version_names(self) -> tuple[str, ...]:
         """The model versions served, ascending; the last is the latest (the default)."""
         return tuple(v for v, _ in self.versions) or ("1",)

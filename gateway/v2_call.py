@@ -12,7 +12,8 @@ of them into the protocol's ``{"error": ...}`` body with its status and headers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gateway import errors
 from gateway.config import ServiceConfig
@@ -51,17 +52,36 @@ async def infer(
         req = v2_infer.parse_request(body, binary_header)
     # No signature yet (no worker was ever ready): the call goes on, and the pool answers
     # 503 naming why (a model that does not load, workers starting).
-    outputs = meta.outputs if meta is not None else ()
-    types = v2_tensors.DATATYPES
-    declared = {t.name: types[t.datatype] for t in outputs if t.datatype in types}
+    declared, order = _outputs_of(meta)
     arrays = await plane.infer_tensors(
         runs, req.inputs, req.output_names, request_id=request_id, timeout=timeout, declared=declared,
         extra=extra, answer_headers=answer_headers,
     )  # fmt: skip
     try:
-        return v2_infer.answer(svc.name, version, req, arrays, [t.name for t in outputs])
+        return v2_infer.answer(svc.name, version, req, arrays, order)
     except KeyError as exc:
         raise proto.KServeRequestError(str(exc.args[0]), 502) from None
+
+
+# Per signature (the same object until the model changes): its outputs' declared dtypes and
+# names in the model's order, read on every call. Holding the signature keeps its id unique.
+_OUTPUTS: dict[int, tuple[ModelMetadata, dict[str, Any], list[str]]] = {}
+_OUTPUTS_MAX = 64
+
+
+def _outputs_of(meta: ModelMetadata | None) -> tuple[Mapping[str, Any], Sequence[str]]:
+    if meta is None:
+        return {}, ()
+    hit = _OUTPUTS.get(id(meta))
+    if hit is not None and hit[0] is meta:
+        return hit[1], hit[2]
+    types = v2_tensors.DATATYPES
+    declared = {t.name: types[t.datatype] for t in meta.outputs if t.datatype in types}
+    order = [t.name for t in meta.outputs]
+    if len(_OUTPUTS) >= _OUTPUTS_MAX:
+        _OUTPUTS.clear()
+    _OUTPUTS[id(meta)] = (meta, declared, order)
+    return declared, order
 
 
 def error_reply(exc: Exception) -> tuple[int, bytes, Mapping[str, str], bool] | None:

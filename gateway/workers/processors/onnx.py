@@ -174,6 +174,8 @@ class OnnxProcessor(Batchable[Prepared]):
         self.providers_used = list(self.session.get_providers())
         self.inputs = [_spec(a) for a in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        # (indices, names) of every output; shared by the calls that ask for all (read only).
+        self._every = (list(range(len(self.output_names))), list(self.output_names))
         self._strings = {s.name for s in self.inputs if s.dtype == np.dtype(object)}
         self._ort = ort
         self._run_options: Any = None
@@ -214,7 +216,11 @@ class OnnxProcessor(Batchable[Prepared]):
                     req.body, self.service.request_format, req.header("X-Eas-Request-Format")
                 )
             feeds = eas.bind_inputs(decoded, self.inputs)
-            indices = eas.select_outputs(decoded, self.output_names)
+            if decoded.kind == TENSORS and not decoded.output_names:
+                indices, wanted = self._every  # every output, as most V2 calls ask
+            else:
+                indices = eas.select_outputs(decoded, self.output_names)
+                wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message) from None
         for name in self._strings:
@@ -222,7 +228,6 @@ class OnnxProcessor(Batchable[Prepared]):
             feeds[name] = np.vectorize(
                 lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v), otypes=[object]
             )(arr)
-        wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
         rows, key = 0, None
         if self._batchable:
             arrays = [feeds[s.name] for s in self.inputs]
