@@ -23,6 +23,8 @@ with :func:`protocol_factory` from a handler (``serve`` and the optional ``accep
   then times the body on its own). ``early`` may refuse a request whose head is in but
   whose body is not (a missing token: no body can fix it). Both answers close the
   connection after a lingering close.
+* :mod:`.cork`: the answers of one event-loop turn are written together at its end, so a
+  busy listener serves more requests per turn and per system call.
 * :mod:`.wire`: the request, reply and header types the handlers see.
 """
 

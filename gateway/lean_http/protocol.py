@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, Protocol, cast
 
 from .connection import BODY, HAND_OVER, HEAD, IDLE, Connection, Ready
+from .cork import MAX_KEPT, Cork
 from .wire import Accept, Admit, Early, FastRequest, Late, Query, Reply, Serve, encode_reply
 
 log = logging.getLogger("gateway.lean_http")
@@ -81,14 +82,23 @@ def protocol_factory(
     (aiohttp's ``web.Server``) for whatever ``handler`` does not answer. ``conns`` tracks
     the open fast-path connections, for :func:`close_all`."""
     hooks = handler if isinstance(handler, Hooks) else Hooks.of(handler)
-    return lambda: FastProtocol(hooks, fallback, conns, limits)
+    cork = Cork()  # the listener's answers are written once per loop turn (see .cork)
+    return lambda: FastProtocol(hooks, fallback, conns, limits, cork)
 
 
 class FastProtocol(asyncio.Protocol):
     def __init__(
-        self, hooks: Hooks, fallback: Callable[[], asyncio.Protocol], conns: set[Any], limits: Limits
+        self,
+        hooks: Hooks,
+        fallback: Callable[[], asyncio.Protocol],
+        conns: set[Any],
+        limits: Limits,
+        cork: Cork | None = None,
     ) -> None:
         self._hooks = hooks
+        self._cork = cork
+        self._out: list[bytes] = []  # answers kept until the cork flushes (see .cork)
+        self._kept = 0
         self._fallback = fallback
         self._conns = conns
         self._limits = limits
@@ -127,6 +137,7 @@ class FastProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.transport = None
+        self._out.clear()
         self._disarm()
         self._give_back()
         self._conns.discard(self)
@@ -162,6 +173,7 @@ class FastProtocol(asyncio.Protocol):
         """Shutdown: close now if idle, else after the answer in progress."""
         self._closing = True
         if not self.busy and self.transport is not None:
+            self.flush_out()
             self.transport.close()
 
     # ------------------------------------------------------------------ timers
@@ -209,6 +221,7 @@ class FastProtocol(asyncio.Protocol):
             log.log(
                 level, "closing connection from %s: no request head within %.3g s", self.conn.remote, delay
             )
+        self.flush_out()
         self.transport = None
         self._conns.discard(self)
         t.close()
@@ -352,15 +365,38 @@ class FastProtocol(asyncio.Protocol):
         if self._timer_kind == IDLE:
             self._active = self._loop.time()
         close = close or self._closing
-        t.write(encode_reply(reply, close))
-        if close:
-            t.close()
-            self.transport = None
+        data = encode_reply(reply, close)
+        if close or self._cork is None:
+            self.flush_out()
+            t.write(data)
+            if close:
+                t.close()
+                self.transport = None
+            return
+        if not self._out:
+            self._cork.add(self)
+        self._out.append(data)
+        self._kept += len(data)
+        if self._kept > MAX_KEPT:
+            self.flush_out()
+
+    def flush_out(self) -> None:
+        """Write the answers kept for the cork (in order), now."""
+        out = self._out
+        if not out:
+            return
+        t = self.transport
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        self._kept = 0
+        if t is not None and not t.is_closing():
+            t.write(data)
 
     # ------------------------------------------------------------------ leaving the fast path
     def _detach(self) -> tuple[asyncio.Transport | None, bytes]:
         """Stop serving this connection: -> its transport (None if already gone) and the
         bytes received but not consumed, for whatever protocol takes it over."""
+        self.flush_out()  # what was answered on it goes first
         t = self.transport
         if t is None:
             return None, b""
@@ -426,6 +462,9 @@ class _Linger(asyncio.Protocol):
         self._conns.discard(self)
         self.transport = None
 
+    def flush_out(self) -> None:
+        """Nothing is kept here: its one answer was written when the connection came here."""
+
     def close_when_idle(self) -> None:
         self._timer.cancel()
         self._conns.discard(self)
@@ -447,4 +486,5 @@ async def close_all(conns: set[Any], timeout: float) -> None:
         await asyncio.wait(waits, timeout=timeout)
     for c in list(conns):
         if c.transport is not None:
+            c.flush_out()
             c.transport.close()
