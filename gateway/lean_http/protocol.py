@@ -312,7 +312,7 @@ class FastProtocol(asyncio.Protocol):
         try:
             yielded = coro.send(None) if throw is None else coro.throw(throw)
         except StopIteration as stop:
-            self._answer(stop.value, close)
+            self._answer(stop.value, close, keep=not resume)
         except asyncio.CancelledError:
             self._answer(_ERROR, True)  # the client left (connection_lost): nobody to answer
         except Exception:
@@ -349,11 +349,15 @@ class FastProtocol(asyncio.Protocol):
             log.error("request failed", exc_info=exc)
             self._answer(_ERROR, True)
             return
-        self._answer(task.result(), close)
+        self._answer(task.result(), close, keep=not resume)
         if resume and not self.busy:
             self._next()
 
-    def _answer(self, reply: Reply, close: bool) -> None:
+    def _answer(self, reply: Reply, close: bool, keep: bool = False) -> None:
+        """Write ``reply``. ``keep``: it was answered at once, while the loop reads what
+        arrived: write it with the turn's other answers (see .cork). An answer that waited
+        for something (a worker, a commit) comes with the others that waited for the same
+        thing, and goes at once."""
         self.busy = False
         self._task = None
         self._coro = self._waiting = None
@@ -366,7 +370,7 @@ class FastProtocol(asyncio.Protocol):
             self._active = self._loop.time()
         close = close or self._closing
         data = encode_reply(reply, close)
-        if close or self._cork is None:
+        if close or not keep or self._cork is None:
             self.flush_out()
             t.write(data)
             if close:

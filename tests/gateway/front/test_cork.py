@@ -77,3 +77,18 @@ async def test_a_client_far_behind_is_written_to_at_once() -> None:
     assert t.written and t.answers() < n
     await asyncio.sleep(0)
     assert t.answers() == n
+
+
+async def test_an_answer_that_waited_is_written_at_once() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def waits(req: FastRequest, query: Query) -> Reply:
+        await gate  # as for a worker's reply
+        return Reply(200, req.body)
+
+    factory = protocol_factory(Hooks(waits), asyncio.Protocol, set(), Limits(1 << 20))
+    proto, t = _connect(factory)
+    proto.data_received(_req(b"w"))  # type: ignore[attr-defined]
+    gate.set_result(None)
+    await asyncio.sleep(0)  # the handler resumes, ahead of this test, and answers
+    assert t.answers() == 1
