@@ -58,11 +58,13 @@ INLINE_BUDGET_S = 0.010
 INLINE_BACKOFF_S = 1.0
 # Consecutive inline runs over a queue's ``inline_max_s`` that pause inline runs.
 INLINE_SLOW_RUNS = 2
-# While more requests are queued, the compute thread keeps finished answers for up to this
-# long and then wakes the event loop once for all of them: on a busy core each wake-up is a
-# switch between the two threads (measured on the digits model's direct calls at 16 in flight:
-# 64 instead of 70-72 µs of CPU per request). Nothing waits longer than this for the others.
+# While more requests are queued and runs are short, the compute thread keeps finished
+# answers for up to _HOLD_NS and then wakes the event loop once for all of them: on a busy
+# core each wake-up is a switch between the two threads (measured on the digits model's
+# direct calls at 16 in flight: 64 instead of 70-72 µs of CPU per request). A run longer than
+# _SHORT_RUN_NS is not worth holding for: its answer, and any held before it, go at once.
 _HOLD_NS = 500_000
+_SHORT_RUN_NS = 250_000
 _WATCHDOG_PERIOD_S = 0.004
 
 
@@ -341,8 +343,9 @@ class ComputeQueue(RequestSink):
             resp.compute_us = (end - t0) // 1000
             if not held_since:
                 held_since = end
-            # More queued: keep this answer for a while (bounded) and wake the loop once for all.
-            hold = end - held_since < _HOLD_NS and not self._q.empty()
+            # More queued after a short run: keep this answer for a while (bounded) and wake the
+            # loop once for all.
+            hold = end - t0 < _SHORT_RUN_NS and end - held_since < _HOLD_NS and not self._q.empty()
             self._post(job, resp, hold)
             if not hold:
                 held_since = 0

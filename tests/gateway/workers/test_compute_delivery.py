@@ -54,14 +54,14 @@ async def test_answers_finished_together_wake_the_loop_once() -> None:
 async def test_no_answer_waits_for_the_whole_queue() -> None:
     compute = ComputeQueue(asyncio.get_running_loop(), _loaded())
     try:
-        # Five runs of 20 ms each, far over the hold bound: the first answer is handed over
-        # while the later requests still wait their turn, not once all five have run.
+        # Five runs of 20 ms each, far over what is worth holding for: each answer is handed
+        # over as its run ends, while the next run goes on (not kept for it, nor for all five).
         delivered = await _queue_all(compute, [b"sleep:0.02"] * 5)
     finally:
         compute.shutdown()
     assert [b for b, _ in delivered] == [b"slept"] * 5
     first_runs = delivered[0][1]
-    assert first_runs < 5, delivered
+    assert first_runs <= 2, delivered
 
 
 def _loaded():  # type: ignore[no-untyped-def]
