@@ -296,9 +296,7 @@ class ComputeQueue(RequestSink):
             if wake:
                 self._scheduled = True
         if wake:
-            # One wake-up for every batch of results finished while the loop was busy.
-            with contextlib.suppress(RuntimeError):  # loop closed at exit
-                self.loop.call_soon_threadsafe(self._deliver)
+            self._wake()  # one wake-up for every batch of results finished meanwhile
 
     def _flush(self) -> None:
         """Wake the loop for results still held (the compute thread is stopping)."""
@@ -306,8 +304,11 @@ class ComputeQueue(RequestSink):
             wake = bool(self._results) and not self._scheduled
             self._scheduled = self._scheduled or wake
         if wake:
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(self._deliver)
+            self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(RuntimeError):  # loop closed at exit
+            self.loop.call_soon_threadsafe(self._deliver)
 
     def _work(self) -> None:
         held_since = 0  # perf_counter_ns() when the oldest answer not yet handed over finished
