@@ -178,6 +178,10 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
+    # The kernel's scheduling policy for worker processes (Linux): "batch" (SCHED_BATCH) lets
+    # whatever runs on a core finish its turn when a worker thread wakes (gateway.workers.
+    # scheduling); "normal" leaves them as any process.
+    worker_scheduling: str = "batch"
     # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
     grpc_port: int = 0
     # Where other gateways sharing a Redis queue store reach this one (default: host);
@@ -374,6 +378,8 @@ def _gateway(raw: Any) -> GatewayConfig:
         errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         errs.add("gateway.log_format: must be 'text' or 'json'")
+    if gw.worker_scheduling not in ("batch", "normal"):
+        errs.add("gateway.worker_scheduling: must be 'batch' or 'normal'")
     if gw.worker_host in _EVERY_ADDRESS and not gw.worker_advertise_host:
         errs.add(
             "gateway.worker_advertise_host: required when worker_host listens on every address "

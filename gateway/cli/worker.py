@@ -36,10 +36,18 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--advertise", help="the address gateways and direct clients reach this worker at")
     w.add_argument("--heartbeat", type=float, help="seconds between registrations (default: ttl_s / 3)")
     w.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
+    w.add_argument(
+        "--scheduling",
+        choices=("batch", "normal"),
+        default="batch",
+        help="the kernel's scheduling policy for this worker (default batch, as the gateway's "
+        "own workers: gateway.worker_scheduling)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from gateway.logging import setup_logging
+    from gateway.workers import scheduling
     from gateway.workers.agent import AgentOptions
     from gateway.workers.agent import run as run_agent
 
@@ -48,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"eas-gateway worker: --token or ${TOKEN_ENV} is required", file=sys.stderr)
         return 2
     setup_logging(args.log_level, "text")
+    scheduling.apply(args.scheduling)  # before the event loop and the compute thread start
     opts = AgentOptions(
         gateway=args.gateway,
         service=args.service,

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from gateway.config import GatewayConfig, ServiceConfig
+from gateway.workers import scheduling
 from gateway.workers.logs import setup_worker_logging
 from gateway.workers.serve import serve
 
@@ -30,6 +31,8 @@ def run_worker(
     # The event loop and the compute thread share the GIL: a shorter switch interval than
     # the default 5 ms keeps one from stalling the other (about +10% req/s measured).
     sys.setswitchinterval(0.0005)
+    # Before any thread starts: the compute thread and the runtime's threads inherit it.
+    scheduling.apply(gateway.worker_scheduling)
     setup_worker_logging(service.name, index, gateway.log_level, gateway.log_format)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket_path)

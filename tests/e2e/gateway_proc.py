@@ -46,6 +46,15 @@ def config_tokens(config: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def thread_policies(pid: int) -> set[int]:
+    """The kernel's scheduling policies of a process's threads (field 41 of each thread's stat)."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that just ended
+            found.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[38]))
+    return found
+
+
 def token_leaks(started: list[tuple[Path, tuple[str, ...]]]) -> list[str]:
     """'<log file>: <token prefix>...' for each configured token found in a gateway's log.
     Tokens shorter than 8 characters are skipped: they could appear by chance."""

@@ -25,7 +25,7 @@ import onnxruntime as ort
 import pytest
 
 from eas_sdk import PredictClient, TFRequest
-from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.gateway_proc import GatewayProcess, thread_policies
 
 CLIENT_TOKEN = "client-token-0123456789"
 WORKER_TOKEN = "worker-secret-0123456789abcdef"
@@ -119,6 +119,10 @@ def test_remote_workers_serve_survive_kills_and_leave_cleanly(
     assert status == 503
     agents += [Agent(gw, tmp_path / "host-a"), Agent(gw, tmp_path / "host-b")]
     _wait(lambda: _ready(gw) == 2, "two remote workers ready")
+
+    # Under the same scheduling policy as a gateway's own workers (the default, batch).
+    for agent in agents:
+        assert thread_policies(agent.proc.pid) == {os.SCHED_BATCH}
 
     # They take traffic, and answer what ONNX Runtime answers.
     expected = ort.InferenceSession(str(digits_model)).run(None, {"input": ROW})

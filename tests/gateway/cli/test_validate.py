@@ -13,7 +13,12 @@ from tests.e2e.gateway_proc import ECHO_ENTRY
 
 def test_every_error_is_listed_with_its_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = {
-        "gateway": {"port": "eighty", "log_format": "xml", "shutdown_timeout_s": -1},
+        "gateway": {
+            "port": "eighty",
+            "log_format": "xml",
+            "shutdown_timeout_s": -1,
+            "worker_scheduling": "fifo",
+        },
         "admin": {"host": "0.0.0.0", "port": 9000},
         "services": [
             {"name": "ok", "processor": "python", "public": True, "entry": ECHO_ENTRY},
@@ -38,6 +43,7 @@ def test_every_error_is_listed_with_its_place(tmp_path: Path, capsys: pytest.Cap
         "gateway.port: expected an integer, got 'eighty'",
         "gateway.shutdown_timeout_s: must be >= 0.0, got -1.0",
         "gateway.log_format: must be 'text' or 'json'",
+        "gateway.worker_scheduling: must be 'batch' or 'normal'",
         "admin.token: required when the admin API listens on '0.0.0.0', not a loopback address",
         "services[1] (digits): unknown key(s) colour;",
         "services[1] (digits).model: file not found: ",
@@ -46,11 +52,11 @@ def test_every_error_is_listed_with_its_place(tmp_path: Path, capsys: pytest.Cap
         "services[2] (bad name!).processor: must be one of onnx, python, queue, pipeline, got 'tensorflow'",
         "services[2] (bad name!).timeout_ms: expected an integer, got 'soon'",
         "services: duplicate service name 'ok'",
-        "11 error(s)",
+        "12 error(s)",
     ]
     for want in expected:
         assert any(line.startswith(want) or want in line for line in found), (want, found)
-    assert len(found) == 12, found
+    assert len(found) == 13, found
 
 
 def test_a_good_file_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
