@@ -253,7 +253,11 @@ async def _hop(work: Path, sizes_mb: tuple[int, ...], reps: int) -> dict[int, tu
         name="hop", processor="op", entry=f"{op}:Identity", max_pending=64, timeout_ms=60_000,
         env={SHM_ENV: area.path},  # as a pipeline tells its op's workers
     )  # fmt: skip
-    pool = WorkerPool(svc, GatewayConfig(health_interval_s=5.0, log_level="WARNING"))
+    # The answer carries the whole array when it is not in shared memory: the largest size is
+    # over the default limit on an answer (64 MiB), so the limit is raised as a user would.
+    limit = 2 * max(sizes_mb) << 20
+    gateway = GatewayConfig(health_interval_s=5.0, log_level="WARNING", max_response_bytes=limit)
+    pool = WorkerPool(svc, gateway)
     await pool.start()
     out: dict[int, tuple[float, float, float]] = {}
     try:
