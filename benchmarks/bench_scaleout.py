@@ -11,9 +11,11 @@ pinned to a core of their own, and each is driven by its own wrk on another core
 Rounds alternate one and two; the ratio (two gateways' summed throughput / one's) is taken
 within each round and the median over rounds is reported. Goal: >= 1.7x.
 
-The layout needs four cores. On a smaller machine the figures are still printed, but the
-gateways and wrk share cores, so the ratio says nothing about scaling and is reported
-without a goal.
+The layout needs four cores. On a smaller machine each wrk runs on the cores of the
+gateways, so in the two-gateway case the load generators take CPU from both gateways while
+in the one-gateway case wrk has the idle core to itself: the ratio there is a lower bound of
+the layout's. It is held to the goal when it meets it (the layout's can only be higher) and
+reported without a verdict when it does not.
 
 Usage: python benchmarks/bench_scaleout.py [--rounds N] [--seconds S] [--connections C] [--quick]
 """
@@ -77,7 +79,10 @@ def main() -> None:
     args = quick_rounds(ap.parse_args())
     enough = NCPU >= CORES_NEEDED
     if not enough:
-        print(f"{NCPU} cores here, the layout needs {CORES_NEEDED}: the ratio is shown without its goal")
+        print(
+            f"{NCPU} cores here, the layout needs {CORES_NEEDED}: wrk shares the gateways' cores, "
+            "so the ratio is a lower bound (held to the goal only when it meets it)"
+        )
 
     sys.path.insert(0, str(ROOT / "samples"))
     import build_models  # type: ignore[import-not-found]
@@ -124,7 +129,8 @@ def main() -> None:
         print(f"\nmedian: one {median(ones):,.0f} req/s, two {median(twos):,.0f} req/s")
         scenario = "two gateways on one Redis / one gateway (predict)"
         ratio = median(ratios)
-        target = Target(scenario, ratio, ">=", GOAL, "x") if enough else Target(scenario, ratio, "")
+        bounded = enough or ratio >= GOAL  # a lower bound over the goal meets it
+        target = Target(scenario, ratio, ">=", GOAL, "x") if bounded else Target(scenario, ratio, "")
         ok = report_targets("bench_scaleout", [target])
     finally:
         for gw in gateways:
