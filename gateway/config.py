@@ -178,9 +178,9 @@ class GatewayConfig:
     # address) so that direct-mode clients on other hosts reach the workers.
     worker_host: str = "127.0.0.1"
     worker_advertise_host: str | None = None
-    # The kernel's scheduling policy for worker processes (Linux): "batch" (SCHED_BATCH) lets
-    # whatever runs on a core finish its turn when a worker thread wakes (gateway.workers.
-    # scheduling); "normal" leaves them as any process.
+    # The kernel's scheduling policy for worker processes on Linux (gateway/workers/scheduling.py):
+    # "batch" (SCHED_BATCH) lets whatever runs on a core finish its turn when a worker thread
+    # wakes; "normal" leaves them as any process.
     worker_scheduling: str = "batch"
     # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
     grpc_port: int = 0

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from gateway.cli.serve import LOG_LEVELS
+from gateway.workers.scheduling import POLICIES
 
 TOKEN_ENV = "EAS_WORKER_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 
@@ -38,7 +39,7 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     w.add_argument(
         "--scheduling",
-        choices=("batch", "normal"),
+        choices=POLICIES,
         default="batch",
         help="the kernel's scheduling policy for this worker (default batch, as the gateway's "
         "own workers: gateway.worker_scheduling)",
