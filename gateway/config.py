@@ -48,6 +48,7 @@ from gateway.config_values import model_path as _model_path
 from gateway.config_values import open_service_warnings as open_service_warnings
 from gateway.config_values import tokens_of as _tokens_of
 from gateway.pipelines.graph import PipelineSpec, check_pipelines, pipeline_of
+from gateway.workers.scheduling import POLICIES as SCHEDULING_POLICIES
 
 _UNSET = object()  # an entry that could not be expanded
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -378,8 +379,8 @@ def _gateway(raw: Any) -> GatewayConfig:
         errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
     if gw.log_format not in ("text", "json"):
         errs.add("gateway.log_format: must be 'text' or 'json'")
-    if gw.worker_scheduling not in ("batch", "normal"):
-        errs.add("gateway.worker_scheduling: must be 'batch' or 'normal'")
+    if gw.worker_scheduling not in SCHEDULING_POLICIES:
+        errs.add(f"gateway.worker_scheduling: must be {' or '.join(map(repr, SCHEDULING_POLICIES))}")
     if gw.worker_host in _EVERY_ADDRESS and not gw.worker_advertise_host:
         errs.add(
             "gateway.worker_advertise_host: required when worker_host listens on every address "
