@@ -228,10 +228,12 @@ class ComputeQueue(RequestSink):
             self.processor.cancel_running()
 
     async def run(self, req: WorkerRequest) -> WorkerResponse:
-        """The direct HTTP path. It stays on the compute thread: measured under c=16, the
-        inline path cost more CPU per request here (about 260 vs 220 µs), because while the
-        thread computes, the loop gathers many HTTP requests and answers per wake-up. Frames
-        on the RPC arrive batched anyway, so inline wins there (gateway.workers.ipc)."""
+        """``req`` on the compute thread, whatever is queued. The direct HTTP port's calls
+        come here unless they come one at a time (gateway.workers.direct): measured under
+        c=16, running every call inline cost more CPU per request (about 260 vs 220 µs),
+        because while the thread computes, the loop gathers many HTTP requests and answers
+        per wake-up. Frames on the RPC arrive batched anyway, so inline wins there
+        (gateway.workers.ipc)."""
         fut: asyncio.Future[WorkerResponse | None] = self.loop.create_future()
 
         def done(resp: WorkerResponse | None) -> None:

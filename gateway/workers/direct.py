@@ -8,9 +8,10 @@ errors without the hop through the gateway.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from typing import Any
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
@@ -28,16 +29,39 @@ log = logging.getLogger("gateway.worker")
 _JSON = "application/json; charset=utf-8"
 
 
-class _ComputeBackend:
-    """The compute queue as the dataplane's backend (the worker's own dataplane)."""
+class ComputeBackend:
+    """The compute queue as the dataplane's backend (the worker's own dataplane).
+
+    A call runs on the compute thread, so that the event loop goes on reading the calls that
+    arrive meanwhile and hands them over together. When calls come one at a time (the last
+    turn of the event loop saw at most one, this is the first of its turn and nothing is
+    queued), it runs in the event loop instead, as the framed RPC's calls do: no hand-over to
+    the thread and back, two switches between threads less per call (at one call in flight,
+    a p50 of about 150 instead of 175 µs for the digits model; under load nothing changes).
+    A run that turns out long is moved to the thread by the compute queue's watchdog."""
 
     def __init__(self, compute: ComputeQueue) -> None:
         self.compute = compute
+        self._calls = 0  # calls in this turn of the event loop
+        self._last = 0  # calls in the last turn that had any
 
-    def dispatch(self, req: WorkerRequest, timeout: float) -> Coroutine[Any, Any, WorkerResponse]:
-        # The compute queue's own coroutine, not a wrapper around it: one frame less per call.
+    def dispatch(self, req: WorkerRequest, timeout: float) -> Awaitable[WorkerResponse]:
         # req.deadline bounds the run: the dataplane set it from ``timeout``.
-        return self.compute.run(req)
+        compute = self.compute
+        self._calls += 1
+        if self._calls == 1:
+            compute.loop.call_soon(self._turn_over)
+            if self._last <= 1 and compute.inline and compute.outstanding == 0:
+                resp = compute.run_inline(req)
+                if resp is not None:
+                    done: asyncio.Future[WorkerResponse] = compute.loop.create_future()
+                    done.set_result(resp)
+                    return done
+        # The compute queue's own coroutine, not a wrapper around it: one frame less per call.
+        return compute.run(req)
+
+    def _turn_over(self) -> None:
+        self._last, self._calls = self._calls, 0
 
 
 def _reply(exc: errors.GatewayError, rid: str) -> Reply:
@@ -57,7 +81,7 @@ class DirectHTTP:
         self.compute = compute
         self.prefix = f"/api/predict/{service.name}"
         self.plane = DataPlane(
-            [service], {service.name: _ComputeBackend(compute)},
+            [service], {service.name: ComputeBackend(compute)},
             signature=SignaturePolicy.of(gateway), replay=replay_cache(gateway),
             max_response_bytes=gateway.max_response_bytes,
         )  # fmt: skip

@@ -1,10 +1,12 @@
 """The worker's inline fast path: small runs happen in the event loop, a slow one is
-interrupted by the watchdog and finished on the compute thread (same answer)."""
+interrupted by the watchdog and finished on the compute thread (same answer); direct calls
+run inline only when they come one at a time."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -48,3 +50,48 @@ async def test_processors_that_cannot_interrupt_never_run_inline(make_pool: Make
     assert (await pool.dispatch(WorkerRequest(b"hi"), 5)).body == b"hi"
     stats = await pool.worker_stats(0)
     assert stats["inlined"] == 0 and stats["runs"] == 1
+
+
+def _direct_calls(port: int, bodies: list[bytes]) -> list[bytes]:
+    """POST each body to the worker's direct port on a connection of its own, every request
+    written before any answer is read (so they arrive together), answers in order."""
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in bodies]
+    try:
+        for s, body in zip(socks, bodies, strict=True):
+            head = f"POST /api/predict/spin HTTP/1.1\r\nHost: w\r\nContent-Length: {len(body)}\r\n\r\n"
+            s.sendall(head.encode() + body)
+        answers = []
+        for s in socks:
+            data = b""
+            while b"\r\n\r\n" not in data or len(data) < data.index(b"\r\n\r\n") + 4 + _length(data):
+                chunk = s.recv(65536)
+                assert chunk, data
+                data += chunk
+            answers.append(data)
+        return answers
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _length(data: bytes) -> int:
+    head = data[: data.index(b"\r\n\r\n")].decode("latin-1").lower()
+    return int(head.split("content-length:")[1].split("\r\n")[0])
+
+
+async def test_direct_calls_one_at_a_time_run_inline(make_pool: MakePool, models: dict[str, Path]) -> None:
+    pool = await make_pool(ServiceConfig(name="spin", processor="onnx", model=str(models["spin"])))
+    port = pool.snapshot()[0]["http_port"]
+    body = _spin(10).body
+    before = await pool.worker_stats(0)
+    for _ in range(6):  # one at a time: each alone in its turn of the worker's event loop
+        (answer,) = await asyncio.to_thread(_direct_calls, port, [body])
+        assert answer.startswith(b"HTTP/1.1 200")
+    after = await pool.worker_stats(0)
+    assert after["runs"] - before["runs"] == 6
+    assert after["inlined"] - before["inlined"] == 6
+    # Sixteen arriving together are all answered (which of them ran where depends on how
+    # the worker's turns split them: test_direct_backend.py tells the rule apart).
+    answers = await asyncio.to_thread(_direct_calls, port, [body] * 16)
+    assert all(a.startswith(b"HTTP/1.1 200") for a in answers)
+    assert (await pool.worker_stats(0))["runs"] - after["runs"] == 16
