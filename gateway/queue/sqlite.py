@@ -147,9 +147,8 @@ class SqliteBackend:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync == 'always' else 'NORMAL'}")
         conn.execute("PRAGMA busy_timeout=5000")
-        # Removed records' bytes are zeroed only where that costs no page write of its own
-        # (many builds zero every freed page: a quarter more time and about 15% more WAL for
-        # each removal of committed records). The file is the owner's only (0600).
+        # Removed bytes are zeroed only where that costs no page write of its own (many builds
+        # zero every freed page: a quarter more time and far more WAL per removal). File: 0600.
         conn.execute("PRAGMA secure_delete=FAST")
         if self.writer == "loop":
             # Checkpoints fsync; they run on a background connection instead of inside a commit.
