@@ -152,7 +152,7 @@ class ComputeQueue(RequestSink):
         self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None], inline: bool = True
     ) -> _Job | None:
         """Queue ``req``; ``done`` gets its answer. None: already answered (ran inline)."""
-        if inline and self.inline and self.outstanding == 0:
+        if inline:
             resp = self.run_inline(req)
             if resp is not None:
                 done(resp)
@@ -165,8 +165,10 @@ class ComputeQueue(RequestSink):
 
     def run_inline(self, req: WorkerRequest) -> WorkerResponse | None:
         """Run ``req`` in the event loop and answer it; None when it must go to the compute
-        thread instead (inline runs paused, or this one interrupted). For a caller that
-        found the queue idle (``outstanding == 0``) and the queue ``inline``."""
+        thread instead (a queue that does not run inline, requests queued, inline runs
+        paused, or this one interrupted)."""
+        if not self.inline or self.outstanding:
+            return None
         now = time.monotonic()
         if now < self._inline_after:
             return None

@@ -51,12 +51,11 @@ class ComputeBackend:
         self._calls += 1
         if self._calls == 1:
             compute.loop.call_soon(self._turn_over)
-            if self._last <= 1 and compute.inline and compute.outstanding == 0:
-                resp = compute.run_inline(req)
-                if resp is not None:
-                    done: asyncio.Future[WorkerResponse] = compute.loop.create_future()
-                    done.set_result(resp)
-                    return done
+            resp = compute.run_inline(req) if self._last <= 1 else None
+            if resp is not None:
+                done: asyncio.Future[WorkerResponse] = compute.loop.create_future()
+                done.set_result(resp)
+                return done
         # The compute queue's own coroutine, not a wrapper around it: one frame less per call.
         return compute.run(req)
 

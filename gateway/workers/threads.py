@@ -242,11 +242,10 @@ class ThreadService:
         deadline = time.monotonic() + timeout
         if not req.deadline or req.deadline > deadline:
             req.deadline = deadline
-        if queue.inline and queue.outstanding == 0:
-            # Answered at once when it runs inline (see the module docstring).
-            resp = queue.run_inline(req)
-            if resp is not None:
-                return resp
+        # Answered at once when it runs inline (see the module docstring).
+        resp = queue.run_inline(req)
+        if resp is not None:
+            return resp
         answer: list[WorkerResponse | None] = []
         fut: asyncio.Future[None] | None = None
 
