@@ -274,6 +274,7 @@ class ConsumerGroups(RecordLog):
         to_delete: list[int] = []
         to_ack: list[int] = []
         held: list[tuple[int, str | None]] = []
+        freed: set[Consumer] = set()
         for idx in idxs:
             rec = self.records.get(idx)
             if rec is None or idx in g.committed:
@@ -283,14 +284,16 @@ class ConsumerGroups(RecordLog):
                 to_delete.append(idx)  # _drop unassigns it (and its undo knows who held it)
             else:
                 held.append((idx, g.pending.get(idx)))
-                self._unassign(g, idx)
+                self._unassign(g, idx, freed)
                 g.committed.add(idx)
                 to_ack.append(idx)
         durs: list[Durable] = []
         if to_delete:
             durs.append(self._drop(to_delete)[1])
         if to_ack:
-            durs.append(self.backend.ack(self.name, g.gid, to_ack))
+            acked = self.backend.ack(self.name, g.gid, to_ack)
+            self._offer_room(freed, acked)
+            durs.append(acked)
         dur = last_durable(durs)
         if held:
             undo = Assignments(g, held)

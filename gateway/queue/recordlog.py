@@ -8,6 +8,7 @@ consumer groups built on this log are in ``groups.py``.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import OrderedDict
@@ -77,10 +78,10 @@ class RecordLog:
             self.records[idx] = rec
             self.by_rid[rid] = idx
             self.next_idx = max(self.next_idx, idx + 1)
-        for idx, rid in state.get("removed", ()):
-            if idx not in self.records:
-                self._remember(idx, rid)
-                self.next_idx = max(self.next_idx, idx + 1)
+        removed = [(idx, rid) for idx, rid in state.get("removed", ()) if idx not in self.records]
+        if removed:
+            self._remember([idx for idx, _ in removed], [rid for _, rid in removed])
+            self.next_idx = max(self.next_idx, max(idx for idx, _ in removed) + 1)
         self.visible_next = self.next_idx
         self.min_live = min(self.records, default=self.next_idx)
         # Deliveries are not journalled: a record recovered here may have been delivered
@@ -145,55 +146,88 @@ class RecordLog:
         # The highest index ever allocated and made visible (0 before the first put).
         return self.visible_next - 1
 
-    def _remember(self, idx: int, rid: str) -> None:
-        self.recent[idx] = rid
-        self.recent_rids[rid] = idx
-        if len(self.recent) > RECENT_LIMIT:
-            old_idx, old_rid = self.recent.popitem(last=False)
-            if self.recent_rids.get(old_rid) == old_idx:
-                del self.recent_rids[old_rid]
+    def _remember(self, idxs: Sequence[int], rids: Sequence[str]) -> None:
+        recent, recent_rids = self.recent, self.recent_rids
+        for idx, rid in zip(idxs, rids, strict=True):
+            recent[idx] = rid
+            recent_rids[rid] = idx
+        for _ in range(len(recent) - RECENT_LIMIT):
+            old_idx, old_rid = recent.popitem(last=False)
+            if recent_rids.get(old_rid) == old_idx:
+                del recent_rids[old_rid]
 
     def _drop(self, idxs: Iterable[int]) -> tuple[int, Durable]:
         """Remove records and journal it (with their tombstones); -> (how many, handle)."""
         idxs = list(idxs)
         undo = Removal(self, idxs)
         rids: list[str] = []
-        removed = self._remove(idxs, rids)
+        freed: set[Consumer] = set()
+        removed = self._remove(idxs, rids, freed)
         if not removed:
             return 0, None
         dur = self.backend.delete(self.name, removed, rids)
         on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
+        self._offer_room(freed, dur)
         return len(removed), dur
 
-    def _remove(self, idxs: Iterable[int], rids: list[str] | None = None) -> list[int]:
+    def _remove(self, idxs: Iterable[int], rids: list[str], freed: set[Consumer]) -> list[int]:
+        """Take records out of memory (``rids`` gets their request ids, ``freed`` the
+        consumers that held them). On the commit path, so in bulk: a commit removes up to
+        thousands at once, and the per-group bookkeeping is set arithmetic run in C."""
         removed: list[int] = []
+        size = cached = 0
+        pop, forget = self.records.pop, self.by_rid.pop
         for idx in idxs:
-            rec = self.records.pop(idx, None)
+            rec = pop(idx, None)
             if rec is None:
                 continue
             removed.append(idx)
-            self.bytes -= rec.size
+            rids.append(rec.rid)
+            forget(rec.rid, None)
+            size += rec.size
             if rec.data is not None:
-                self.cached_bytes -= rec.size
-            if rids is not None:
-                rids.append(rec.rid)
-            self.by_rid.pop(rec.rid, None)
-            self._remember(idx, rec.rid)
-            for g in self.groups.values():
-                g.committed.discard(idx)
-                g.deliveries.pop(idx, None)
-                self._unassign(g, idx)
+                cached += rec.size
+        if not removed:
+            return removed
+        self.bytes -= size
+        self.cached_bytes -= cached
+        self._remember(removed, rids[-len(removed) :])
+        gone = set(removed)
+        for g in self.groups.values():
+            g.committed -= gone
+            for idx in gone & g.deliveries.keys():
+                del g.deliveries[idx]
+            for idx in gone & g.pending.keys():
+                self._unassign(g, idx, freed)
         return removed
 
-    def _unassign(self, g: Group, idx: int) -> None:
-        """Take record ``idx`` off whichever consumer of ``g`` holds it, freeing room for a new one."""
+    def _unassign(self, g: Group, idx: int, freed: set[Consumer]) -> None:
+        """Take record ``idx`` off whichever consumer of ``g`` holds it (added to ``freed``)."""
         uid = g.pending.pop(idx, None)
         if uid is not None:
             c = g.consumers.get(uid)
             if c is not None:
                 c.pending.pop(idx, None)
-                c.progress = time.monotonic()  # committed (or removed): not held any more
-                self._wake(c)
+                freed.add(c)
+
+    def _offer_room(self, freed: set[Consumer], dur: Durable) -> None:
+        """Consumers that hold fewer records now take more once the change is durable: a
+        refused write puts the records back in their windows (the room would have been
+        handed out twice), and the answer to the call that freed the room (a commit) goes
+        out before the hand-out it allows, so the client works while the server sends."""
+        if not freed:
+            return
+        now = time.monotonic()
+        for c in freed:
+            c.progress = now  # committed or removed: not held any more
+        if isinstance(dur, asyncio.Future) and not dur.done():
+            dur.add_done_callback(lambda _: self._wake_each(freed))
+        else:
+            self._wake_each(freed)
+
+    def _wake_each(self, consumers: Iterable[Consumer]) -> None:
+        for c in consumers:
+            self._wake(c)
 
     def _wake(self, c: Consumer) -> None:
         if c.connected and c.wake is not None and c.room > 0:

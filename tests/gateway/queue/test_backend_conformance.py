@@ -364,6 +364,42 @@ async def test_a_refused_removal_changes_nothing_in_memory_or_on_disk(store: Sto
     await m2.stop()
 
 
+async def test_room_a_commit_frees_is_offered_once_the_commit_is_durable(store: Store) -> None:
+    """A watcher woken by a commit takes more only after the commit's write: a refused one
+    puts the records back in its window, which must not have been handed out meanwhile, and
+    the client's answer goes out before the hand-out it allows."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(4):
+        await q.put(f"r{i}".encode(), {}, None)[2]
+    c, dur = q.connect("g1", "u1", 0, 2, False, {})
+    await dur
+    assert [r.idx for r, _ in q.take(c)[0]] == [1, 2]
+    handed: list[list[int]] = []
+
+    def writer() -> None:  # what a watch's writer does when woken: take what the window allows
+        handed.append([r.idx for r, _ in q.take(c)[0]])
+
+    c.wake = lambda: asyncio.get_running_loop().call_soon(writer)
+    store.break_writes(m)
+    try:
+        with pytest.raises(StorageError):
+            await q.commit("g1", [1, 2])
+        await asyncio.sleep(0.05)
+        assert (sorted(c.pending), [i for h in handed for i in h]) == ([1, 2], [])
+    finally:
+        store.mend_writes(m)
+    dur = q.commit("g1", [1, 2])
+    assert isinstance(dur, asyncio.Future)
+    when_answered: list[list[list[int]]] = []
+    dur.add_done_callback(lambda _: when_answered.append(list(handed)))
+    await dur
+    await asyncio.sleep(0.05)
+    assert (when_answered, handed[-1], sorted(c.pending)) == ([[]], [3, 4], [3, 4])
+    await m.stop()
+
+
 async def test_a_watch_whose_group_cannot_be_written_is_refused_and_leaves_no_group(store: Store) -> None:
     cfg = parse_config(store.config(["a"]))
     app = build_app(cfg)
