@@ -245,7 +245,9 @@ class ConsumerGroups(RecordLog):
         by a get (or recovered) is deleted if no group needs it, else refused naming the
         groups; no group is created."""
         g = self.groups.get(gid)
-        live: list[int] = []
+        if g is not None and (live := self._delivered(g, idxs)) is not None:
+            return self._commit_group(g, live)
+        live = []
         for idx in idxs:
             rec = self.records.get(idx)
             if rec is None:
@@ -270,7 +272,27 @@ class ConsumerGroups(RecordLog):
             return dur
         return self._commit_group(g, live)
 
+    def _delivered(self, g: Group, idxs: list[int]) -> list[int] | None:
+        """The usual commit, checked in bulk: every index live and handed out to ``g``
+        (delivered, pending or committed by it) -> the indexes; None if any is not, for
+        ``commit``'s own loop to accept or refuse index by index."""
+        records = self.records
+        live = [idx for idx in idxs if idx in records]
+        if len(live) != len(idxs):
+            return None
+        ids = set(live)
+        ids -= g.deliveries.keys()
+        if ids:
+            ids -= g.committed
+            ids -= g.pending.keys()
+        return None if ids else live
+
     def _commit_group(self, g: Group, idxs: Iterable[int]) -> Durable:
+        records, committed = self.records, g.committed
+        if len(self.groups) == 1:  # no other group owes anything: what this one commits goes
+            gone = [idx for idx in idxs if idx in records and idx not in committed]
+            self.commits_total += len(gone)
+            return self._drop(gone)[1] if gone else None
         to_delete: list[int] = []
         to_ack: list[int] = []
         held: list[tuple[int, str | None]] = []

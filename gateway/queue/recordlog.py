@@ -195,10 +195,14 @@ class RecordLog:
         gone = set(removed)
         for g in self.groups.values():
             g.committed -= gone
-            for idx in gone & g.deliveries.keys():
-                del g.deliveries[idx]
-            for idx in gone & g.pending.keys():
-                self._unassign(g, idx, freed)
+            deliveries, pending, consumers = g.deliveries, g.pending, g.consumers
+            for idx in gone & deliveries.keys():
+                del deliveries[idx]
+            for idx in gone & pending.keys():  # _unassign, inline
+                c = consumers.get(pending.pop(idx))
+                if c is not None:
+                    c.pending.pop(idx, None)
+                    freed.add(c)
         return removed
 
     def _unassign(self, g: Group, idx: int, freed: set[Consumer]) -> None:

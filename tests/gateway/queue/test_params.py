@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from eas_sdk._core.queue import DataFrame
@@ -50,3 +50,27 @@ def test_any_frame_bytes_decode_or_raise_decode_error(raw: bytes) -> None:
     except DecodeError:
         return
     assert isinstance(frame.data, bytes) and isinstance(frame.tags, dict)
+
+
+def _index_by_index(value: str) -> list[int] | str:
+    try:
+        return [params.parse_uint(p, "_indexes_", lo=1) for p in value.split(",")]
+    except QueueError as exc:
+        return str(exc)
+
+
+_INDEX = st.from_regex(r"0|[0-9]{1,21}|1844674407370955161[0-9]|x?", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_INDEX, min_size=1, max_size=8))
+def test_a_list_of_indexes_parses_as_each_index_would(parts: list[str]) -> None:
+    """One match checks the usual list; the answer, or the refusal naming the first bad
+    index, is the one a check of each index in turn gives."""
+    value = ",".join(parts)
+    assume(value != "")  # refused as missing before any index is looked at
+    try:
+        got: list[int] | str = params.parse_indexes(value)
+    except QueueError as exc:
+        got = str(exc)
+    assert got == _index_by_index(value)
