@@ -26,8 +26,10 @@ class Backend(Protocol):
         ...
 
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
-        """Remove records; the backend remembers their (index, request id) durably."""
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Durable:
+        """Remove records; the backend remembers their (index, request id) durably. No record
+        below ``floor`` is kept any more (removed now or before): a backend may drop all of
+        them in one step."""
         ...
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
@@ -51,7 +53,7 @@ class MemoryBackend:
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
         return None
 
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Durable:
         return None
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:

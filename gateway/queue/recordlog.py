@@ -165,7 +165,8 @@ class RecordLog:
         removed = self._remove(idxs, rids, freed)
         if not removed:
             return 0, None
-        dur = self.backend.delete(self.name, removed, rids)
+        self._advance_min_live()  # the backend may drop everything below it at once
+        dur = self.backend.delete(self.name, removed, rids, self.min_live)
         on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
         self._offer_room(freed, dur)
         return len(removed), dur

@@ -412,9 +412,9 @@ class SqliteBackend:
         dur = self._submit(op)
         return self._created(queue, dur) if setup else dur
 
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None) -> Durable:
+    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Durable:
         """Remove records and leave their tombstones (``rids``: their request ids, in the
-        order of ``idxs``) in the same transaction."""
+        order of ``idxs``) in the same transaction; runs of indexes are ranges already."""
         setup: list[_Op] = []
         table = self._table(queue, setup)
         acked = queue in self._acked

@@ -47,6 +47,40 @@ async def test_key_layout(tmp_path: Path, redis_server: RedisServer) -> None:
         assert c.get("easq:a:next") == b"3"
 
 
+async def test_records_taken_from_the_front_go_in_one_trim(tmp_path: Path, redis_server: RedisServer) -> None:
+    """A removal with nothing kept below it trims the stream (one command, whatever it
+    removes); one that leaves a record below deletes entry by entry and keeps that record."""
+    with redis_server.client(2) as c:
+        c.flushdb()
+        c.config_resetstat()
+    m = _manager(tmp_path, redis_server.url(2))
+    await m.start()
+    q = m.queue("a")
+    for i in range(6):
+        await q.put(f"r{i}".encode(), {}, None)[2]
+    c1, _ = q.connect("g", "u", 0, 6, False, {})
+    assert [r.idx for r, _ in q.take(c1)[0]] == [1, 2, 3, 4, 5, 6]
+    with redis_server.client(2) as c:
+
+        def stream_and_calls() -> tuple[list[bytes], dict[str, int]]:
+            stats = c.info("commandstats")
+            calls = {k: stats.get(f"cmdstat_{k}", {}).get("calls", 0) for k in ("xdel", "xtrim")}
+            return [entry_id for entry_id, _ in c.xrange("easq:a:records")], calls
+
+        await q.commit("g", [2, 3])  # 1 is still held
+        assert stream_and_calls() == ([b"1-0", b"4-0", b"5-0", b"6-0"], {"xdel": 1, "xtrim": 0})
+        await q.commit("g", [1])  # nothing below 4 is kept now: 1 goes with a trim
+        assert stream_and_calls() == ([b"4-0", b"5-0", b"6-0"], {"xdel": 1, "xtrim": 1})
+        await q.commit("g", [4, 5, 6])
+        assert stream_and_calls() == ([], {"xdel": 1, "xtrim": 2})
+    await m.stop()
+    m2 = _manager(tmp_path, redis_server.url(2))
+    await m2.start()
+    q2 = m2.queue("a")
+    assert (q2.length, sorted(q2.recent)) == (0, [1, 2, 3, 4, 5, 6])
+    await m2.stop()
+
+
 async def test_fsync_always_needs_a_redis_that_fsyncs_every_write(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
