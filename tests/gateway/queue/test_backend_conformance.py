@@ -29,7 +29,7 @@ from gateway.queue.redis_backend import RedisBackend
 from gateway.queue.retention import delete_group
 from gateway.queue.server import MANAGER_KEY, build_app
 from gateway.queue.sqlite import SqliteBackend
-from gateway.queue.store import QueueError
+from gateway.queue.store import Queue, QueueError
 from tests.e2e.queue.server_proc import TOKEN, queue_config
 from tests.redis_server import RedisServer
 
@@ -93,6 +93,16 @@ class Store:
             assert self.redis is not None
             with self.redis.client() as c:
                 c.config_set("min-replicas-to-write", 0)
+
+
+async def _filled(store: Store, n: int) -> tuple[QueueManager, Queue]:
+    """A started manager whose queue ``a`` holds ``n`` records."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    for i in range(n):
+        await q.put(f"r{i}".encode(), {}, None)[2]
+    return m, q
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -289,11 +299,7 @@ async def test_failing_storage_answers_507_and_recovers(store: Store) -> None:
 async def test_a_deleted_group_stays_deleted(store: Store) -> None:
     """Deleting a group is journalled: after a crash it is gone with what it committed, and
     the records it alone still needed stay deleted."""
-    m = store.manager()
-    await m.start()
-    q = m.queue("a")
-    for i in range(4):
-        await q.put(f"r{i}".encode(), {}, None)[2]
+    m, q = await _filled(store, 4)
     keep, _ = q.connect("keep", "u1", 0, 5, False, {})
     gone, _ = q.connect("gone", "u2", 0, 5, False, {})
     q.take(gone)
@@ -368,11 +374,7 @@ async def test_room_a_commit_frees_is_offered_once_the_commit_is_durable(store: 
     """A watcher woken by a commit takes more only after the commit's write: a refused one
     puts the records back in its window, which must not have been handed out meanwhile, and
     the client's answer goes out before the hand-out it allows."""
-    m = store.manager()
-    await m.start()
-    q = m.queue("a")
-    for i in range(4):
-        await q.put(f"r{i}".encode(), {}, None)[2]
+    m, q = await _filled(store, 4)
     c, dur = q.connect("g1", "u1", 0, 2, False, {})
     await dur
     assert [r.idx for r, _ in q.take(c)[0]] == [1, 2]

@@ -15,6 +15,7 @@ from gateway.queue.backend import StorageError
 from gateway.queue.manager import QueueManager
 from gateway.queue.records import Record
 from gateway.queue.redis_backend import RedisBackend, _seq, redacted
+from gateway.queue.store import Queue
 from tests.e2e.queue.server_proc import queue_config
 from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.redis_server import RedisServer
@@ -23,6 +24,16 @@ from tests.redis_server import RedisServer
 def _manager(tmp_path: Path, url: str, fsync: str = "normal") -> QueueManager:
     cfg = queue_config(tmp_path / "data", ["a"], backend=url, fsync=fsync, owner_lease_s=LEASE_S)
     return QueueManager(parse_config(cfg))
+
+
+async def _filled(tmp_path: Path, url: str, n: int) -> tuple[QueueManager, Queue]:
+    """A started manager whose queue ``a`` holds ``n`` records."""
+    m = _manager(tmp_path, url)
+    await m.start()
+    q = m.queue("a")
+    for i in range(n):
+        await q.put(f"r{i}".encode(), {}, None)[2]
+    return m, q
 
 
 async def test_key_layout(tmp_path: Path, redis_server: RedisServer) -> None:
@@ -53,11 +64,7 @@ async def test_records_taken_from_the_front_go_in_one_trim(tmp_path: Path, redis
     with redis_server.client(2) as c:
         c.flushdb()
         c.config_resetstat()
-    m = _manager(tmp_path, redis_server.url(2))
-    await m.start()
-    q = m.queue("a")
-    for i in range(6):
-        await q.put(f"r{i}".encode(), {}, None)[2]
+    m, q = await _filled(tmp_path, redis_server.url(2), 6)
     c1, _ = q.connect("g", "u", 0, 6, False, {})
     assert [r.idx for r, _ in q.take(c1)[0]] == [1, 2, 3, 4, 5, 6]
     with redis_server.client(2) as c:
@@ -100,11 +107,7 @@ async def test_acknowledged_put_survives_a_kill_of_redis(tmp_path: Path) -> None
     before it answered, so a SIGKILL of the server right after loses nothing acknowledged."""
     with RedisServer(tmp_path / "redis") as server:
         server.start()
-        m = _manager(tmp_path, server.url(0))
-        await m.start()
-        q = m.queue("a")
-        for i in range(50):
-            await q.put(f"r{i}".encode(), {}, None)[2]
+        m, q = await _filled(tmp_path, server.url(0), 50)
         await q.delete([1])  # a removal is acknowledged the same way
         server.kill()
         await Store.crash_redis(m)
