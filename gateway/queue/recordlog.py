@@ -165,6 +165,9 @@ class RecordLog:
         removed = self._remove(idxs, rids, freed)
         if not removed:
             return 0, None
+        lo, hi = min(removed), max(removed)
+        if hi - lo == len(removed) - 1 and lo <= self.min_live <= hi:
+            self.min_live = hi + 1  # a run from the front (the usual commit): past it at once
         self._advance_min_live()  # the backend may drop everything below it at once
         dur = self.backend.delete(self.name, removed, rids, self.min_live)
         on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
