@@ -81,6 +81,11 @@ class Removal:
                     del q.recent_rids[rec.rid]
             q.min_live = min(q.min_live, idx)
             back[idx] = None
+        if back and max(q.records) > min(back):
+            # Back in index order: gets and truncation walk the records in insertion order.
+            ordered = sorted(q.records.items())
+            q.records.clear()
+            q.records.update(ordered)
         held: dict[int, dict[int, str]] = {}
         for g, committed, pending, deliveries in self.groups:
             g.committed.update(i for i in committed if i in back)
@@ -88,16 +93,18 @@ class Removal:
             held[id(g)] = pending
         for g in q.groups.values():
             pending = held.get(id(g), {})
+            queued = set(g.returned)  # a removal leaves its indexes there (take skips gone ones)
             for idx in back:
-                if idx not in g.committed and idx not in g.pending:
+                if idx not in g.committed and idx not in g.pending and idx not in queued:
                     reassign(q, g, idx, pending.get(idx))
         q._wake_all()
 
 
 def reassign(q: ConsumerGroups, g: Group, idx: int, uid: str | None) -> None:
-    """Give a record back to the consumer that held it if it is still there, else to the group."""
+    """Give a record back to the consumer that held it if it is still there, else to the group.
+    (An auto-commit consumer holds records too: those it held on a plain connection before.)"""
     c = g.consumers.get(uid) if uid is not None else None
-    if c is not None and c.connected and not c.auto_commit:
+    if c is not None and c.connected:
         g.pending[idx] = c.uid
         c.pending[idx] = None
     else:
@@ -116,9 +123,10 @@ class Assignments:
         g = self.g
         if q.groups.get(g.gid) is not g:
             return  # deleted meanwhile
+        queued = set(g.returned)  # handed back before the commit, and still there
         for idx, uid in self.held:
             g.committed.discard(idx)
-            if idx in q.records and idx not in g.pending:
+            if idx in q.records and idx not in g.pending and idx not in queued:
                 reassign(q, g, idx, uid)
         q._wake_group(g)
 
