@@ -1,7 +1,7 @@
 """The reference-model test again, with removals the store refuses to write.
 
-Besides every step of ``QueueMachine``, Hypothesis now commits, deletes, truncates and
-reads with auto-delete while the backend refuses the write (a full disk, a Redis refusing
+Besides every step of ``QueueMachine``, Hypothesis now puts, commits, deletes, truncates
+and reads with auto-delete while the backend refuses the write (a full disk, a Redis refusing
 writes). Each refused call must leave the queue exactly as it was: records, byte counts,
 the memory of removed records, every group's pending, committed and delivery counts, and
 every consumer's window; the model does not change, so the machine's invariants and its
@@ -18,6 +18,7 @@ from hypothesis.stateful import initialize, rule
 
 from gateway.config import QueueConfig
 from gateway.queue.backend import StorageError
+from gateway.queue.records import Record
 from gateway.queue.store import MemoryBackend, Queue, QueueError
 from gateway.queue.undo import settle
 from tests.gateway.queue.test_store_model import COMMITTERS, QueueMachine
@@ -38,6 +39,9 @@ class RefusingBackend(MemoryBackend):
         fut: asyncio.Future[None] = self.loop.create_future()
         self.writes.append(fut)
         return fut
+
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Any:
+        return self._write()
 
     def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Any:
         return self._write()
@@ -78,8 +82,9 @@ class RefusingMachine(QueueMachine):
         self.backend = RefusingBackend(self.loop)
         self.q = Queue("q", QueueConfig(max_length=50, max_window=8), self.backend, grace_s=0)
 
-    def _refused(self, call: Any) -> None:
-        """Run ``call`` with the writes refused; the queue must be as it was before."""
+    def _refused(self, call: Any) -> int:
+        """Run ``call`` with the writes refused; the queue must be as it was before.
+        -> how many writes were refused."""
         before = snapshot(self.q)
         self.backend.refusing = True
         try:
@@ -88,8 +93,14 @@ class RefusingMachine(QueueMachine):
             assert not self.backend.writes, "refused with a 4xx after writing"
         finally:
             self.backend.refusing = False
-        self.backend.refuse_all()
+        refused = self.backend.refuse_all()
         assert snapshot(self.q) == before
+        return refused
+
+    @rule(data=st.binary(max_size=8), tag=st.sampled_from(["a", "b"]))
+    def refused_put(self, data: bytes, tag: str) -> None:
+        if self._refused(lambda: self.q.put(data, {"t": tag}, None)):
+            self.next_idx += 1  # the refused put's index is never used again
 
     @rule(c=st.sampled_from(COMMITTERS), data=st.data())
     def refused_commit(self, c: tuple[str, str], data: st.DataObject) -> None:
