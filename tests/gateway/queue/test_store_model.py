@@ -55,6 +55,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.last_fresh: dict[tuple[str, str], int] = {}
         self.removed: set[int] = set()  # in the queue once, gone now (committed, deleted, ...)
         self.fetched: set[int] = set()
+        self.recovered_below = 0  # records below it may have been read before a restart
 
     # ------------------------------------------------------------------ helpers
     def _relevant(self, g: ModelGroup, idx: int) -> bool:
@@ -68,6 +69,11 @@ class QueueMachine(RuleBasedStateMachine):
         for g in self.groups.values():
             g.committed.discard(idx)
             g.outstanding.pop(idx, None)
+
+    @property
+    def _read(self) -> set[int]:
+        """Records any group may commit: read by a get, or recovered (perhaps read before)."""
+        return self.fetched | {i for i in self.live if i < self.recovered_below}
 
     def _done_everywhere(self, idx: int, but: ModelGroup | None = None) -> bool:
         return all(
@@ -209,10 +215,10 @@ class QueueMachine(RuleBasedStateMachine):
             # Gone (committed, deleted, truncated, read by get): OK; never put: 404.
             ok_expected = idx in self.removed
         elif g is not None:
-            ok_expected = idx in set(g.outstanding) | g.committed | g.delivered | self.fetched
+            ok_expected = idx in set(g.outstanding) | g.committed | g.delivered | self._read
         else:
             # A group that never watched acks read records only once no group needs them.
-            ok_expected = idx in self.fetched and self._done_everywhere(idx)
+            ok_expected = idx in self._read and self._done_everywhere(idx)
         try:
             self.q.commit(gid, [idx])
         except QueueError as err:

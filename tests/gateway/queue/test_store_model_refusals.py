@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
 
@@ -130,7 +131,8 @@ class RefusingMachine(QueueMachine):
             self.loop.close()
 
 
-RefusingMachine.TestCase.settings = QueueMachine.TestCase.settings
+# More runs than the base machine: the failures this finds need several groups and steps.
+RefusingMachine.TestCase.settings = settings(QueueMachine.TestCase.settings, max_examples=500)
 TestQueueModelWithRefusals = RefusingMachine.TestCase
 
 
