@@ -294,7 +294,7 @@ class ConsumerGroups(RecordLog):
         to_delete: list[int] = []
         to_ack: list[int] = []
         held: list[tuple[int, str | None]] = []
-        freed: set[Consumer] = set()
+        freed: dict[Consumer, int] = {}
         for idx in idxs:
             rec = self.records.get(idx)
             if rec is None or idx in g.committed:

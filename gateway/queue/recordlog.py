@@ -161,7 +161,7 @@ class RecordLog:
         idxs = list(idxs)
         undo = Removal(self, idxs)
         rids: list[str] = []
-        freed: set[Consumer] = set()
+        freed: dict[Consumer, int] = {}
         removed = self._remove(idxs, rids, freed)
         if not removed:
             return 0, None
@@ -174,7 +174,7 @@ class RecordLog:
         self._offer_room(freed, dur)
         return len(removed), dur
 
-    def _remove(self, idxs: Iterable[int], rids: list[str], freed: set[Consumer]) -> list[int]:
+    def _remove(self, idxs: Iterable[int], rids: list[str], freed: dict[Consumer, int]) -> list[int]:
         """Take records out of memory (``rids`` gets their request ids, ``freed`` the
         consumers that held them). On the commit path, so in bulk: a commit removes up to
         thousands at once, and the per-group bookkeeping is set arithmetic run in C."""
@@ -206,32 +206,39 @@ class RecordLog:
                 c = consumers.get(pending.pop(idx))
                 if c is not None:
                     c.pending.pop(idx, None)
-                    freed.add(c)
+                    freed[c] = freed.get(c, 0) + 1
         return removed
 
-    def _unassign(self, g: Group, idx: int, freed: set[Consumer]) -> None:
-        """Take record ``idx`` off whichever consumer of ``g`` holds it (added to ``freed``)."""
+    def _unassign(self, g: Group, idx: int, freed: dict[Consumer, int]) -> None:
+        """Take record ``idx`` off whichever consumer of ``g`` holds it (counted in ``freed``)."""
         uid = g.pending.pop(idx, None)
         if uid is not None:
             c = g.consumers.get(uid)
             if c is not None:
                 c.pending.pop(idx, None)
-                freed.add(c)
+                freed[c] = freed.get(c, 0) + 1
 
-    def _offer_room(self, freed: set[Consumer], dur: Durable) -> None:
-        """Consumers that hold fewer records now take more once the change is durable: a
-        refused write puts the records back in their windows (the room would have been
-        handed out twice), and the answer to the call that freed the room (a commit) goes
-        out before the hand-out it allows, so the client works while the server sends."""
+    def _offer_room(self, freed: dict[Consumer, int], dur: Durable) -> None:
+        """Consumers that hold fewer records now take more once the change is durable: until
+        then the records still count in their windows (``releasing``), since a refused write
+        puts them back. The answer to the call that freed the room (a commit) also goes out
+        before the hand-out it allows, so the client works while the server sends."""
         if not freed:
             return
         now = time.monotonic()
         for c in freed:
             c.progress = now  # committed or removed: not held any more
-        if isinstance(dur, asyncio.Future) and not dur.done():
-            dur.add_done_callback(lambda _: self._wake_each(freed))
-        else:
+        if not (isinstance(dur, asyncio.Future) and not dur.done()):
             self._wake_each(freed)
+            return
+        for c, n in freed.items():
+            c.releasing += n
+        dur.add_done_callback(lambda _: self._released(freed))
+
+    def _released(self, freed: dict[Consumer, int]) -> None:
+        for c, n in freed.items():
+            c.releasing -= n
+        self._wake_each(freed)
 
     def _wake_each(self, consumers: Iterable[Consumer]) -> None:
         for c in consumers:

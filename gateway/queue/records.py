@@ -70,12 +70,15 @@ class Consumer:
     # Last time the consumer moved: a delivery written to its socket, or one of its records
     # committed (ws.py closes a watcher that holds records without moving for watcher_idle_s).
     progress: float = field(default_factory=time.monotonic)
+    # Records taken off this consumer by a commit or removal whose write is not durable yet:
+    # they still count in its window (a refused write gives them back).
+    releasing: int = 0
 
     @property
     def room(self) -> int:
         if self.auto_commit:
             return AUTO_COMMIT_SLICE
-        return self.window - len(self.pending)
+        return self.window - len(self.pending) - self.releasing
 
 
 @dataclass(eq=False)

@@ -114,7 +114,7 @@ class Queue(ConsumerGroups):
         a["consumers.stats.connected"] = str(sum(1 for c in consumers if c.connected))
         for i, c in enumerate(consumers):
             status = "Running" if c.connected else "Leaving"
-            slots = max(0, c.window - len(c.pending)) if not c.auto_commit else c.window
+            slots = max(0, c.room) if not c.auto_commit else c.window
             a[f"consumers.list.[{i}]"] = (
                 f"Id: {c.gid}.{c.uid}, Index: {min(c.pending, default=0)}, Pending: {len(c.pending)}, "
                 f"Status: {status}, Idle: {now - c.last_seen:.3f}s, Window: {c.window}, Slots: {slots}, "

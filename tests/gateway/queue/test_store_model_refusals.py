@@ -68,7 +68,9 @@ def snapshot(q: Queue) -> tuple[Any, ...]:
         for gid, g in q.groups.items()
     }
     consumers = {
-        (gid, uid): sorted(c.pending) for gid, g in q.groups.items() for uid, c in g.consumers.items()
+        (gid, uid): (sorted(c.pending), c.releasing)
+        for gid, g in q.groups.items()
+        for uid, c in g.consumers.items()
     }
     records = {idx: (r.rid, r.data, dict(r.tags), r.fetched) for idx, r in q.records.items()}
     memory = (dict(q.recent), dict(q.recent_rids), dict(q.by_rid), q.bytes, q.cached_bytes)
@@ -191,4 +193,24 @@ def test_an_auto_commit_consumer_gets_back_what_it_held() -> None:
     c, _ = q.connect("g1", "u1", 0, 1, True, {})
     _refuse(backend, lambda: q.delete([1]))
     assert (list(c.pending), q.groups["g1"].pending, q.groups["g1"].returned) == ([1], {1: "u1"}, [])
+    backend.loop.close()
+
+
+def test_room_a_commit_frees_is_not_taken_while_its_write_is_in_flight() -> None:
+    """Anything may let a watcher take more while a commit is being written (a put made
+    visible wakes every watcher): the room the commit frees counts only once it is
+    durable, so a refused commit never leaves a window holding more than it may."""
+    q, backend = _queue()
+    for _ in range(4):
+        q.put(b"r", {}, None)
+    c, _ = q.connect("g1", "u1", 0, 2, False, {})
+    assert [r.idx for r, _ in q.take(c)[0]] == [1, 2]
+    backend.refusing = True
+    q.commit("g1", [1, 2])
+    backend.refusing = False
+    assert q.take(c)[0] == []  # the commit is not durable yet
+    backend.refuse_all()
+    assert sorted(c.pending) == [1, 2]
+    q.commit("g1", [1, 2])  # accepted at once: the room is there
+    assert [r.idx for r, _ in q.take(c)[0]] == [3, 4]
     backend.loop.close()
