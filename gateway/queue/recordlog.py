@@ -160,9 +160,8 @@ class RecordLog:
         """Remove records and journal it (with their tombstones); -> (how many, handle)."""
         idxs = list(idxs)
         undo = Removal(self, idxs)
-        rids: list[str] = []
         freed: dict[Consumer, int] = {}
-        removed = self._remove(idxs, rids, freed)
+        removed, rids = self._remove(idxs, freed)
         if not removed:
             return 0, None
         lo, hi = min(removed), max(removed)
@@ -174,11 +173,12 @@ class RecordLog:
         self._offer_room(freed, dur)
         return len(removed), dur
 
-    def _remove(self, idxs: Iterable[int], rids: list[str], freed: dict[Consumer, int]) -> list[int]:
-        """Take records out of memory (``rids`` gets their request ids, ``freed`` the
-        consumers that held them). On the commit path, so in bulk: a commit removes up to
-        thousands at once, and the per-group bookkeeping is set arithmetic run in C."""
+    def _remove(self, idxs: Iterable[int], freed: dict[Consumer, int]) -> tuple[list[int], list[str]]:
+        """Take records out of memory -> (their indexes, their request ids); ``freed`` counts
+        the records taken off each consumer. On the commit path, so in bulk: a commit removes
+        up to thousands at once, and the per-group bookkeeping is set arithmetic run in C."""
         removed: list[int] = []
+        rids: list[str] = []
         size = cached = 0
         pop, forget = self.records.pop, self.by_rid.pop
         for idx in idxs:
@@ -192,22 +192,19 @@ class RecordLog:
             if rec.data is not None:
                 cached += rec.size
         if not removed:
-            return removed
+            return removed, rids
         self.bytes -= size
         self.cached_bytes -= cached
-        self._remember(removed, rids[-len(removed) :])
+        self._remember(removed, rids)
         gone = set(removed)
         for g in self.groups.values():
             g.committed -= gone
-            deliveries, pending, consumers = g.deliveries, g.pending, g.consumers
+            deliveries = g.deliveries
             for idx in gone & deliveries.keys():
                 del deliveries[idx]
-            for idx in gone & pending.keys():  # _unassign, inline
-                c = consumers.get(pending.pop(idx))
-                if c is not None:
-                    c.pending.pop(idx, None)
-                    freed[c] = freed.get(c, 0) + 1
-        return removed
+            for idx in gone & g.pending.keys():
+                self._unassign(g, idx, freed)
+        return removed, rids
 
     def _unassign(self, g: Group, idx: int, freed: dict[Consumer, int]) -> None:
         """Take record ``idx`` off whichever consumer of ``g`` holds it (counted in ``freed``)."""

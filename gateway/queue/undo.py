@@ -93,11 +93,18 @@ class Removal:
             held[id(g)] = pending
         for g in q.groups.values():
             pending = held.get(id(g), {})
-            queued = set(g.returned)  # a removal leaves its indexes there (take skips gone ones)
-            for idx in back:
-                if idx not in g.committed and idx not in g.pending and idx not in queued:
-                    reassign(q, g, idx, pending.get(idx))
+            give_back(q, g, ((idx, pending.get(idx)) for idx in back))
         q._wake_all()
+
+
+def give_back(q: ConsumerGroups, g: Group, held: Iterable[tuple[int, str | None]]) -> None:
+    """Records back in the queue, each with the uid that held it (None: none did), back in
+    ``g``: all but those it still has, held, committed or waiting among its returned records
+    (a removal leaves its indexes there; a hand-out skips the ones that are gone)."""
+    queued = set(g.returned)
+    for idx, uid in held:
+        if idx in q.records and idx not in g.committed and idx not in g.pending and idx not in queued:
+            reassign(q, g, idx, uid)
 
 
 def reassign(q: ConsumerGroups, g: Group, idx: int, uid: str | None) -> None:
@@ -123,11 +130,8 @@ class Assignments:
         g = self.g
         if q.groups.get(g.gid) is not g:
             return  # deleted meanwhile
-        queued = set(g.returned)  # handed back before the commit, and still there
-        for idx, uid in self.held:
-            g.committed.discard(idx)
-            if idx in q.records and idx not in g.pending and idx not in queued:
-                reassign(q, g, idx, uid)
+        g.committed.difference_update(idx for idx, _ in self.held)
+        give_back(q, g, self.held)
         q._wake_group(g)
 
 
@@ -160,4 +164,4 @@ class Watch:
         return None
 
 
-__all__ = ["Assignments", "Removal", "Watch", "on_failure", "reassign", "settle"]
+__all__ = ["Assignments", "Removal", "Watch", "give_back", "on_failure", "reassign", "settle"]
