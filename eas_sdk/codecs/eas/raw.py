@@ -144,7 +144,8 @@ class RawArray:
                 target = NUMPY_DTYPES[dt]
             except (ValueError, KeyError):
                 raise CodecError(f"{what}: unsupported dtype {DT_NAMES.get(dt, dt)}") from None
-            others = [k for k in self.kinds() if k != kind]
+            held = self._values
+            others = [] if len(held) == 1 and kind in held else [k for k in self.kinds() if k != kind]
             if others and not self.count(kind):
                 raise CodecError(
                     f"{what}: {DT_NAMES.get(dt, dt)} values expected in the {kind} field, got {others}"

@@ -30,10 +30,10 @@ from .decoded import (
 from .dtypes import BLADE_NUMPY_DTYPES
 from .json_form import decode_json, encode_json_response
 from .raw import RawArray
-from .sniff import sniff
+from .sniff import Field, classify, sniff
 from .tf import decode_tf_request_raw, encode_tf_response
 from .torch import decode_torch_request_raw, encode_torch_response, is_placeholder
-from .wire import CodecError, snappy_decompress
+from .wire import CodecError, scan_fields, snappy_decompress
 
 # The largest body a snappy-compressed request may inflate to.
 MAX_SNAPPY_SIZE = 64 * 1024 * 1024
@@ -81,9 +81,9 @@ def _raw_array(r: RawArray, where: str) -> InputTensor | None:
         raise InvalidInput(f"{where}: invalid values") from None
 
 
-def _decode_tf(body: bytes) -> DecodedRequest:
+def _decode_tf(body: bytes, top: list[Field] | None = None) -> DecodedRequest:
     try:
-        sig, raw, filt = decode_tf_request_raw(body)
+        sig, raw, filt = decode_tf_request_raw(body, top)
     except _DECODE_ERRORS:
         raise InvalidInput("cannot decode request as tf") from None
     if len(raw) > MAX_INPUTS:
@@ -97,9 +97,9 @@ def _decode_tf(body: bytes) -> DecodedRequest:
     return req
 
 
-def _decode_torch(body: bytes, compressed: bool = False) -> DecodedRequest:
+def _decode_torch(body: bytes, compressed: bool = False, top: list[Field] | None = None) -> DecodedRequest:
     try:
-        raw_inputs, raw_map, filt, _debug = decode_torch_request_raw(body)
+        raw_inputs, raw_map, filt, _debug = decode_torch_request_raw(body, top)
     except _DECODE_ERRORS:
         unpacked = None if compressed else _snappy_decompress(body)
         if unpacked is not None:
@@ -164,12 +164,13 @@ def _decode_blade(body: bytes) -> DecodedRequest:
     return req
 
 
-def decode(body: bytes, fmt: str) -> DecodedRequest:
-    """Decode ``body`` as ``fmt`` (a resolved format, see :func:`resolve_format`)."""
+def decode(body: bytes, fmt: str, top: list[Field] | None = None) -> DecodedRequest:
+    """Decode ``body`` as ``fmt`` (a resolved format, see :func:`resolve_format`). ``top``:
+    the body's top-level fields when the caller has scanned them already (to sniff)."""
     if fmt == "tf":
-        return _decode_tf(body)
+        return _decode_tf(body, top)
     if fmt == "torch":
-        return _decode_torch(body)
+        return _decode_torch(body, top=top)
     if fmt == "blade":
         return _decode_blade(body)
     if fmt == "json":
@@ -188,10 +189,12 @@ def decode_request(body: bytes, configured: str = "auto", header: str | None = N
         return decode(body, fmt)
     if body[:64].lstrip().startswith(b"{"):
         return decode_json(body)
-    kind = sniff(body)
+    # One scan of the top-level fields, for the sniffing and the decoding.
+    top = scan_fields(body)
+    kind = classify(body, top)
     if kind is not None:
         try:
-            return decode(body, kind)
+            return decode(body, kind, top)
         except InvalidInput as exc:
             first: InvalidInput | None = exc
     else:

@@ -11,6 +11,9 @@ from typing import Any
 
 from .wire import scan_fields
 
+# (field number, wire type, start, end) as scan_fields lists them.
+Field = tuple[int, int, int, int]
+
 
 def _looks_like_array_proto(buf: Any, s: int, e: int) -> bool:
     """Torch/TF ArrayProto: first key is field 1 varint (dtype); empty is a padded input."""
@@ -27,15 +30,30 @@ def sniff(body: Any) -> str | None:
 
     Returns "tf", "torch", "blade", or None when the bytes are not protobuf at all.
     """
-    fields = scan_fields(body)
+    return classify(body, scan_fields(body))
+
+
+def classify(body: Any, fields: list[Field] | None) -> str | None:
+    """:func:`sniff` given the body's top-level fields (:func:`scan_fields`), so that a
+    decoder can reuse the scan."""
     if fields is None:
         return None
-    f1 = [f for f in fields if f[0] == 1]
-    f2 = [f for f in fields if f[0] == 2]
-    if any(f[0] == 100 for f in fields) or any(f[1] == 0 for f in f2):
-        return "torch"  # debug_level, or an unpacked output_filter
-    if any(f[1] != 2 for f in f1):
-        return None
+    # One pass over the fields; the checks below keep sniff's order of precedence.
+    f1: list[Field] = []
+    f2: list[Field] = []
+    for f in fields:
+        num = f[0]
+        if num == 1:
+            f1.append(f)
+        elif num == 2:
+            if f[1] == 0:
+                return "torch"  # an unpacked output_filter
+            f2.append(f)
+        elif num == 100:
+            return "torch"  # debug_level
+    for f in f1:
+        if f[1] != 2:
+            return None
     if len(f1) > 1:
         return "torch"  # repeated positional inputs; TF/Blade carry one signature string
     torchish = bool(f1) and _looks_like_array_proto(body, f1[0][2], f1[0][3])
@@ -48,11 +66,15 @@ def sniff(body: Any) -> str | None:
             return None
     for _, _wt, s, e in f2:
         sub = scan_fields(body, s, e)
-        if sub is None:
+        if not sub:
             continue
-        if any(f == 3 and w == 0 for f, w, _, _ in sub):
-            return "blade"  # Array.batchsize is required and always sent
-        if not torchish and sub and all(f in (1, 2) and w == 2 for f, w, _, _ in sub):
+        tf_entry = not torchish
+        for f, w, _, _ in sub:
+            if f == 3 and w == 0:
+                return "blade"  # Array.batchsize is required and always sent
+            if w != 2 or (f != 1 and f != 2):
+                tf_entry = False
+        if tf_entry:
             return "tf"  # map entry {key, value}
     if torchish and f1 and body[f1[0][2] : f1[0][3]] != b"":
         return "torch"

@@ -59,13 +59,16 @@ class TFRequestData(NamedTuple):
     output_filter: list[str]
 
 
-def decode_tf_request_raw(buf: Any) -> tuple[str, dict[str, RawArray], list[str]]:
-    """Parse a TF ``PredictRequest`` without validating tensors."""
+def decode_tf_request_raw(
+    buf: Any, top: Sequence[tuple[int, int, int, int]] | None = None
+) -> tuple[str, dict[str, RawArray], list[str]]:
+    """Parse a TF ``PredictRequest`` without validating tensors. ``top``: its top-level
+    fields when already scanned (:func:`~eas_sdk.codecs.eas.wire.scan_fields`)."""
     buf = as_buffer(buf)
     sig = ""
     inputs: dict[str, RawArray] = {}
     filt: list[str] = []
-    for field, wt, x, y in fields(buf, 0, len(buf)):
+    for field, wt, x, y in fields(buf, 0, len(buf)) if top is None else top:
         if wt != 2:
             continue
         if field == 1:

@@ -92,14 +92,17 @@ class TorchRequestData(NamedTuple):
     debug_level: int
 
 
-def decode_torch_request_raw(buf: Any) -> tuple[list[RawArray], dict[str, RawArray], list[int], int]:
-    """Parse an (uncompressed) Torch ``PredictRequest`` without validating tensors."""
+def decode_torch_request_raw(
+    buf: Any, top: Sequence[tuple[int, int, int, int]] | None = None
+) -> tuple[list[RawArray], dict[str, RawArray], list[int], int]:
+    """Parse an (uncompressed) Torch ``PredictRequest`` without validating tensors. ``top``:
+    its top-level fields when already scanned (:func:`~eas_sdk.codecs.eas.wire.scan_fields`)."""
     buf = as_buffer(buf)
     inputs: list[RawArray] = []
     map_inputs: dict[str, RawArray] = {}
     filt: list[int] = []
     debug = 0
-    for field, wt, x, y in fields(buf, 0, len(buf)):
+    for field, wt, x, y in fields(buf, 0, len(buf)) if top is None else top:
         if field == 1 and wt == 2:
             inputs.append(decode_array_proto(buf, x, y, "torch"))
         elif field == 2:

@@ -8,6 +8,7 @@ responses we encode are read back by that client's own response classes.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -162,6 +163,52 @@ def test_random_bytes_never_raise_anything_but_invalid_input(body: bytes, fmt: s
     except eas.InvalidInput:
         return
     assert req.kind in eas.FORMATS
+
+
+def _field(number: int, wire_type: int, payload: bytes | int) -> bytes:
+    key = eas.varint(number << 3 | wire_type)
+    if wire_type == 0:
+        return key + eas.varint(int(payload))
+    assert isinstance(payload, bytes)
+    return key + (eas.varint(len(payload)) if wire_type == 2 else b"") + payload
+
+
+# Protobuf-shaped bodies: fields numbered as the three families number theirs (and 100, Torch's
+# debug_level), nested up to three deep, so that every branch of the sniffing is taken.
+_leaf = st.sampled_from([b"", b"predict", b"\x08\x01", b"\x08\x01\x12\x02\x0a\x00", b"\xff\xfe", b"in"])
+_messages = st.recursive(
+    st.just(b""),
+    lambda inner: st.lists(
+        st.one_of(
+            st.tuples(st.sampled_from([1, 2, 3, 4, 100]), st.just(0), st.integers(0, 300)),
+            st.tuples(st.sampled_from([1, 2, 3, 4]), st.just(2), st.one_of(inner, _leaf)),
+            st.tuples(st.sampled_from([1, 2, 3]), st.just(5), st.just(b"abcd")),
+        ),
+        max_size=4,
+    ).map(lambda fs: b"".join(_field(*f) for f in fs)),
+    max_leaves=12,
+)
+
+
+def _outcome(decode: Any) -> Any:
+    try:
+        req = decode()
+    except eas.InvalidInput as exc:
+        return ("invalid", exc.message)
+    tensors = [*req.named.items(), *enumerate(req.positional)]
+    arrays = [(k, None if t is None else (t.array.dtype.str, t.array.tolist())) for k, t in tensors]
+    return (req.kind, req.signature, req.output_names, req.output_indices, arrays)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_messages)
+def test_sniffing_decodes_as_the_sniffed_format_would(body: bytes) -> None:
+    """Sniffing reuses its scan of the body for the decoding: the outcome is the one the
+    sniffed format, named explicitly, gives."""
+    kind = eas.sniff(body)
+    if kind is None:
+        return  # only a snappy-compressed Torch body is left, which is another test's
+    assert _outcome(lambda: eas.decode_request(body)) == _outcome(lambda: eas.decode_request(body, kind))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
