@@ -34,6 +34,7 @@ from gateway import errors
 from gateway.admission import Admission, BodyHold
 from gateway.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, verify
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.lean_http.wire import Headers
 from gateway.protocols import v2_tensors
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.tensor_call import TensorRequest, TensorResponse
@@ -290,6 +291,8 @@ class DataPlane:
         the body (:meth:`infer_tensors`)."""
         if headers is TF_FORM_HEADERS or headers is JSON_FORM_HEADERS:
             sent = dict(headers)  # the adapters' own: nothing to drop, plain str already
+        elif type(headers) is Headers:
+            sent = {k: v for k, v in headers.items() if k not in DROP_HEADERS}  # lower-case str keys
         else:
             # Plain str keys: multidict keys are istr, which strict JSON encoders (orjson) refuse.
             sent = {str(k): str(v) for k, v in headers.items() if k.lower() not in DROP_HEADERS}
