@@ -81,11 +81,13 @@ def request_array(value: Any, family: str, what: str, copy: bool = True) -> tupl
 
 
 @functools.lru_cache(maxsize=256)
-def _response_plan(dtype: np.dtype[Any], family: str) -> tuple[int, str, int]:
-    # (DT code, value kind, field) a family answers a numpy dtype with: looked up once.
+def _response_plan(dtype: np.dtype[Any], family: str) -> tuple[int, str, int, bytes]:
+    # (DT code, value kind, field, the field's key as packed) a family answers a numpy dtype
+    # with: looked up once.
     dt = dt_for_numpy(dtype, family, response=True)
     kind = value_kind(dt, family)
-    return dt, kind, FIELDS[family][kind]
+    field = FIELDS[family][kind]
+    return dt, kind, field, tag(field, 2)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -107,6 +109,9 @@ def response_payload(arr: np.ndarray, kind: str, what: str, checked: bool) -> An
     (uint64 aside, which is range-checked like any value given with an explicit DT code).
     """
     if _FIXED_KINDS.get(arr.dtype) == kind:
+        view = memoryview(arr)
+        if view.c_contiguous and view.nbytes:
+            return view.cast("B")  # the array's own bytes, in order already
         return memoryview(np.ascontiguousarray(arr).reshape(-1)).cast("B")
     if checked and kind in (Kind.INT32, Kind.INT64) and arr.dtype.kind in "iub" and arr.dtype != np.uint64:
         if arr.size <= 16:
@@ -126,9 +131,10 @@ def response_array(value: Any, family: str, what: str) -> tuple[Pieces, int]:
         arr, dt = np.asarray(value.array), value.dtype
         kind = value_kind(dt, family)
         field = FIELDS[family][kind]
+        lead_key = tag(field, 2)
     else:
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        dt, kind, field = _response_plan(arr.dtype, family)
+        dt, kind, field, lead_key = _response_plan(arr.dtype, family)
     head = _array_head(dt, arr.shape)
     if kind == Kind.BYTES:
         p, n = bytes_field(field, response_strings(arr))
@@ -137,7 +143,7 @@ def response_array(value: Any, family: str, what: str) -> tuple[Pieces, int]:
     size = len(payload)
     if not size:  # protobuf writes no empty packed field
         return [head], len(head)
-    lead = tag(field, 2) + varint(size)
+    lead = lead_key + varint(size)
     return [head, lead, payload], len(head) + len(lead) + size
 
 

@@ -237,15 +237,17 @@ def encode_response(
 
     An output the format cannot carry (a complex dtype, say) raises InvalidInput.
     """
-    sel = [(names[i], arrays[i]) for i in indices]
+    kind = req.kind
     try:
-        if req.kind == "tf":
-            return encode_tf_response([(n, _wire_ready(a)) for n, a in sel]), CONTENT_TYPE_PROTOBUF
-        if req.kind == "torch":
+        if kind == "tf":
+            body = encode_tf_response([(names[i], _wire_ready(arrays[i])) for i in indices])
+            return body, CONTENT_TYPE_PROTOBUF
+        sel = [(names[i], arrays[i]) for i in indices]
+        if kind == "torch":
             if req.by_map:
                 return encode_torch_response((), [(n, _wire_ready(a)) for n, a in sel]), CONTENT_TYPE_PROTOBUF
             return encode_torch_response([_wire_ready(a) for _, a in sel]), CONTENT_TYPE_PROTOBUF
-        if req.kind == "blade":
+        if kind == "blade":
             return encode_blade_response(blade_outputs(sel, req.output_types)), CONTENT_TYPE_PROTOBUF
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"cannot encode the outputs: {exc}") from None

@@ -251,10 +251,13 @@ class OnnxProcessor(Batchable[Prepared]):
         return list(results)
 
     def _encode(self, p: Prepared, results: list[np.ndarray]) -> WorkerResponse:
-        by_name = dict(zip(p.wanted, results, strict=True))
         if p.decoded.kind == TENSORS:
-            return TensorResponse(200, b"", arrays={n: by_name[n] for n in p.wanted})
-        arrays = [by_name.get(n) for n in self.output_names]
+            return TensorResponse(200, b"", arrays=dict(zip(p.wanted, results, strict=True)))
+        if p.wanted == self.output_names:
+            arrays: list[np.ndarray | None] = results  # every output, in the model's order
+        else:
+            by_name = dict(zip(p.wanted, results, strict=True))
+            arrays = [by_name.get(n) for n in self.output_names]
         try:
             body, ctype = eas.encode_response(p.decoded, self.output_names, arrays, p.indices)  # type: ignore[arg-type]
         except eas.InvalidInput as exc:
