@@ -216,8 +216,8 @@ class OnnxProcessor(Batchable[Prepared]):
                     req.body, self.service.request_format, req.header("X-Eas-Request-Format")
                 )
             feeds = eas.bind_inputs(decoded, self.inputs)
-            if decoded.kind == TENSORS and not decoded.output_names:
-                indices, wanted = self._every  # every output, as most V2 calls ask
+            if not decoded.output_names and not decoded.output_indices:
+                indices, wanted = self._every  # every output, as most calls ask
             else:
                 indices = eas.select_outputs(decoded, self.output_names)
                 wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
