@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -347,7 +347,7 @@ class DataPlane:
             self.observer.observe_dispatch(svc.name, elapsed, compute_us)
         return resp
 
-    def predict(
+    async def predict(
         self,
         svc: ServiceConfig,
         headers: Mapping[str, str],
@@ -358,17 +358,13 @@ class DataPlane:
         request_id: str = "",
         arrived: float,
         deadline: float | None,
-    ) -> Coroutine[Any, Any, WorkerResponse]:
+    ) -> WorkerResponse:
         """A whole predict call once its body is in: authenticate, admit, dispatch.
-        ``deadline``: :meth:`caller_deadline`, which adapters read before the body.
-
-        The checks run at the call and raise there; the dispatch is the coroutine returned
-        (:meth:`infer`'s own, not one around it: every resumption of a call walks its chain
-        of coroutines, so each frame less is paid twice per call)."""
+        ``deadline``: :meth:`caller_deadline`, which adapters read before the body."""
         self.refuse_queue_call(svc, headers)
         self.authenticate(svc, headers, raw_path, body)
         timeout = self.budget(svc, deadline, arrived)
-        return self.infer(svc, headers, body, subpath=subpath, request_id=request_id, timeout=timeout)
+        return await self.infer(svc, headers, body, subpath=subpath, request_id=request_id, timeout=timeout)
 
     async def infer_json(
         self,

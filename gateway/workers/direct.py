@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable
 from typing import Any
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
@@ -85,14 +85,11 @@ class DirectHTTP:
             max_response_bytes=gateway.max_response_bytes,
         )  # fmt: skip
 
-    def answer(
-        self, headers: Any, raw_path: str, tail: str, body: bytes, rid: str
-    ) -> Coroutine[Any, Any, WorkerResponse]:
-        """One predict call whose body is in; a refusal raises a GatewayError (at the call, or
-        from the coroutine it returns)."""
+    async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes, rid: str) -> WorkerResponse:
+        """One predict call whose body is in; a refusal raises a GatewayError."""
         arrived = time.monotonic()
         plane = self.plane
-        return plane.predict(
+        return await plane.predict(
             self.service, headers, raw_path, body,
             subpath=tail, request_id=rid, arrived=arrived, deadline=plane.caller_deadline(headers),
         )  # fmt: skip
