@@ -1,11 +1,13 @@
 """Watcher / AsyncWatcher: records pushed by the queue server over a WebSocket.
 
-Built on the ``websockets`` library (sync and asyncio clients): pings every 2 s, a
-dead connection is noticed within ``ping_interval + ping_timeout``, and a dropped
-one is reconnected with jittered back-off (at most 2 s) while the watcher is not
-closed. Records delivered but not committed before a drop come back (the server's
-consumer group keeps them). A 4xx at the handshake (bad token, bad window) is
-raised instead of retried for ever; a frame that does not decode is a broken stream.
+Built on the ``websockets`` library: the asyncio watcher on its asyncio client, the
+blocking one on its protocol with a reader thread of our own that hands messages over
+in batches (``eas_sdk._transports.websocket``). Both ping every 2 s, notice a dead
+connection within ``ping_interval + ping_timeout``, and reconnect a dropped one with
+jittered back-off (at most 2 s) while the watcher is not closed. Records delivered but
+not committed before a drop come back (the server's consumer group keeps them). A 4xx at
+the handshake (bad token, bad window) is raised instead of retried for ever; a frame that
+does not decode is a broken stream.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._core.queue import DataFrame
 from ._core.queue_call import status_error
+from ._transports._shared import tls_context
 from .errors import PredictException
 
 if TYPE_CHECKING:
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
 RECONNECT_BASE = 0.1
 RECONNECT_CAP = 2.0
 WATCH_MAX_QUEUE = 4096
+CLOSE_TIMEOUT = 1.0
 
 _C = TypeVar("_C")
 
@@ -39,9 +44,21 @@ def _reconnect_delay(attempt: int, rng: random.Random) -> float:
     return rng.random() * min(RECONNECT_CAP, RECONNECT_BASE * (1 << min(attempt, 10)))
 
 
-def _connect_options(client: Any, headers: Any) -> dict[str, Any]:
-    """``websockets`` connect() options shared by the sync and the async watcher."""
+def _open_timeout(client: Any) -> float:
+    return max(1.0, client.timeout_ms / 1000.0)
+
+
+def _tls(client: Any, url: str) -> ssl.SSLContext | None:
+    """For wss://, the client's trust: its ``ca_certs`` bundle, else the system's CAs."""
+    return tls_context(client.ca_certs) if url.startswith("wss://") else None
+
+
+def _connect_options(client: Any, url: str, headers: Any) -> dict[str, Any]:
+    """The asyncio watcher's ``websockets`` connect() options (the sync watcher's connection
+    takes the same ones it has)."""
+    tls = _tls(client, url)
     return {
+        **({"ssl": tls} if tls is not None else {}),
         "additional_headers": headers,
         "compression": None,
         "max_size": None,
@@ -49,10 +66,10 @@ def _connect_options(client: Any, headers: Any) -> dict[str, Any]:
         # instead of pausing reads every 16 messages.
         "max_queue": WATCH_MAX_QUEUE,
         "proxy": None,
-        "open_timeout": max(1.0, client.timeout_ms / 1000.0),
+        "open_timeout": _open_timeout(client),
         "ping_interval": client.ping_interval,
         "ping_timeout": client.ping_timeout,
-        "close_timeout": 1.0,
+        "close_timeout": CLOSE_TIMEOUT,
     }
 
 
@@ -89,8 +106,9 @@ class Watcher(_WatcherState["QueueClient"]):
 
     def run(self) -> Iterator[DataFrame]:
         from google.protobuf.message import DecodeError
-        from websockets.exceptions import ConnectionClosed, WebSocketException
-        from websockets.sync.client import connect
+        from websockets.exceptions import WebSocketException
+
+        from ._transports.websocket import SyncWebSocket
 
         with self.client.watch_lock:
             if self.client._watcher is not None and self.client._watcher is not self:
@@ -103,11 +121,13 @@ class Watcher(_WatcherState["QueueClient"]):
         try:
             while not self.closed:
                 try:
-                    ws = connect(
-                        self.url,
-                        **_connect_options(self.client, self.headers),
-                        legacy=True,  # one direct connection: this class does its own reconnects
-                    )
+                    client = self.client
+                    ws = SyncWebSocket.connect(
+                        self.url, self.headers,
+                        open_timeout=_open_timeout(client),
+                        ping_interval=client.ping_interval, ping_timeout=client.ping_timeout,
+                        max_queue=WATCH_MAX_QUEUE, close_timeout=CLOSE_TIMEOUT, tls=_tls(client, self.url),
+                    )  # fmt: skip
                 except (OSError, WebSocketException, TimeoutError) as exc:
                     final = _handshake_error(exc)
                     if final is not None:
@@ -130,7 +150,7 @@ class Watcher(_WatcherState["QueueClient"]):
                         if isinstance(msg, str):
                             raise ValueError("text frame on a queue watch")
                         yield DataFrame.decode(msg)
-                except (ConnectionClosed, OSError, ValueError, TimeoutError, DecodeError) as exc:
+                except (OSError, ValueError, DecodeError) as exc:
                     # A frame that is not a DataFrameProto is a broken stream like any other.
                     if self.closed:
                         return
@@ -190,7 +210,7 @@ class AsyncWatcher(_WatcherState["AsyncQueueClient"]):
         try:
             while not self.closed:
                 try:
-                    ws = await connect(self.url, **_connect_options(client, self.headers))
+                    ws = await connect(self.url, **_connect_options(client, self.url, self.headers))
                 except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
                     final = _handshake_error(exc)
                     if final is not None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import ssl
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,31 +19,6 @@ from .conftest import TOKEN, Raw
 from .fake_eas import FakeEAS
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A throw-away CA and a server certificate for IP 127.0.0.1 (made with openssl)."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI not available")
-    d = tmp_path_factory.mktemp("pki")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl(
-        "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=t-ca", cwd=d
-    )  # fmt: skip
-    _openssl("req", *ec, "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1", cwd=d)
-    (d / "ext.cnf").write_text(
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"
-    )
-    _openssl(
-        "x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-        "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf", cwd=d,
-    )  # fmt: skip
-    return d
 
 
 @pytest.fixture
@@ -110,3 +83,24 @@ async def test_queue_client_with_private_ca_reaches_the_server(tls_server: FakeE
             await q.attributes()
     finally:
         await q.close()
+
+
+async def test_watchers_trust_the_private_ca_too(tls_server: FakeEAS, pki: Path) -> None:
+    """wss:// with ``ca_certs``: the TLS handshake succeeds and the fake server (which has no
+    WebSocket route) refuses the upgrade, which is raised as final."""
+    ca = str(pki / "ca.pem")
+    q = QueueClient(custom_url=tls_server.url + "/api/predict/q", ca_certs=ca)
+    q.init()
+    try:
+        with pytest.raises(HTTPStatusError) as info:
+            next(iter(q.watch(0, 1)))
+        assert info.value.code == 405  # its predict route takes POST only
+    finally:
+        q.close()
+    aq = AsyncQueueClient(custom_url=tls_server.url + "/api/predict/q", ca_certs=ca)
+    try:
+        with pytest.raises(HTTPStatusError) as ainfo:
+            await anext(aiter(aq.watch(0, 1)))
+        assert ainfo.value.code == 405
+    finally:
+        await aq.close()
