@@ -207,7 +207,7 @@ class SyncWebSocket:
                 if len(self._messages) >= self._high:
                     self._wait_for_consumer()
                     ping_at, pong_by = self._next_ping(), None
-        except (OSError, WebSocketClosed) as exc:
+        except Exception as exc:  # whatever ends the reader ends the connection, for recv to raise
             self._error = exc
         finally:
             self._ended.set()
