@@ -123,11 +123,12 @@ def base_url(endpoint: str, queue_name: str, custom_url: str = "", path_suffix: 
     return url
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+_PLAIN = re.compile(r"[A-Za-z0-9_.~,-]*")
 
 
 def _plain_qs(query: Mapping[str, Any]) -> str | None:
-    """The query string when no key or value needs quoting (what urlencode would give), else None."""
+    """The query string when no key or value needs quoting but for commas (a list of indexes),
+    exactly as urlencode would write it; else None."""
     parts = []
     for k, v in query.items():
         if type(v) is int:
@@ -135,7 +136,7 @@ def _plain_qs(query: Mapping[str, Any]) -> str | None:
         if not (type(k) is str and type(v) is str and _PLAIN.fullmatch(k) and _PLAIN.fullmatch(v)):
             return None
         parts.append(f"{k}={v}")
-    return "&".join(parts)
+    return "&".join(parts).replace(",", "%2C")
 
 
 def build_url(base: str, query: Mapping[str, Any], websocket: bool = False) -> str:
@@ -191,6 +192,8 @@ def index_list(indexes: object) -> list[int]:
     items: Sequence[object] = indexes if isinstance(indexes, (list, tuple)) else [indexes]
     if not items:
         raise BadRequestError(400, "no index given")
+    if all(type(i) is int for i in items) and min(items) > 0:  # type: ignore[type-var]
+        return list(items)  # type: ignore[arg-type]  # plain positive ints, the usual call
     out: list[int] = []
     for i in items:
         if not check_index(i):
@@ -243,7 +246,7 @@ def watch_query(
 
 
 def indexes_query(indexes: list[int]) -> dict[str, str]:
-    return {C.Q_INDEXES: ",".join(str(i) for i in indexes)}
+    return {C.Q_INDEXES: ",".join(map(str, indexes))}
 
 
 def truncate_query(index: object) -> dict[str, Any]:

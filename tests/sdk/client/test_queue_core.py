@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import urllib.parse
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eas_sdk._core import queue as core
 from eas_sdk.errors import BadRequestError
@@ -62,6 +65,31 @@ def test_core_rules() -> None:
     frames = core.parse_get(b"")
     assert frames == []
     assert core.parse_put(b"12", {"x-eas-queueservice-request-id": "r"}) == ("12", "r")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(alphabet="ab_,.~-% +/=&é1", min_size=1, max_size=6),
+        st.one_of(st.text(alphabet="09,az_.~- %&é", max_size=12), st.integers(0, 10**12)),
+        max_size=4,
+    )
+)
+def test_query_strings_are_written_as_urlencode_writes_them(query: dict[str, str | int]) -> None:
+    assert core.build_url("http://h/q", query) == "http://h/q" + (
+        "?" + urllib.parse.urlencode(query) if query else ""
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-3, 10**15), st.booleans(), st.sampled_from(["7", "x", 1.0, 2.5]))))
+def test_index_lists_take_positive_integers_only(items: list[object]) -> None:
+    valid = bool(items) and all(core.check_index(i) for i in items)
+    if valid:
+        assert core.index_list(items) == [int(i) for i in items]  # type: ignore[call-overload]
+    else:
+        with pytest.raises(BadRequestError):
+            core.index_list(items)
 
 
 def test_sdk_retries_5xx_but_never_4xx() -> None:
