@@ -79,7 +79,11 @@ def parse_query(qs: str) -> Query:
     if not qs:
         return []
     if "%" in qs or "+" in qs:
-        return urllib.parse.parse_qsl(qs, keep_blank_values=True)
+        # A list of indexes comes with its commas escaped: that alone needs no unquoting pass.
+        plain = qs.replace("%2C", ",")
+        if "%" in plain or "+" in plain:
+            return urllib.parse.parse_qsl(qs, keep_blank_values=True)
+        qs = plain
     out: Query = []
     for part in qs.split("&"):
         if part:

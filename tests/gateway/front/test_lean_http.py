@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from yarl import URL
 
 from gateway.lean_http import (
@@ -87,10 +90,19 @@ async def test_client_leaving_cancels_the_handler_only_when_asked(
 
 @pytest.mark.parametrize(
     "qs",
-    ["", "a=1&b=2", "_attrs_", "a=&b", "a=1&&b=2", "a+b=c%2Cd", "_indexes_=1%2C2", "k=%E4%B8%AD", "x=1=2"],
-)
+    [
+        "", "a=1&b=2", "_attrs_", "a=&b", "a=1&&b=2", "a+b=c%2Cd", "_indexes_=1%2C2", "k=%E4%B8%AD", "x=1=2",
+        "_indexes_=1%2C2%2C3&x=%2C", "a=%2c", "a=%252C", "%2C=1",
+    ],
+)  # fmt: skip
 def test_parse_query_matches_yarl(qs: str) -> None:
     assert parse_query(qs) == list(URL("/p?" + qs).query.items())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="a=&%2Cc5+,", max_size=16))
+def test_parse_query_unquotes_as_the_standard_library(qs: str) -> None:
+    assert parse_query(qs) == urllib.parse.parse_qsl(qs, keep_blank_values=True)
 
 
 def test_parse_head_hands_over_what_it_does_not_implement() -> None:
