@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from eas_sdk.queue import QueueClient
+from tests.websocket_raw import accept_upgrade
 
 from .server_proc import TOKEN, QueueServer
 
@@ -33,9 +34,6 @@ def test_idempotent_put_with_request_id(queue_server: QueueServer, queue_name: s
 
 def test_watcher_notices_silent_server_and_reconnects(make_client: Callable[..., QueueClient]) -> None:
     """A server that stops answering pings is left after ping_interval + ping_timeout."""
-    import base64
-    import hashlib
-
     accepted: list[socket.socket] = []
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -47,21 +45,11 @@ def test_watcher_notices_silent_server_and_reconnects(make_client: Callable[...,
                 conn, _ = sock.accept()
             except OSError:
                 return
-            req = b""
-            while b"\r\n\r\n" not in req:
-                req += conn.recv(4096)
-            key = next(
-                line.split(b": ", 1)[1]
-                for line in req.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key")
-            )
-            digest = hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()  # noqa: S324 (RFC 6455)
-            accept = base64.b64encode(digest)
-            conn.sendall(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + b"\x82\x02\x08\x01"  # one frame: index 1
-            )
-            accepted.append(conn)  # then silence: no pongs, no data
+            accepted.append(conn)  # kept open after the frame, silent: no pongs, no data
+            try:
+                accept_upgrade(conn, then=b"\x82\x02\x08\x01")  # one frame: index 1
+            except OSError:
+                continue  # the client left mid-handshake
 
     threading.Thread(target=serve, daemon=True).start()
     q = QueueClient(f"127.0.0.1:{sock.getsockname()[1]}", "q")

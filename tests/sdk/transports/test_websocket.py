@@ -19,6 +19,7 @@ from websockets.sync.server import Server, ServerConnection, serve
 
 from eas_sdk._transports._shared import tls_context
 from eas_sdk._transports.websocket import SyncWebSocket, WebSocketClosed
+from tests.websocket_raw import accept_upgrade
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -128,25 +129,9 @@ def test_a_server_that_stops_answering_pings_is_left() -> None:
     conns: list[socket.socket] = []
 
     def serve_once() -> None:
-        import base64
-        import hashlib
-
         conn, _ = listener.accept()
         conns.append(conn)
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += conn.recv(4096)
-        key = next(
-            line.split(b": ", 1)[1]
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"sec-websocket-key")
-        )
-        accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())  # noqa: S324 (RFC 6455)
-        # The answer and a first message in one write; then silence.
-        conn.sendall(
-            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n\x82\x02hi"
-        )
+        accept_upgrade(conn, then=b"\x82\x02hi")  # a first message in the same write; then silence
 
     threading.Thread(target=serve_once, daemon=True).start()
     port = listener.getsockname()[1]
