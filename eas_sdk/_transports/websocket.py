@@ -158,7 +158,10 @@ class SyncWebSocket:
             self._closing = True
             if first and self._protocol.state is State.OPEN:
                 self._protocol.send_close(1000)
-                self._send_pending()
+                try:
+                    self._send_pending()
+                except OSError:
+                    pass  # the connection is gone or stuck: it is dropped below either way
         with self._ready:
             self._ready.notify_all()  # a reader paused for the consumer reads on to the end
         if threading.current_thread() is not self._reader:
