@@ -30,10 +30,10 @@ from .decoded import (
 from .dtypes import BLADE_NUMPY_DTYPES
 from .json_form import decode_json, encode_json_response
 from .raw import RawArray
-from .sniff import Field, classify, sniff
+from .sniff import classify, sniff
 from .tf import decode_tf_request_raw, encode_tf_response
 from .torch import decode_torch_request_raw, encode_torch_response, is_placeholder
-from .wire import CodecError, scan_fields, snappy_decompress
+from .wire import CodecError, Field, scan_fields, snappy_decompress
 
 # The largest body a snappy-compressed request may inflate to.
 MAX_SNAPPY_SIZE = 64 * 1024 * 1024

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .wire import scan_fields
-
-# (field number, wire type, start, end) as scan_fields lists them.
-Field = tuple[int, int, int, int]
+from .wire import Field, scan_fields
 
 
 def _looks_like_array_proto(buf: Any, s: int, e: int) -> bool:

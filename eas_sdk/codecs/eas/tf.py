@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from .arrays import Tensor, map_entry, named_items, request_array, response_array
 from .raw import RawArray, decode_map_entry
-from .wire import Pieces, as_buffer, fields, string_field, text
+from .wire import Field, Pieces, as_buffer, fields, string_field, text
 
 
 def encode_tf_request(
@@ -60,7 +60,7 @@ class TFRequestData(NamedTuple):
 
 
 def decode_tf_request_raw(
-    buf: Any, top: Sequence[tuple[int, int, int, int]] | None = None
+    buf: Any, top: Sequence[Field] | None = None
 ) -> tuple[str, dict[str, RawArray], list[str]]:
     """Parse a TF ``PredictRequest`` without validating tensors. ``top``: its top-level
     fields when already scanned (:func:`~eas_sdk.codecs.eas.wire.scan_fields`)."""

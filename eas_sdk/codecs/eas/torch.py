@@ -18,6 +18,7 @@ from .raw import RawArray, decode_array_proto, decode_map_entry, numeric_piece
 from .values import to_wire_values
 from .wire import (
     CodecError,
+    Field,
     Pieces,
     as_buffer,
     encode_varints,
@@ -93,7 +94,7 @@ class TorchRequestData(NamedTuple):
 
 
 def decode_torch_request_raw(
-    buf: Any, top: Sequence[tuple[int, int, int, int]] | None = None
+    buf: Any, top: Sequence[Field] | None = None
 ) -> tuple[list[RawArray], dict[str, RawArray], list[int], int]:
     """Parse an (uncompressed) Torch ``PredictRequest`` without validating tensors. ``top``:
     its top-level fields when already scanned (:func:`~eas_sdk.codecs.eas.wire.scan_fields`)."""

@@ -194,7 +194,11 @@ def read_varint(buf: Any, pos: int, end: int) -> tuple[int, int]:
             raise CodecError("varint longer than 10 bytes")
 
 
-def fields(buf: Any, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+# (field number, wire type, a, b) as fields() yields them and scan_fields() lists them.
+Field = tuple[int, int, int, int]
+
+
+def fields(buf: Any, pos: int, end: int) -> Iterator[Field]:
     """Yield (field, wire_type, a, b): varint -> (value, 0); LEN/I32/I64 -> byte span [a, b)."""
     # One-byte varints (keys of fields 1-15, lengths < 128, small values) are read inline:
     # most of a small message's varints, and a function call each saved.
@@ -249,7 +253,7 @@ def text(buf: Any, a: int, b: int) -> str:
         raise CodecError("invalid UTF-8 in a string field") from None
 
 
-def scan_fields(buf: Any, start: int = 0, end: int | None = None) -> list[tuple[int, int, int, int]] | None:
+def scan_fields(buf: Any, start: int = 0, end: int | None = None) -> list[Field] | None:
     """The fields of ``buf[start:end]`` as :func:`fields` yields them, or None when malformed."""
     try:
         return list(fields(buf, start, len(buf) if end is None else end))
