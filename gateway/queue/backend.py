@@ -26,10 +26,17 @@ class Backend(Protocol):
         ...
 
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Durable:
+    def delete(
+        self,
+        queue: str,
+        idxs: list[int],
+        rids: list[str] | None = None,
+        floor: int = 0,
+        nbytes: int | None = None,
+    ) -> Durable:
         """Remove records; the backend remembers their (index, request id) durably. No record
         below ``floor`` is kept any more (removed now or before): a backend may drop all of
-        them in one step."""
+        them in one step. ``nbytes``: the removed records' payload bytes, where known."""
         ...
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
@@ -53,7 +60,14 @@ class MemoryBackend:
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
         return None
 
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Durable:
+    def delete(
+        self,
+        queue: str,
+        idxs: list[int],
+        rids: list[str] | None = None,
+        floor: int = 0,
+        nbytes: int | None = None,
+    ) -> Durable:
         return None
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:

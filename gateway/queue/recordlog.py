@@ -161,20 +161,21 @@ class RecordLog:
         idxs = list(idxs)
         undo = Removal(self, idxs)
         freed: dict[Consumer, int] = {}
-        removed, rids = self._remove(idxs, freed)
+        removed, rids, nbytes = self._remove(idxs, freed)
         if not removed:
             return 0, None
         lo, hi = min(removed), max(removed)
         if hi - lo == len(removed) - 1 and lo <= self.min_live <= hi:
             self.min_live = hi + 1  # a run from the front (the usual commit): past it at once
         self._advance_min_live()  # the backend may drop everything below it at once
-        dur = self.backend.delete(self.name, removed, rids, self.min_live)
+        dur = self.backend.delete(self.name, removed, rids, self.min_live, nbytes)
         on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
         self._offer_room(freed, dur)
         return len(removed), dur
 
-    def _remove(self, idxs: Iterable[int], freed: dict[Consumer, int]) -> tuple[list[int], list[str]]:
-        """Take records out of memory -> (their indexes, their request ids); ``freed`` counts
+    def _remove(self, idxs: Iterable[int], freed: dict[Consumer, int]) -> tuple[list[int], list[str], int]:
+        """Take records out of memory -> (their indexes, their request ids, their payload
+        bytes); ``freed`` counts
         the records taken off each consumer. On the commit path, so in bulk: a commit removes
         up to thousands at once, and the per-group bookkeeping is set arithmetic run in C."""
         removed: list[int] = []
@@ -192,7 +193,7 @@ class RecordLog:
             if rec.data is not None:
                 cached += rec.size
         if not removed:
-            return removed, rids
+            return removed, rids, 0
         self.bytes -= size
         self.cached_bytes -= cached
         self._remember(removed, rids)
@@ -204,7 +205,7 @@ class RecordLog:
                 del deliveries[idx]
             for idx in gone & g.pending.keys():
                 self._unassign(g, idx, freed)
-        return removed, rids
+        return removed, rids, size
 
     def _unassign(self, g: Group, idx: int, freed: dict[Consumer, int]) -> None:
         """Take record ``idx`` off whichever consumer of ``g`` holds it (counted in ``freed``)."""

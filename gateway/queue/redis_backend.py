@@ -341,7 +341,14 @@ class RedisBackend:
         ]
         return self._submit(_adding(cmds))
 
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Durable:
+    def delete(
+        self,
+        queue: str,
+        idxs: list[int],
+        rids: list[str] | None = None,
+        floor: int = 0,
+        nbytes: int | None = None,
+    ) -> Durable:
         """Remove records and leave their tombstones in the same batch. Records taken from
         the front of the queue (nothing kept below ``floor``) go in one trim of the stream,
         a third of what deleting 100 entries one by one costs Redis."""

@@ -1,34 +1,35 @@
 """Embedded durable backend: SQLite in WAL mode with group commit.
 
 Every change the store journals becomes one op; ops are committed in batches, one
-transaction per batch, and their futures complete in order only after the COMMIT.
-So "put answered" means "the transaction holding it committed". One connection
-writes; two writer modes:
+transaction per batch, and their futures complete in order only after the COMMIT
+(``sqlite_commit``). So "put answered" means "the transaction holding it committed".
+One connection writes, in one of two modes:
 
 * ``fsync: normal`` (default): ``synchronous=NORMAL``. A commit is a write() into
   the WAL file (the OS page cache) and never an fsync, so it runs in the event
-  loop: everything submitted during one loop iteration is one transaction. WAL
-  checkpoints (which do fsync) run on a background connection every second. An
-  acknowledged put survives ``kill -9`` of the gateway, not a power loss.
-* ``fsync: always``: ``synchronous=FULL``; a writer thread takes every waiting op
-  (up to ``MAX_BATCH``) per transaction and fsyncs the WAL on each commit, so an
-  acknowledged put survives power loss too.
+  loop. WAL checkpoints (which do fsync) run on a background connection every
+  second. An acknowledged put survives ``kill -9`` of the gateway, not a power loss.
+* ``fsync: always``: ``synchronous=FULL``; a writer thread commits and fsyncs the
+  WAL on each commit, so an acknowledged put survives power loss too.
 
 (``EASGW_QUEUE_WRITER=thread|loop`` overrides the mode, for measurements.)
 
-Records live in one rowid table per queue (``r_<qid>``, rowid = index). Indexes
-never repeat: ``meta.next_idx`` reserves blocks of ``INDEX_RESERVE`` indexes in the
-transaction that first uses them, and a clean stop records the exact value.
+Records live in rowid tables (rowid = index), a ring of them per queue, each holding
+runs of consecutive indexes in turn (``sqlite_layout``): records removed from the front
+of a queue are freed a table at a time instead of row by row. Indexes never repeat:
+``meta.next_idx`` reserves blocks of ``INDEX_RESERVE`` indexes in the transaction that
+first uses them, and a clean stop records the exact value.
 Deliveries are not journalled: after a restart every consumer is gone, so whatever
 was outstanding is delivered again (at least once).
 
 Removed records leave tombstones ``(idx, rid)`` in ``t_<qid>``, one row per removal (a
 JSON list of the pairs) written in the removal's own transaction: a per-record row would
-cost about as much again as deleting the record. Contiguous indexes are deleted with one
-range statement. The store loads the newest ``RECENT_LIMIT`` tombstones on start: a
-commit repeated after a restart is still OK and a put retried with a consumed record's
-request id still returns its index. Every ``PRUNE_EVERY`` removals of a queue, the
-removal's transaction also drops the rows wholly beyond the newest ``RECENT_LIMIT``.
+cost about as much again as deleting the record. Rows removed above the queue's floor
+are deleted in the same transaction, contiguous indexes by one range statement. The
+store loads the newest ``RECENT_LIMIT`` tombstones on start: a commit repeated after a
+restart is still OK and a put retried with a consumed record's request id still returns
+its index. Every ``PRUNE_EVERY`` removals of a queue, the removal's transaction also
+drops the rows wholly beyond the newest ``RECENT_LIMIT``.
 """
 
 from __future__ import annotations
@@ -37,24 +38,23 @@ import asyncio
 import json
 import logging
 import os
-import queue as _stdqueue
 import sqlite3
 import threading
-from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from gateway.private_files import private_file
 
+from . import sqlite_layout as layout
 from .backend import StorageError
 from .records import RECENT_LIMIT, Durable, Record
+from .sqlite_commit import GroupCommit, Op
 from .sqlite_read import PayloadReader
-from .undo import settle
 
 __all__ = ["SqliteBackend", "StorageError"]
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 1024
 CHECKPOINT_INTERVAL_S = 1.0
 
 # Tombstones beyond the newest RECENT_LIMIT are pruned once per this many removals.
@@ -64,7 +64,8 @@ PRUNE_EVERY = 4096
 # after a crash the indexes continue above the reservation (a gap, never a reuse).
 INDEX_RESERVE = 1024
 
-# Records live in one rowid table per queue (rowid = index: a single B-tree per insert).
+# Records live in rowid tables (rowid = index: a single B-tree per insert), see sqlite_layout;
+# ``floors``: per queue, the index below which no row is a record any more.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS qmap (queue TEXT PRIMARY KEY, qid INTEGER NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS meta (queue TEXT PRIMARY KEY, next_idx INTEGER NOT NULL);
@@ -73,9 +74,8 @@ CREATE TABLE IF NOT EXISTS groups (
     PRIMARY KEY (queue, gid));
 CREATE TABLE IF NOT EXISTS acks (
     queue TEXT NOT NULL, gid TEXT NOT NULL, idx INTEGER NOT NULL, PRIMARY KEY (queue, gid, idx));
+CREATE TABLE IF NOT EXISTS floors (queue TEXT PRIMARY KEY, floor INTEGER NOT NULL);
 """
-
-_Op = Callable[[sqlite3.Connection], None]
 
 
 def _tombstones(c: sqlite3.Connection, qid: int) -> None:
@@ -86,6 +86,12 @@ def _tombstones(c: sqlite3.Connection, qid: int) -> None:
         "(seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, items TEXT NOT NULL)"
     )
     c.execute(f"DROP TRIGGER IF EXISTS r_{qid}_gone")
+
+
+_INSERT = "INSERT INTO {} (idx, rid, tags, data) VALUES (?, ?, ?, ?)"
+_SET_FLOOR = (
+    "INSERT INTO floors (queue, floor) VALUES (?, ?) ON CONFLICT(queue) DO UPDATE SET floor = excluded.floor"
+)
 
 
 def _runs(idxs: list[int]) -> list[tuple[int, int]]:
@@ -99,25 +105,19 @@ def _runs(idxs: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-class SqliteBackend:
+class SqliteBackend(GroupCommit):
     name = "sqlite"
 
     def __init__(self, path: str, fsync: str = "normal", writer: str | None = None) -> None:
         if fsync not in ("normal", "always"):
             raise ValueError("fsync must be 'normal' or 'always'")
-        # "loop": group commit at the end of each event-loop iteration, in the loop thread
-        # (a NORMAL commit is a write() into the page cache, no fsync: cheaper than two
-        # thread hand-offs); "thread": a writer thread (needed when every commit fsyncs).
+        # The group commit's writer (sqlite_commit): the loop's own unless commits fsync.
         writer = writer or os.environ.get("EASGW_QUEUE_WRITER") or ("thread" if fsync == "always" else "loop")
         if writer not in ("loop", "thread"):
             raise ValueError("writer must be 'loop' or 'thread'")
         self.writer = writer
         self.path = path
         self.fsync = fsync
-        self._pending: list[tuple[_Op, asyncio.Future[None]]] = []
-        # The pending batch is one op of one statement: it runs as its own (autocommit)
-        # transaction, without the BEGIN/COMMIT round trips through the statement cache.
-        self._single = False
         self._qids: dict[str, int] = {}
         # Queues whose tables no write has created yet: every write to one creates them
         # (idempotently) until one succeeds, so a refused first write leaves no queue without
@@ -126,24 +126,22 @@ class SqliteBackend:
         self._reserved: dict[str, int] = {}
         self._acked: set[str] = set()
         self._removals: dict[str, int] = {}  # removals since the last tombstone prune
-        self._flush_scheduled = False
+        # Per queue: the floor as written (or as the transaction under way writes it) and the
+        # highest index any of its tables may hold. Both belong to the thread running the ops.
+        self._floors: dict[str, int] = {}
+        self._tops: dict[str, int] = {}
         self._ckpt_stop = threading.Event()
         self._ckpt_thread: threading.Thread | None = None
         if path != ":memory:":
             private_file(path)  # 0600 in a 0700 directory, before SQLite opens it
-        self._conn = self._open()
+        super().__init__(self._open(), writer)
         self._reader = PayloadReader(path, self._conn)
-        self._ops: _stdqueue.SimpleQueue[tuple[_Op, asyncio.Future[None]] | None] = _stdqueue.SimpleQueue()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self.batches = 0
-        self.ops = 0
-        self.errors = 0
-        # Why the last write failed, until one succeeds again (/readyz reports it).
-        self.failure: str | None = None
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # A statement per ring table and form: more than the default cache of 128 holds.
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, cached_statements=1024
+        )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={'FULL' if self.fsync == 'always' else 'NORMAL'}")
         conn.execute("PRAGMA busy_timeout=5000")
@@ -159,6 +157,7 @@ class SqliteBackend:
             conn.execute("BEGIN IMMEDIATE")
             for qid in qids:
                 _tombstones(conn, qid)
+                layout.create(conn, qid)
             conn.execute("COMMIT")
         return conn
 
@@ -175,13 +174,23 @@ class SqliteBackend:
         for name, nxt in c.execute("SELECT queue, next_idx FROM meta"):
             q(name)["next_idx"] = nxt
             self._reserved[name] = nxt
+        floors = dict(c.execute("SELECT queue, floor FROM floors").fetchall())
         for name, qid in c.execute("SELECT queue, qid FROM qmap").fetchall():
             self._qids[name] = qid
             recs = q(name)["records"]
-            # Metadata only: the payloads stay on disk until delivered (``read``).
-            sql = f"SELECT idx, rid, tags, length(data) FROM r_{int(qid)} ORDER BY idx"  # noqa: S608 (r_<int>)
-            for idx, rid, tags, size in c.execute(sql):
-                recs.append((idx, rid, json.loads(tags), None, size))
+            floor = floors.get(name, 0)
+            self._floors[name] = floor
+            top = 0
+            for t in layout.tables(qid):
+                # Metadata only: the payloads stay on disk until delivered (``read``). Rows
+                # below the floor are records removed already.
+                sql = f"SELECT idx, rid, tags, length(data) FROM {t} WHERE idx >= ?"  # noqa: S608 (s_<int>_<int>)
+                for idx, rid, tags, size in c.execute(sql, (floor,)):
+                    recs.append((idx, rid, json.loads(tags), None, size))
+                top = max(top, c.execute(f"SELECT max(idx) FROM {t}").fetchone()[0] or 0)  # noqa: S608
+            self._tops[name] = top
+            recs.sort(key=itemgetter(0))
+            q(name)["next_idx"] = max(q(name)["next_idx"], floor)
             if recs:
                 q(name)["next_idx"] = max(q(name)["next_idx"], recs[-1][0] + 1)
             q(name)["removed"] = self._recent_tombstones(int(qid))
@@ -213,7 +222,8 @@ class SqliteBackend:
         flat = [(int(idx), str(rid)) for pairs in reversed(rows) for idx, rid in pairs]
         return flat[-RECENT_LIMIT:]
 
-    def _table(self, queue: str, setup: list[_Op]) -> str:
+    def _qid(self, queue: str, setup: list[Op]) -> int:
+        """The queue's id; ``setup`` gets the op creating its tables while no write has."""
         qid = self._qids.get(queue)
         if qid is None:
             qid = max(self._qids.values(), default=0) + 1
@@ -223,14 +233,11 @@ class SqliteBackend:
 
             def create(c: sqlite3.Connection, queue: str = queue, qid: int = qid) -> None:
                 c.execute("INSERT OR IGNORE INTO qmap (queue, qid) VALUES (?, ?)", (queue, qid))
-                c.execute(
-                    f"CREATE TABLE IF NOT EXISTS r_{qid} "
-                    "(idx INTEGER PRIMARY KEY, rid TEXT NOT NULL, tags TEXT NOT NULL, data BLOB NOT NULL)"
-                )
+                layout.create(c, qid)
                 _tombstones(c, qid)
 
             setup.append(create)
-        return f"r_{qid}"
+        return qid
 
     def _created(self, queue: str, dur: Durable) -> Durable:
         """A write that creates the queue's tables was submitted: later ones need not, once it succeeded."""
@@ -297,111 +304,32 @@ class SqliteBackend:
         except sqlite3.Error:
             pass
 
-    # ------------------------------------------------------------------ writer thread
-    def _run(self) -> None:
-        conn = self._conn
-        loop = self._loop
-        assert loop is not None
-        stop = False
-        while not stop:
-            first = self._ops.get()
-            if first is None:
-                break
-            batch = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    nxt = self._ops.get_nowait()
-                except _stdqueue.Empty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                batch.append(nxt)
-            err = self._execute(conn, batch)
-            futs = [f for _, f in batch]
-            try:
-                loop.call_soon_threadsafe(_complete, futs, err)
-            except RuntimeError:  # loop closed during shutdown
-                break
-
-    def _submit(self, op: _Op, single: bool = False) -> Durable:
-        if self._loop is None:
-            # Not started (offline use, tests): write synchronously.
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            op(conn)
-            conn.execute("COMMIT")
-            return None
-        fut: asyncio.Future[None] = self._loop.create_future()
-        fut.add_done_callback(_retrieve)  # a failure nobody awaits is logged once, not warned about
-        if self.writer == "thread":
-            self._ops.put((op, fut))
-            return fut
-        self._single = single and not self._pending
-        self._pending.append((op, fut))
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-        return fut
-
-    def _flush(self) -> None:
-        """Loop writer: everything submitted during this loop iteration in one transaction."""
-        self._flush_scheduled = False
-        batch, self._pending = self._pending, []
-        if not batch:
-            return
-        err = self._execute(self._conn, batch, self._single and len(batch) == 1)
-        _complete([f for _, f in batch], err)
-
-    def _execute(
-        self,
-        conn: sqlite3.Connection,
-        batch: list[tuple[_Op, asyncio.Future[None] | None]],
-        single: bool = False,
-    ) -> BaseException | None:
-        err: BaseException | None = None
-        try:
-            if single:  # one statement: autocommit is one transaction, committed when it ends
-                batch[0][0](conn)
-            else:
-                conn.execute("BEGIN IMMEDIATE")
-                for op, _ in batch:
-                    op(conn)
-                conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            err = exc
-            self.errors += 1
-            self.failure = f"sqlite: {exc}"
-            log.error("queue storage write failed: %s", exc)
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-        else:
-            self.failure = None
-        self.batches += 1
-        self.ops += len(batch)
-        return err
-
     # ------------------------------------------------------------------ journal ops
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
-        setup: list[_Op] = []
-        table = self._table(queue, setup)
-        sql = f"INSERT INTO {table} (idx, rid, tags, data) VALUES (?, ?, ?, ?)"  # noqa: S608 (r_<int>)
+        setup: list[Op] = []
+        qid = self._qid(queue, setup)
         reserve: int | None = None
         if next_idx > self._reserved.get(queue, 0):
             reserve = next_idx + INDEX_RESERVE
             self._reserved[queue] = reserve
+        # Before the rows exist: a removal run after this put may empty their table only if
+        # it knows of them (a failed put leaves this too high, which is safe).
+        self._tops[queue] = max(self._tops.get(queue, 0), records[-1].idx)
         if len(records) == 1 and not setup and reserve is None:
             r = records[0]
+            sql = _INSERT.format(layout.table(qid, r.idx))
             row = (r.idx, r.rid, json.dumps(r.tags), r.data)
             return self._submit(lambda c: c.execute(sql, row), single=True)  # the common case, kept lean
-        rows = [(r.idx, r.rid, json.dumps(r.tags), r.data) for r in records]
+        by_table: dict[str, list[tuple[int, str, str, bytes | None]]] = {}
+        for r in records:
+            row = (r.idx, r.rid, json.dumps(r.tags), r.data)
+            by_table.setdefault(layout.table(qid, r.idx), []).append(row)
 
         def op(c: sqlite3.Connection) -> None:
             for s in setup:
                 s(c)
-            c.executemany(sql, rows)
+            for name, rows in by_table.items():
+                c.executemany(_INSERT.format(name), rows)
             if reserve is not None:
                 c.execute(
                     "INSERT INTO meta (queue, next_idx) VALUES (?, ?) "
@@ -412,30 +340,54 @@ class SqliteBackend:
         dur = self._submit(op)
         return self._created(queue, dur) if setup else dur
 
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Durable:
+    def delete(
+        self,
+        queue: str,
+        idxs: list[int],
+        rids: list[str] | None = None,
+        floor: int = 0,
+        nbytes: int | None = None,
+    ) -> Durable:
         """Remove records and leave their tombstones (``rids``: their request ids, in the
-        order of ``idxs``) in the same transaction; runs of indexes are ranges already."""
-        setup: list[_Op] = []
-        table = self._table(queue, setup)
+        order of ``idxs``) in the same transaction; runs of indexes are ranges already.
+
+        Records below ``floor`` keep their rows when they are small (``nbytes``, their
+        payload bytes): the floor, written in the same transaction, removes them, and their
+        table is emptied whole once the floor passes the end of their segment
+        (``sqlite_layout``). The floor is only written while every refused write has been
+        undone in memory: ``floor`` comes from the queue's memory, which a refused removal
+        not undone yet overstates."""
+        setup: list[Op] = []
+        qid = self._qid(queue, setup)
         acked = queue in self._acked
         runs = _runs(idxs)
         removals = self._removals.get(queue, 0) + len(idxs)
         prune = removals >= PRUNE_EVERY
         self._removals[queue] = 0 if prune else removals
-        tomb = "t_" + table[2:]
+        tomb = f"t_{qid}"
         stone = (len(idxs), json.dumps(list(zip(idxs, rids, strict=True)))) if rids else None
-        one = f"DELETE FROM {table} WHERE idx = ?"  # noqa: S608 (r_<int>)
-        span = f"DELETE FROM {table} WHERE idx BETWEEN ? AND ?"  # noqa: S608 (r_<int>)
         add_stone = f"INSERT INTO {tomb} (n, items) VALUES (?, ?)"  # noqa: S608 (t_<int>)
+        defer = layout.deferrable(len(idxs), nbytes)
+        settled = self._settled
 
         def op(c: sqlite3.Connection) -> None:
             for s in setup:
                 s(c)
-            for lo, hi in runs:
+            old = self._floors.get(queue, 0)
+            new = floor if floor > old and self.errors == settled else old
+            keep_below = new if defer else old  # rows below it need no DELETE of their own
+            for name, lo, hi in layout.by_table(qid, runs):
+                lo = max(lo, keep_below)
                 if lo == hi:
-                    c.execute(one, (lo,))
-                else:
-                    c.execute(span, (lo, hi))
+                    c.execute(f"DELETE FROM {name} WHERE idx = ?", (lo,))  # noqa: S608 (s_<int>_<int>)
+                elif lo < hi:
+                    c.execute(f"DELETE FROM {name} WHERE idx BETWEEN ? AND ?", (lo, hi))  # noqa: S608
+            if new > old:
+                for sql, args in layout.clear(qid, old, new, self._tops.get(queue, 0)):
+                    c.execute(sql, args)
+                c.execute(_SET_FLOOR, (queue, new))
+                self._floors[queue] = new
+                self._on_rollback(lambda: self._floors.__setitem__(queue, old))
             if stone is not None:
                 c.execute(add_stone, stone)
             if acked:
@@ -482,19 +434,3 @@ class SqliteBackend:
             c.execute("DELETE FROM acks WHERE queue = ? AND gid = ?", row)
 
         return self._submit(op)
-
-
-def _retrieve(f: asyncio.Future[None]) -> None:
-    if not f.cancelled():
-        f.exception()
-
-
-def _complete(futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
-    for f in futs:
-        if f.done():
-            continue
-        settle(f, err is None)  # a refused write's changes are undone in memory first
-        if err is None:
-            f.set_result(None)
-        else:
-            f.set_exception(StorageError(f"queue storage write failed: {err}"))

@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from .backend import StorageError
+from .sqlite_layout import table
 
 
 class PayloadReader:
@@ -35,10 +36,10 @@ class PayloadReader:
         return self._conn
 
     def read(self, qid: int | None, idx: int) -> bytes | None:
-        """The payload of record ``idx`` of table ``r_<qid>``; None if it is not there."""
+        """The payload of record ``idx`` of queue ``qid``; None if it is not there."""
         if qid is None:
             return None
-        sql = f"SELECT data FROM r_{int(qid)} WHERE idx = ?"  # noqa: S608 (r_<int>)
+        sql = f"SELECT data FROM {table(qid, idx)} WHERE idx = ?"  # noqa: S608 (s_<int>_<int>)
         try:
             row = self._connection().execute(sql, (idx,)).fetchone()
         except sqlite3.Error as exc:

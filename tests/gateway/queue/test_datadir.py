@@ -21,6 +21,7 @@ import yaml
 from eas_sdk.queue import QueueClient
 from gateway.queue.datadir import LOCK_FILE, MARKER_FILE, StoreUnusable, check_existing
 from gateway.queue.manager import DB_FILE
+from gateway.queue.sqlite_layout import table
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.e2e.queue.server_proc import TOKEN
 
@@ -196,7 +197,7 @@ def test_a_checkpoint_cut_short_by_a_crash_is_completed_not_refused(saved: Path,
     live = sqlite3.connect(db, isolation_level=None)
     live.execute("PRAGMA wal_autocheckpoint=0")
     rows = [(i, f"rid-{i}", f'{{"requestId": "rid-{i}"}}', bytes([i % 251]) * 4096) for i in range(4, 104)]
-    live.executemany("INSERT INTO r_1 (idx, rid, tags, data) VALUES (?, ?, ?, ?)", rows)
+    live.executemany(f"INSERT INTO {table(1, 4)} (idx, rid, tags, data) VALUES (?, ?, ?, ?)", rows)  # noqa: S608 (s_<int>_<int>)
     crashed = tmp_path / "crashed"
     crashed.mkdir()
     for name in (DB_FILE, DB_FILE + "-wal"):  # what a kill -9 leaves: the connection is still open

@@ -16,6 +16,7 @@ from gateway.config import parse_config
 from gateway.queue.manager import QueueManager
 from gateway.queue.records import QueueError
 from gateway.queue.server import build_app
+from gateway.queue.sqlite_layout import table
 from gateway.queue.store import Queue
 from tests.e2e.queue.server_proc import TOKEN, queue_config
 
@@ -132,7 +133,7 @@ async def test_a_payload_gone_from_disk_reads_as_gone(tmp_path: Path) -> None:
     q = m.queue("a")
     await put_all(q, payloads(2, 100))
     with sqlite3.connect(tmp_path / "data" / "queues.sqlite3") as conn:
-        conn.execute("DELETE FROM r_1 WHERE idx = 1")
+        conn.execute(f"DELETE FROM {table(1, 1)} WHERE idx = 1")  # noqa: S608 (s_<int>_<int>)
     conn.close()
     assert q.payload(q.records[1]) is None
     got, _ = q.get(0, 10, False, None, {})
@@ -183,7 +184,7 @@ async def test_an_unreadable_payload_is_507_and_the_server_stays_up(tmp_path: Pa
                 async with http.post(server.make_url(f"/api/predict/{name}"), data=b"payload") as resp:
                     assert resp.status == 200
             with sqlite3.connect(tmp_path / "data" / "queues.sqlite3") as conn:
-                conn.execute("DROP TABLE r_1")  # queue a's records, gone from under the store
+                conn.execute(f"DROP TABLE {table(1, 1)}")  # queue a's records, gone from under the store
             conn.close()
             async with http.get(server.make_url("/api/predict/a?_timeout_=0s")) as resp:
                 assert resp.status == 507 and "storage" in await resp.text()

@@ -16,6 +16,7 @@ from gateway.queue.manager import QueueManager
 from gateway.queue.records import Record
 from gateway.queue.server import build_app
 from gateway.queue.sqlite import SqliteBackend
+from gateway.queue.sqlite_layout import table
 from tests.e2e.queue.server_proc import TOKEN, queue_config
 
 
@@ -35,7 +36,7 @@ async def test_fsync_setting(tmp_path: Path, fsync: str, level: int, writer: str
     await m.queue("a").put(b"x", {}, None)[2]
     await m.stop()
     with sqlite3.connect(tmp_path / "data" / "queues.sqlite3") as conn:
-        assert conn.execute("SELECT count(*) FROM r_1").fetchone()[0] == 1
+        assert conn.execute(f"SELECT count(*) FROM {table(1, 1)}").fetchone()[0] == 1  # noqa: S608
     conn.close()
 
 

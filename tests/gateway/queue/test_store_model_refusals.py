@@ -44,7 +44,14 @@ class RefusingBackend(MemoryBackend):
     def put(self, queue: str, records: list[Record], next_idx: int) -> Any:
         return self._write()
 
-    def delete(self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0) -> Any:
+    def delete(
+        self,
+        queue: str,
+        idxs: list[int],
+        rids: list[str] | None = None,
+        floor: int = 0,
+        nbytes: int | None = None,
+    ) -> Any:
         return self._write()
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Any:

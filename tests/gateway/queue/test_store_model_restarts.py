@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
 from gateway.config import QueueConfig
+from gateway.queue import sqlite_layout as layout
 from gateway.queue.redis_backend import RedisBackend
 from gateway.queue.sqlite import SqliteBackend
 from gateway.queue.store import Queue
@@ -36,6 +37,9 @@ class RestartingMachine(QueueMachine):
     @initialize()
     def setup(self) -> None:
         super().setup()
+        # A tiny ring of record tables, so that a run crosses its segments and wraps it.
+        self.ring = (layout.SEGMENT, layout.RING)
+        layout.SEGMENT, layout.RING = 2, 3
         self.dir = tempfile.mkdtemp(prefix="queue-model-")
         self.path = str(Path(self.dir) / "queue.db")
         self.q = self._open()
@@ -81,6 +85,8 @@ class RestartingMachine(QueueMachine):
             if hasattr(self, "backend"):
                 self._stop(True)
                 shutil.rmtree(self.dir, ignore_errors=True)
+            if hasattr(self, "ring"):
+                layout.SEGMENT, layout.RING = self.ring
 
 
 # More runs than the base machine: the failures this finds need several groups and steps.
