@@ -14,6 +14,11 @@ Scenarios:
            Every delivered index/request id is checked: none lost, none duplicated,
            and the queue is empty at the end.
 
+A third contestant runs the cycles for reference (no goal): the HTTP floor
+(benchmarks/queue_floor_server.py), the same SDK calls against our lean HTTP front
+around a Python dict, with no storage and no checks: what the protocol's exchange costs
+by itself.
+
 Usage: python benchmarks/bench_queue.py [--quick] [--rounds N]
 """
 
@@ -265,6 +270,19 @@ class Ours:
         stop(self.proc)
 
 
+class Floor(Ours):
+    """The SDK's calls against benchmarks/queue_floor_server.py (a dict behind our HTTP front)."""
+
+    def __init__(self) -> None:  # nothing of Ours' set-up applies
+        self.port = free_port()
+        cmd = [sys.executable, str(ROOT / "benchmarks" / "queue_floor_server.py"), str(self.port)]
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen(pinned(cmd), stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
+        wait_port(self.port, self.proc)
+        self.n = 0
+        self.endpoint = f"127.0.0.1:{self.port}"
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -313,23 +331,27 @@ def main() -> int:
     redis_srv = Redis()
     backend = f"redis://127.0.0.1:{redis_srv.port}/1" if args.backend == "redis" else "sqlite"
     ours = Ours(tmp, args.via, backend)
+    floor = Floor()
     res: dict[str, list[float]] = {
         k: []
         for k in (
             "redis_cycle",
             "ours_cycle3",
             "ours_cycle2",
+            "floor_cycle3",
+            "floor_cycle2",
             "redis_stream",
             "ours_stream",
             "redis_stream_cpu",
             "ours_stream_cpu",
         )
     }
-    ratios: dict[str, list[float]] = {"cycle3": [], "cycle2": [], "stream": []}
+    ratios: dict[str, list[float]] = {"cycle3": [], "cycle2": [], "stream": [], "floor3": [], "floor2": []}
     try:
         # Warm-up (connections, code paths).
         redis_srv.cycle(50)
         ours.cycle(50, False)
+        floor.cycle(50, False)
         total_checked = 0
         for rnd in range(rounds):
             # Each round alternates short slices of every contestant, so a burst of load from
@@ -339,11 +361,14 @@ def main() -> int:
                     "redis": redis_srv.cycle,
                     "ours3": lambda m: ours.cycle(m, False),
                     "ours2": lambda m: ours.cycle(m, True),
+                    "floor3": lambda m: floor.cycle(m, False),
+                    "floor2": lambda m: floor.cycle(m, True),
                 },
                 n_cycle,
                 slices,
             )
             rc, oc3, oc2 = cyc["redis"][0], cyc["ours3"][0], cyc["ours2"][0]
+            fc3, fc2 = cyc["floor3"][0], cyc["floor2"][0]
             st = _interleaved({"redis": redis_srv.stream, "ours": ours.stream}, n_stream, slices)
             (rs, rs_cpu), (os_, os_cpu) = st["redis"], st["ours"]
             total_checked += n_stream
@@ -351,6 +376,8 @@ def main() -> int:
                 ("redis_cycle", rc),
                 ("ours_cycle3", oc3),
                 ("ours_cycle2", oc2),
+                ("floor_cycle3", fc3),
+                ("floor_cycle2", fc2),
                 ("redis_stream", rs),
                 ("ours_stream", os_),
                 ("redis_stream_cpu", rs_cpu),
@@ -360,6 +387,8 @@ def main() -> int:
             ratios["cycle3"].append(oc3 / rc)
             ratios["cycle2"].append(oc2 / rc)
             ratios["stream"].append(os_ / rs)
+            ratios["floor3"].append(fc3 / rc)
+            ratios["floor2"].append(fc2 / rc)
             print(
                 f"round {rnd + 1}: cycle redis {rc:,.0f}/s ours {oc3:,.0f}/s (3 calls) "
                 f"{oc2:,.0f}/s (2 calls); stream redis {rs:,.0f}/s ours {os_:,.0f}/s",
@@ -367,6 +396,7 @@ def main() -> int:
             )
     finally:
         ours.close()
+        floor.close()
         redis_srv.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -411,11 +441,20 @@ def main() -> int:
     for name, r, o, ratio, target in rows:
         verdict = "ok" if ratio >= target else "below"
         print(f"{name:52s} {r:10,.0f} {o:10,.0f} {ratio:7.2f} >= {target} {verdict}")
+    floors = [
+        ("HTTP floor: put->get->commit (3 calls), ops/s", med["floor_cycle3"], rat["floor3"]),
+        ("HTTP floor: put->get(auto_delete) (2 calls), ops/s", med["floor_cycle2"], rat["floor2"]),
+    ]
+    for name, f, ratio in floors:
+        print(f"{name:52s} {med['redis_cycle']:10,.0f} {f:10,.0f} {ratio:7.2f} (no goal)")
     met = report_targets(
         "bench_queue",
         [
-            Target(f"queue: {name.split(',')[0]} / redis", ratio, ">=", target, "x")
-            for name, _, _, ratio, target in rows
+            *(
+                Target(f"queue: {name.split(',')[0]} / redis", ratio, ">=", target, "x")
+                for name, _, _, ratio, target in rows
+            ),
+            *(Target(f"queue: {name.split(',')[0]} / redis", r, "", None, "x") for name, _, r in floors),
         ],
     )
     print(f"{'stream server CPU us/msg':52s} {med['redis_stream_cpu']:10.1f} {med['ours_stream_cpu']:10.1f}")

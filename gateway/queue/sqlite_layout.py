@@ -17,6 +17,9 @@ Consumers mostly remove records from the front of a queue, where the queue's *fl
   ``DEFERRED_RECORD_BYTES`` on average, delete their rows at once. So the rows kept after
   their removal are those of one segment at most, of small records: at most
   ``SEGMENT * DEFERRED_RECORD_BYTES`` of disk per queue.
+
+``SEGMENT`` and ``RING`` say where a record is on disk: a store written with other
+values would need its rows moved, as ``create`` moves those of the one-table layout.
 """
 
 from __future__ import annotations
