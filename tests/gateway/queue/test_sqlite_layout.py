@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.queue import sqlite_layout as layout
 from gateway.queue.records import Record
@@ -93,6 +95,50 @@ def test_a_table_is_emptied_whole_only_while_it_holds_no_later_segment(small_rin
         ("DELETE FROM s_1_0 WHERE idx < ?", (16,)),
         ("DELETE FROM s_1_1 WHERE idx < ?", (20,)),
         ("DELETE FROM s_1_2", ()),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    segment=st.integers(1, 6),
+    ring=st.integers(1, 5),
+    old=st.integers(0, 60),
+    step=st.integers(0, 60),
+    ahead=st.integers(0, 60),
+)
+def test_emptying_tables_removes_every_passed_segment_and_nothing_at_or_above_the_floor(
+    segment: int, ring: int, old: int, step: int, ahead: int
+) -> None:
+    """Against a model of the tables: rows from the old floor (the segment it is in, whole)
+    up to ``top``, each in its table; after the statements no row of a wholly passed segment
+    is left and every row at or above the new floor is still there."""
+    new, top = old + step, old + step + ahead
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(layout, "SEGMENT", segment)
+        mp.setattr(layout, "RING", ring)
+        tables: dict[str, set[int]] = {}
+        for i in range(old // segment * segment, top + 1):
+            tables.setdefault(layout.table(1, i), set()).add(i)
+        for sql, args in layout.clear(1, old, new, top):
+            name = sql.split()[2]
+            rows = tables.get(name, set())
+            tables[name] = {i for i in rows if i >= args[0]} if args else set()
+    left = set().union(*tables.values())
+    assert not any(i < new // segment * segment for i in left)
+    assert {i for i in range(new, top + 1)} <= left
+
+
+@given(runs=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 12)), max_size=5))
+def test_runs_cut_at_segment_ends_cover_the_same_indexes(runs: list[tuple[int, int]]) -> None:
+    spans = [(lo, lo + n) for lo, n in runs]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(layout, "SEGMENT", 4)
+        mp.setattr(layout, "RING", 3)
+        pieces = layout.by_table(1, spans)
+        for name, lo, hi in pieces:
+            assert lo // 4 == hi // 4 and name == layout.table(1, lo)
+    assert [i for _, lo, hi in pieces for i in range(lo, hi + 1)] == [
+        i for lo, hi in spans for i in range(lo, hi + 1)
     ]
 
 
