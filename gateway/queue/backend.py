@@ -27,16 +27,11 @@ class Backend(Protocol):
 
     def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
     def delete(
-        self,
-        queue: str,
-        idxs: list[int],
-        rids: list[str] | None = None,
-        floor: int = 0,
-        nbytes: int | None = None,
+        self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
     ) -> Durable:
         """Remove records; the backend remembers their (index, request id) durably. No record
         below ``floor`` is kept any more (removed now or before): a backend may drop all of
-        them in one step. ``nbytes``: the removed records' payload bytes, where known."""
+        them in one step. ``size``: the removed records' payload bytes (-1: not known)."""
         ...
 
     def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
@@ -61,12 +56,7 @@ class MemoryBackend:
         return None
 
     def delete(
-        self,
-        queue: str,
-        idxs: list[int],
-        rids: list[str] | None = None,
-        floor: int = 0,
-        nbytes: int | None = None,
+        self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
     ) -> Durable:
         return None
 

@@ -161,14 +161,14 @@ class RecordLog:
         idxs = list(idxs)
         undo = Removal(self, idxs)
         freed: dict[Consumer, int] = {}
-        removed, rids, nbytes = self._remove(idxs, freed)
+        removed, rids, size = self._remove(idxs, freed)
         if not removed:
             return 0, None
         lo, hi = min(removed), max(removed)
         if hi - lo == len(removed) - 1 and lo <= self.min_live <= hi:
             self.min_live = hi + 1  # a run from the front (the usual commit): past it at once
         self._advance_min_live()  # the backend may drop everything below it at once
-        dur = self.backend.delete(self.name, removed, rids, self.min_live, nbytes)
+        dur = self.backend.delete(self.name, removed, rids, self.min_live, size)
         on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
         self._offer_room(freed, dur)
         return len(removed), dur

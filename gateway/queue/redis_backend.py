@@ -342,12 +342,7 @@ class RedisBackend:
         return self._submit(_adding(cmds))
 
     def delete(
-        self,
-        queue: str,
-        idxs: list[int],
-        rids: list[str] | None = None,
-        floor: int = 0,
-        nbytes: int | None = None,
+        self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
     ) -> Durable:
         """Remove records and leave their tombstones in the same batch. Records taken from
         the front of the queue (nothing kept below ``floor``) go in one trim of the stream,

@@ -341,17 +341,12 @@ class SqliteBackend(GroupCommit):
         return self._created(queue, dur) if setup else dur
 
     def delete(
-        self,
-        queue: str,
-        idxs: list[int],
-        rids: list[str] | None = None,
-        floor: int = 0,
-        nbytes: int | None = None,
+        self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
     ) -> Durable:
         """Remove records and leave their tombstones (``rids``: their request ids, in the
         order of ``idxs``) in the same transaction; runs of indexes are ranges already.
 
-        Records below ``floor`` keep their rows when they are small (``nbytes``, their
+        Records below ``floor`` keep their rows when they are small (``size``, their
         payload bytes): the floor, written in the same transaction, removes them, and their
         table is emptied whole once the floor passes the end of their segment
         (``sqlite_layout``). The floor is only written while every refused write has been
@@ -367,7 +362,7 @@ class SqliteBackend(GroupCommit):
         tomb = f"t_{qid}"
         stone = (len(idxs), json.dumps(list(zip(idxs, rids, strict=True)))) if rids else None
         add_stone = f"INSERT INTO {tomb} (n, items) VALUES (?, ?)"  # noqa: S608 (t_<int>)
-        defer = layout.deferrable(len(idxs), nbytes)
+        defer = layout.deferrable(len(idxs), size)
         settled = self._settled
 
         def op(c: sqlite3.Connection) -> None:

@@ -86,7 +86,7 @@ def clear(qid: int, old_floor: int, new_floor: int, top: int) -> list[tuple[str,
     return out
 
 
-def deferrable(count: int, nbytes: int | None) -> bool:
+def deferrable(count: int, size: int) -> bool:
     """Whether removed records this small (on average) may keep their rows until their
     segment is freed."""
-    return nbytes is not None and nbytes <= count * DEFERRED_RECORD_BYTES
+    return 0 <= size <= count * DEFERRED_RECORD_BYTES

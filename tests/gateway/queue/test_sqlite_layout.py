@@ -145,7 +145,7 @@ def test_runs_cut_at_segment_ends_cover_the_same_indexes(runs: list[tuple[int, i
 def test_only_small_records_keep_their_rows() -> None:
     assert layout.deferrable(10, 10 * layout.DEFERRED_RECORD_BYTES)
     assert not layout.deferrable(10, 10 * layout.DEFERRED_RECORD_BYTES + 1)
-    assert not layout.deferrable(10, None)  # unknown size: delete the rows
+    assert not layout.deferrable(10, -1)  # size not known: delete the rows
 
 
 # ----------------------------------------------------------------------------- the backend

@@ -45,12 +45,7 @@ class RefusingBackend(MemoryBackend):
         return self._write()
 
     def delete(
-        self,
-        queue: str,
-        idxs: list[int],
-        rids: list[str] | None = None,
-        floor: int = 0,
-        nbytes: int | None = None,
+        self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
     ) -> Any:
         return self._write()
 
