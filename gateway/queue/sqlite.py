@@ -126,8 +126,9 @@ class SqliteBackend(GroupCommit):
         self._reserved: dict[str, int] = {}
         self._acked: set[str] = set()
         self._removals: dict[str, int] = {}  # removals since the last tombstone prune
-        # Per queue: the floor as written (or as the transaction under way writes it) and the
-        # highest index any of its tables may hold. Both belong to the thread running the ops.
+        # Per queue: the floor as written (or as the transaction under way writes it), kept by
+        # the thread running the ops; and the highest index any of its tables may hold,
+        # raised when a put is submitted, before its rows can exist.
         self._floors: dict[str, int] = {}
         self._tops: dict[str, int] = {}
         self._ckpt_stop = threading.Event()

@@ -124,11 +124,21 @@ class GroupCommit:
         self._rollbacks.append(undo)
 
     def _rolled_back(self) -> None:
+        """The transaction under way failed: undo what its ops changed outside the database."""
         for undo in reversed(self._rollbacks):
             undo()
 
     def _complete(self, futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
-        _complete(futs, err)
+        """In the loop: a transaction ended. A refused one's changes are undone in memory
+        (``settle``) before its callers resume."""
+        for f in futs:
+            if f.done():
+                continue
+            settle(f, err is None)
+            if err is None:
+                f.set_result(None)
+            else:
+                f.set_exception(StorageError(f"queue storage write failed: {err}"))
         if err is not None:
             self._settled += 1  # its undos ran: the memory holds what the store holds again
 
@@ -168,14 +178,3 @@ class GroupCommit:
 def _retrieve(f: asyncio.Future[None]) -> None:
     if not f.cancelled():
         f.exception()
-
-
-def _complete(futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
-    for f in futs:
-        if f.done():
-            continue
-        settle(f, err is None)  # a refused write's changes are undone in memory first
-        if err is None:
-            f.set_result(None)
-        else:
-            f.set_exception(StorageError(f"queue storage write failed: {err}"))
