@@ -158,7 +158,7 @@ class SqliteBackend(GroupCommit):
             conn.execute("BEGIN IMMEDIATE")
             for qid in qids:
                 _tombstones(conn, qid)
-                layout.create(conn, qid)
+                layout.migrate(conn, qid)
             conn.execute("COMMIT")
         return conn
 
@@ -181,16 +181,15 @@ class SqliteBackend(GroupCommit):
             recs = q(name)["records"]
             floor = floors.get(name, 0)
             self._floors[name] = floor
-            top = 0
             for t in layout.tables(qid):
                 # Metadata only: the payloads stay on disk until delivered (``read``). Rows
                 # below the floor are records removed already.
                 sql = f"SELECT idx, rid, tags, length(data) FROM {t} WHERE idx >= ?"  # noqa: S608 (s_<int>_<int>)
                 for idx, rid, tags, size in c.execute(sql, (floor,)):
                     recs.append((idx, rid, json.loads(tags), None, size))
-                top = max(top, c.execute(f"SELECT max(idx) FROM {t}").fetchone()[0] or 0)  # noqa: S608
-            self._tops[name] = top
             recs.sort(key=itemgetter(0))
+            # Every row left below the floor is below it: no table holds more than this.
+            self._tops[name] = max(recs[-1][0] if recs else 0, floor - 1)
             q(name)["next_idx"] = max(q(name)["next_idx"], floor)
             if recs:
                 q(name)["next_idx"] = max(q(name)["next_idx"], recs[-1][0] + 1)

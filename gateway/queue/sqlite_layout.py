@@ -34,20 +34,29 @@ DEFERRED_RECORD_BYTES = 4096
 _COLUMNS = "(idx INTEGER PRIMARY KEY, rid TEXT NOT NULL, tags TEXT NOT NULL, data BLOB NOT NULL)"
 
 
+def _name(qid: int, k: int) -> str:
+    return f"s_{int(qid)}_{k}"
+
+
 def table(qid: int, idx: int) -> str:
     """The table holding index ``idx`` of queue ``qid``."""
-    return f"s_{int(qid)}_{(idx // SEGMENT) % RING}"
+    return _name(qid, (idx // SEGMENT) % RING)
 
 
 def tables(qid: int) -> list[str]:
-    return [f"s_{int(qid)}_{k}" for k in range(RING)]
+    return [_name(qid, k) for k in range(RING)]
 
 
 def create(c: sqlite3.Connection, qid: int) -> None:
-    """The queue's record tables (idempotent); a table of the layout before the ring
-    (``r_<qid>``, every record in one table) has its rows moved into them."""
+    """The queue's record tables (idempotent)."""
     for name in tables(qid):
         c.execute(f"CREATE TABLE IF NOT EXISTS {name} {_COLUMNS}")
+
+
+def migrate(c: sqlite3.Connection, qid: int) -> None:
+    """``create``, and the rows of a table of the layout before the ring (``r_<qid>``,
+    every record of the queue in one table) moved into the ring."""
+    create(c, qid)
     old = f"r_{int(qid)}"
     if c.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (old,)).fetchone():
         for k, name in enumerate(tables(qid)):
@@ -74,11 +83,12 @@ def clear(qid: int, old_floor: int, new_floor: int, top: int) -> list[tuple[str,
     """Statements that empty the segments wholly below ``new_floor`` and not wholly below
     ``old_floor``; ``top``: the highest index any table may hold. One statement per table."""
     last: dict[int, int] = {}  # ring position -> the highest newly dead segment there
-    for seg in range(old_floor // SEGMENT, new_floor // SEGMENT):
+    end = new_floor // SEGMENT
+    for seg in range(max(old_floor // SEGMENT, end - RING), end):  # the last RING are enough
         last[seg % RING] = seg
     out: list[tuple[str, tuple[int, ...]]] = []
     for k, seg in sorted(last.items()):
-        name = f"s_{int(qid)}_{k}"
+        name = _name(qid, k)
         if top < (seg + RING) * SEGMENT:  # it holds no later segment: free it whole
             out.append((f"DELETE FROM {name}", ()))  # noqa: S608 (s_<int>_<int>)
         else:
