@@ -5,6 +5,12 @@ pinned to core 0 (the gateway and its worker share core 0, so the gateway is
 charged its full CPU). The body is a TF PredictRequest for one digits row, and
 the token is checked on every call through the gateway and the worker.
 
+Two more targets run in the same rounds for reference, with no goal: the floor of a
+call through the gateway (benchmarks/gateway_floor_server.py: our HTTP front and the
+gateway's worker RPC to the same worker, with no checks, metrics or log), and that
+floor with the gateway's access line. They show how much of the gateway's cost the
+hop to a worker process takes by itself.
+
 Prints per-target req/s, p50/p99 and server CPU-µs per request, then the ratios
 the project tracks:
   * gateway / direct throughput at c=16            (target >= 0.90)
@@ -45,6 +51,7 @@ from _harness import (
     tree_pids,
     wait_port,
 )
+from gateway_floor_server import worker_socket
 
 TOKEN = "bench-token-0123456789"
 
@@ -93,6 +100,7 @@ def main() -> None:
     hello_port = free_port()
     gateway, gw_addr = start_gateway(cfg, env)
     hello = Child([*pin(0), PY, str(ROOT / "benchmarks" / "hello_server.py"), str(hello_port)], env=env)
+    floors: list[Child] = []
     try:
         wait_port(hello_port)
         with urllib.request.urlopen(f"http://{gw_addr}/api/v1/servicediscovery/upstreams/digits") as r:
@@ -100,18 +108,33 @@ def main() -> None:
         worker_port = int(items[0]["port"])
         worker_pids = [p for p in tree_pids(gateway.pid) if p != gateway.pid]
         gw_pids = tree_pids(gateway.pid)
+        floor_ports = {"floor": free_port(), "floor+log": free_port()}
+        for name, port in floor_ports.items():
+            argv = [*pin(0), PY, str(ROOT / "benchmarks" / "gateway_floor_server.py"), str(port)]
+            argv += [worker_socket(worker_pids[0])] + (["--access-log"] if name == "floor+log" else [])
+            floors.append(Child(argv, env=env))
+        for port in floor_ports.values():
+            wait_port(port)
         targets = {
             "gateway": (f"http://{gw_addr}/api/predict/digits", gw_pids),
             "direct": (f"http://127.0.0.1:{worker_port}/api/predict/digits", worker_pids),
             "hello": (f"http://127.0.0.1:{hello_port}/api/predict/digits", tree_pids(hello.pid)),
+            **{
+                name: (f"http://127.0.0.1:{port}/api/predict/digits", [floor.pid, *worker_pids])
+                for (name, port), floor in zip(floor_ports.items(), floors, strict=True)
+            },
         }
+        # Latency at one request in flight: every path to the worker.
+        paths = ("gateway", "direct", "floor", "floor+log")
         # Warm-up: one throw-away second per target.
         for url, pids in targets.values():
             run_wrk(url, body, connections=args.connections, seconds=1, token=TOKEN, server_pids=pids)
 
         rows: dict[str, list] = {k: [] for k in targets}
-        lat1: dict[str, list] = {k: [] for k in ("gateway", "direct")}
+        lat1: dict[str, list] = {k: [] for k in paths}
         ratios, dp50, cpu_ratio = [], [], []
+        floor_ratios: dict[str, list[float]] = {k: [] for k in floor_ports}
+        floor_dp50: dict[str, list[float]] = {k: [] for k in floor_ports}
         for rnd in range(args.rounds):
             res = {}
             for name, (url, pids) in targets.items():
@@ -130,7 +153,7 @@ def main() -> None:
                 res[name] = r
                 rows[name].append(r)
             one = {}
-            for name in ("gateway", "direct"):
+            for name in paths:
                 url, pids = targets[name]
                 one[name] = run_wrk(
                     url, body, connections=1, seconds=args.seconds / 2, token=TOKEN, server_pids=pids
@@ -139,9 +162,12 @@ def main() -> None:
             ratios.append(res["gateway"].rps / res["direct"].rps)
             dp50.append(one["gateway"].p50_us - one["direct"].p50_us)
             cpu_ratio.append(res["direct"].cpu_us_per_req / res["hello"].cpu_us_per_req)
+            for name in floor_ports:
+                floor_ratios[name].append(res[name].rps / res["direct"].rps)
+                floor_dp50[name].append(one[name].p50_us - one["direct"].p50_us)
             print(
-                f"round {rnd + 1}/{args.rounds}: gateway {res['gateway'].rps:,.0f} rps,"
-                f" direct {res['direct'].rps:,.0f} rps, hello {res['hello'].rps:,.0f} rps",
+                f"round {rnd + 1}/{args.rounds}: "
+                + ", ".join(f"{name} {r.rps:,.0f} rps" for name, r in res.items()),
                 flush=True,
             )
 
@@ -163,17 +189,27 @@ def main() -> None:
         ]
         for label, figure, goal, ok in rows_out:
             print(f"  {label:<40}{figure:>10}   target {goal:<10}{'pass' if ok else 'MISS'}")
+        f_tp = {k: median(v) for k, v in floor_ratios.items()}
+        f_dp = {k: median(v) for k, v in floor_dp50.items()}
+        print("for reference, the floor of a call through the gateway (no goal):")
+        for name in floor_ports:
+            print(f"  {name + '/direct throughput:':<40}{f_tp[name]:>10.2f}")
+            print(f"  {'p50 added by ' + name + ' at c=1:':<40}{f_dp[name]:>+7.0f} µs")
         missed = not report_targets(
             "bench_gateway",
             [
                 Target(f"gateway: throughput / direct (c={args.connections})", r_tp, ">=", 0.90, "x"),
                 Target("gateway: p50 added at c=1", r_dp, "<=", 50, "us"),
                 Target("gateway: worker CPU per request / aiohttp", r_cpu, "<=", 2.0, "x"),
+                *(Target(f"gateway: {k} throughput / direct", f_tp[k], "", None, "x") for k in floor_ports),
+                *(Target(f"gateway: {k} p50 added at c=1", f_dp[k], "", None, "us") for k in floor_ports),
             ],
         )
     finally:
         gateway.stop()
         hello.stop()
+        for floor in floors:
+            floor.stop()
     if missed:
         sys.exit(1)  # after the servers are stopped; scripts/bench.sh reports it at the end
 
