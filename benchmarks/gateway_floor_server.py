@@ -26,9 +26,9 @@ from gateway.lean_http import FastProtocol, FastRequest, Hooks, Limits, Query, R
 from gateway.logging import ACCESS_LOGGER, log_access, setup_logging
 from gateway.middleware import pick_request_id
 from gateway.workers.ipc import IPCClient, WorkerRequest
+from gateway.workers.supervision import CONNECTIONS_PER_WORKER
 
 TIMEOUT_S = 30.0
-CONNECTIONS = 2  # as the gateway keeps to each of its workers
 
 
 def worker_socket(pid: int) -> str:
@@ -63,8 +63,8 @@ def handler(client: IPCClient, access_log: bool) -> Hooks:
     return Hooks(forward_logged)
 
 
-async def main(port: int, worker_socket: str, access_log: bool) -> None:
-    client = IPCClient(worker_socket, CONNECTIONS)
+async def main(port: int, socket_path: str, access_log: bool) -> None:
+    client = IPCClient(socket_path, CONNECTIONS_PER_WORKER)  # as many connections as the gateway's
     await client.connect()
     runner = web.AppRunner(web.Application(), access_log=None, handle_signals=False)
     await runner.setup()

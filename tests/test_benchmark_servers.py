@@ -66,8 +66,8 @@ def test_the_queue_floor_server_answers_the_sdks_cycle() -> None:
 
 
 def test_the_gateway_floor_server_answers_as_the_gateway_does(tmp_path: Path) -> None:
-    """The floor in bench_gateway.py reaches the gateway's own worker over its RPC and
-    answers the same bytes, and writes the gateway's access line."""
+    """The floor in bench_gateway.py reaches the gateway's own worker over its RPC, gives
+    the gateway's answer and writes the gateway's access line."""
     config = {
         "services": [
             {"name": "digits", "token": "floor-token-0123", "processor": "onnx", "model": str(DIGITS_MODEL)}
