@@ -35,6 +35,14 @@ def _deliver(
     return True
 
 
+def _settings(ref: weakref.ReferenceType[_ClientBase]) -> tuple[float, float] | None:
+    """The client's (interval, timeout) between rounds; None when it is gone already."""
+    client = ref()
+    if client is None:
+        return None
+    return client._discovery_interval, client._discovery_timeout
+
+
 def sync_discovery_loop(
     ref: weakref.ReferenceType[_ClientBase],
     url: str,
@@ -43,11 +51,10 @@ def sync_discovery_loop(
     transport: BaseTransport,
 ) -> None:
     """Refresh the endpoint list until ``stop`` is set or the client is gone."""
-    client = ref()
-    if client is None:
+    settings = _settings(ref)
+    if settings is None:
         return
-    interval, timeout = client._discovery_interval, client._discovery_timeout
-    del client
+    interval, timeout = settings
     try:
         while not stop.is_set():
             status: int | None = None
@@ -69,11 +76,10 @@ async def async_discovery_loop(
     ref: weakref.ReferenceType[_ClientBase], url: str, ready: asyncio.Event, transport: AsyncBaseTransport
 ) -> None:
     """Refresh the endpoint list until cancelled or the client is gone."""
-    client = ref()
-    if client is None:
+    settings = _settings(ref)
+    if settings is None:
         return
-    interval, timeout = client._discovery_interval, client._discovery_timeout
-    del client
+    interval, timeout = settings
     try:
         while True:
             status: int | None = None

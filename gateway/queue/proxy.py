@@ -113,13 +113,7 @@ class Forwarder:
             raise
         down = asyncio.ensure_future(_pump_down(upstream, ws))
         try:
-            async for msg in ws:  # the client's frames (the owner refuses data frames itself)
-                if msg.type == WSMsgType.BINARY:
-                    await upstream.send_bytes(msg.data)
-                elif msg.type == WSMsgType.TEXT:
-                    await upstream.send_str(msg.data)
-                else:
-                    break
+            await _relay(ws, upstream)  # the client's frames (the owner refuses data frames itself)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -135,17 +129,25 @@ class Forwarder:
         return ws
 
 
+async def _relay(
+    source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+    sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+) -> None:
+    """Data frames from ``source`` to ``sink`` until ``source`` closes or sends anything else."""
+    async for msg in source:
+        if msg.type == WSMsgType.BINARY:
+            await sink.send_bytes(msg.data)
+        elif msg.type == WSMsgType.TEXT:
+            await sink.send_str(msg.data)
+        else:
+            break
+
+
 async def _pump_down(upstream: aiohttp.ClientWebSocketResponse, ws: web.WebSocketResponse) -> None:
     """The owner's frames to the client; when the owner goes away the client is told so
     (1001) and reconnects, here or elsewhere."""
     try:
-        async for msg in upstream:
-            if msg.type == WSMsgType.BINARY:
-                await ws.send_bytes(msg.data)
-            elif msg.type == WSMsgType.TEXT:
-                await ws.send_str(msg.data)
-            else:
-                break
+        await _relay(upstream, ws)
     except Exception as exc:
         log.debug("watch relay stopped: %s", exc)
     code = upstream.close_code
