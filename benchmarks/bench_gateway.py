@@ -109,9 +109,10 @@ def main() -> None:
         worker_pids = [p for p in tree_pids(gateway.pid) if p != gateway.pid]
         gw_pids = tree_pids(gateway.pid)
         floor_ports = {"floor": free_port(), "floor+log": free_port()}
+        rpc_socket = worker_socket(worker_pids[0])
         for name, port in floor_ports.items():
-            argv = [*pin(0), PY, str(ROOT / "benchmarks" / "gateway_floor_server.py"), str(port)]
-            argv += [worker_socket(worker_pids[0])] + (["--access-log"] if name == "floor+log" else [])
+            argv = [*pin(0), PY, str(ROOT / "benchmarks" / "gateway_floor_server.py"), str(port), rpc_socket]
+            argv += ["--access-log"] if name == "floor+log" else []
             floors.append(Child(argv, env=env))
         for port in floor_ports.values():
             wait_port(port)
