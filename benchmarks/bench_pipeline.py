@@ -190,8 +190,8 @@ async def measure(url: str, rounds: int, seconds: float, concurrency: int) -> di
 
 def runner_overhead_us(n: int = 20_000) -> float:
     """The runner's own cost per step: three no-op steps through it, less calling them directly."""
+    from gateway.backends.pipelines.runner import CallContext, Runner, TransformStep
     from gateway.config import parse_config
-    from gateway.pipelines.runner import CallContext, Runner, TransformStep
 
     cast = {"transform": "cast", "args": {"dtype": "float32"}, "outputs": ["y"]}
     raw = {
@@ -240,10 +240,10 @@ async def _hop(work: Path, sizes_mb: tuple[int, ...], reps: int) -> dict[int, tu
     makes it (ModelCall over the worker IPC, values messages both ways): per size, the median
     round trip in µs per MiB with the array in shared memory, the same with it in the message
     (over the socket), and one memcpy of the same bytes."""
+    from gateway.backends.pipelines.runner import CallContext, ModelCall
+    from gateway.backends.pool import WorkerPool
+    from gateway.codecs.shm import SHM_ENV, ShmArea
     from gateway.config import GatewayConfig, ServiceConfig
-    from gateway.pipelines.runner import CallContext, ModelCall
-    from gateway.pipelines.shm import SHM_ENV, ShmArea
-    from gateway.workers.pool import WorkerPool
 
     op = work / "identity_op.py"
     op.write_text(_IDENTITY_OP)

@@ -29,9 +29,9 @@ import numpy as np  # noqa: E402
 
 from benchmarks._harness import Target, report_targets  # noqa: E402
 from eas_sdk.codecs import eas  # noqa: E402
+from gateway.backends.pool import WorkerPool  # noqa: E402
 from gateway.config import GatewayConfig, ServiceConfig  # noqa: E402
-from gateway.workers.ipc import WorkerRequest  # noqa: E402
-from gateway.workers.pool import WorkerPool  # noqa: E402
+from gateway.core.calls import WorkerRequest  # noqa: E402
 
 
 def _tf_body() -> bytes:

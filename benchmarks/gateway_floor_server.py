@@ -3,8 +3,8 @@ hands each body to a worker over the gateway's own worker RPC, and nothing else.
 
 No service lookup, token check, request id, deadline, admission, metrics or failover:
 what is left is the HTTP exchange with the client and the hop to the worker process
-(``gateway.workers.ipc``), on both sides. With ``--access-log`` each call also writes the
-gateway's access line (a request id and ``gateway.logging.log_access``, through the
+(``gateway.codecs.ipc``), on both sides. With ``--access-log`` each call also writes the
+gateway's access line (a request id and ``gateway.core.logs.log_access``, through the
 handler the gateway's command line sets up), which the gateway writes by default.
 ``bench_gateway.py`` runs it against the same worker as the gateway, beside the gateway
 and the direct call, to show how much of the gateway's cost the hop alone takes.
@@ -22,11 +22,12 @@ import time
 
 from aiohttp import web
 
+from gateway.backends.supervision import CONNECTIONS_PER_WORKER
+from gateway.codecs.ipc import IPCClient
+from gateway.core.calls import WorkerRequest
+from gateway.core.logs import ACCESS_LOGGER, log_access, setup_logging
+from gateway.http.middleware import pick_request_id
 from gateway.lean_http import FastProtocol, FastRequest, Hooks, Limits, Query, Reply, protocol_factory
-from gateway.logging import ACCESS_LOGGER, log_access, setup_logging
-from gateway.middleware import pick_request_id
-from gateway.workers.ipc import IPCClient, WorkerRequest
-from gateway.workers.supervision import CONNECTIONS_PER_WORKER
 
 TIMEOUT_S = 30.0
 

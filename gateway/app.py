@@ -15,25 +15,18 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gateway import parse_pool
-from gateway.admission import Admission, AdmissionLimits
-from gateway.auth import SignaturePolicy, replay_cache
+from gateway.codecs import parse_pool
 from gateway.config import Config, GatewayConfig, ServiceConfig
-from gateway.dataplane import DataPlane
-from gateway.manage.manager import MANAGER_KEY, ServiceManager
-from gateway.metrics import GatewayMetrics
-from gateway.middleware import gateway_middleware
-from gateway.state import (
-    CONFIG_KEY,
-    DATAPLANE_KEY,
-    METRICS_KEY,
-    POOLS_KEY,
-    QUEUES_KEY,
-    STATE_KEY,
-    GatewayState,
-)
-from gateway.versions import version_services
-from gateway.workers.ipc import WorkerRequest
+from gateway.config.versions import version_services
+from gateway.core.admission import Admission, AdmissionLimits
+from gateway.core.auth import SignaturePolicy, replay_cache
+from gateway.core.calls import WorkerRequest
+from gateway.core.dataplane import DataPlane
+from gateway.core.services import GatewayState
+from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.http.middleware import gateway_middleware
+from gateway.manage.manager import MANAGER_KEY, GatewayParts, ServiceManager
+from gateway.observability.metrics import GatewayMetrics
 
 LINGERING_S = 2.0
 
@@ -59,10 +52,10 @@ def queue_services(config: Config) -> list[ServiceConfig]:
 def _default_pool_factory(service: ServiceConfig, gateway: GatewayConfig) -> Any:
     """Worker processes, or ONNX Runtime sessions in the gateway's threads (``placement: thread``)."""
     if service.placement == "thread":
-        from gateway.workers.threads import ThreadService
+        from gateway.backends.threads import ThreadService
 
         return ThreadService(service, gateway)
-    from gateway.workers.pool import WorkerPool
+    from gateway.backends.pool import WorkerPool
 
     return WorkerPool(service, gateway)
 
@@ -115,8 +108,8 @@ def create_app(
     pipelines: dict[str, Any] = {}
     if any(s.pipeline is not None for s in config.services):
         # Pipelines go after the pools they call, so they start after them and reach them.
-        from gateway.pipelines.backend import pipeline_backends
-        from gateway.pipelines.timings import StepTimings
+        from gateway.backends.pipelines.backend import pipeline_backends
+        from gateway.backends.pipelines.timings import StepTimings
 
         timings = StepTimings(registry)
         pipelines = pipeline_backends(list(config.services), gw, app[POOLS_KEY], make_pool, timings)
@@ -141,9 +134,20 @@ def create_app(
     metrics.attach_admission(app[DATAPLANE_KEY].admission)
 
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
-    app[MANAGER_KEY] = ServiceManager(app, make_pool, managed_store)
+    parts = GatewayParts(config, app[DATAPLANE_KEY], app[POOLS_KEY], qm, metrics, app[STATE_KEY])
+    app[MANAGER_KEY] = ServiceManager(parts, make_pool, managed_store)
 
-    from gateway.routes import admin, discovery, kserve, openapi, paddle, predict, repository, status, workers
+    from gateway.fronts.routes import (
+        admin,
+        discovery,
+        kserve,
+        openapi,
+        paddle,
+        predict,
+        repository,
+        status,
+        workers,
+    )
 
     admin.setup(app)
     openapi.setup(app)
@@ -155,13 +159,13 @@ def create_app(
     kserve.setup(app)
     paddle.setup(app)
     if cluster_serving:
-        from gateway.routes import cluster_serving as cluster_serving_routes
+        from gateway.fronts.routes import cluster_serving as cluster_serving_routes
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
     if gw.grpc_port:
         # After _lifecycle: gRPC listens once the pools start and stops before they do.
-        from gateway.grpc.server import grpc_lifecycle
+        from gateway.fronts.grpc.server import grpc_lifecycle
 
         app.cleanup_ctx.append(grpc_lifecycle)
     if qm is not None:
@@ -171,10 +175,10 @@ def create_app(
         # _lifecycle so they start after pools/queues and stop before them.
         from gateway.queue import dispatcher
 
-        dispatcher.setup(app)
+        app.cleanup_ctx.append(dispatcher.dispatchers(config, qm, app[POOLS_KEY], app[DATAPLANE_KEY]))
     if any(s.cluster_serving is not None for s in config.services):
         # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
-        from gateway import cluster_serving_redis
+        from gateway.fronts import cluster_serving_redis
 
         cluster_serving_redis.setup(app)
     return app

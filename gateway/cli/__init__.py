@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"eas-gateway: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     from gateway.cli.serve import _run, serve
-    from gateway.logging import setup_logging
+    from gateway.core.logs import setup_logging
 
     setup_logging(cfg.gateway.log_level, cfg.gateway.log_format)
     try:

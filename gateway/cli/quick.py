@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SERVICE_NAME_RE, Config, ConfigError, parse_config
+from gateway.fronts.state import STATE_KEY
 from gateway.manage.manager import MANAGER_KEY
 from gateway.manage.repository import scan
-from gateway.state import STATE_KEY
 
 log = logging.getLogger("gateway")
 

@@ -111,11 +111,11 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     from aiohttp import web
 
     from gateway.app import create_app
-    from gateway.manage.api import admin_url, start_admin
+    from gateway.fronts.admin.api import admin_url, start_admin
+    from gateway.fronts.server import GatewayRunner, bound_port
+    from gateway.fronts.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
     from gateway.manage.store import ManagedStore
     from gateway.queue.datadir import StoreUnusable
-    from gateway.server import GatewayRunner, bound_port
-    from gateway.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
 
     gw = cfg.gateway
     loop = asyncio.get_running_loop()
@@ -167,7 +167,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     try:
         site: web.BaseSite
         if gw.predict_fast_path or (gw.queue_fast_path and app[QUEUES_KEY] is not None):
-            from gateway.fast_front import FastSite
+            from gateway.fronts.fast_front import FastSite
 
             site = FastSite(runner, gw.host, gw.port, conns=runner.fast_conns, backlog=1024)
         else:
@@ -273,7 +273,7 @@ def reloader(app: Any, cfg: Config) -> Callable[[], Awaitable[dict[str, Any]]]:
 
 
 def on_sighup(app: Any) -> None:
-    from gateway.state import STATE_KEY
+    from gateway.fronts.state import STATE_KEY
 
     reload = app[STATE_KEY].reload
     if reload is None:

@@ -171,7 +171,7 @@ def status_table(before: dict[str, Any], after: dict[str, Any], seconds: float) 
 
 def page_status(url: str, token: str | None) -> int:
     """``eas-gateway status --url``: the status page's figures, once, as text."""
-    from gateway.status_text import fetch, render
+    from gateway.cli.status_text import fetch, render
 
     try:
         print(render(fetch(url, token)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from gateway.config import load_config
-from gateway.config_values import ConfigError, ConfigErrors
+from gateway.config.values import ConfigError, ConfigErrors
 
 
 def validate(path: str) -> int:

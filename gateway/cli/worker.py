@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from gateway.cli.serve import LOG_LEVELS
-from gateway.workers.scheduling import POLICIES
+from gateway.worker.scheduling import POLICIES
 
 TOKEN_ENV = "EAS_WORKER_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 
@@ -47,10 +47,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.logging import setup_logging
-    from gateway.workers import scheduling
-    from gateway.workers.agent import AgentOptions
-    from gateway.workers.agent import run as run_agent
+    from gateway.core.logs import setup_logging
+    from gateway.worker import scheduling
+    from gateway.worker.agent import AgentOptions
+    from gateway.worker.agent import run as run_agent
 
     token = args.token or os.environ.get(TOKEN_ENV, "")
     if not token:

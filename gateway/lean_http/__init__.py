@@ -4,8 +4,8 @@ Why: most of a small request's server CPU went into aiohttp's generic machinery
 (request and response objects, header multidicts, routing, a task per message):
 about 120 us per request on the benchmark machine against about 20 us for a bare
 asyncio protocol. Users: the queue-only server (gateway/queue/server.py), the
-gateway's listener (gateway/fast_front.py: plain queue and predict calls) and the
-worker's direct-mode HTTP port (gateway/workers/serve.py). Each builds its listener
+gateway's listener (gateway/fronts/fast_front.py: plain queue and predict calls) and the
+worker's direct-mode HTTP port (gateway/worker/serve.py). Each builds its listener
 with :func:`protocol_factory` from a handler (``serve`` and the optional ``accept``,
 ``early`` and ``late`` hooks, the same checks as its aiohttp route), aiohttp's
 ``web.Server`` for everything else, and its :class:`Limits`.
@@ -28,9 +28,28 @@ with :func:`protocol_factory` from a handler (``serve`` and the optional ``accep
 * :mod:`.wire`: the request, reply and header types the handlers see.
 """
 
-from .connection import BODY, HAND_OVER, HEAD, IDLE, MAX_HEAD, Connection, Head, Ready, parse_head
-from .protocol import HIGH_WATER, LINGER_S, FastProtocol, Handler, Hooks, Limits, close_all, protocol_factory
-from .wire import (
+from gateway.lean_http.connection import (
+    BODY,
+    HAND_OVER,
+    HEAD,
+    IDLE,
+    MAX_HEAD,
+    Connection,
+    Head,
+    Ready,
+    parse_head,
+)
+from gateway.lean_http.protocol import (
+    HIGH_WATER,
+    LINGER_S,
+    FastProtocol,
+    Handler,
+    Hooks,
+    Limits,
+    close_all,
+    protocol_factory,
+)
+from gateway.lean_http.wire import (
     Accept,
     Admit,
     Early,

@@ -25,8 +25,7 @@ from typing import NamedTuple
 import httptools
 
 from eas_sdk._core.constants import PREDICT_PATH_PREFIX
-
-from .wire import Accept, FastRequest, Headers, Query, parse_query
+from gateway.lean_http.wire import Accept, FastRequest, Headers, Query, parse_query
 
 MAX_HEAD = 64 * 1024
 # aiohttp refuses (400) a request line or a header line longer than this: hand such heads over.

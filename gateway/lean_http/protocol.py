@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, NamedTuple, Protocol, cast
 
-from .connection import BODY, HAND_OVER, HEAD, IDLE, Connection, Ready
-from .cork import MAX_KEPT, Cork
-from .wire import Accept, Admit, Early, FastRequest, Late, Query, Reply, Serve, encode_reply
+from gateway.lean_http.connection import BODY, HAND_OVER, HEAD, IDLE, Connection, Ready
+from gateway.lean_http.cork import MAX_KEPT, Cork
+from gateway.lean_http.wire import Accept, Admit, Early, FastRequest, Late, Query, Reply, Serve, encode_reply
 
 log = logging.getLogger("gateway.lean_http")
 

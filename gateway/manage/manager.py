@@ -23,37 +23,43 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
 
-from gateway import errors
 from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
+from gateway.config.versions import version_services
+from gateway.core import errors
+from gateway.core.dataplane import DataPlane
+from gateway.core.services import GatewayState, service_ready
 from gateway.manage.rollout import Rollout
 from gateway.manage.spec import IN_PLACE_FIELDS, changed_fields, parse_spec, spec_of
 from gateway.manage.store import ManagedStore
-from gateway.state import (
-    CONFIG_KEY,
-    DATAPLANE_KEY,
-    METRICS_KEY,
-    POOLS_KEY,
-    QUEUES_KEY,
-    STATE_KEY,
-    service_ready,
-)
-from gateway.versions import version_services
+from gateway.observability.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.manage")
 
 PoolFactory = Callable[[ServiceConfig, Any], Any]
 
 
+@dataclass
+class GatewayParts:
+    """The live objects a running gateway serves from, which the manager changes in place:
+    the fronts read the same ones, so a change is seen by the next call."""
+
+    config: Config
+    dataplane: DataPlane
+    # Service name -> its backend (worker pool, thread service, pipeline).
+    pools: dict[str, Any]
+    queues: Any  # the QueueManager, or None when no queue is configured
+    metrics: GatewayMetrics
+    state: GatewayState
+
+
 class ServiceManager:
-    def __init__(
-        self, app: web.Application, make_pool: PoolFactory, store: ManagedStore | None = None
-    ) -> None:
-        self.app = app
+    def __init__(self, gw: GatewayParts, make_pool: PoolFactory, store: ManagedStore | None = None) -> None:
+        self.gw = gw
         self.make_pool = make_pool
         self.store = store
         self.lock = asyncio.Lock()
@@ -68,10 +74,10 @@ class ServiceManager:
     # ------------------------------------------------------------------ reading
     @property
     def config(self) -> Config:
-        return self.app[CONFIG_KEY]
+        return self.gw.config
 
     def service(self, name: str) -> ServiceConfig:
-        svc = self.app[DATAPLANE_KEY].services.get(name)
+        svc = self.gw.dataplane.services.get(name)
         if svc is None:
             raise errors.ServiceNotFound(f"service {name!r} not found")
         return svc
@@ -79,9 +85,9 @@ class ServiceManager:
     def describe(self, name: str) -> dict[str, Any]:
         """The service's description (tokens hidden) and its live state."""
         svc = self.service(name)
-        app = self.app
-        pool = app[POOLS_KEY].get(name)
-        ready = service_ready(app, name)
+        gw = self.gw
+        pool = gw.pools.get(name)
+        ready = service_ready(gw.pools, gw.state, gw.queues is not None, name)
         out: dict[str, Any] = {"name": name, "spec": spec_of(svc), "ready": ready}
         out["managed"] = self.store is not None and name in self.store.overlay
         if pool is not None:
@@ -96,12 +102,12 @@ class ServiceManager:
         rollout = self.rollouts.get(name)
         if rollout is not None:
             out["rollout"] = rollout.view()
-        qm = app[QUEUES_KEY]
+        qm = gw.queues
         if qm is not None and (svc.processor == "queue" or svc.async_):
             queue = qm.snapshot().get("queues", {}).get(name)
             if isinstance(queue, dict):
                 out["queue_depth"] = queue.get("length")  # records waiting in the input queue
-        count, seconds = app[METRICS_KEY].totals(name)
+        count, seconds = gw.metrics.totals(name)
         out["requests"] = count
         out["latency_sum_s"] = round(seconds, 6)
         return out
@@ -113,7 +119,7 @@ class ServiceManager:
     async def create(self, raw: Any) -> dict[str, Any]:
         svc = _parse(raw, self.config.gateway.model_dirs)
         async with self.lock:
-            if svc.name in self.app[DATAPLANE_KEY].services:
+            if svc.name in self.gw.dataplane.services:
                 raise errors.Conflict(f"service {svc.name!r} already exists; update it instead")
             await self._create(svc)
             self._store().put(svc)
@@ -152,7 +158,7 @@ class ServiceManager:
     async def load(self, name: str) -> None:
         """Load an unloaded model again, or roll a loaded one (its model file re-read)."""
         async with self.lock:
-            current = self.app[DATAPLANE_KEY].services.get(name)
+            current = self.gw.dataplane.services.get(name)
             if current is not None:
                 _refuse_queue(current)
                 await self._roll(current, current)
@@ -175,7 +181,7 @@ class ServiceManager:
         start, changed ones update (rolling), removed ones drain and stop."""
         async with self.lock:
             wanted = self._store().apply(new.services) if self.store is not None else new.services
-            current = dict(self.app[DATAPLANE_KEY].services)
+            current = dict(self.gw.dataplane.services)
             done: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "failed": []}
             for svc in wanted:
                 old = current.get(svc.name)
@@ -223,7 +229,7 @@ class ServiceManager:
             self.pools.remove(pool)
 
     async def _start_all(self, svc: ServiceConfig) -> dict[str, Any]:
-        """Pools for the service and for each of its older model versions (gateway.versions)."""
+        """Pools for the service and for each of its older model versions (gateway.config.versions)."""
         return {s.name: await self._start(s) for s in (svc, *_older(svc))}
 
     async def _create(self, svc: ServiceConfig) -> None:
@@ -239,7 +245,7 @@ class ServiceManager:
         if not changed:
             return
         if changed <= IN_PLACE_FIELDS and not old.versions and not new.versions:
-            pool = self.app[POOLS_KEY][old.name]
+            pool = self.gw.pools[old.name]
             pool.service = new  # the pending limit and the pool's view of the service
             self._publish(new, {new.name: pool})
             if "workers" in changed:
@@ -255,7 +261,7 @@ class ServiceManager:
         await self._roll(old, new)
 
     async def _roll(self, old: ServiceConfig, new: ServiceConfig) -> None:
-        rollout = Rollout(new.workers, [self.app[POOLS_KEY].get(old.name)])
+        rollout = Rollout(new.workers, [self.gw.pools.get(old.name)])
         self.rollouts[new.name] = rollout
         try:
             await self._roll_through(old, new, rollout)
@@ -273,7 +279,7 @@ class ServiceManager:
                 await asyncio.gather(*(self._stop(p, 0.0) for p in pools.values()))
                 raise _rollout_failed(new.name, reason)
         previous = self._unpublish_older(old)
-        previous.append(self.app[POOLS_KEY].get(old.name))
+        previous.append(self.gw.pools.get(old.name))
         self._publish(new, pools)
         rollout.old, rollout.phase = previous, "draining"
         # The old pools drain: calls already sent finish there.
@@ -281,9 +287,9 @@ class ServiceManager:
         log.info("service %s rolled to its new version in %.1f s", new.name, time.monotonic() - t0)
 
     async def _delete(self, name: str) -> None:
-        old = self.app[DATAPLANE_KEY].services.get(name)
+        old = self.gw.dataplane.services.get(name)
         pools = self._unpublish_older(old) if old is not None else []
-        pools.append(self.app[POOLS_KEY].get(name))
+        pools.append(self.gw.pools.get(name))
         self._unpublish(name)
         gw = self.config.gateway
         await asyncio.gather(*(self._stop(p, gw.shutdown_timeout_s) for p in pools if p is not None))
@@ -292,13 +298,13 @@ class ServiceManager:
     def _publish(self, svc: ServiceConfig, pools: dict[str, Any]) -> None:
         """Serve ``svc`` (and its older versions, reachable only through the V2 version routes)
         from ``pools``; one synchronous step, so a call sees the old set or the new one."""
-        app = self.app
+        gw = self.gw
         for older in _older(svc):
-            app[POOLS_KEY][older.name] = pools[older.name]
-            app[DATAPLANE_KEY].set_service(older)
-        app[POOLS_KEY][svc.name] = pools[svc.name]
-        app[DATAPLANE_KEY].set_service(svc)
-        app[METRICS_KEY].add_service(svc.name)
+            gw.pools[older.name] = pools[older.name]
+            gw.dataplane.set_service(older)
+        gw.pools[svc.name] = pools[svc.name]
+        gw.dataplane.set_service(svc)
+        gw.metrics.add_service(svc.name)
         services = [s for s in self.config.services if s.name != svc.name]
         index = next((i for i, s in enumerate(self.config.services) if s.name == svc.name), len(services))
         services.insert(index, svc)
@@ -309,19 +315,19 @@ class ServiceManager:
         """Stop serving the older versions of ``svc``; -> their pools, to be stopped."""
         out = []
         for older in _older(svc):
-            self.app[DATAPLANE_KEY].remove_service(older.name)
-            out.append(self.app[POOLS_KEY].pop(older.name, None))
+            self.gw.dataplane.remove_service(older.name)
+            out.append(self.gw.pools.pop(older.name, None))
         return out
 
     def _unpublish(self, name: str) -> None:
-        app = self.app
-        app[DATAPLANE_KEY].remove_service(name)
-        app[POOLS_KEY].pop(name, None)
+        gw = self.gw
+        gw.dataplane.remove_service(name)
+        gw.pools.pop(name, None)
         self.config.set_services(tuple(s for s in self.config.services if s.name != name))
         self._changed()
 
     def _changed(self) -> None:
-        for callback in self.app[STATE_KEY].on_services_changed:
+        for callback in self.gw.state.on_services_changed:
             callback()
 
 
@@ -355,4 +361,4 @@ def _refuse_queue(svc: ServiceConfig) -> None:
 
 MANAGER_KEY = web.AppKey("manager", ServiceManager)
 
-__all__ = ["MANAGER_KEY", "ServiceManager"]
+__all__ = ["MANAGER_KEY", "GatewayParts", "ServiceManager"]

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .manager import QueueManager
+from gateway.queue.manager import QueueManager
 
 __all__ = ["QueueManager"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from .records import Durable, Record
+from gateway.queue.records import Durable, Record
 
 
 class StorageError(Exception):

@@ -24,9 +24,8 @@ import os
 import sqlite3
 import time
 
-from gateway.private_files import private_file
-
-from .sqlite import SqliteBackend
+from gateway.queue.private_files import private_file
+from gateway.queue.sqlite import SqliteBackend
 
 LOCK_FILE = "queues.lock"
 MARKER_FILE = "queues.created"

@@ -5,7 +5,8 @@ queue ``<svc>`` (group ``eas``, uid ``gateway-dispatcher``) with at most ``windo
 at the workers, the service's worker capacity (see ``worker_capacity``), and for each record:
 
 1. sends the record's data to a worker as a synchronous predict of that body would be
-   sent (through the dataplane, gateway/dataplane.py), the record's tags as its headers (``requestId`` and
+   sent (through the dataplane, gateway/core/dataplane.py), the record's tags as its headers
+   (``requestId`` and
    ``status`` excepted; only tags that are valid header names and values), so a
    ``Content-Type`` or ``X-Eas-Request-Format`` tag acts as the header of a sync call;
 2. writes the worker's reply to the sink ``<svc>/sink`` under the input's request id
@@ -40,16 +41,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from aiohttp import web
-
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_STATUS
-from gateway import errors
-from gateway.config import ServiceConfig
-from gateway.dataplane import DataPlane
+from gateway.config import Config, ServiceConfig
+from gateway.core import errors
+from gateway.core.dataplane import Backend, DataPlane
 from gateway.queue.finisher import DISPATCH_GROUP, SINK_FULL_POLL_S, Finished, Finisher, FinishStats
 from gateway.queue.records import Record
 from gateway.queue.store import Queue
-from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, QUEUES_KEY
 
 log = logging.getLogger("gateway.dispatcher")
 
@@ -388,15 +386,14 @@ class Dispatcher:
 
 
 # ---------------------------------------------------------------- wiring into the app
-def setup(app: Any) -> None:
-    """Run one dispatcher per async service while the app runs (after pools and queues start,
-    stopped before them)."""
+def dispatchers(
+    config: Config, qm: Any, backends: Mapping[str, Backend], plane: DataPlane
+) -> Callable[[Any], AsyncIterator[None]]:
+    """A cleanup context that runs one dispatcher per async service while the app runs
+    (after pools and queues start, stopped before them)."""
     running: dict[str, Dispatcher] = {}
-    app[DISPATCHERS_KEY] = running
 
-    async def ctx(app: Any) -> AsyncIterator[None]:
-        config = app[CONFIG_KEY]
-        qm = app[QUEUES_KEY]
+    async def ctx(_app: Any) -> AsyncIterator[None]:
         registry = getattr(qm, "dispatchers", None)  # the queue manager's snapshot (/api/services, /metrics)
         lock = asyncio.Lock()
 
@@ -420,11 +417,11 @@ def setup(app: Any) -> None:
                     if d is None and input_q is not None and sink_q is not None:
                         d = Dispatcher(
                             svc,
-                            app[POOLS_KEY][svc.name],
+                            backends[svc.name],
                             input_q,
                             sink_q,
-                            app[DATAPLANE_KEY].make_request,
-                            plane=app[DATAPLANE_KEY],
+                            plane.make_request,
+                            plane=plane,
                         )
                         await d.start()
                         running[svc.name] = d
@@ -447,9 +444,7 @@ def setup(app: Any) -> None:
             )
             running.clear()
 
-    app.cleanup_ctx.append(ctx)
+    return ctx
 
 
-DISPATCHERS_KEY = web.AppKey("dispatchers", dict)  # service name -> Dispatcher
-
-__all__ = ["DISPATCHERS_KEY", "DISPATCH_GROUP", "DISPATCH_UID", "Dispatcher", "setup", "worker_capacity"]
+__all__ = ["DISPATCH_GROUP", "DISPATCH_UID", "Dispatcher", "dispatchers", "worker_capacity"]

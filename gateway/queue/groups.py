@@ -11,8 +11,8 @@ import heapq
 import time
 from collections.abc import Iterable
 
-from .recordlog import RecordLog
-from .records import (
+from gateway.queue.recordlog import RecordLog
+from gateway.queue.records import (
     AUTO_COMMIT_BYTES,
     Consumer,
     Durable,
@@ -22,7 +22,7 @@ from .records import (
     last_durable,
     matches,
 )
-from .undo import Assignments, on_failure
+from gateway.queue.undo import Assignments, on_failure
 
 
 class ConsumerGroups(RecordLog):

@@ -19,10 +19,9 @@ from multidict import MultiMapping
 from eas_sdk._core import constants as C
 from eas_sdk._proto.queue_pb2 import AttributesProto, DataFrameListProto
 from gateway.lean_http import Reply
-
-from .backend import StorageError
-from .interfaces import QueueHost, RequestLike
-from .params import (
+from gateway.queue.backend import StorageError
+from gateway.queue.interfaces import QueueHost, RequestLike
+from gateway.queue.params import (
     bad,
     identity,
     parse_bool,
@@ -32,9 +31,9 @@ from .params import (
     query_dict,
     split_tags,
 )
-from .records import MAX_GET_LENGTH, QueueError
-from .replies import JSON, error_reply, text, to_response
-from .store import Queue
+from gateway.queue.records import MAX_GET_LENGTH, QueueError
+from gateway.queue.replies import JSON, error_reply, text, to_response
+from gateway.queue.store import Queue
 
 HEADER_NAMES = {"user": C.HEADER_QUEUE_UID, "group": C.HEADER_QUEUE_GID, "priority": C.HEADER_QUEUE_PRIORITY}
 

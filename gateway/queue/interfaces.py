@@ -11,8 +11,8 @@ from typing import Protocol
 
 from aiohttp import web
 
-from .records import Consumer
-from .store import Queue
+from gateway.queue.records import Consumer
+from gateway.queue.store import Queue
 
 
 class RequestLike(Protocol):

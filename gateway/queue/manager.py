@@ -23,21 +23,20 @@ from aiohttp import web
 from eas_sdk._core import constants as C
 from gateway.config import Config, QueueConfig, ServiceConfig
 from gateway.lean_http import FastRequest, Query, Reply
-
-from .backend import Backend, MemoryBackend
-from .datadir import open_store
-from .http import handle_http
-from .proxy import FORWARDED, Forwarder, unavailable
-from .records import Consumer, QueueError
-from .replies import error_reply, error_response, to_response
-from .retention import Sweeper
-from .sqlite import SqliteBackend
-from .store import Queue
-from .ws import handle_watch, watch_params
+from gateway.queue.backend import Backend, MemoryBackend
+from gateway.queue.datadir import open_store
+from gateway.queue.http import handle_http
+from gateway.queue.proxy import FORWARDED, Forwarder, unavailable
+from gateway.queue.records import Consumer, QueueError
+from gateway.queue.replies import error_reply, error_response, to_response
+from gateway.queue.retention import Sweeper
+from gateway.queue.sqlite import SqliteBackend
+from gateway.queue.store import Queue
+from gateway.queue.ws import handle_watch, watch_params
 
 if TYPE_CHECKING:  # redis-py is an extra (easkit[redis]): imported only when a queue uses it
-    from .lease import Lease
-    from .redis_backend import RedisBackend
+    from gateway.queue.lease import Lease
+    from gateway.queue.redis_backend import RedisBackend
 
 DB_FILE = "queues.sqlite3"
 log = logging.getLogger(__name__)
@@ -45,7 +44,7 @@ log = logging.getLogger(__name__)
 
 def _redis_backend(url: str, fsync: str) -> RedisBackend:
     try:
-        from .redis_backend import RedisBackend
+        from gateway.queue.redis_backend import RedisBackend
     except ImportError:
         raise RuntimeError(
             "a queue backend names a Redis URL: that needs redis-py (pip install 'easkit[redis]')"
@@ -112,7 +111,7 @@ class QueueManager:
         self._started = False
         self.closing = False
         # Async services' dispatchers (service name -> Dispatcher), registered by
-        # gateway.queue.dispatcher.setup: their figures join the snapshot.
+        # gateway.queue.dispatcher.dispatchers: their figures join the snapshot.
         self.dispatchers: dict[str, Any] = {}
         # Deletes consumer groups idle for longer than their queue's group_idle_ttl_s.
         ttls = [c.group_idle_ttl_s for c in self.configs.values()]
@@ -139,7 +138,7 @@ class QueueManager:
         self._started = True
 
     async def _lease(self, b: RedisBackend) -> Lease:
-        from .lease import Lease
+        from gateway.queue.lease import Lease
 
         await b.check_persistence()
         ttl = min(self.configs[n].owner_lease_s for n in self._names_of(b))

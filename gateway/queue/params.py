@@ -11,9 +11,8 @@ from collections.abc import Set as AbstractSet
 from multidict import MultiMapping
 
 from eas_sdk._core import constants as C
-
-from .interfaces import RequestLike
-from .records import QueueError
+from gateway.queue.interfaces import RequestLike
+from gateway.queue.records import QueueError
 
 U64_MAX = (1 << 64) - 1
 MAX_INDEXES = 10_000

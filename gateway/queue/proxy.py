@@ -19,8 +19,7 @@ import aiohttp
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from gateway.lean_http import Reply
-
-from .records import QueueError
+from gateway.queue.records import QueueError
 
 log = logging.getLogger(__name__)
 

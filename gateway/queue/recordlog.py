@@ -16,10 +16,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gateway.config import QueueConfig
-
-from .backend import Backend
-from .records import RECENT_LIMIT, Consumer, Durable, Group, QueueError, Record, every_durable, matches
-from .undo import Removal, on_failure
+from gateway.queue.backend import Backend
+from gateway.queue.records import (
+    RECENT_LIMIT,
+    Consumer,
+    Durable,
+    Group,
+    QueueError,
+    Record,
+    every_durable,
+    matches,
+)
+from gateway.queue.undo import Removal, on_failure
 
 # A put on a queue at max_bytes may evict up to this many records pinned only by idle groups.
 MAX_EVICTIONS_PER_PUT = 1024

@@ -42,10 +42,10 @@ from urllib.parse import urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from .backend import StorageError
-from .records import RECENT_LIMIT, Durable, Record
-from .redis_script import FENCED, SOURCE, Cmd, chunks, pack
-from .undo import settle
+from gateway.queue.backend import StorageError
+from gateway.queue.records import RECENT_LIMIT, Durable, Record
+from gateway.queue.redis_script import FENCED, SOURCE, Cmd, chunks, pack
+from gateway.queue.undo import settle
 
 log = logging.getLogger(__name__)
 

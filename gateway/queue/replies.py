@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from gateway.lean_http import Reply
-
-from .records import QueueError
+from gateway.queue.records import QueueError
 
 JSON = "application/json; charset=utf-8"
 # Refusals a client should retry (full, unavailable, storage trouble) tell it when.

@@ -31,11 +31,11 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .records import Durable, QueueError, last_durable
-from .undo import on_failure
+from gateway.queue.records import Durable, QueueError, last_durable
+from gateway.queue.undo import on_failure
 
 if TYPE_CHECKING:
-    from .store import Queue
+    from gateway.queue.store import Queue
 
 log = logging.getLogger("gateway.queue")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from aiohttp import web
 
 from eas_sdk._core.constants import PREDICT_PATH_PREFIX
-from gateway.auth import verify
 from gateway.config import Config, load_config
+from gateway.core.auth import verify
 from gateway.lean_http import (
     FastProtocol,
     FastRequest,
@@ -35,11 +35,10 @@ from gateway.lean_http import (
     close_all,
     protocol_factory,
 )
-
-from .datadir import StoreUnusable
-from .http import Reply, dispatch
-from .manager import QueueManager
-from .replies import text
+from gateway.queue.datadir import StoreUnusable
+from gateway.queue.http import Reply, dispatch
+from gateway.queue.manager import QueueManager
+from gateway.queue.replies import text
 
 MANAGER_KEY = web.AppKey("queue_manager", QueueManager)
 

@@ -43,13 +43,12 @@ import threading
 from operator import itemgetter
 from typing import Any
 
-from gateway.private_files import private_file
-
-from . import sqlite_layout as layout
-from .backend import StorageError
-from .records import RECENT_LIMIT, Durable, Record
-from .sqlite_commit import GroupCommit, Op
-from .sqlite_read import PayloadReader
+from gateway.queue import sqlite_layout as layout
+from gateway.queue.backend import StorageError
+from gateway.queue.private_files import private_file
+from gateway.queue.records import RECENT_LIMIT, Durable, Record
+from gateway.queue.sqlite_commit import GroupCommit, Op
+from gateway.queue.sqlite_read import PayloadReader
 
 __all__ = ["SqliteBackend", "StorageError"]
 

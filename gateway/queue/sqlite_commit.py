@@ -22,9 +22,9 @@ import sqlite3
 import threading
 from collections.abc import Callable
 
-from .backend import StorageError
-from .records import Durable
-from .undo import settle
+from gateway.queue.backend import StorageError
+from gateway.queue.records import Durable
+from gateway.queue.undo import settle
 
 log = logging.getLogger("gateway.queue.sqlite")
 

@@ -13,8 +13,8 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-from .backend import StorageError
-from .sqlite_layout import table
+from gateway.queue.backend import StorageError
+from gateway.queue.sqlite_layout import table
 
 
 class PayloadReader:

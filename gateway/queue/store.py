@@ -40,10 +40,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from .backend import Backend, MemoryBackend
-from .groups import ConsumerGroups
-from .records import MAX_GET_LENGTH, RECENT_LIMIT, Consumer, Durable, QueueError, Record
-from .retention import make_room
+from gateway.queue.backend import Backend, MemoryBackend
+from gateway.queue.groups import ConsumerGroups
+from gateway.queue.records import MAX_GET_LENGTH, RECENT_LIMIT, Consumer, Durable, QueueError, Record
+from gateway.queue.retention import make_room
 
 __all__ = [
     "MAX_GET_LENGTH",

@@ -17,11 +17,11 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from .backend import StorageError
-from .records import Consumer, Durable, Group, QueueError
+from gateway.queue.backend import StorageError
+from gateway.queue.records import Consumer, Durable, Group, QueueError
 
 if TYPE_CHECKING:
-    from .groups import ConsumerGroups
+    from gateway.queue.groups import ConsumerGroups
 
 
 # The undos of the writes in flight, by their handle. The backend settles each handle as it

@@ -25,13 +25,12 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from eas_sdk._core import constants as C
 from eas_sdk._proto.queue_pb2 import DataFrameProto
 from gateway.config import QueueConfig
-
-from .interfaces import QueueHost
-from .params import bad, identity, parse_bool, parse_uint, query_dict, split_tags
-from .records import Consumer, QueueError, Record
-from .replies import error_response
-from .store import Queue
-from .undo import Watch
+from gateway.queue.interfaces import QueueHost
+from gateway.queue.params import bad, identity, parse_bool, parse_uint, query_dict, split_tags
+from gateway.queue.records import Consumer, QueueError, Record
+from gateway.queue.replies import error_response
+from gateway.queue.store import Queue
+from gateway.queue.undo import Watch
 
 log = logging.getLogger(__name__)
 

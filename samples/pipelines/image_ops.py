@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from gateway.pipelines.ops import OpError
+from gateway.worker.ops import OpError
 
 
 def _image_bytes(item: Any) -> bytes:

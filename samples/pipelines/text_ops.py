@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.pipelines.ops import OpError
+from gateway.worker.ops import OpError
 
 HERE = Path(__file__).resolve().parent
 WORD_RE = re.compile(r"[a-z']+")

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.pipelines.ops import OpError
+from gateway.worker.ops import OpError
 
 
 class AroundFeatures:

@@ -7,7 +7,7 @@ record's status), KServe V2 and V1, Cluster Serving, and V2 gRPC. Cases: an unkn
 token, a wrong token, a malformed body, a processor that fails, and a service with no
 ready worker. EAS-protocol answers carry ``{"code", "message", "request_id"}``; KServe
 and Cluster Serving answers carry ``{"error"}``; the status is the same everywhere (over
-gRPC: the code that means it, gateway/grpc/status.py).
+gRPC: the code that means it, gateway/fronts/grpc/status.py).
 """
 
 from __future__ import annotations

@@ -326,7 +326,7 @@ def test_grpc_routes_versions_as_rest_does(gw: GatewayProcess, versions: dict[st
 
     from gateway._proto import grpc_service_pb2 as pb
     from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-    from gateway.protocols.v2_tensors import to_raw
+    from gateway.codecs.v2_tensors import to_raw
 
     port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
     auth = (("authorization", f"Bearer {TOKEN}"),)

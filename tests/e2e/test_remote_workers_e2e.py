@@ -226,7 +226,7 @@ def test_the_worker_refuses_a_connection_without_the_token(
     _wait(lambda: _ready(gw) == 1, "a remote worker ready")
     host, port = _workers(gw)[0]["remote"].removeprefix("tcp://").rsplit(":", 1)
     # A frame that is not the HELLO: the worker closes the connection without answering.
-    from gateway.workers.ipc import HEADER, PING
+    from gateway.codecs.ipc import HEADER, PING
 
     with socket.create_connection((host, int(port)), timeout=5) as s:
         s.sendall(HEADER.pack(0, 1, PING))

@@ -1,12 +1,12 @@
-"""Admission counters and decisions (gateway/admission.py), without I/O."""
+"""Admission counters and decisions (gateway/core/admission.py), without I/O."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway import errors
-from gateway.admission import Admission, AdmissionLimits
 from gateway.config import GatewayConfig
+from gateway.core import errors
+from gateway.core.admission import Admission, AdmissionLimits
 
 
 def test_limits_come_from_the_gateway_config() -> None:

@@ -9,10 +9,10 @@ from email.utils import formatdate
 import pytest
 
 from eas_sdk._core.auth import signed_headers
-from gateway import errors
-from gateway.auth import AuthStatus, ReplayCache, SignaturePolicy, verify
 from gateway.config import ServiceConfig
-from gateway.dataplane import DataPlane
+from gateway.core import errors
+from gateway.core.auth import AuthStatus, ReplayCache, SignaturePolicy, verify
+from gateway.core.dataplane import DataPlane
 
 TOKEN = "auth-test-token-7e1d"
 PATH = "/api/predict/svc"

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.app import older_versions
 from gateway.config import ConfigError, parse_config
-from gateway.versions import version_key, version_services
+from gateway.config.versions import version_key, version_services
 
 
 def test_versions_expand_into_one_service_per_version(tmp_path: Path) -> None:

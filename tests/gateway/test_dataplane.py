@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from eas_sdk._core.auth import signed_headers
-from gateway import errors
 from gateway.config import ServiceConfig
-from gateway.dataplane import DataPlane
-from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from gateway.core import errors
+from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.core.dataplane import DataPlane
 
 TOKEN = "dataplane-token"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.status import quantile
-from gateway.status_text import render
+from gateway.cli.status_text import render
+from gateway.observability.status import quantile
 
 BOUNDS = [0.001, 0.002, 0.005]
 

@@ -11,9 +11,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from gateway import errors, status_access
 from gateway.config import parse_config
-from gateway.state import CONFIG_KEY
+from gateway.core import errors
+from gateway.fronts import status_access
+from gateway.fronts.state import CONFIG_KEY
 
 TOKEN = "admin-token-0123456789"
 

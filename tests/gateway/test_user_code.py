@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.user_code import import_class
+from gateway.config.user_code import import_class
 
 
 def _write(path: Path, text: str) -> Path:

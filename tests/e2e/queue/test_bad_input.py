@@ -87,7 +87,7 @@ def test_bad_indexes(any_server: Server, queue_name: str, method: str, indexes: 
     )
     if isinstance(any_server, GatewayServer) and len(q) > 8190:
         # The gateway's HTTP parser refuses a request line over 8 KiB before the queue sees
-        # it (gateway/server.py: "malformed HTTP request"), so the 400 cannot name the key.
+        # it (gateway/fronts/server.py: "malformed HTTP request"), so the 400 cannot name the key.
         assert status == 400, (status, text[:200])
         return
     assert status == 400 and "_indexes_" in text, (status, text[:200])

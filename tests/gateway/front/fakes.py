@@ -11,18 +11,18 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway import errors
 from gateway.app import create_app
 from gateway.config import Config, GatewayConfig, ServiceConfig, parse_config
-from gateway.fast_front import FastSite
-from gateway.server import GatewayRunner, bound_port
+from gateway.core import errors
+from gateway.fronts.fast_front import FastSite
+from gateway.fronts.server import GatewayRunner, bound_port
 
 # The listener live_gateway starts: "fast" (FastSite, as `gateway serve` does) or "aiohttp"
 # (web.TCPSite only). Set per test by the ``front`` fixture (conftest.py).
 SITE = "fast"
 
 
-# The gateway's own errors, as gateway.workers.pool raises them (its classes derive from these).
+# The gateway's own errors, as gateway.backends.pool raises them (its classes derive from these).
 PoolOverloaded = errors.TooManyPending
 NoReadyWorker = errors.ServiceNotReady
 UpstreamTimeout = errors.UpstreamTimeout

@@ -9,7 +9,7 @@ import logging
 import aiohttp
 import pytest
 
-from gateway.logging import JsonFormatter, TextFormatter, escape, setup_logging
+from gateway.core.logs import JsonFormatter, TextFormatter, escape, setup_logging
 from tests.gateway.front.fakes import TOKEN, live_gateway, raw_request
 
 pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py
@@ -85,7 +85,7 @@ def test_access_lines_are_batched_and_other_records_keep_their_order(monkeypatch
     import io
     import time
 
-    import gateway.logging as gl
+    import gateway.core.logs as gl
 
     monkeypatch.setattr(gl, "ACCESS_FLUSH_S", 0.05)
     stream = io.StringIO()
@@ -114,7 +114,7 @@ def test_access_lines_are_batched_and_other_records_keep_their_order(monkeypatch
 
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_direct_access_lines_equal_the_logging_path(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.logging as gl
+    import gateway.core.logs as gl
 
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)

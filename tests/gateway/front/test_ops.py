@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from gateway.config import parse_config
-from gateway.state import STATE_KEY
+from gateway.fronts.state import STATE_KEY
 from tests.gateway.front.fakes import TOKEN, close_writer, live_gateway, make_config
 
 pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py

@@ -13,7 +13,7 @@ import pytest
 from multidict import CIMultiDict
 
 from eas_sdk._core.auth import signed_headers
-from gateway.state import METRICS_KEY
+from gateway.fronts.state import METRICS_KEY
 from tests.gateway.front.fakes import (
     OTHER_TOKEN,
     TOKEN,

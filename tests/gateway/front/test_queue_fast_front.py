@@ -1,4 +1,4 @@
-"""The gateway's queue fast path (gateway/fast_front.py): a real gateway app and QueueManager.
+"""The gateway's queue fast path (gateway/fronts/fast_front.py): a real gateway app and QueueManager.
 
 Answers from aiohttp carry its ``Server`` header; the fast path writes none, which
 tells the two apart on one connection.
@@ -18,8 +18,8 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.fast_front import FastSite
-from gateway.server import GatewayRunner, bound_port
+from gateway.fronts.fast_front import FastSite
+from gateway.fronts.server import GatewayRunner, bound_port
 
 TOKEN = "fast-front-token"
 AUTH = f"Authorization: {TOKEN}\r\n"

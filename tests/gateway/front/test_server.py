@@ -1,4 +1,4 @@
-"""gateway/server.py and lean_http.watch: what aiohttp serves keeps the gateway's head
+"""gateway/fronts/server.py and lean_http.watch: what aiohttp serves keeps the gateway's head
 deadline and answers a malformed request with the gateway's JSON 400."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import logging
 import pytest
 from aiohttp import web
 
+from gateway.fronts.server import GatewayRunner, WatchedServer
+from gateway.fronts.state import DATAPLANE_KEY
 from gateway.lean_http.watch import HeadWatch
-from gateway.server import GatewayRunner, WatchedServer
-from gateway.state import DATAPLANE_KEY
 from tests.gateway.front.fakes import close_writer, live_gateway, raw_request
 
 pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.fast_front import Front
+from gateway.fronts.fast_front import Front
+from gateway.fronts.state import CONFIG_KEY
 from gateway.lean_http import Headers
-from gateway.state import CONFIG_KEY
 from tests.gateway.front.fakes import live_gateway
 
 

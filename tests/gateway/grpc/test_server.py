@@ -11,7 +11,7 @@ import yaml
 
 from gateway.cli import _parser, build_config, main
 from gateway.config import ConfigError, parse_config
-from gateway.grpc.server import listen_address
+from gateway.fronts.grpc.server import listen_address
 from tests.gateway.front.fakes import live_gateway
 
 

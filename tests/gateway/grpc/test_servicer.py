@@ -14,8 +14,8 @@ import pytest
 
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-from gateway.state import METRICS_KEY
-from gateway.workers.metadata import ModelMetadata, TensorSpec
+from gateway.core.metadata import ModelMetadata, TensorSpec
+from gateway.fronts.state import METRICS_KEY
 from tests.gateway.front.fakes import TOKEN, Live, live_gateway
 
 META = ModelMetadata(

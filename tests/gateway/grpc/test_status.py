@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from gateway import errors
-from gateway.grpc.status import grpc_code, trailers
+from gateway.core import errors
+from gateway.fronts.grpc.status import grpc_code, trailers
 
 
 @pytest.mark.parametrize(

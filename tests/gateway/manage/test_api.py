@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gateway.app import create_app
 from gateway.config import AdminConfig, Config, GatewayConfig
-from gateway.manage.api import create_admin_app, token_matches
-from gateway.manage.openapi import OPENAPI
+from gateway.fronts.admin.api import create_admin_app, token_matches
+from gateway.fronts.admin.openapi import OPENAPI
 
 
 def test_the_openapi_description_lists_exactly_the_routes() -> None:

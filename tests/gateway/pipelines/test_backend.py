@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
+from gateway.backends.pipelines.backend import PipelineBackend, step_service
+from gateway.backends.pipelines.timings import TIMINGS_HEADER, StepTimings
+from gateway.backends.threads import ThreadService
 from gateway.config import ConfigError, GatewayConfig, parse_config
-from gateway.pipelines.backend import PipelineBackend, step_service
-from gateway.pipelines.timings import TIMINGS_HEADER, StepTimings
-from gateway.workers.ipc import WorkerRequest
-from gateway.workers.threads import ThreadService
+from gateway.core.calls import WorkerRequest
 
 OPS = f"{Path(__file__).resolve().parent / 'fixture_ops.py'}"
 

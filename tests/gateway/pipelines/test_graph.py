@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.config import ConfigError, parse_config
-from gateway.pipelines.graph import REQUEST
+from gateway.config.pipelines import REQUEST
 
 HERE = Path(__file__).resolve().parent
 OPS = f"{HERE / 'fixture_ops.py'}"

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.pipelines import values
-from gateway.pipelines.shm import SHM_MIN, ShmArea, ShmWriter
+from gateway.codecs import pipeline_values as values
+from gateway.codecs.shm import SHM_MIN, ShmArea, ShmWriter
 
 
 def test_arrays_and_plain_values_round_trip() -> None:

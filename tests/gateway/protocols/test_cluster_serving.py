@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.protocols.cluster_serving import ClusterServingRequestError, parse_request
+from gateway.codecs.cluster_serving import ClusterServingRequestError, parse_request
 
 
 def _inputs(doc: Any, **kw: Any) -> dict[str, Any]:

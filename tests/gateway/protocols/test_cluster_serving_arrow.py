@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gateway.protocols.cluster_serving import ClusterServingRequestError
-from gateway.protocols.cluster_serving_arrow import decode_record, encode_result, result_key
+from gateway.codecs.cluster_serving import ClusterServingRequestError
+from gateway.codecs.cluster_serving_arrow import decode_record, encode_result, result_key
 
 _TENSOR = pa.struct(
     [

@@ -1,12 +1,12 @@
-"""gateway.protocols.kserve without a server: metadata, model configuration and statistics
+"""gateway.codecs.kserve without a server: metadata, model configuration and statistics
 answers (model metadata itself comes from the processor: tests/gateway/workers/test_metadata.py)."""
 
 from __future__ import annotations
 
 import json
 
-from gateway.protocols import kserve as proto
-from gateway.workers.metadata import ModelMetadata, TensorSpec
+from gateway.codecs import kserve as proto
+from gateway.core.metadata import ModelMetadata, TensorSpec
 
 
 def test_v2_metadata_answer() -> None:

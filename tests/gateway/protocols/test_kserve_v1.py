@@ -1,4 +1,4 @@
-"""gateway.protocols.kserve_v1 without a server: V1 requests in row and column form, and
+"""gateway.codecs.kserve_v1 without a server: V1 requests in row and column form, and
 predictions split by row."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from gateway.protocols import kserve_v1 as proto
-from gateway.protocols.kserve import KServeRequestError
-from gateway.workers.metadata import ModelMetadata, TensorSpec
+from gateway.codecs import kserve_v1 as proto
+from gateway.codecs.kserve import KServeRequestError
+from gateway.core.metadata import ModelMetadata, TensorSpec
 
 
 def test_v1_instances_map_to_the_single_input_and_predictions_split_by_row() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.protocols import paddle
+from gateway.codecs import paddle
 
 REPLY = json.dumps(
     {

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gateway._proto import grpc_service_pb2 as pb
-from gateway.protocols import v2_grpc
-from gateway.protocols.v2_tensors import DATATYPES, TensorError, to_raw
+from gateway.codecs import v2_grpc
+from gateway.codecs.v2_tensors import DATATYPES, TensorError, to_raw
 
 
 def raw_request(**arrays: np.ndarray) -> pb.ModelInferRequest:

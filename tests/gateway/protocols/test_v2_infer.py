@@ -1,4 +1,4 @@
-"""gateway.protocols.v2_infer, v2_binary and v2_classification without a server: V2 requests
+"""gateway.codecs.v2_infer, v2_binary and v2_classification without a server: V2 requests
 (JSON, binary and mixed) to arrays, arrays to V2 answers."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import struct
 import numpy as np
 import pytest
 
-from gateway.protocols import v2_infer as proto
-from gateway.protocols.kserve import KServeRequestError
-from gateway.protocols.v2_classification import classify
+from gateway.codecs import v2_infer as proto
+from gateway.codecs.kserve import KServeRequestError
+from gateway.codecs.v2_classification import classify
 
 
 def _v2(inputs: list[dict], **extra: object) -> bytes:

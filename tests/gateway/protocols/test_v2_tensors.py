@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from eas_sdk.codecs.eas import decode_tf_request, encode_tf_response
-from gateway.protocols import v2_tensors as t
+from gateway.codecs import v2_tensors as t
 
 
 @pytest.mark.parametrize("datatype", [d for d in t.DATATYPES if d != "BYTES"])

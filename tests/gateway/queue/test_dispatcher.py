@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from gateway import errors
 from gateway.config import QueueConfig, ServiceConfig
+from gateway.core import errors
+from gateway.core.calls import WorkerRequest, WorkerResponse
 from gateway.queue.dispatcher import DISPATCH_GROUP, Dispatcher, worker_capacity
 from gateway.queue.manager import QueueManager
-from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from tests.gateway.queue.conftest import async_service as _svc
 
 # The real request and response types the pool carries.
@@ -23,7 +23,7 @@ Req = WorkerRequest
 Resp = WorkerResponse
 
 
-# The gateway's own errors, as gateway.workers.pool raises them (its classes derive from these).
+# The gateway's own errors, as gateway.backends.pool raises them (its classes derive from these).
 NoReadyWorker = errors.ServiceNotReady
 UpstreamTimeout = errors.UpstreamTimeout
 

@@ -15,7 +15,7 @@ from eas_sdk.errors import HTTPStatusError
 from eas_sdk.queue import AsyncQueueClient
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.state import QUEUES_KEY
+from gateway.fronts.state import QUEUES_KEY
 from tests.e2e.queue.server_proc import TOKEN
 
 N = 600  # records both groups hold

@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from gateway.config import GatewayConfig, ServiceConfig
-from gateway.workers.ipc import WorkerRequest, WorkerResponse
-from gateway.workers.processors.base import ProcessorError
-from gateway.workers.processors.registry import create_processor
+from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.worker.processors.base import ProcessorError
+from gateway.worker.processors.registry import create_processor
 
 
 class InProcPool:

@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from gateway import errors
-from gateway.routes.body import inflate
+from gateway.core import errors
+from gateway.http.body import inflate
 
 LIMIT = 1 << 20
 

@@ -11,10 +11,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
-from gateway.dataplane import DataPlane
-from gateway.routes import kserve
-from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
-from gateway.workers.metadata import ModelMetadata, TensorSpec
+from gateway.core.dataplane import DataPlane
+from gateway.core.metadata import ModelMetadata, TensorSpec
+from gateway.fronts.routes import kserve
+from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
 TOKEN = "kserve-meta-token-5c1d2e"
 META = ModelMetadata(

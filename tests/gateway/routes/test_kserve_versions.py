@@ -12,11 +12,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
-from gateway.dataplane import DataPlane
-from gateway.routes import kserve
-from gateway.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, STATE_KEY, GatewayState
-from gateway.versions import version_services
-from gateway.workers.metadata import ModelMetadata, TensorSpec
+from gateway.config.versions import version_services
+from gateway.core.dataplane import DataPlane
+from gateway.core.metadata import ModelMetadata, TensorSpec
+from gateway.fronts.routes import kserve
+from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, STATE_KEY, GatewayState
 
 OLD = ModelMetadata(
     (TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 4)),), "onnxruntime_onnx"

@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.routes.openapi import spec_bytes
+from gateway.fronts.routes.openapi import spec_bytes
 
 # aiohttp's catch-all tails carry the service name first, as the description's {service} does.
 _TEMPLATES = {"{tail}": "{service}"}

@@ -45,7 +45,7 @@ def fast_gateway(**kw: Any) -> GatewayConfig:
 @pytest.fixture
 async def make_pool() -> AsyncIterator[Callable[..., Any]]:
     """Start pools with real spawned workers; every pool is stopped at teardown."""
-    from gateway.workers.pool import WorkerPool
+    from gateway.backends.pool import WorkerPool
 
     pools: list[WorkerPool] = []
 

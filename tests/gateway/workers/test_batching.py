@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
+from gateway.backends.pool import WorkerPool
 from gateway.config import BatchingConfig, ServiceConfig
-from gateway.errors import GatewayError
-from gateway.workers.ipc import WorkerRequest, WorkerResponse
-from gateway.workers.pool import WorkerPool
-from gateway.workers.processors.onnx import OnnxProcessor
+from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.core.errors import GatewayError
+from gateway.worker.processors.onnx import OnnxProcessor
 
 MakePool = Callable[..., Any]
 ROOT = Path(__file__).resolve().parents[3]

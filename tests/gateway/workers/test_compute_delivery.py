@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.workers.compute import ComputeQueue
-from gateway.workers.ipc import WorkerRequest, WorkerResponse
-from gateway.workers.processors.registry import create_processor
+from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.worker.compute import ComputeQueue
+from gateway.worker.processors.registry import create_processor
 from tests.gateway.workers.test_worker_health import misbehaving
 
 

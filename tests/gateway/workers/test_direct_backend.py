@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 from gateway.config import ServiceConfig
-from gateway.workers.compute import ComputeQueue
-from gateway.workers.direct import ComputeBackend
-from gateway.workers.ipc import WorkerRequest
-from gateway.workers.processors.registry import create_processor
+from gateway.core.calls import WorkerRequest
+from gateway.worker.compute import ComputeQueue
+from gateway.worker.direct import ComputeBackend
+from gateway.worker.processors.registry import create_processor
 
 
 async def test_one_call_per_turn_runs_inline_and_a_busy_turn_goes_to_the_thread(

@@ -10,9 +10,9 @@ import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from gateway.backends.pool import WorkerPool
 from gateway.config import ServiceConfig
-from gateway.workers.ipc import WorkerRequest
-from gateway.workers.pool import WorkerPool
+from gateway.core.calls import WorkerRequest
 from tests.gateway.workers.conftest import echo_service
 
 MakePool = Callable[[ServiceConfig], Awaitable[WorkerPool]]

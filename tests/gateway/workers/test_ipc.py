@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.workers.ipc import (
+from gateway.codecs.ipc import (
     HEADER,
     LARGE,
     REQUEST,
@@ -22,13 +22,12 @@ from gateway.workers.ipc import (
     IPCTimeout,
     RequestSink,
     WorkerConnectionError,
-    WorkerRequest,
-    WorkerResponse,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
 )
+from gateway.core.calls import WorkerRequest, WorkerResponse
 
 
 class ManualSink(RequestSink):

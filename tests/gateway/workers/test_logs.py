@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gateway.logging import TextFormatter
-from gateway.workers.logs import LogStream
+from gateway.core.logs import TextFormatter
+from gateway.worker.logs import LogStream
 from tests.e2e.gateway_proc import gateway_factory
 
 __all__ = ["gateway_factory"]

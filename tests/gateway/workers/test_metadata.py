@@ -11,9 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from gateway.config import ServiceConfig
-from gateway.workers.metadata import ModelMetadata, TensorSpec
-from gateway.workers.processors.onnx import OnnxProcessor
-from gateway.workers.processors.python import PythonProcessor
+from gateway.core.metadata import ModelMetadata, TensorSpec
+from gateway.worker.processors.onnx import OnnxProcessor
+from gateway.worker.processors.python import PythonProcessor
 
 _ONNX_TO_NAME = {
     TensorProto.FLOAT: "FP32",

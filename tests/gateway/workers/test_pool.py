@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 
 from eas_sdk._core.auth import signed_headers
+from gateway.backends.pool import NoReadyWorker, PoolOverloaded, UpstreamTimeout, WorkerPool, WorkerState
 from gateway.config import ServiceConfig
-from gateway.workers.ipc import WorkerRequest
-from gateway.workers.metadata import ModelMetadata
-from gateway.workers.pool import NoReadyWorker, PoolOverloaded, UpstreamTimeout, WorkerPool, WorkerState
+from gateway.core.calls import WorkerRequest
+from gateway.core.metadata import ModelMetadata
 from tests.gateway.workers.conftest import echo_service, fast_gateway
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,10 +11,10 @@ import pytest
 
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
 from gateway.config import ServiceConfig
-from gateway.workers.ipc import WorkerRequest
-from gateway.workers.processors.base import LoadError, ProcessorError
-from gateway.workers.processors.onnx import OnnxProcessor
-from gateway.workers.processors.registry import create_processor
+from gateway.core.calls import WorkerRequest
+from gateway.worker.processors.base import LoadError, ProcessorError
+from gateway.worker.processors.onnx import OnnxProcessor
+from gateway.worker.processors.registry import create_processor
 from tests.gateway.workers.conftest import ECHO_ENTRY, echo_service
 
 

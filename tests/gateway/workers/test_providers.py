@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from gateway.workers.processors.base import LoadError
-from gateway.workers.processors.onnx import choose_providers
+from gateway.worker.processors.base import LoadError
+from gateway.worker.processors.onnx import choose_providers
 
 
 def test_the_wanted_order_is_kept_and_missing_ones_are_logged(caplog: pytest.LogCaptureFixture) -> None:

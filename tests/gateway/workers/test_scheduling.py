@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from gateway.workers import scheduling
+from gateway.worker import scheduling
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH is Linux's")
 
 CHILD = """
 import json, sys, threading
 from pathlib import Path
-from gateway.workers import scheduling
+from gateway.worker import scheduling
 
 def policy():
     stat = Path(f"/proc/self/task/{threading.get_native_id()}/stat").read_text()

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway import errors
 from gateway.app import _default_pool_factory
+from gateway.backends.pool import WorkerPool
+from gateway.backends.threads import ThreadService
 from gateway.config import BatchingConfig, ServiceConfig
-from gateway.dataplane import DataPlane
-from gateway.workers.pool import WorkerPool
-from gateway.workers.threads import ThreadService
+from gateway.core import errors
+from gateway.core.dataplane import DataPlane
 from tests.gateway.workers.conftest import fast_gateway
 
 X = np.arange(64, dtype=np.float32).reshape(1, 64) / 4.0
@@ -188,7 +188,7 @@ async def test_small_runs_stay_in_the_loop_and_a_slow_one_sends_the_next_to_the_
     assert await _inlined_of_three_calls(svc) == (3, 3)
     # Every run counts as too slow for the loop: after two in a row (one alone may be the
     # process preempted), calls go to the thread.
-    monkeypatch.setattr("gateway.workers.threads.INLINE_MAX_S", 0.0)
+    monkeypatch.setattr("gateway.backends.threads.INLINE_MAX_S", 0.0)
     assert await _inlined_of_three_calls(svc) == (2, 3)
 
 

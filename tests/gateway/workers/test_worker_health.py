@@ -14,11 +14,11 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.backends.pool import NoReadyWorker, WorkerPool
 from gateway.config import ServiceConfig
-from gateway.workers.compute import ComputeQueue
-from gateway.workers.ipc import WorkerRequest
-from gateway.workers.pool import NoReadyWorker, WorkerPool
-from gateway.workers.processors.registry import create_processor
+from gateway.core.calls import WorkerRequest
+from gateway.worker.compute import ComputeQueue
+from gateway.worker.processors.registry import create_processor
 from tests.gateway.workers.conftest import echo_service, fast_gateway
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,6 +1,6 @@
 """A small EAS-compatible test server (aiohttp, 127.0.0.1, own thread and loop).
 
-* ``POST /api/predict/<service...>``: checks the token with ``gateway.auth.verify``
+* ``POST /api/predict/<service...>``: checks the token with ``gateway.core.auth.verify``
   (raw token and EAS HMAC), then runs the next scripted action or the default
   answer: a real protobuf echo for services named ``tf*``, ``torch*`` and
   ``blade*``, the body itself otherwise.
@@ -28,7 +28,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from eas_sdk._proto import blade_pb2, tf_predict_pb2, torch_predict_pb2
-from gateway.auth import verify
+from gateway.core.auth import verify
 
 
 @dataclass

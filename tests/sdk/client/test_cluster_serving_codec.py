@@ -19,7 +19,7 @@ from eas_sdk._core.cluster_serving import (
 )
 from eas_sdk.cluster_serving import decode_result, encode_instance
 from eas_sdk.errors import BadRequestError
-from gateway.protocols.cluster_serving import predictions_from_reply
+from gateway.codecs.cluster_serving import predictions_from_reply
 
 
 def _png(arr: np.ndarray) -> bytes:

@@ -35,7 +35,7 @@ from eas_sdk.errors import (
     TimeoutError,
     TransportError,
 )
-from gateway.auth import SignaturePolicy, verify
+from gateway.core.auth import SignaturePolicy, verify
 
 # --- gateway URL rules ----------------------------------------------------
 

@@ -2,7 +2,7 @@
 AsyncPredictClient.
 
 A real aiohttp server on 127.0.0.1 verifies the EAS signatures with
-gateway.auth.verify and answers scripted statuses; attempts are counted on the
+gateway.core.auth.verify and answers scripted statuses; attempts are counted on the
 server side.
 """
 

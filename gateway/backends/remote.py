@@ -1,0 +1,165 @@
+"""Remote workers: worker processes on other hosts that join a service's pool.
+
+A remote worker (``eas-gateway worker``, gateway.worker.agent) serves the same framed RPC
+as a local one, on TCP, and registers with the gateway (``POST /api/v1/workers/<service>``,
+gateway.fronts.routes.workers) with the service's ``remote_workers.token``; it repeats that
+registration as its heartbeat. The gateway then connects to it (opening each connection
+with the same token), pings it like a local worker, routes to it when it answers, and
+publishes its HTTP port for direct calls. It is:
+
+* ejected from routing after missed pings and admitted again when it answers;
+* reconnected with back-off when its connection drops while it still heart-beats;
+* removed once not heard from for ``remote_workers.ttl_s``, or at once when it
+  deregisters (a clean stop).
+
+The gateway never starts or kills a remote worker: its host's supervisor (systemd,
+Kubernetes) does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from gateway.backends.supervision import (
+    CONNECTIONS_PER_WORKER,
+    CRASH_BACKOFF_S,
+    EJECT_AFTER,
+    Supervisor,
+    Worker,
+    WorkerState,
+)
+from gateway.codecs.ipc import IPCClient, IPCTimeout, WorkerConnectionError
+from gateway.core.metadata import ModelMetadata
+
+log = logging.getLogger("gateway.pool")
+
+# Longest wait between two connection attempts to a remote worker that still heart-beats.
+MAX_RECONNECT_S = 2.0
+
+
+class RemoteSupervision(Supervisor):
+    """The remote half of a pool: registrations, heartbeats, connections, expiry."""
+
+    def register_remote(
+        self, worker_id: str, ipc: str, http_host: str, http_port: int, metadata: ModelMetadata | None
+    ) -> bool:
+        """A registration or a heartbeat; True when the worker is new to the pool."""
+        now = time.monotonic()
+        for w in self._workers:
+            if w.remote_id == worker_id:
+                w.seen_at = now
+                if (w.socket_path, w.http_host, w.http_port) != (ipc, http_host, http_port):
+                    # Same id at a new address (a restarted pod): reconnect there.
+                    w.socket_path, w.http_host, w.http_port = ipc, http_host, http_port
+                    w.lost.set()
+                return False
+        if metadata is not None and self.metadata is None:
+            self.metadata = metadata
+        i = max((w.index for w in self._workers), default=-1) + 1
+        w = Worker(i, ipc, remote_id=worker_id, http_host=http_host, http_port=http_port, seen_at=now)
+        self._workers.append(w)
+        w.task = asyncio.create_task(self._supervise_remote(w), name=f"pool-{self.service.name}-remote-{i}")
+        log.info("service %s: remote worker %s joined (%s)", self.service.name, worker_id, ipc)
+        return True
+
+    def deregister_remote(self, worker_id: str) -> bool:
+        """A remote worker stopping cleanly: out of routing at once. False if unknown."""
+        for w in self._workers:
+            if w.remote_id == worker_id:
+                w.seen_at = 0.0  # expired: its supervision removes it
+                w.lost.set()
+                return True
+        return False
+
+    def _expired(self, w: Worker) -> bool:
+        ttl = self.service.remote_workers.ttl_s if self.service.remote_workers else 0.0
+        return time.monotonic() - w.seen_at > ttl
+
+    async def _supervise_remote(self, w: Worker) -> None:
+        attempts = 0
+        try:
+            while not self._stopping and not self._expired(w):
+                if await self._connect_remote(w):
+                    attempts = 0
+                    self._set_state(w, WorkerState.READY)
+                    await self._watch_remote(w)
+                    if w.client is not None:
+                        w.client.close()
+                        w.client = None
+                    if self._stopping:
+                        return
+                    self._set_state(w, WorkerState.DOWN)
+                else:
+                    self._set_state(w, WorkerState.FAILED)
+                attempts += 1
+                delay = min(MAX_RECONNECT_S, CRASH_BACKOFF_S * 2 ** min(attempts, 10))
+                w.retry_at = time.monotonic() + delay
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(w.lost.wait(), delay)
+                w.retry_at = 0.0
+        finally:
+            if w.client is not None:
+                w.client.close()
+                w.client = None
+            if not self._stopping and w in self._workers:
+                self._workers.remove(w)
+                self._set_state(w, WorkerState.STOPPED)
+                log.warning(
+                    "service %s: remote worker %s removed (%s)",
+                    self.service.name, w.remote_id, w.last_error or "not heard from",
+                )  # fmt: skip
+
+    async def _connect_remote(self, w: Worker) -> bool:
+        assert self.service.remote_workers is not None
+        w.lost = asyncio.Event()
+        client = IPCClient(
+            w.socket_path, CONNECTIONS_PER_WORKER, on_lost=w.lost.set, key=self.service.remote_workers.token
+        )
+        try:
+            await asyncio.wait_for(client.connect(), max(1.0, self.gateway.health_interval_s * 2))
+            # The first ping proves the token was taken (a wrong one closes the connection).
+            w.last_stats = await client.ping(max(1.0, self.gateway.health_interval_s * 2))
+        except (OSError, asyncio.TimeoutError, IPCTimeout, WorkerConnectionError) as exc:
+            client.close()
+            w.last_error = f"cannot reach the remote worker ({type(exc).__name__})"
+            return False
+        w.client = client
+        w.ready_since = time.monotonic()
+        w.ever_ready = True
+        w.last_error = None
+        return True
+
+    async def _watch_remote(self, w: Worker) -> None:
+        """Return when the connection is lost, the worker expired, or the pool stops."""
+        assert w.client is not None and self._stop_event is not None
+        interval = max(0.05, self.gateway.health_interval_s)
+        missed = 0
+        while not self._stopping:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(w.lost.wait(), interval)
+            if w.lost.is_set():
+                w.last_error = w.last_error or "connection lost"
+                return
+            if self._expired(w):
+                w.last_error = "stopped heart-beating"
+                return
+            try:
+                w.last_stats = await w.client.ping(max(1.0, 2 * interval))
+            except IPCTimeout:
+                missed += 1
+                if missed >= EJECT_AFTER and w.state is WorkerState.READY:
+                    log.warning("service %s: remote worker %s ejected", self.service.name, w.remote_id)
+                    self._set_state(w, WorkerState.EJECTED)
+                continue
+            except WorkerConnectionError:
+                w.last_error = "connection lost"
+                return
+            missed = 0
+            if w.state is WorkerState.EJECTED:
+                self._set_state(w, WorkerState.READY)
+
+
+__all__ = ["MAX_RECONNECT_S", "RemoteSupervision"]

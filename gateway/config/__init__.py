@@ -1,0 +1,483 @@
+"""Gateway configuration: one YAML file validated into frozen dataclasses.
+
+Strings may reference environment variables as ``${NAME}`` (an unset variable
+is an error naming the field). A few top-level settings can be overridden by
+environment variables: EASGW_HOST, EASGW_PORT, EASGW_DATA_DIR, EASGW_LOG_LEVEL.
+Relative file paths (model, entry file) are resolved against the working
+directory first and then against the config file's directory; an onnx service's
+``model`` and a python service's ``entry`` file (the ``path/to/file.py:Class`` form)
+must exist.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gateway.config.pipelines import PipelineSpec, check_pipelines, pipeline_of
+from gateway.config.sections import (
+    AdminConfig,
+    BatchingConfig,
+    ClusterServingConfig,
+    QueueConfig,
+    RemoteWorkersConfig,
+)
+from gateway.config.values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
+from gateway.config.values import Errors as _Errors
+from gateway.config.values import as_bool as _bool
+from gateway.config.values import as_choice as _choice
+from gateway.config.values import as_env as _env
+from gateway.config.values import as_float as _float
+from gateway.config.values import as_int as _int
+from gateway.config.values import as_mapping as _mapping
+from gateway.config.values import as_providers as _providers
+from gateway.config.values import as_str as _str
+from gateway.config.values import as_versions as _versions
+from gateway.config.values import check_keys as _check_keys
+from gateway.config.values import check_model_dirs as check_model_dirs
+from gateway.config.values import check_queue_backend as _check_queue_backend
+from gateway.config.values import coerce_dataclass as _coerce_dataclass
+from gateway.config.values import coerce_partial as _coerce_partial
+from gateway.config.values import entry_path as _entry
+from gateway.config.values import expand as _expand
+from gateway.config.values import model_path as _model_path
+from gateway.config.values import open_service_warnings as open_service_warnings
+from gateway.config.values import tokens_of as _tokens_of
+
+# How a worker process asks the kernel to schedule it (gateway.worker.scheduling applies it).
+SCHEDULING_POLICIES = ("batch", "normal")
+
+_UNSET = object()  # an entry that could not be expanded
+SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+PROCESSORS = ("onnx", "python", "queue", "pipeline")
+REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
+PLACEMENTS = ("process", "thread")
+# Listen addresses meaning "every interface": compared against, never bound here.
+_EVERY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - a value to recognise, not a bind
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    name: str
+    processor: str
+    token: str | None = None
+    # Declared open: no token at all (``public: true``); a service without one is a config error.
+    public: bool = False
+    # Extra accepted tokens (rotation: add the next token here, then promote it).
+    extra_tokens: tuple[str, ...] = ()
+    model: str | None = None
+    entry: str | None = None
+    workers: int = 1
+    max_pending: int = 64
+    timeout_ms: int = 5000
+    intra_op_threads: int = 1
+    # ONNX Runtime: the execution providers to try, in order, and threads between operators.
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    inter_op_threads: int = 1
+    # onnx: where the model runs: ``process`` (worker processes) or ``thread`` (ONNX Runtime
+    # sessions in the gateway process, ``workers`` of them; gateway.backends.threads).
+    placement: str = "process"
+    request_format: str = "auto"
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    # A worker whose compute thread has spent longer than this on one run while other
+    # requests wait (a processor stuck in process()) reports unhealthy and is restarted (0: never).
+    stall_timeout_s: float = 60.0
+    # Asynchronous inference: an input queue at /api/predict/<name>, results at <name>/sink.
+    async_: bool = False
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    cluster_serving: ClusterServingConfig | None = None
+    # Free-form settings handed to a python processor (processor.config).
+    config: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Names passed through from the gateway's environment (``env: {NAME: null}`` or a list of
+    # names); a worker has no other variable of the gateway's but the basics (process.py).
+    env_pass: tuple[str, ...] = ()
+    # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
+    versions: tuple[tuple[str, str], ...] = ()
+    pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
+    # None: only the gateway's own worker processes serve the service.
+    remote_workers: RemoteWorkersConfig | None = None
+
+    # Cached: read on every call (a frozen config never changes; a changed service is a new one).
+    @functools.cached_property
+    def tokens(self) -> tuple[str, ...]:
+        return ((self.token,) if self.token else ()) + self.extra_tokens
+
+    @functools.cached_property
+    def version_names(self) -> tuple[str, ...]:
+        """The model versions served, ascending; the last is the latest (the default)."""
+        return tuple(v for v, _ in self.versions) or ("1",)
+
+    def __repr__(self) -> str:  # never show tokens
+        return (
+            f"ServiceConfig(name={self.name!r}, processor={self.processor!r}, workers={self.workers}, "
+            f"token={'***' if self.tokens else None})"
+        )
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Where to write "host:port" once listening (useful with port 0).
+    port_file: str | None = None
+    data_dir: str = "var/gateway"
+    max_body_bytes: int = 16 * 1024 * 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 75.0
+    shutdown_timeout_s: float = 10.0
+    # After SIGTERM/SIGINT, keep serving this long with /readyz at 503 (so load balancers
+    # stop sending) before the listener closes.
+    drain_delay_s: float = 0.0
+    worker_start_timeout_s: float = 60.0
+    # Restarts of a failing worker back off exponentially up to this many seconds.
+    restart_backoff_max_s: float = 30.0
+    health_interval_s: float = 1.0
+    access_log: bool = True
+    # Plain queue calls / plain predict calls answered by the lean HTTP/1.1 front
+    # (gateway/fronts/fast_front.py); everything else still goes to aiohttp on the same
+    # connection. Both off: aiohttp serves all.
+    queue_fast_path: bool = True
+    predict_fast_path: bool = True
+    log_level: str = "INFO"
+    log_format: str = "text"
+    discovery_requires_token: bool = False
+    # Refuse non-loopback listen/upstream addresses (tests set EASGW_LOOPBACK_ONLY=1).
+    loopback_only: bool = False
+    # The service a bare Cluster Serving ``POST /predict`` goes to (default: the only one).
+    cluster_serving_service: str | None = None
+    # Gateway-wide admission (gateway/core/admission.py; 0 turns a limit off): open connections
+    # (503 beyond), bytes of request bodies being received (429 beyond), of those the bytes of
+    # calls not yet authenticated (an EAS signature needs the body; 429 beyond), calls in
+    # flight per service (429 beyond).
+    max_connections: int = 2048
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    max_unverified_bytes: int = 64 * 1024 * 1024
+    max_inflight_per_service: int = 1024
+    # The largest answer a worker may give (413 ResponseTooLarge beyond; 0: no limit): an
+    # answer's size can follow from a client-given shape.
+    max_response_bytes: int = 64 * 1024 * 1024
+    # The EAS signature: a Date within this many seconds of the gateway's clock (0: not
+    # checked), Content-MD5 required with a body, the signed Content-Type the one sent, and an
+    # optional cache of this many signatures seen (a replay within the window gets 401; 0: off).
+    signature_max_skew_s: float = 900.0
+    signature_require_md5: bool = True
+    signature_bind_content_type: bool = True
+    signature_replay_cache: int = 0
+    # Pixels of all images in one Cluster Serving request together, checked from each image's
+    # header before it is decoded (413 beyond).
+    max_image_pixels: int = 2048 * 2048
+    # JSON values in one Cluster Serving request (each a Python object while it is parsed),
+    # counted before parsing (413 beyond).
+    max_json_values: int = 1_000_000
+    # Where workers' direct-mode HTTP ports listen, and the address discovery publishes for
+    # them (default: worker_host). Bind a LAN/VPC address (or 0.0.0.0 with an advertised
+    # address) so that direct-mode clients on other hosts reach the workers.
+    worker_host: str = "127.0.0.1"
+    worker_advertise_host: str | None = None
+    # The kernel's scheduling policy for worker processes on Linux (gateway/worker/scheduling.py):
+    # "batch" (SCHED_BATCH) lets whatever runs on a core finish its turn when a worker thread
+    # wakes; "normal" leaves them as any process.
+    worker_scheduling: str = "batch"
+    # The V2 (Open Inference Protocol) gRPC endpoint's port on ``host`` (0: no gRPC endpoint).
+    grpc_port: int = 0
+    # Where other gateways sharing a Redis queue store reach this one (default: host);
+    # required when host listens on every address.
+    advertise_host: str | None = None
+    # Folders model and entry files must be in (after resolving links); empty: anywhere.
+    model_dirs: tuple[str, ...] = ()
+
+    @property
+    def advertised_worker_host(self) -> str:
+        return self.worker_advertise_host or self.worker_host
+
+
+@dataclass(frozen=True)
+class Config:
+    gateway: GatewayConfig
+    services: tuple[ServiceConfig, ...]
+    source: str | None = None
+    admin: AdminConfig | None = None
+
+    def service(self, name: str) -> ServiceConfig | None:
+        for svc in self.services:
+            if svc.name == name:
+                return svc
+        return None
+
+    def set_services(self, services: tuple[ServiceConfig, ...]) -> None:
+        """Replace the running gateway's services (the service manager, gateway.manage).
+
+        Every route reads the one Config of the application, so the manager swaps the
+        tuple here: one assignment, so a reader sees the old set or the new one, whole."""
+        object.__setattr__(self, "services", tuple(services))
+
+
+# --- validation ----------------------------------------------------------------------
+
+
+def parse_service(raw: Any, base: Path | None = None, where: str = "service") -> ServiceConfig:
+    """One service description (a ``services:`` entry of the config file, or the admin API's
+    body) -> a validated ServiceConfig; relative paths resolve against ``base`` too."""
+    return _service(_expand(raw, where), 0, base, where)
+
+
+_SERVICE_KEYS = {
+    "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
+    "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
+    "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
+    "versions", "pipeline", "remote_workers", "placement",
+}  # fmt: skip
+
+
+def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> ServiceConfig:
+    """One ``services:`` entry; every error in it is reported (ConfigErrors), each with its place."""
+    prefix = prefix or f"services[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix}: expected a mapping, got {type(raw).__name__}")
+    errs = _Errors()
+    name = errs.check(_str, raw.get("name"), f"{prefix}.name", default="")
+    if name and not SERVICE_NAME_RE.match(name):
+        errs.add(f"{prefix}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
+    where = f"{prefix} ({name})" if name else prefix
+    errs.check(_check_keys, raw, _SERVICE_KEYS, where)
+    processor = errs.check(_str, raw.get("processor"), f"{where}.processor", default="")
+    if processor and processor not in PROCESSORS:
+        errs.add(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
+    token, extra_tokens, public = errs.check(_tokens_of, raw, where, default=(None, (), False))
+    versions = errs.check(
+        _versions, raw.get("versions"), processor, raw.get("model"), base, where, default=()
+    )
+    if versions:
+        model: str | None = versions[-1][1]
+    else:
+        model = errs.check(_model_path, raw, processor, base, where)
+    entry = errs.check(_entry, raw, processor, base, where)
+    request_format = errs.check(
+        _choice, raw.get("request_format", "auto"), REQUEST_FORMATS, f"{where}.request_format", default="auto"
+    )
+    cfg = errs.check(_mapping, raw.get("config"), f"{where}.config", default={})
+    env, env_pass = errs.check(_env, raw.get("env"), f"{where}.env", default=({}, ()))
+    async_ = errs.check(_bool, raw.get("async", False), f"{where}.async", default=False)
+    if processor == "queue" and async_:
+        errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
+    remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers")
+    placement = errs.check(
+        _choice, raw.get("placement", "process"), PLACEMENTS, f"{where}.placement", default="process"
+    )
+    if placement == "thread":
+        # Only ONNX Runtime releases the GIL while it computes and can be interrupted; user
+        # code, a pipeline or a queue has no model to run in the gateway's threads.
+        if processor and processor != "onnx":
+            errs.add(f"{where}.placement: only an onnx service can run in the gateway's threads (thread)")
+        elif remote is not None:
+            errs.add(f"{where}.placement: a service run in the gateway's threads has no remote workers")
+    # A queue service has no workers; one served by remote workers may have no local ones.
+    lo_workers = 0 if processor == "queue" or remote is not None else 1
+    values = {
+        "workers": errs.check(
+            _int, raw.get("workers", 1), f"{where}.workers", lo=lo_workers, hi=64, default=1
+        ),
+        "max_pending": errs.check(_int, raw.get("max_pending", 64), f"{where}.max_pending", lo=1, default=64),
+        "timeout_ms": errs.check(_int, raw.get("timeout_ms", 5000), f"{where}.timeout_ms", lo=1, default=1),
+        "intra_op_threads": errs.check(
+            _int, raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", lo=1, hi=64, default=1
+        ),
+        "inter_op_threads": errs.check(
+            _int, raw.get("inter_op_threads", 1), f"{where}.inter_op_threads", lo=1, hi=64, default=1
+        ),
+        "providers": errs.check(
+            _providers, raw.get("providers", ["CPUExecutionProvider"]), f"{where}.providers", default=()
+        ),
+        "batching": errs.check(
+            _coerce_dataclass, BatchingConfig, raw.get("batching"), f"{where}.batching", default=None
+        ),
+        "stall_timeout_s": errs.check(
+            _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
+        ),
+        "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
+    }
+    queue = values["queue"]
+    if queue is not None:
+        errs.check(_check_queue_backend, queue, f"{where}.queue")
+    cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
+    pipeline = errs.check(pipeline_of, raw, processor, where, base)
+    errs.raise_any()
+    return ServiceConfig(
+        name=name,
+        processor=processor,
+        token=token,
+        public=public,
+        extra_tokens=extra_tokens,
+        model=model,
+        entry=entry,
+        request_format=request_format,
+        async_=async_,
+        config=dict(cfg),
+        env=env,
+        env_pass=env_pass,
+        cluster_serving=cluster_serving,
+        versions=versions,
+        pipeline=pipeline,
+        remote_workers=remote,
+        placement=placement,
+        **values,
+    )
+
+
+def _remote_workers(raw: Any, where: str) -> RemoteWorkersConfig | None:
+    if raw is None:
+        return None
+    cfg: RemoteWorkersConfig = _coerce_dataclass(RemoteWorkersConfig, raw, where)
+    if len(cfg.token) < 16:
+        raise ConfigError(f"{where}.token: a secret of at least 16 characters is required")
+    if cfg.ttl_s <= 0:
+        raise ConfigError(f"{where}.ttl_s: must be > 0")
+    return cfg
+
+
+def _cluster_serving(raw: Any, processor: str, where: str) -> ClusterServingConfig | None:
+    if raw is None:
+        return None
+    cs: ClusterServingConfig = _coerce_dataclass(ClusterServingConfig, raw, f"{where}.cluster_serving")
+    if not cs.redis.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(f"{where}.cluster_serving.redis: expected a Redis URL (redis://host:port/db)")
+    if processor == "queue":
+        raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
+    if cs.max_batch < 1:
+        raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    return cs
+
+
+def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """The top-level ``queue:`` mapping holds defaults for every service's ``queue:``
+    (a service's own keys win), e.g. one Redis backend for all queues."""
+    defaults = raw.get("queue")
+    if defaults is None:
+        return raw
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"queue: expected a mapping, got {type(defaults).__name__}")
+    _coerce_dataclass(QueueConfig, defaults, "queue")  # names the bad key at its own place
+    services = raw.get("services")
+    if not isinstance(services, list):
+        return raw
+    merged = [
+        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    ]
+    return {**raw, "services": merged}
+
+
+def _gateway(raw: Any) -> GatewayConfig:
+    gw, errs = _coerce_partial(GatewayConfig, _expand(raw, "gateway"), "gateway")
+    if gw.port > 65535:
+        errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
+    if gw.grpc_port > 65535:
+        errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
+    if gw.log_format not in ("text", "json"):
+        errs.add("gateway.log_format: must be 'text' or 'json'")
+    if gw.worker_scheduling not in SCHEDULING_POLICIES:
+        errs.add(f"gateway.worker_scheduling: must be {' or '.join(map(repr, SCHEDULING_POLICIES))}")
+    if gw.worker_host in _EVERY_ADDRESS and not gw.worker_advertise_host:
+        errs.add(
+            "gateway.worker_advertise_host: required when worker_host listens on every address "
+            f"({gw.worker_host}): discovery must publish an address clients can reach"
+        )
+    errs.raise_any()
+    return gw
+
+
+def _admin(raw: Any) -> AdminConfig | None:
+    if raw is None:
+        return None
+    admin: AdminConfig = _coerce_dataclass(AdminConfig, _expand(raw, "admin"), "admin")
+    if admin.port > 65535:
+        raise ConfigError(f"admin.port: must be <= 65535, got {admin.port}")
+    if not admin.token and not is_loopback(admin.host):
+        raise ConfigError(
+            f"admin.token: required when the admin API listens on {admin.host!r}, not a loopback address"
+        )
+    return admin
+
+
+def parse_config(raw: Any, source: str | None = None) -> Config:
+    """A parsed YAML document -> Config. Every error in it is reported at once (ConfigErrors,
+    one line each, each naming its place in the file)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
+    errs = _Errors()
+    errs.check(_check_keys, raw, {"gateway", "services", "admin", "queue"}, "config")
+    raw = errs.check(_with_queue_defaults, raw, default=raw)
+    base = Path(source).resolve().parent if source else None
+    gw = errs.check(_gateway, raw.get("gateway"), default=GatewayConfig())
+    admin = errs.check(_admin, raw.get("admin"))
+    services_raw = raw.get("services") or []
+    if not isinstance(services_raw, list):
+        errs.add("services: expected a list")
+        services_raw = []
+    parsed = []
+    for i, raw_svc in enumerate(services_raw):
+        # An entry whose ${VAR} is not set is reported once, for that, not again as malformed.
+        expanded = errs.check(_expand, raw_svc, f"services[{i}]", default=_UNSET)
+        parsed.append(None if expanded is _UNSET else errs.check(_service, expanded, i, base))
+    for i, svc in enumerate(parsed):
+        if svc is not None:
+            errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")
+    services = tuple(s for s in parsed if s is not None)
+    if (
+        gw.host in _EVERY_ADDRESS
+        and not gw.advertise_host
+        and any(s.queue.backend != "sqlite" for s in services if s.processor == "queue" or s.async_)
+    ):
+        errs.add(
+            f"gateway.advertise_host: required when host listens on every address ({gw.host}) and "
+            "queues live in Redis: other gateways on the same Redis forward calls there"
+        )
+    seen: set[str] = set()
+    for svc in services:
+        if svc.name in seen:
+            errs.add(f"services: duplicate service name {svc.name!r}")
+        seen.add(svc.name)
+    errs.check(check_pipelines, services)
+    errs.raise_any()
+    return apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
+
+
+def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    changes: dict[str, Any] = {}
+    if env.get("EASGW_HOST"):
+        changes["host"] = env["EASGW_HOST"]
+    if env.get("EASGW_PORT"):
+        changes["port"] = _int(env["EASGW_PORT"], "EASGW_PORT", lo=0, hi=65535)
+    if env.get("EASGW_DATA_DIR"):
+        changes["data_dir"] = env["EASGW_DATA_DIR"]
+    if env.get("EASGW_LOG_LEVEL"):
+        changes["log_level"] = env["EASGW_LOG_LEVEL"]
+    if env.get("EASGW_LOOPBACK_ONLY"):
+        changes["loopback_only"] = _bool(env["EASGW_LOOPBACK_ONLY"], "EASGW_LOOPBACK_ONLY")
+    if not changes:
+        return cfg
+    return replace(cfg, gateway=replace(cfg.gateway, **changes))
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: {p} is not valid YAML: {exc}") from None
+    return parse_config(raw, source=str(p))

@@ -1,0 +1,39 @@
+"""The pipeline config's vocabulary: dtype spellings and the built-in transforms' signatures
+(their implementations are in gateway.worker.ops)."""
+
+from __future__ import annotations
+
+# Config dtype spellings -> the V2 datatype names the rest of the gateway uses.
+DTYPES: dict[str, str] = {
+    "float32": "FP32", "float": "FP32", "fp32": "FP32", "float64": "FP64", "double": "FP64",
+    "fp64": "FP64", "float16": "FP16", "fp16": "FP16", "int8": "INT8", "int16": "INT16",
+    "int32": "INT32", "int64": "INT64", "uint8": "UINT8", "uint16": "UINT16", "uint32": "UINT32",
+    "uint64": "UINT64", "bool": "BOOL", "string": "BYTES", "str": "BYTES", "bytes": "BYTES",
+}  # fmt: skip
+
+# Built-in transforms: their input names, their output names and the args they take.
+TRANSFORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]] = {
+    "topk": (("x",), ("indices", "values"), frozenset({"k"})),
+    "argmax": (("x",), ("index",), frozenset()),
+    "softmax": (("x",), ("y",), frozenset()),
+    "label_map": (("x",), ("label",), frozenset({"labels"})),
+    "cast": (("x",), ("y",), frozenset({"dtype"})),
+    # Fan-in: any number of inputs, joined along the last axis in the order given.
+    "concat": ((), ("y",), frozenset()),
+}
+# What a transform's outputs are, when it is fixed (the others follow their input).
+TRANSFORM_DTYPES: dict[tuple[str, str], str] = {
+    ("topk", "indices"): "INT64",
+    ("argmax", "index"): "INT64",
+    ("label_map", "label"): "BYTES",
+}
+
+# The processors of the services a model step may call (gateway.backends.pipelines.forms speaks each),
+# and why the others cannot be one.
+STEP_PROCESSORS = ("onnx", "python")
+NOT_A_STEP = {
+    "queue": "a queue only holds requests for others to take; it runs nothing",
+    "pipeline": "a step cannot be a whole pipeline; name the service its model step calls",
+}
+
+__all__ = ["DTYPES", "NOT_A_STEP", "STEP_PROCESSORS", "TRANSFORMS", "TRANSFORM_DTYPES"]

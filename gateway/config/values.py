@@ -1,0 +1,396 @@
+"""Checking config values: typed readers that name the field in their errors, and the
+collector that lets one pass over a file report every error at once."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from gateway.config.files import ConfigError, check_file, resolve_path
+from gateway.config.user_code import ENTRY_FORMS
+
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigErrors(ConfigError):
+    """Every error found in one config file or service description, one per line."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+class Errors:
+    """Collects errors so that one pass reports all of them, each with its place."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def check(self, fn: Any, *args: Any, default: Any = None, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigErrors as exc:
+            self.items.extend(exc.errors)
+        except ConfigError as exc:
+            self.items.append(str(exc))
+        return default
+
+    def add(self, message: str) -> None:
+        self.items.append(message)
+
+    def raise_any(self) -> None:
+        if len(self.items) == 1:
+            raise ConfigError(self.items[0])
+        if self.items:
+            raise ConfigErrors(self.items)
+
+
+def expand(value: Any, where: str) -> Any:
+    if isinstance(value, str):
+
+        def repl(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"{where}: environment variable {name} is not set")
+            return os.environ[name]
+
+        return _ENV_RE.sub(repl, value)
+    if isinstance(value, list):
+        return [expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: expand(v, f"{where}.{k}") for k, v in value.items()}
+    return value
+
+
+def as_int(v: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
+            v = int(v)
+        else:
+            raise ConfigError(f"{where}: expected an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(f"{where}: must be >= {lo}, got {v}")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{where}: must be <= {hi}, got {v}")
+    return v
+
+
+def as_float(v: Any, where: str, lo: float | None = None) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ConfigError(f"{where}: expected a number, got {v!r}")
+    try:
+        out = float(v)
+    except ValueError:
+        raise ConfigError(f"{where}: expected a number, got {v!r}") from None
+    if lo is not None and out < lo:
+        raise ConfigError(f"{where}: must be >= {lo}, got {out}")
+    return out
+
+
+def as_bool(v: Any, where: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.lower() in ("true", "1", "yes")
+    raise ConfigError(f"{where}: expected true or false, got {v!r}")
+
+
+def yaml_hint(v: Any, where: str) -> str:
+    """The message for a value YAML read as something other than the string that was meant."""
+    if isinstance(v, bool):
+        return (
+            f"{where}: expected a string, got the boolean {v!r}: YAML reads unquoted yes/no/on/off/"
+            f'true/false as booleans; quote the value, e.g. {where.rsplit(".", 1)[-1]}: "yes"'
+        )
+    return (
+        f"{where}: expected a string, got the number {v!r}: YAML reads unquoted digits as a number "
+        f'(and 0-prefixed digits as octal); quote the value, e.g. {where.rsplit(".", 1)[-1]}: "0123456"'
+    )
+
+
+def as_str(v: Any, where: str) -> str:
+    if isinstance(v, (bool, int, float)):
+        raise ConfigError(yaml_hint(v, where))
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"{where}: expected a non-empty string, got {v!r}")
+    return v
+
+
+def _key_text(key: Any) -> str:
+    return key if isinstance(key, str) else repr(key)
+
+
+def check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(map(_key_text, set(raw) - allowed))  # YAML keys may be null or numbers
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PROVIDER_RE = re.compile(r"^[A-Za-z]+ExecutionProvider$")
+
+
+def as_strings(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of strings")
+    return tuple(as_str(str(v), f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def as_choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def as_mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    return value
+
+
+def as_env(value: Any, where: str) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``env:`` as (values to set, names passed through from the gateway's environment):
+    a mapping (a null value passes the name through) or a list of names."""
+    if value is None:
+        return {}, ()
+    pairs = [(n, None) for n in value] if isinstance(value, list) else list(as_mapping(value, where).items())
+    errs = Errors()
+    values: dict[str, str] = {}
+    names: list[str] = []
+    for name, v in pairs:
+        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+            errs.add(f"{where}: {name!r} is not an environment variable name")
+        elif v is None:
+            names.append(name)
+        else:
+            values[name] = str(v)
+    errs.raise_any()
+    return values, tuple(names)
+
+
+def as_providers(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where}: expected a list such as [CUDAExecutionProvider, CPUExecutionProvider]")
+    bad = [p for p in value if not isinstance(p, str) or not _PROVIDER_RE.match(p)]
+    if bad:
+        raise ConfigError(f"{where}: {bad[0]!r} is not an ONNX Runtime execution provider name")
+    return tuple(value)
+
+
+def as_tokens(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of strings")
+    errs = Errors()
+    out = tuple(errs.check(as_str, str(t), f"{where}[{j}]", default="") for j, t in enumerate(value))
+    errs.raise_any()
+    return out
+
+
+QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def as_versions(
+    raw: Any, kind: str, model: Any, base: Path | None, where: str
+) -> tuple[tuple[str, str], ...]:
+    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+    if raw is None:
+        return ()
+    w = f"{where}.versions"
+    if kind != "onnx":
+        raise ConfigError(f"{w}: only an onnx service has model versions")
+    if model is not None:
+        raise ConfigError(f"{w}: give either model or versions, not both")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{w}: expected a mapping of version numbers to model files")
+    out: dict[int, str] = {}
+    for key, path in raw.items():
+        number = as_int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
+        if number in out:
+            raise ConfigError(f"{w}: version {number} given twice")
+        resolved = resolve_path(as_str(path, f"{w}.{key}"), base, f"{w}.{key}")
+        check_file(resolved, f"{w}.{key}")
+        out[number] = resolved
+    return tuple((str(n), out[n]) for n in sorted(out))
+
+
+def check_queue_backend(cfg: Any, where: str) -> None:
+    if cfg.backend != "sqlite" and not cfg.backend.startswith(QUEUE_BACKEND_SCHEMES):
+        raise ConfigError(  # the value is not echoed: a URL may hold a password
+            f"{where}.backend: expected 'sqlite' or a Redis URL ({', '.join(QUEUE_BACKEND_SCHEMES)})"
+        )
+
+
+def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str) -> None:
+    """Refuse a model or entry file outside the configured model directories (links and
+    ``..`` resolved first, so neither can lead out of them)."""
+    if not dirs:
+        return
+    roots = [Path(d).resolve() for d in dirs]
+    files = [("model", svc.model)]
+    if svc.entry and svc.entry.rpartition(":")[0].endswith(".py"):
+        files.append(("entry", svc.entry.rpartition(":")[0]))
+    errs = Errors()
+    for key, path in files:
+        if path is None:
+            continue
+        real = Path(path).resolve()
+        if not any(real.is_relative_to(root) for root in roots):
+            errs.add(
+                f"{where}.{key}: {Path(path).name} is outside the model directories "
+                f"(gateway.model_dirs: {', '.join(str(r) for r in roots)})"
+            )
+    errs.raise_any()
+
+
+def coerce_dataclass(cls: type, raw: Any, where: str) -> Any:
+    """Generic coercion for the flat numeric/bool/str dataclasses (queue, batching, gateway)."""
+    out, errs = coerce_partial(cls, raw, where)
+    errs.raise_any()
+    return out
+
+
+def coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, Errors]:
+    """The dataclass built from the keys that are right, and the errors of the others."""
+    errs = Errors()
+    if raw is None:
+        return cls(), errs
+    if not isinstance(raw, dict):
+        errs.add(f"{where}: expected a mapping, got {type(raw).__name__}")
+        return cls(), errs
+    names = {f.name for f in fields(cls)}
+    errs.check(check_keys, raw, names, where)
+    out: dict[str, Any] = {}
+    defaults = cls()
+    for key, value in raw.items():
+        if key not in names:
+            continue
+        w = f"{where}.{key}"
+        default = getattr(defaults, key)
+        if isinstance(default, bool):
+            out[key] = errs.check(as_bool, value, w, default=default)
+        elif isinstance(default, int):
+            out[key] = errs.check(as_int, value, w, lo=0, default=default)
+        elif isinstance(default, float):
+            out[key] = errs.check(as_float, value, w, lo=0.0, default=default)
+        elif isinstance(default, tuple):
+            out[key] = errs.check(as_strings, value, w, default=default)
+        else:
+            out[key] = None if value is None else errs.check(as_str, value, w, default=default)
+    return cls(**out), errs
+
+
+def model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
+    model = raw.get("model")
+    if processor == "onnx":
+        model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
+        # Served only by remote workers: the file is on their hosts, not necessarily here.
+        if not (raw.get("remote_workers") is not None and raw.get("workers") == 0):
+            check_file(model, f"{where}.model")
+    elif model is not None:
+        model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
+    return model
+
+
+def entry_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
+    entry = raw.get("entry")
+    if processor != "python":
+        return entry if entry is None else str(entry)
+    entry = as_str(entry, f"{where}.entry")
+    if ":" not in entry:
+        raise ConfigError(f"{where}.entry: expected {ENTRY_FORMS}")
+    target, _, cls_name = entry.rpartition(":")
+    if target.endswith(".py"):
+        target = resolve_path(target, base, f"{where}.entry")
+        check_file(target, f"{where}.entry")
+    return f"{target}:{cls_name}"
+
+
+def tokens_of(raw: Mapping[str, Any], where: str) -> tuple[str | None, tuple[str, ...], bool]:
+    """(token, extra tokens, public). An open service must say so: ``public: true`` with no
+    token (missing or ``token: null``); an empty token, or no token without ``public: true``,
+    is an error, so a typo or an unset variable never opens a service."""
+    public = as_bool(raw.get("public", False), f"{where}.public")
+    extra = raw.get("tokens") or []
+    if not isinstance(extra, list):
+        raise ConfigError(f"{where}.tokens: expected a list of strings")
+    extra_tokens = tuple(as_str(t, f"{where}.tokens[{j}]") for j, t in enumerate(extra))
+    token = raw.get("token")
+    if token is not None:
+        if token == "":
+            raise ConfigError(
+                f"{where}.token: empty; give the service a token, or declare it open with "
+                "'public: true' (and no token)"
+            )
+        token = as_str(token, f"{where}.token")
+    if public and (token is not None or extra_tokens):
+        raise ConfigError(f"{where}: 'public: true' and a token contradict each other; keep one")
+    if not public and token is None and not extra_tokens:
+        said = "token: null" if "token" in raw else "no token"
+        raise ConfigError(
+            f"{where}: {said}; give the service a token, or declare it open with 'public: true'"
+        )
+    return token, extra_tokens, public
+
+
+def open_service_warnings(cfg: Any) -> list[str]:
+    """Warnings due at start: services anyone who reaches the listener can call."""
+    host = cfg.gateway.host
+    if host in ("localhost", "") or host.startswith("127.") or host == "::1":
+        return []
+    return [
+        f"service {svc.name!r} is public (no token) and the gateway listens on {host}, "
+        "which is not a loopback address: anyone who reaches it can call the service"
+        for svc in cfg.services
+        if not svc.tokens
+    ]
+
+
+__all__ = [
+    "QUEUE_BACKEND_SCHEMES",
+    "ConfigError",
+    "ConfigErrors",
+    "Errors",
+    "as_bool",
+    "as_choice",
+    "as_env",
+    "as_float",
+    "as_int",
+    "as_mapping",
+    "as_providers",
+    "as_str",
+    "as_strings",
+    "as_tokens",
+    "as_versions",
+    "check_file",
+    "check_keys",
+    "check_model_dirs",
+    "check_queue_backend",
+    "coerce_dataclass",
+    "coerce_partial",
+    "entry_path",
+    "expand",
+    "is_loopback",
+    "model_path",
+    "open_service_warnings",
+    "resolve_path",
+    "tokens_of",
+    "yaml_hint",
+]  # fmt: skip

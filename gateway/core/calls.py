@@ -1,0 +1,78 @@
+"""The calls a backend runs: a request's bytes and what it answered, or tensors by name.
+
+``WorkerRequest``/``WorkerResponse`` are what every backend takes and gives: the worker RPC
+(gateway.codecs.ipc) frames them between processes, and a backend in the gateway process
+takes them as they are.
+
+A call with tensors by name is for a model that runs in the gateway process.
+
+The V2 binary, V2 JSON and gRPC adapters hold numpy arrays; a worker process needs them
+encoded (a TF ``PredictRequest``) and its answer decoded again. A backend in the gateway's
+own threads (``placement: thread``, gateway.backends.threads) takes the arrays as they are:
+the onnx processor checks them against the model exactly as it checks a decoded TF
+request, and answers with the output arrays, so neither side encodes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class WorkerRequest:
+    body: bytes
+    subpath: str = ""
+    content_type: str = "application/octet-stream"
+    request_id: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    # Absolute time.monotonic() after which the worker drops the request unrun (0: none).
+    # CLOCK_MONOTONIC is system-wide on Linux, so gateway and worker agree on it.
+    deadline: float = 0.0
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        """Case-insensitive header lookup."""
+        value = self.headers.get(name)
+        if value is not None:
+            return value
+        low = name.lower()
+        for k, v in self.headers.items():
+            if k.lower() == low:
+                return v
+        return default
+
+
+@dataclass(slots=True)
+class WorkerResponse:
+    status: int
+    body: bytes
+    content_type: str = "application/octet-stream"
+    compute_us: int = 0
+    # Extra answer headers from an in-process backend (a pipeline's Server-Timing); never
+    # sent over the worker IPC.
+    headers: dict[str, str] | None = None
+
+
+# The decoded request's kind of a tensor call (gateway.worker.processors.onnx).
+TENSORS = "tensors"
+
+
+@dataclass(slots=True)
+class TensorRequest(WorkerRequest):
+    """A WorkerRequest whose inputs are arrays (``body`` stays empty); never sent over IPC."""
+
+    inputs: Mapping[str, np.ndarray] = field(default_factory=dict)
+    # Output names asked for; empty: every output of the model.
+    outputs: Sequence[str] = ()
+
+
+@dataclass(slots=True)
+class TensorResponse(WorkerResponse):
+    """A 200 answer to a TensorRequest: the outputs asked for, in the model's own dtypes."""
+
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+__all__ = ["TENSORS", "TensorRequest", "TensorResponse", "WorkerRequest", "WorkerResponse"]

@@ -1,0 +1,2 @@
+"""The admin API (``/admin/...``): services and queues managed while the gateway runs, and its
+OpenAPI description."""

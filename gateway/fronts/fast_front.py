@@ -1,0 +1,314 @@
+"""The gateway's listener with a lean HTTP/1.1 front (gateway/lean_http).
+
+Two kinds of plain calls are answered by ``FastProtocol`` without aiohttp's request
+machinery (about 100 us of CPU per call on the benchmark machine, most of a small
+predict's gateway cost):
+
+* queue calls (``gateway.queue_fast_path``): put/get/commit/delete/truncate/attributes/
+  search on a queue service, or on an async service's input queue or ``/sink``, with the
+  same checks as routes/predict.py's queue branch and the queue's own handlers
+  (``queue.http.dispatch``);
+* predict calls (``gateway.predict_fast_path``): a ``POST`` to the exact path of a
+  synchronous service, through the same dataplane (gateway/core/dataplane.py) as the aiohttp
+  predict route: deadline header, token or signature, dispatch and pool errors;
+* V2 inference calls (``gateway.predict_fast_path``): a ``POST`` to
+  ``/v2/models/<model>/infer`` of an onnx service, JSON or binary tensors, through the same
+  call as the aiohttp KServe route (gateway.fronts.v2_call), errors in V2's ``{"error"}`` shape.
+  A request that asks for a compressed answer goes to aiohttp, which compresses.
+
+Both get the missing-token 401, the ``X-Request-Id`` header, the request metrics, the
+access log line and cancellation when the client leaves, like the aiohttp route.
+While a body is still arriving, a request without a token, or with a wrong raw token, is
+answered 401 at once (``early``), and a body not complete ``body_timeout_s`` after its
+head is answered 408 (``late``); both close the connection after a lingering close.
+Everything else (sub-paths, discovery, admin, metrics, a WebSocket watch, a chunked or
+oversized body, Content-Encoding, a percent-encoded path, HTTP/1.0, ...) is handed over
+untouched to aiohttp's protocol on the same connection, so it meets the full middleware
+exactly as before. The connection keeps the gateway's header deadline (slowloris),
+keep-alive and body timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+from aiohttp import web
+
+from eas_sdk._core.constants import (
+    DEFAULT_CONTENT_TYPE,
+    HEADER_REQUEST_ID,
+    PREDICT_PATH_PREFIX,
+    SINK_SUFFIX,
+)
+from gateway.codecs import kserve, v2_tensors
+from gateway.codecs.v2_binary import OCTET_STREAM
+from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.core import errors
+from gateway.core.logs import ACCESS_LOGGER, log_access
+from gateway.fronts import v2_call
+from gateway.fronts.server import Refused
+from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.http.middleware import pick_request_id
+from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
+from gateway.queue.http import Reply, dispatch
+
+log = logging.getLogger("gateway.request")  # the middleware's logger
+
+_JSON = "application/json; charset=utf-8"
+
+
+def _error(exc: errors.GatewayError, rid: str) -> Reply:
+    """The middleware's JSON error shape (middleware.error_response)."""
+    body = errors.error_body(exc.code, exc.message, rid)
+    return Reply(exc.status, body, _JSON, {**exc.headers, HEADER_REQUEST_ID: rid})
+
+
+def _v2_error(exc: Exception, rid: str) -> Reply:
+    """V2's ``{"error"}`` shape (the KServe route's)."""
+    status, body, headers, _ = v2_call.error_reply(exc) or (
+        500,
+        kserve.error_body("internal error"),
+        {},
+        False,
+    )
+    return Reply(status, body, kserve.JSON_TYPE, {**headers, HEADER_REQUEST_ID: rid})
+
+
+class _Route(NamedTuple):
+    svc: ServiceConfig
+    queue: str | None  # the queue's name; None: a synchronous predict
+    limit: int  # body bytes answered here (a larger body goes to aiohttp, which says 413)
+    v2: bool = False  # a V2 inference call (/v2/models/<model>/infer)
+
+
+class Front:
+    """``accept`` and ``serve`` for FastProtocol, built from the gateway application."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        config = app[CONFIG_KEY]
+        gw = config.gateway
+        self.qm = app[QUEUES_KEY]
+        self.metrics = app[METRICS_KEY]
+        self.access = logging.getLogger(ACCESS_LOGGER) if gw.access_log else None
+        # raw path -> route: only exact paths of configured services, so everything the
+        # predict route would refuse or route elsewhere goes to aiohttp.
+        self.paths: dict[str, _Route] = {}
+        # The listener's body limit, fixed when it starts: a predict service added later
+        # takes bodies up to max_body_bytes (accept() still checks each route's own limit).
+        self.max_body = gw.max_body_bytes if gw.predict_fast_path else 0
+        self.refresh()
+        self.plane = app[DATAPLANE_KEY]
+        # Services added, changed or removed at run time (gateway.manage) rebuild the table.
+        state = app.get(STATE_KEY)
+        if state is not None:
+            state.on_services_changed.append(self.refresh)
+
+    def refresh(self) -> None:
+        """(Re)build the path table from the application's current services."""
+        config = self.app[CONFIG_KEY]
+        gw = config.gateway
+        paths: dict[str, _Route] = {}
+        qm = self.qm
+        queues = getattr(qm, "queues", None)  # a QueueManager's (a test double may have none)
+        pools = self.app[POOLS_KEY]
+        for svc in config.services:
+            if not SERVICE_NAME_RE.fullmatch(svc.name) or config.service(svc.name) is not svc:
+                continue  # a duplicate name: the first one wins in the predict route
+            if svc.processor == "queue" or svc.async_:
+                if not gw.queue_fast_path:
+                    continue
+                limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
+                for name in (svc.name, f"{svc.name}/{SINK_SUFFIX}"):
+                    if isinstance(queues, dict) and name in queues and qm.has(name):
+                        paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
+            elif gw.predict_fast_path and svc.name in pools:
+                paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
+                if svc.processor == "onnx":
+                    paths[f"/v2/models/{svc.name}/infer"] = _Route(svc, None, gw.max_body_bytes, True)
+        self.paths = paths
+        self.max_body = max(self.max_body, max((r.limit for r in paths.values()), default=0))
+
+    def accept(self, method: str, path: str, headers: Headers, clen: int) -> bool:
+        route = self.paths.get(path)
+        if route is None or clen > route.limit:
+            return False  # not ours, or a body aiohttp refuses with its 413
+        if route.queue is None and method != "POST":
+            return False  # aiohttp's 405
+        if route.v2 and "gzip" in (headers.get("Accept-Encoding") or "").lower():
+            return False  # aiohttp compresses the answer
+        encoding = headers.get("Content-Encoding")
+        return encoding is None or encoding.strip().lower() in ("", "identity")
+
+    async def serve(self, req: FastRequest, query: Query) -> Reply:
+        route = self.paths[req.path]
+        rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
+        metrics = self.metrics
+        started = time.perf_counter()
+        status = 500
+        metrics.inflight.inc()
+        try:
+            if route.v2:
+                reply = await self._v2(route.svc, req, rid)
+            elif route.queue is None:
+                reply = await self._predict(route.svc, req, rid)
+            else:
+                reply = await self._queue(route.svc, route.queue, req, query, rid)
+            status = reply.status
+        except asyncio.CancelledError:
+            status = 499  # nginx/EAS convention: client closed the request
+            raise
+        except Exception:  # as the middleware: logged with its traceback, a bare 500 answered
+            log.exception("unhandled error in %s %s", req.method, req.path, extra={"request_id": rid})
+            reply = _error(errors.GatewayError("internal error"), rid)
+        finally:
+            metrics.inflight.dec()
+            elapsed = time.perf_counter() - started
+            metrics.observe(route.svc.name, status, elapsed)
+        if self.access is not None and self.access.isEnabledFor(logging.INFO):
+            self._log(req, reply, elapsed, rid)
+        return reply
+
+    def early(self, req: FastRequest) -> Reply | None:
+        """The 401 due before the body is read (FastProtocol's ``early``; the body is still
+        arriving): a token is required and none is sent, or a raw token is wrong."""
+        route = self.paths[req.path]
+        if not self.plane.refused_early(route.svc, req.headers, route.queue or ""):
+            return None
+        return self._refusal(route, req, errors.Unauthorized("invalid or missing token"), 0.0)
+
+    def admit(self, req: FastRequest) -> Callable[[], None] | None:
+        """The body is still arriving (FastProtocol's ``admit``): hold its length against the
+        gateway's admission budget; None when that is spent (aiohttp then answers the 429)."""
+        try:
+            hold = self.plane.hold_body(self.paths[req.path].svc, req.headers, req.content_length or 0)
+        except errors.TooManyRequests:
+            return None
+        return hold.release
+
+    def late(self, req: FastRequest) -> Reply:
+        """The 408 for a body not complete within body_timeout_s (FastProtocol's ``late``)."""
+        timeout = self.app[CONFIG_KEY].gateway.body_timeout_s
+        exc = errors.RequestTimeout(f"request body not received within {timeout:g} s", close=True)
+        return self._refusal(self.paths[req.path], req, exc, timeout)
+
+    def _refusal(self, route: _Route, req: FastRequest, exc: errors.GatewayError, elapsed: float) -> Reply:
+        """An error answered by the protocol itself: counted and logged like ``serve``'s."""
+        rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
+        reply = _v2_error(exc, rid) if route.v2 else _error(exc, rid)
+        self.metrics.observe(route.svc.name, exc.status, elapsed)
+        if self.access is not None and self.access.isEnabledFor(logging.INFO):
+            self._log(req, reply, elapsed, rid)
+        return reply
+
+    async def _predict(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
+        """The aiohttp route's predict for a POST to the service's own path (the body is in)."""
+        plane = self.plane
+        try:
+            arrived = time.monotonic()
+            wresp = await plane.predict(
+                svc, req.headers, req.path, req.body,
+                request_id=rid, arrived=arrived, deadline=plane.caller_deadline(req.headers),
+            )  # fmt: skip
+        except errors.GatewayError as exc:
+            return _error(exc, rid)
+        ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
+        extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+        headers = {**extra, HEADER_REQUEST_ID: rid} if extra else {HEADER_REQUEST_ID: rid}
+        return Reply(int(wresp.status), wresp.body, ctype, headers)
+
+    async def _v2(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
+        """The KServe route's V2 inference for the model's latest version (the body is in)."""
+        plane = self.plane
+        try:
+            arrived = time.monotonic()
+            deadline = plane.caller_deadline(req.headers)
+            plane.authenticate(svc, req.headers, req.path, req.body)
+            out, header_length = await v2_call.infer(
+                plane, svc, svc, svc.version_names[-1], self.app[POOLS_KEY][svc.name].metadata, req.body,
+                req.headers.get(kserve.BINARY_HEADER), request_id=rid,
+                timeout=plane.budget(svc, deadline, arrived),
+            )  # fmt: skip
+        except (kserve.KServeRequestError, v2_tensors.TensorError, errors.GatewayError) as exc:
+            return _v2_error(exc, rid)
+        if header_length is None:
+            return Reply(200, out, kserve.JSON_TYPE, {HEADER_REQUEST_ID: rid})
+        headers = {kserve.BINARY_HEADER: str(header_length), HEADER_REQUEST_ID: rid}
+        return Reply(200, out, OCTET_STREAM, headers)
+
+    async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
+        try:
+            self.plane.refuse_predict_call(svc, req.headers, req.method, name)
+        except errors.GatewayError as exc:
+            return _error(exc, rid)
+        if svc.tokens:
+            # aiohttp's can_read_body: only a POST with a non-empty body hands its bytes to verify.
+            body = req.body if req.method == "POST" and req.body else None
+            try:
+                self.plane.authenticate(svc, req.headers, req.path, body, name)
+            except errors.GatewayError as exc:
+                return _error(exc, rid)
+        q = self.qm.queues.get(name)
+        if q is None:
+            forward = getattr(self.qm, "forward", None)  # served by another gateway on the same Redis
+            if forward is None or not self.qm.has(name):
+                return _error(errors.ServiceNotFound(f"queue {name!r} not found"), rid)
+            reply = await forward(name, req, query)
+        else:
+            reply = await dispatch(self.qm, q, req, query)
+        headers: Mapping[str, str] = {HEADER_REQUEST_ID: rid}
+        if reply.headers:
+            headers = {**reply.headers, HEADER_REQUEST_ID: rid}
+        return Reply(reply.status, reply.body, reply.content_type, headers)
+
+    def _log(self, req: FastRequest, reply: Reply, elapsed: float, rid: str) -> None:
+        """GatewayAccessLogger's line and fields."""
+        assert self.access is not None
+        log_access(
+            self.access, req.remote or "-", req.method, req.path, reply.status, len(reply.body),
+            elapsed * 1000.0, rid,
+        )  # fmt: skip
+
+
+class FastSite(web.BaseSite):
+    """A listener whose connections start on FastProtocol (see the module docstring).
+
+    A ``BaseSite`` as aiohttp's own sites are: ``start`` registers it with the runner and
+    fills in the listening server, which ``stop`` and ``runner.addresses`` use; everything
+    else it needs it keeps itself."""
+
+    def __init__(
+        self, runner: web.BaseRunner, host: str, port: int, *, conns: set[FastProtocol], backlog: int = 128
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self.front_runner = runner
+        self.host, self.port, self.backlog = host, port, backlog
+        self.conns = conns
+
+    @property
+    def name(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()  # registers the site with the runner
+        server = self.front_runner.server
+        app = getattr(self.front_runner, "app", None)
+        assert server is not None and isinstance(app, web.Application)
+        front = Front(app)
+        # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
+        limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
+        factory = protocol_factory(front, server, self.conns, limits)
+        admission = front.plane.admission  # counts the open connections (GatewayRunner.server)
+
+        def admitted() -> asyncio.Protocol:
+            return factory() if admission.admit_connection() else Refused()
+
+        loop = asyncio.get_running_loop()
+        # BaseSite's contract with its subclasses: the server it closes on stop().
+        self._server = await loop.create_server(
+            admitted, self.host, self.port, backlog=self.backlog, reuse_address=True
+        )

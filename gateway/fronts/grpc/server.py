@@ -1,0 +1,63 @@
+"""Starting and stopping the gRPC server with the application.
+
+:func:`grpc_lifecycle` is an aiohttp cleanup context: registered after the one that
+starts the worker pools, it starts listening once they are starting and stops (letting
+in-flight calls finish for up to ``shutdown_timeout_s``) before they stop. The server is
+``grpc.aio``'s, on the gateway's own event loop, so a call costs no thread hop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+from gateway.config import GatewayConfig
+from gateway.fronts.grpc.servicer import InferenceServicer
+from gateway.fronts.state import CONFIG_KEY
+
+log = logging.getLogger("gateway.grpc")
+
+
+def server_options(gw: GatewayConfig) -> list[tuple[str, Any]]:
+    return [
+        # A request message is bounded as an HTTP body is; a larger one gets RESOURCE_EXHAUSTED
+        # from gRPC itself before any of it is parsed.
+        ("grpc.max_receive_message_length", gw.max_body_bytes),
+        # Never share the port with another process silently (gRPC sets SO_REUSEPORT by default).
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def listen_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def start_server(app: web.Application) -> grpc.aio.Server:
+    """A started server for ``app`` on ``gateway.host:gateway.grpc_port``; OSError if it cannot listen."""
+    gw = app[CONFIG_KEY].gateway
+    server = grpc.aio.server(options=server_options(gw))
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(app), server)
+    address = listen_address(gw.host, gw.grpc_port)
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+    await server.start()
+    log.info("gRPC listening on %s", address)
+    return server
+
+
+async def grpc_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    server = await start_server(app)
+    try:
+        yield
+    finally:
+        await server.stop(app[CONFIG_KEY].gateway.shutdown_timeout_s)
+
+
+__all__ = ["grpc_lifecycle", "listen_address", "server_options", "start_server"]

@@ -1,0 +1,378 @@
+"""``inference.GRPCInferenceService`` over the gateway's dataplane.
+
+Each call only translates: the model name is found by the dataplane (``find_model``), the
+``authorization`` metadata (a plain token or ``Bearer <token>``) is checked by its
+``authenticate``, the call's gRPC deadline bounds its budget, inference runs through
+``DataPlane.infer_tensors`` (the worker's TF protobuf path, as an EAS ``TFRequest``), and
+every failure is a ``GatewayError`` answered with the gRPC code of its status
+(gateway/fronts/grpc/status.py). Metadata, configuration, statistics and the repository index
+are the V2 REST answers (gateway/codecs/kserve.py) in their protobuf form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from aiohttp import web
+from google.protobuf import json_format
+
+from gateway import __version__
+from gateway._proto import grpc_service_pb2 as pb
+from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+from gateway.backends.pipelines.timings import timings_asked
+from gateway.codecs import kserve, v2_grpc
+from gateway.codecs.v2_tensors import DATATYPES, TensorError
+from gateway.config import ServiceConfig
+from gateway.config.versions import version_key
+from gateway.core import errors
+from gateway.core.logs import ACCESS_LOGGER, log_access
+from gateway.core.metadata import ModelMetadata
+from gateway.fronts.grpc.status import grpc_code, trailers
+from gateway.fronts.routes.repository import authorize_model_control
+from gateway.fronts.state import (
+    CONFIG_KEY,
+    DATAPLANE_KEY,
+    METRICS_KEY,
+    POOLS_KEY,
+    all_ready,
+    not_ready_reason,
+    service_ready,
+)
+from gateway.http.middleware import new_request_id
+from gateway.manage.manager import MANAGER_KEY
+
+log = logging.getLogger("gateway.grpc")
+
+SERVER_NAME = "easkit-gateway"
+SERVICE_PATH = "/inference.GRPCInferenceService"
+# Tensors with more elements than this that are read or written element by element (BYTES,
+# typed contents) are handled off the event loop; numeric raw tensors are views either way.
+_LARGE = 1 << 16
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Context = grpc.aio.ServicerContext
+
+
+def _gateway_error(exc: Exception) -> errors.GatewayError:
+    if isinstance(exc, errors.GatewayError):
+        return exc
+    if isinstance(exc, TensorError):
+        return errors.BadRequest(str(exc))
+    log.error("gRPC call failed", exc_info=exc)
+    return errors.InternalError("internal error")
+
+
+def _rpc(
+    fn: Callable[[Any, Request, Context, str], Awaitable[Response]],
+) -> Callable[[Any, Request, Context], Awaitable[Response]]:
+    """A unary call whose failures are answered with their gRPC code, message and request id."""
+
+    path = f"{SERVICE_PATH}/{fn.__name__}"
+
+    @functools.wraps(fn)
+    async def wrapped(self: Any, request: Request, context: Context) -> Response:
+        rid = new_request_id()
+        started = time.perf_counter()
+        try:
+            resp = await fn(self, request, context, rid)
+        except Exception as exc:  # every failure gets a status; abort() itself raises past this
+            err = _gateway_error(exc)
+        else:
+            self.access(context, path, 200, resp, started, rid)
+            return resp
+        self.access(context, path, err.status, None, started, rid)
+        await context.abort(grpc_code(err.status), err.message, trailers(err, rid))
+        raise AssertionError("unreachable: abort() raises")  # pragma: no cover
+
+    return wrapped
+
+
+def _remote(peer: str) -> str:
+    """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` -> the address alone."""
+    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    return host.strip("[]") or "-"
+
+
+def auth_headers(context: Context) -> dict[str, str]:
+    """The call's credentials as the dataplane reads them (gRPC metadata keys are lowercase)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str):
+            return {"Authorization": value}
+    return {}
+
+
+# What V2 serves as a model: an onnx service, or a pipeline (its signature is its graph's).
+MODELS = ("onnx", "pipeline")
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """The service's calls, answered from the application's pools, config and dataplane."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+        self.config = app[CONFIG_KEY]
+        self.plane = app[DATAPLANE_KEY]
+        self.pools: dict[str, Any] = app[POOLS_KEY]
+        self.metrics = app[METRICS_KEY]
+        # Disabled unless access logs are on (gateway.access_log), as for HTTP calls.
+        self.access_log = logging.getLogger(ACCESS_LOGGER) if self.config.gateway.access_log else None
+
+    def access(self, context: Context, path: str, status: int, resp: Any, started: float, rid: str) -> None:
+        """The call's access line, as an HTTP call's: the peer's address, ``GRPC``, the method's
+        path, the status it means, the answer's size (never metadata: it holds the token)."""
+        if self.access_log is not None and self.access_log.isEnabledFor(logging.INFO):
+            size = resp.ByteSize() if resp is not None else 0
+            ms = (time.perf_counter() - started) * 1000.0
+            log_access(self.access_log, _remote(context.peer()), "GRPC", path, status, size, ms, rid)
+
+    # ------------------------------------------------------------------ lookups
+    def _models(self) -> list[ServiceConfig]:
+        return [s for s in self.config.services if s.processor in MODELS and s.name in self.pools]
+
+    def _model(self, name: str, version: str) -> tuple[ServiceConfig, ServiceConfig, str]:
+        """(the model as clients name it, the service whose workers serve ``version``, that
+        version): 400 for a malformed name, 404 for an unknown model or version. An empty
+        version is the latest, which the service serves itself."""
+        try:
+            svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
+        except errors.ServiceNotFound:
+            svc = None
+        if svc is None or svc.processor not in MODELS:
+            raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
+        latest = svc.version_names[-1]
+        if version in ("", latest):
+            return svc, svc, latest
+        runs = (
+            self.plane.services.get(version_key(svc.name, version)) if version in svc.version_names else None
+        )
+        if runs is None or runs.name not in self.pools:
+            raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")
+        return svc, runs, version
+
+    def _versions(self, svc: ServiceConfig) -> list[tuple[str, ServiceConfig]]:
+        """Every version of ``svc`` that has a worker pool, ascending."""
+        out = []
+        for v in svc.version_names:
+            runs = svc if v == svc.version_names[-1] else self.plane.services.get(version_key(svc.name, v))
+            if runs is not None and runs.name in self.pools:
+                out.append((v, runs))
+        return out
+
+    def _authorized(
+        self, name: str, version: str, context: Context
+    ) -> tuple[ServiceConfig, ServiceConfig, str]:
+        svc, runs, v = self._model(name, version)
+        self.plane.authenticate(svc, auth_headers(context), "", None)
+        return svc, runs, v
+
+    def _metadata(self, svc: ServiceConfig) -> ModelMetadata:
+        meta: ModelMetadata | None = self.pools[svc.name].metadata
+        if meta is None:
+            raise errors.ServiceNotReady(f"model {svc.name!r} is not ready")
+        return meta
+
+    # ------------------------------------------------------------------ health and metadata
+    @_rpc
+    async def ServerLive(self, request: Any, context: Context, rid: str) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=True)
+
+    @_rpc
+    async def ServerReady(self, request: Any, context: Context, rid: str) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=all_ready(self.app))
+
+    @_rpc
+    async def ModelReady(self, request: Any, context: Context, rid: str) -> pb.ModelReadyResponse:
+        try:
+            _, runs, _ = self._authorized(request.name, request.version, context)
+        except (errors.ServiceNotFound, errors.NotFound):
+            # A model (or version) not served, or unloaded: not ready, as Triton answers.
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=service_ready(self.app, runs.name))
+
+    @_rpc
+    async def ServerMetadata(self, request: Any, context: Context, rid: str) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version=__version__)
+
+    @_rpc
+    async def ModelMetadata(self, request: Any, context: Context, rid: str) -> pb.ModelMetadataResponse:
+        svc, runs, _ = self._authorized(request.name, request.version, context)
+        meta = self._metadata(runs)
+        resp = pb.ModelMetadataResponse(
+            name=svc.name, versions=[v for v, _ in self._versions(svc)], platform=meta.platform
+        )
+        for specs, into in ((meta.inputs, resp.inputs), (meta.outputs, resp.outputs)):
+            for t in specs:
+                into.add(name=t.name, datatype=t.datatype, shape=t.shape)
+        return resp
+
+    @_rpc
+    async def ModelConfig(self, request: Any, context: Context, rid: str) -> pb.ModelConfigResponse:
+        svc, runs, _ = self._authorized(request.name, request.version, context)
+        b = svc.batching
+        doc = kserve.triton_config(
+            svc.name, self._metadata(runs), workers=runs.workers,
+            max_batch_size=b.max_batch_size, queue_delay_ms=b.max_latency_ms,
+        )  # fmt: skip
+        resp = pb.ModelConfigResponse()
+        json_format.ParseDict({"config": json.loads(doc)}, resp, ignore_unknown_fields=True)
+        return resp
+
+    @_rpc
+    async def ModelStatistics(self, request: Any, context: Context, rid: str) -> pb.ModelStatisticsResponse:
+        if request.name:
+            svc, runs, v = self._authorized(request.name, request.version, context)
+            figures = [(svc.name, v, self.plane.stats[runs.name])]
+            if not request.version:  # every version of the model, as over REST
+                figures = [(svc.name, v, self.plane.stats[r.name]) for v, r in self._versions(svc)]
+        else:  # every model whose token the caller holds (or that is open), as over REST
+            headers = auth_headers(context)
+            models = [s for s in self._models() if self._allowed(s, headers)]
+            figures = [(s.name, v, self.plane.stats[r.name]) for s in models for v, r in self._versions(s)]
+        doc = kserve.triton_statistics(figures)
+        resp = pb.ModelStatisticsResponse()
+        json_format.ParseDict(json.loads(doc), resp, ignore_unknown_fields=True)
+        return resp
+
+    def _allowed(self, svc: ServiceConfig, headers: dict[str, str]) -> bool:
+        try:
+            self.plane.authenticate(svc, headers, "", None)
+        except errors.GatewayError:
+            return False
+        return True
+
+    @_rpc
+    async def RepositoryIndex(self, request: Any, context: Context, rid: str) -> pb.RepositoryIndexResponse:
+        resp = pb.RepositoryIndexResponse()
+        for svc in self._models():
+            for v, runs in self._versions(svc):
+                ok = service_ready(self.app, runs.name)
+                if request.ready and not ok:
+                    continue
+                entry = resp.models.add(name=svc.name, version=v, state="READY" if ok else "UNAVAILABLE")
+                if not ok:
+                    entry.reason = not_ready_reason(self.app, runs.name) or "no ready worker"
+        return resp
+
+    @_rpc
+    async def RepositoryModelLoad(
+        self, request: Any, context: Context, rid: str
+    ) -> pb.RepositoryModelLoadResponse:
+        """Triton's model control, as over REST: the admin token, then the service manager
+        starts an unloaded model or rolls a loaded one."""
+        name = authorize_model_control(
+            self.app, auth_headers(context).get("Authorization"), request.model_name
+        )
+        await self.app[MANAGER_KEY].load(name)
+        return pb.RepositoryModelLoadResponse()
+
+    @_rpc
+    async def RepositoryModelUnload(
+        self, request: Any, context: Context, rid: str
+    ) -> pb.RepositoryModelUnloadResponse:
+        name = authorize_model_control(
+            self.app, auth_headers(context).get("Authorization"), request.model_name
+        )
+        await self.app[MANAGER_KEY].unload(name)
+        return pb.RepositoryModelUnloadResponse()
+
+    # ------------------------------------------------------------------ inference
+    async def _infer(
+        self,
+        request: pb.ModelInferRequest,
+        context: Context,
+        rid: str,
+        answer_headers: dict[str, str] | None = None,
+    ) -> pb.ModelInferResponse:
+        """One inference; raises GatewayError or TensorError. Counted in the gateway's metrics.
+        ``answer_headers``: filled with a pipeline's Server-Timing when the call's metadata
+        asks for it."""
+        arrived = time.monotonic()
+        started = time.perf_counter()
+        svc, runs, version = self._model(request.model_name, request.model_version)
+        status = 500
+        try:
+            self.plane.authenticate(svc, auth_headers(context), "", None)
+            timeout = self.plane.budget(svc, context.time_remaining(), arrived)
+            if any(t.datatype == "BYTES" and math.prod(t.shape) > _LARGE for t in request.inputs):
+                call = await asyncio.to_thread(v2_grpc.parse_infer, request)  # a Python loop per element
+            else:
+                call = v2_grpc.parse_infer(request)  # numeric tensors: views, no loop
+            meta: ModelMetadata | None = self.pools[runs.name].metadata
+            declared = None
+            order = list(call.outputs)
+            if meta is not None:
+                declared = {t.name: DATATYPES[t.datatype] for t in meta.outputs if t.datatype in DATATYPES}
+                order = order or [t.name for t in meta.outputs]
+            extra = None
+            if answer_headers is not None:
+                extra = timings_asked(dict(context.invocation_metadata() or ()))
+            arrays = await self.plane.infer_tensors(
+                runs, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared,
+                extra=extra, answer_headers=answer_headers,
+            )  # fmt: skip
+            order += [n for n in arrays if n not in order]
+            build = functools.partial(
+                v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed, version=version
+            )
+            if sum(a.size for a in arrays.values() if call.typed or a.dtype.kind in "OSU") > _LARGE:
+                resp = await asyncio.to_thread(build)  # element by element: off the event loop
+            else:
+                resp = build()
+            status = 200
+            return resp
+        except asyncio.CancelledError:  # the client went away or its deadline passed: no answer
+            status = 0
+            raise
+        except Exception as exc:
+            status = (
+                exc.status
+                if isinstance(exc, errors.GatewayError)
+                else 400
+                if isinstance(exc, TensorError)
+                else 500
+            )
+            raise
+        finally:
+            if status:
+                self.metrics.observe(svc.name, status, time.perf_counter() - started)
+
+    @_rpc
+    async def ModelInfer(self, request: Any, context: Context, rid: str) -> pb.ModelInferResponse:
+        answer: dict[str, str] = {}
+        resp = await self._infer(request, context, rid, answer)
+        if answer:  # a pipeline's Server-Timing: trailing metadata, with lowercase keys
+            context.set_trailing_metadata(tuple((k.lower(), v) for k, v in answer.items()))
+        return resp
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """One answer per request, in order; a failed request answers its error message and
+        the stream goes on."""
+        async for request in request_iterator:
+            rid = new_request_id()
+            started = time.perf_counter()
+            try:
+                resp = await self._infer(request, context, rid)
+            except Exception as exc:
+                err = _gateway_error(exc)
+                self.access(context, _STREAM_PATH, err.status, None, started, rid)
+                failed = pb.ModelInferResponse(model_name=request.model_name, id=request.id)
+                yield pb.ModelStreamInferResponse(error_message=err.message, infer_response=failed)
+            else:
+                self.access(context, _STREAM_PATH, 200, resp, started, rid)
+                yield pb.ModelStreamInferResponse(infer_response=resp)
+
+
+_STREAM_PATH = f"{SERVICE_PATH}/ModelStreamInfer"
+
+__all__ = ["SERVER_NAME", "InferenceServicer", "auth_headers"]

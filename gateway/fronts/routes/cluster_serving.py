@@ -1,0 +1,130 @@
+"""The Cluster Serving REST path: ``POST /api/cluster-serving/<service>/predict`` and ``POST /predict``.
+
+Body ``{"instances": [{name: value, ...}, ...]}`` (see gateway.codecs.cluster_serving),
+answer ``{"predictions": [...]}``; every error is ``{"error": "..."}`` with a 4xx/5xx
+status, as Cluster Serving's frontend answers. The instances become one batched request
+in the onnx processor's JSON form, dispatched through the service's worker pool like a
+synchronous predict (an async service's workers serve it too). Bare ``/predict`` goes to
+``gateway.cluster_serving_service``, or to the only predict service when there is one.
+Auth is the service's token, as for ``/api/predict``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+
+from aiohttp import web
+
+from gateway.codecs.cluster_serving import (
+    ClusterServingRequestError,
+    dumps,
+    parse_request,
+    predictions_from_reply,
+)
+from gateway.codecs.parse_pool import parse_off_loop
+from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
+from gateway.core import errors
+from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
+from gateway.http.body import read_body, refuse_before_body
+from gateway.http.middleware import request_id
+
+PATH_PREFIX = "/api/cluster-serving/"
+BARE_PATH = "/predict"
+JSON_TYPE = "application/json"
+# Bodies and replies larger than this are parsed (and images decoded) off the event loop.
+_PARSE_ON_LOOP_MAX = 64 << 10
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, text=json.dumps({"error": message}), content_type=JSON_TYPE)
+
+
+def default_service(config: Config) -> ServiceConfig | None:
+    name = getattr(config.gateway, "cluster_serving_service", None)
+    if name:
+        return config.service(name)
+    candidates = [s for s in config.services if s.processor != "queue"]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
+    app = request.app
+    gw = app[CONFIG_KEY].gateway
+    plane = app[DATAPLANE_KEY]
+    try:
+        refuse_before_body(plane, svc, request, max_bytes=gw.max_body_bytes)
+        arrived = time.monotonic()
+        deadline = plane.caller_deadline(request.headers)
+        body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
+        plane.authenticate(svc, request.headers, request.rel_url.raw_path, body)
+        timeout = plane.budget(svc, deadline, arrived)
+    except errors.GatewayError as exc:
+        resp = _error(exc.status, exc.message)
+        if exc.close:
+            resp.force_close()
+        return resp
+    try:
+        # Images are decoded while parsing: anything beyond a small body runs off the event loop.
+        parse = functools.partial(
+            parse_request, body, max_image_pixels=gw.max_image_pixels, max_values=gw.max_json_values
+        )
+        batch = await parse_off_loop(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
+    except ClusterServingRequestError as exc:
+        return _error(exc.status, str(exc))
+    try:
+        rid = request_id(request)
+        status, reply = await plane.infer_json(svc, batch.body, request_id=rid, timeout=timeout)
+    except errors.GatewayError as exc:
+        return _error(exc.status, exc.message)
+    if status != 200:
+        return _error(status, reply.decode())
+    try:
+        if len(reply) > _PARSE_ON_LOOP_MAX:
+            text = await parse_off_loop(functools.partial(_predictions_text, reply, batch.size))
+        else:
+            text = _predictions_text(reply, batch.size)
+    except (ValueError, TypeError, KeyError) as exc:
+        return _error(502, f"the service's reply is not an onnx JSON reply ({exc})")
+    return web.Response(text=text, content_type=JSON_TYPE)
+
+
+def _predictions_text(reply: bytes, size: int) -> str:
+    return dumps({"predictions": predictions_from_reply(reply, size)}).decode()
+
+
+async def predict_named(request: web.Request) -> web.Response:
+    name = request.match_info["service"]
+    config = request.app[CONFIG_KEY]
+    if not SERVICE_NAME_RE.fullmatch(name):
+        return _error(400, "invalid service name")
+    svc = config.service(name)
+    if svc is None or svc.processor == "queue" or name not in request.app[POOLS_KEY]:
+        return _error(404, f"service {name!r} not found")
+    return await _serve(request, svc)
+
+
+async def predict_default(request: web.Request) -> web.Response:
+    svc = default_service(request.app[CONFIG_KEY])
+    if svc is None or svc.name not in request.app[POOLS_KEY]:
+        return _error(
+            404, f"no default service: set gateway.cluster_serving_service or use {PATH_PREFIX}<name>/predict"
+        )
+    return await _serve(request, svc)
+
+
+async def _not_allowed(request: web.Request) -> web.Response:
+    resp = _error(405, f"method {request.method} is not allowed; use POST")
+    resp.headers["Allow"] = "POST"
+    return resp
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post(PATH_PREFIX + "{service}/predict", predict_named)
+    app.router.add_route("*", PATH_PREFIX + "{service}/predict", _not_allowed)
+    app.router.add_post(BARE_PATH, predict_default)
+    app.router.add_route("*", BARE_PATH, _not_allowed)
+
+
+__all__ = ["BARE_PATH", "PATH_PREFIX", "default_service", "setup"]

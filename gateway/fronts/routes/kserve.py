@@ -1,0 +1,375 @@
+"""KServe REST endpoints: the V2 Open Inference Protocol and V1, for onnx services.
+
+V2: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models``,
+``/v2/models/<name>[/versions/<v>]`` (metadata), ``.../ready``, ``.../config``, ``.../stats``
+and ``POST .../infer``; ``/v2/models/stats`` and ``POST /v2/repository/index``.
+V1: ``GET /v1/models``, ``/v1/models/<name>`` and ``POST /v1/models/<name>:predict``.
+A model is an onnx service (the service name is the model name); its calls run on the
+service's workers like an EAS predict, with the service's token checked (plain or
+``EAS`` signature over the request path). Errors are ``{"error": "..."}`` with a
+4xx/5xx status and the gateway's ``X-Request-Id``. See gateway.codecs.kserve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from gateway import __version__
+from gateway.backends.pipelines.timings import timings_asked
+from gateway.codecs import kserve as proto
+from gateway.codecs import kserve_v1, v2_tensors
+from gateway.codecs.v2_binary import OCTET_STREAM
+from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.config.versions import version_key
+from gateway.core import errors
+from gateway.core.metadata import ModelMetadata
+from gateway.fronts import v2_call
+from gateway.fronts.state import (
+    CONFIG_KEY,
+    DATAPLANE_KEY,
+    METRICS_KEY,
+    POOLS_KEY,
+    all_ready,
+    not_ready_reason,
+    service_ready,
+)
+from gateway.http.body import read_body, refuse_before_body
+from gateway.http.middleware import request_id
+
+# The V2 protocol extensions served, by the names Triton gives them.
+EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "model_repository", "statistics")
+_COMPRESS_MIN = 1024  # smaller answers are not worth compressing
+
+
+def _json(status: int, body: bytes) -> web.Response:
+    return web.Response(status=status, body=body, content_type=proto.JSON_TYPE)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json(status, proto.error_body(message))
+
+
+def _models(request: web.Request) -> list[ServiceConfig]:
+    pools = request.app[POOLS_KEY]
+    return [
+        s for s in request.app[CONFIG_KEY].services if s.processor in ("onnx", "pipeline") and s.name in pools
+    ]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One version of a model: the service as configured (its name and tokens), the version,
+    and the service whose worker pool serves that version (the service itself for the latest)."""
+
+    svc: ServiceConfig
+    version: str
+    runs: ServiceConfig
+
+
+def _versions(request: web.Request, svc: ServiceConfig) -> list[_Target]:
+    """Every version of ``svc`` that has a worker pool, ascending; the last is the latest."""
+    plane, pools = request.app[DATAPLANE_KEY], request.app[POOLS_KEY]
+    names = svc.version_names
+    out = []
+    for v in names:
+        runs = svc if v == names[-1] else plane.services.get(version_key(svc.name, v))
+        if runs is not None and runs.name in pools:
+            out.append(_Target(svc, v, runs))
+    return out
+
+
+def _model(request: web.Request) -> _Target:
+    """The model version a path names (``/versions/<v>``), else the model's latest version."""
+    name = request.match_info["model"]
+    if not SERVICE_NAME_RE.fullmatch(name):
+        raise proto.KServeRequestError("invalid model name")
+    version = request.match_info.get("version")
+    for svc in _models(request):
+        if svc.name == name:
+            if version is None or version == svc.version_names[-1]:
+                return _Target(svc, svc.version_names[-1], svc)
+            for target in _versions(request, svc):
+                if target.version == version:
+                    return target
+            raise proto.KServeRequestError(f"model {name!r} has no version {version[:32]!r}", 404)
+    raise proto.KServeRequestError(f"model {name!r} not found", 404)
+
+
+def _signature(app: web.Application, t: _Target) -> ModelMetadata:
+    """The model's inputs and outputs, as its workers' processor reported them. Before any
+    worker has been ready there is none: 503, as KServe answers a model that is not ready."""
+    meta: ModelMetadata | None = app[POOLS_KEY][t.runs.name].metadata
+    if meta is None:
+        reason = not_ready_reason(app, t.runs.name)
+        raise errors.ServiceNotReady(f"model {t.svc.name!r} is not ready" + (f": {reason}" if reason else ""))
+    return meta
+
+
+def _authorize(request: web.Request, svc: ServiceConfig, body: bytes | None) -> None:
+    request.app[DATAPLANE_KEY].authenticate(svc, request.headers, request.rel_url.raw_path, body)
+
+
+def _handler(fn: Any) -> Any:
+    """Map protocol and gateway errors onto ``{"error"}`` bodies."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await fn(request)
+        except (proto.KServeRequestError, v2_tensors.TensorError, errors.GatewayError) as exc:
+            status, body, headers, close = v2_call.error_reply(exc) or (500, b"", {}, False)
+            resp = _json(status, body)
+            for k, v in headers.items():
+                resp.headers[k] = v
+            if close:
+                resp.force_close()
+            return resp
+
+    return wrapped
+
+
+# ----------------------------------------------------------------------------- health
+
+
+async def server_metadata(request: web.Request) -> web.Response:
+    return _json(
+        200, proto.dumps({"name": "easkit-gateway", "version": __version__, "extensions": list(EXTENSIONS)})
+    )
+
+
+async def root(request: web.Request) -> web.Response:
+    """KServe's V1 liveness at the server's root."""
+    return _json(200, proto.dumps({"status": "alive"}))
+
+
+async def live(request: web.Request) -> web.Response:
+    return _json(200, proto.dumps({"live": True}))
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Ready when every service is, and every version of every model."""
+    targets = (t for s in _models(request) for t in _versions(request, s))
+    ok = all_ready(request.app) and all(service_ready(request.app, t.runs.name) for t in targets)
+    return _json(200 if ok else 503, proto.dumps({"ready": ok}))
+
+
+async def list_models(request: web.Request) -> web.Response:
+    return _json(200, proto.dumps({"models": [s.name for s in _models(request)]}))
+
+
+async def model_ready(request: web.Request) -> web.Response:
+    t = _model(request)
+    _authorize(request, t.svc, b"")
+    ok = service_ready(request.app, t.runs.name)
+    return _json(200 if ok else 503, proto.dumps({"name": t.svc.name, "ready": ok}))
+
+
+async def model_metadata(request: web.Request) -> web.Response:
+    t = _model(request)
+    _authorize(request, t.svc, b"")
+    return _json(200, proto.v2_metadata(t.svc.name, _signature(request.app, t), t.svc.version_names))
+
+
+async def model_config(request: web.Request) -> web.Response:
+    t = _model(request)
+    svc = t.svc
+    _authorize(request, svc, b"")
+    meta = _signature(request.app, t)
+    b = svc.batching
+    body = proto.triton_config(
+        svc.name,
+        meta,
+        workers=svc.workers,
+        max_batch_size=b.max_batch_size,
+        queue_delay_ms=b.max_latency_ms,
+        all_versions=len(svc.version_names) > 1,
+    )
+    return _json(200, body)
+
+
+def _allowed(request: web.Request, svc: ServiceConfig) -> bool:
+    try:
+        _authorize(request, svc, b"")
+    except errors.GatewayError:
+        return False
+    return True
+
+
+async def model_stats(request: web.Request) -> web.Response:
+    plane = request.app[DATAPLANE_KEY]
+    if "version" in request.match_info:
+        t = _model(request)
+        _authorize(request, t.svc, b"")
+        targets = [t]
+    elif "model" in request.match_info:  # every version of the model
+        t = _model(request)
+        _authorize(request, t.svc, b"")
+        targets = _versions(request, t.svc)
+    else:  # every model whose token the caller holds (or that is open)
+        targets = [v for s in _models(request) if _allowed(request, s) for v in _versions(request, s)]
+    figures = [(t.svc.name, t.version, plane.stats[t.runs.name]) for t in targets]
+    return _json(200, proto.triton_statistics(figures))
+
+
+async def repository_index(request: web.Request) -> web.Response:
+    """Triton's model repository index: every model with its state. ``{"ready": true}`` in the
+    body lists only the ready ones."""
+    ready_only = False
+    if request.can_read_body:
+        gw = request.app[CONFIG_KEY].gateway
+        doc = await _parse(
+            await read_body(request, min(gw.max_body_bytes, 1 << 16), gw.body_timeout_s), proto.loads
+        )
+        ready_only = isinstance(doc, dict) and doc.get("ready") is True
+    out = []
+    for t in (v for s in _models(request) for v in _versions(request, s)):
+        ok = service_ready(request.app, t.runs.name)
+        if ready_only and not ok:
+            continue
+        entry = {"name": t.svc.name, "version": t.version, "state": "READY" if ok else "UNAVAILABLE"}
+        if not ok:
+            entry["reason"] = "no ready worker"
+        out.append(entry)
+    return _json(200, proto.dumps(out))
+
+
+async def v1_model(request: web.Request) -> web.Response:
+    svc = _model(request).svc
+    _authorize(request, svc, b"")
+    return _json(200, proto.dumps({"name": svc.name, "ready": service_ready(request.app, svc.name)}))
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+async def _run(
+    request: web.Request, svc: ServiceConfig, body: bytes, arrived: float, answer_headers: dict[str, str]
+) -> bytes:
+    """Dispatch a processor JSON request; -> the worker's reply body (errors raise).
+    ``answer_headers``: filled with the backend's own (a pipeline's Server-Timing)."""
+    plane = request.app[DATAPLANE_KEY]
+    timeout = plane.budget(svc, plane.caller_deadline(request.headers), arrived)
+    status, reply = await plane.infer_json(
+        svc, body, request_id=request_id(request), timeout=timeout,
+        extra=timings_asked(request.headers), answer_headers=answer_headers,
+    )  # fmt: skip
+    if status != 200:
+        raise proto.KServeRequestError(reply.decode(), status)
+    return reply
+
+
+async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
+    gw = request.app[CONFIG_KEY].gateway
+    refuse_before_body(request.app[DATAPLANE_KEY], svc, request)
+    # Triton's client compresses request bodies when asked to (gzip or deflate).
+    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s, decompress=True)
+    _authorize(request, svc, body)
+    return body
+
+
+def _answer(
+    request: web.Request,
+    body: bytes,
+    header_length: int | None = None,
+    extra: dict[str, str] | None = None,
+) -> web.Response:
+    """An inference answer, compressed when the client accepts it and it is worth it.
+    ``header_length``: binary tensors follow a JSON header of that many bytes; ``extra``:
+    the backend's own answer headers (a pipeline's Server-Timing)."""
+    if header_length is None:
+        resp = _json(200, body)
+    else:
+        resp = web.Response(status=200, body=body, content_type=OCTET_STREAM)
+        resp.headers[proto.BINARY_HEADER] = str(header_length)
+    for k, v in (extra or {}).items():
+        resp.headers[k] = v
+    if len(body) >= _COMPRESS_MIN and "gzip" in request.headers.get("Accept-Encoding", "").lower():
+        resp.enable_compression(web.ContentCoding.gzip)
+    return resp
+
+
+async def _parse(body: bytes, parse: Any, *args: Any) -> Any:
+    if len(body) > v2_call.LARGE_BODY:
+        return await asyncio.to_thread(parse, body, *args)
+    return parse(body, *args)
+
+
+def _observed(fn: Any) -> Any:
+    """Count inference calls in the gateway's per-service metrics."""
+
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        resp = await fn(request)
+        svc_name = request.match_info.get("model", "")
+        if svc_name in request.app[POOLS_KEY]:  # a configured service, never a client's string
+            request.app[METRICS_KEY].observe(svc_name, resp.status, time.perf_counter() - started)
+        return resp
+
+    return wrapped
+
+
+async def v2_infer(request: web.Request) -> web.Response:
+    """JSON and binary tensors alike run on the worker's TF protobuf path (gateway.fronts.v2_call)."""
+    arrived = time.monotonic()
+    target = _model(request)
+    svc = target.svc
+    body = await _read(request, svc)
+    plane = request.app[DATAPLANE_KEY]
+    extra: dict[str, str] = {}
+    out, header_length = await v2_call.infer(
+        plane,
+        svc,
+        target.runs,
+        target.version,
+        request.app[POOLS_KEY][target.runs.name].metadata,
+        body,
+        request.headers.get(proto.BINARY_HEADER),
+        request_id=request_id(request),
+        timeout=plane.budget(svc, plane.caller_deadline(request.headers), arrived),
+        extra=timings_asked(request.headers),
+        answer_headers=extra,
+    )
+    return _answer(request, out, header_length, extra)
+
+
+async def v1_predict(request: web.Request) -> web.Response:
+    arrived = time.monotonic()
+    target = _model(request)  # V1 has no versions: the latest
+    svc = target.svc
+    body = await _read(request, svc)
+    req = await _parse(body, kserve_v1.parse_v1_predict, _signature(request.app, target))
+    extra: dict[str, str] = {}
+    reply = await _run(request, svc, req.body, arrived, extra)
+    try:
+        return _answer(request, kserve_v1.v1_predictions(req, reply), extra=extra)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
+
+
+def setup(app: web.Application) -> None:
+    model = "/v2/models/{model}"
+    versioned = "/v2/models/{model}/versions/{version}"
+    r = app.router
+    r.add_get("/", _handler(root))
+    r.add_get("/v2", _handler(server_metadata))
+    r.add_get("/v2/health/live", _handler(live))
+    r.add_get("/v2/health/ready", _handler(ready))
+    r.add_get("/v2/models", _handler(list_models))
+    r.add_get("/v2/models/stats", _handler(model_stats))
+    r.add_post("/v2/repository/index", _handler(repository_index))
+    for base in (model, versioned):
+        r.add_get(base, _handler(model_metadata))
+        r.add_get(base + "/ready", _handler(model_ready))
+        r.add_get(base + "/config", _handler(model_config))
+        r.add_get(base + "/stats", _handler(model_stats))
+        r.add_post(base + "/infer", _observed(_handler(v2_infer)))
+    r.add_get("/v1/models", _handler(list_models))
+    r.add_get("/v1/models/{model:[^/:]+}", _handler(v1_model))
+    r.add_post("/v1/models/{model:[^/:]+}:predict", _observed(_handler(v1_predict)))
+
+
+__all__ = ["setup"]

@@ -1,0 +1,109 @@
+"""POST /api/predict/<service>[/<subpath>]: the EAS predict route (and the queue front door).
+
+An aiohttp adapter over the dataplane (gateway/core/dataplane.py). Order of checks, cheapest
+first, so hostile input costs nothing: service name (400) -> existence (404) -> method
+(405) -> Content-Encoding (415) -> Content-Length (413, before reading) -> missing token,
+or a wrong raw token while the body is still arriving (401, before reading) -> deadline
+header (400 / 408) -> body within body_timeout_s (408) and max_body_bytes (413 while
+reading) -> token / signature (401, 400 BadDigest) -> dispatch (450 / 503 / 504). The
+worker's status, content type and body pass through. Plain predict calls usually never
+get here: the lean front (gateway/fronts/fast_front.py) answers them over the same dataplane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from aiohttp import web
+
+from eas_sdk._core.constants import (
+    DEFAULT_CONTENT_TYPE,
+    PREDICT_PATH_PREFIX,
+    SINK_SUFFIX,
+)
+from gateway.config import ServiceConfig
+from gateway.core import errors
+from gateway.fronts.routes import raw_tail, split_service
+from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, QUEUES_KEY
+from gateway.http.body import read_body, refuse_before_body
+from gateway.http.middleware import request_id
+
+log = logging.getLogger("gateway.predict")
+
+
+async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
+    qm = request.app[QUEUES_KEY]
+    name = svc.name if not subpath else f"{svc.name}/{subpath}"
+    if qm is None or subpath not in ("", SINK_SUFFIX) or not qm.has(name):
+        raise errors.ServiceNotFound(f"queue {name!r} not found")
+    gw = request.app[CONFIG_KEY].gateway
+    plane = request.app[DATAPLANE_KEY]
+    plane.refuse_predict_call(svc, request.headers, request.method, name)
+    limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
+    refuse_before_body(plane, svc, request, name, limit)
+    body: bytes | None = None
+    if request.method == "POST" and request.can_read_body:
+        body = await read_body(request, limit, gw.body_timeout_s)
+    plane.authenticate(svc, request.headers, request.rel_url.raw_path, body, name)
+    resp: web.StreamResponse = await qm.handle(request, name)
+    return resp
+
+
+async def predict(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    metrics = app[METRICS_KEY]
+    name, subpath = split_service(raw_tail(request, PREDICT_PATH_PREFIX))
+    try:
+        svc = app[DATAPLANE_KEY].find(name)
+    except (errors.InvalidServiceName, errors.ServiceNotFound):
+        metrics.unknown_service.inc()
+        raise
+    started = time.perf_counter()
+    status = 500
+    metrics.inflight.inc()
+    try:
+        if svc.processor == "queue" or svc.async_:
+            resp = await _queue(request, svc, subpath)
+        else:
+            resp = await _predict(request, svc, subpath)
+        status = resp.status
+        return resp
+    except errors.GatewayError as exc:
+        status = exc.status
+        raise
+    except (asyncio.CancelledError, ConnectionError):
+        status = 499  # nginx/EAS convention: client closed the request
+        raise
+    finally:
+        metrics.inflight.dec()
+        metrics.observe(svc.name, status, time.perf_counter() - started)
+
+
+async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
+    app = request.app
+    gw = app[CONFIG_KEY].gateway
+    plane = app[DATAPLANE_KEY]
+    plane.refuse_queue_call(svc, request.headers)  # before 405: a queue GET says what is wrong
+    if request.method != "POST":
+        raise errors.MethodNotAllowed(f"method {request.method} is not allowed; use POST", allow="POST")
+    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in subpath):
+        raise errors.BadRequest("invalid characters in the request path")
+    refuse_before_body(plane, svc, request, max_bytes=gw.max_body_bytes)
+    arrived = time.monotonic()
+    deadline = plane.caller_deadline(request.headers)  # a call already late is refused unread
+    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
+    wresp = await plane.predict(
+        svc, request.headers, request.rel_url.raw_path, body,
+        subpath=subpath, request_id=request_id(request), arrived=arrived, deadline=deadline,
+    )  # fmt: skip
+    headers = {"Content-Type": wresp.content_type or DEFAULT_CONTENT_TYPE}
+    extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+    if extra:
+        headers.update(extra)
+    return web.Response(status=int(wresp.status), body=wresp.body, headers=headers)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_route("*", PREDICT_PATH_PREFIX + r"{tail:[\s\S]*}", predict)

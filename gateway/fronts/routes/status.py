@@ -1,0 +1,88 @@
+"""The status page: ``GET /status`` (the page), ``GET /status/events`` (its live stream,
+server-sent events, one snapshot a second) and ``GET /api/status`` (one snapshot, JSON; what
+``eas-gateway status`` prints). The snapshot is ``gateway.observability.status``'s.
+
+Everything the page needs is served from here (no external script, style or font), and
+only to loopback callers or with the admin token (gateway.fronts.status_access: a bearer header,
+or the cookie the page's sign-in form, ``POST /status/login``, sets). A browser elsewhere
+asking for the page gets the sign-in form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from importlib import resources
+
+from aiohttp import web
+
+from gateway.fronts import status_access
+from gateway.fronts.state import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.observability.status import SAMPLE_INTERVAL_S, StatusSampler
+
+PAGE = "status.html"
+
+
+async def page(request: web.Request) -> web.Response:
+    if not status_access.allowed(request):
+        return status_access.sign_in_page()
+    html = resources.files("gateway").joinpath("static", PAGE).read_text(encoding="utf-8")
+    return web.Response(text=html, content_type="text/html", headers=status_access.PAGE_HEADERS)
+
+
+async def snapshot(request: web.Request) -> web.Response:
+    status_access.check(request)
+    return web.json_response(request.app[SAMPLER_KEY].snapshot())
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    status_access.check(request)
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
+    await resp.prepare(request)
+    sampler = request.app[SAMPLER_KEY]
+    try:
+        while not sampler.stopping.is_set():
+            data = json.dumps(sampler.snapshot(), separators=(",", ":"))
+            await resp.write(f"event: status\ndata: {data}\n\n".encode())
+            try:
+                await asyncio.wait_for(sampler.stopping.wait(), SAMPLE_INTERVAL_S)
+            except TimeoutError:
+                pass
+    except ConnectionResetError:
+        pass  # the page was closed
+    return resp
+
+
+async def _end_streams(app: web.Application) -> None:
+    """End the live streams at shutdown: aiohttp waits for open handlers before it stops."""
+    app[SAMPLER_KEY].stopping.set()
+
+
+SAMPLER_KEY = web.AppKey("status_sampler", StatusSampler)
+
+
+async def sampler_context(app: web.Application) -> AsyncIterator[None]:
+    """Runs the sampler while the app runs (an aiohttp cleanup context)."""
+    sampler = app[SAMPLER_KEY]
+    task = asyncio.create_task(sampler.run(), name="status-sampler")
+    yield
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+
+
+def setup(app: web.Application) -> None:
+    app[SAMPLER_KEY] = StatusSampler(
+        app[CONFIG_KEY], app[METRICS_KEY], app[STATE_KEY], app[POOLS_KEY], app[QUEUES_KEY]
+    )
+    app.cleanup_ctx.append(sampler_context)
+    app.on_shutdown.append(_end_streams)
+    app.router.add_get("/status", page)
+    app.router.add_get("/status/events", events)
+    app.router.add_post(status_access.LOGIN_PATH, status_access.login)
+    app.router.add_get("/api/status", snapshot)

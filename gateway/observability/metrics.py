@@ -1,0 +1,316 @@
+"""Prometheus metrics of the gateway, on an injected CollectorRegistry.
+
+Labels only ever take configured service names (plus ``status`` codes), so a
+flood of bogus service names cannot grow the payload: unknown names are
+counted in one unlabelled counter. Worker figures (restarts, pending, ready)
+and queue figures are read from the pools/queue manager at scrape time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class _PoolCollector(Collector):
+    """Reads per-service worker and queue figures when /metrics is scraped."""
+
+    def __init__(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
+        self._pools = pools
+        self._queues = queues
+
+    def collect(self) -> Iterable[Metric]:
+        restarts = CounterMetricFamily(
+            "easgw_worker_restarts", "Worker processes restarted by the supervisor", labels=["service"]
+        )
+        pending = GaugeMetricFamily(
+            "easgw_pending_requests", "Requests sent to workers, not yet answered", labels=["service"]
+        )
+        ready = GaugeMetricFamily("easgw_ready_workers", "Workers ready to take requests", labels=["service"])
+        workers = GaugeMetricFamily("easgw_workers", "Configured worker processes", labels=["service"])
+        for name, pool in self._pools().items():
+            try:
+                snap = pool.snapshot()
+                restarts.add_metric([name], float(getattr(pool, "restarts_total", 0)))
+                pending.add_metric([name], float(sum(int(w.get("outstanding", 0)) for w in snap)))
+                # By state, not by endpoints: sessions in the gateway's threads have none.
+                ready.add_metric([name], float(sum(1 for w in snap if w.get("state") == "ready")))
+                workers.add_metric([name], float(len(snap)))
+            except Exception:  # noqa: S112 - a pool being torn down must not break the scrape
+                continue
+        yield from (restarts, pending, ready, workers)
+        qm = self._queues()
+        if qm is None:
+            return
+        try:
+            snap = qm.snapshot()
+        except Exception:
+            return
+        queues = snap.get("queues", snap) if isinstance(snap, dict) else {}
+        length = GaugeMetricFamily("easgw_queue_length", "Items held by a queue", labels=["queue"])
+        consumers = GaugeMetricFamily(
+            "easgw_queue_consumers", "Watchers connected to a queue (all groups)", labels=["queue"]
+        )
+        pending = GaugeMetricFamily(
+            "easgw_queue_pending", "Records delivered to a watcher and not yet committed", labels=["queue"]
+        )
+        held = GaugeMetricFamily("easgw_queue_bytes", "Payload bytes held by a queue", labels=["queue"])
+        cached = GaugeMetricFamily(
+            "easgw_queue_memory_bytes", "Payload bytes of a queue in memory", labels=["queue"]
+        )
+        found = False
+        if isinstance(queues, dict):
+            for qname, figures in queues.items():
+                if not isinstance(figures, dict):
+                    continue
+                value = figures.get("length", figures.get("size"))
+                if isinstance(value, (int, float)):
+                    length.add_metric([str(qname)], float(value))
+                    found = True
+                for family, key in (
+                    (consumers, "consumers"),
+                    (pending, "pending"),
+                    (held, "bytes"),
+                    (cached, "memory_bytes"),
+                ):
+                    value = figures.get(key)
+                    if isinstance(value, (int, float)):
+                        family.add_metric([str(qname)], float(value))
+        if found:
+            yield from (length, consumers, pending, held, cached)
+        dispatchers = snap.get("dispatchers") if isinstance(snap, dict) else None
+        if isinstance(dispatchers, dict) and dispatchers:
+            yield from _dispatcher_families(dispatchers)
+
+
+# Asynchronous services' dispatcher figures (Dispatcher.snapshot()): name, key, help.
+_DISPATCHER_COUNTERS = (
+    ("easgw_async_results", "results_total", "Results written to the sink (errors included)"),
+    ("easgw_async_errors", "errors_total", "Results with an error status (>= 400)"),
+    ("easgw_async_empty", "empty_total", "Replies with an empty body (200): no result written"),
+    ("easgw_async_retries", "retries_total", "Worker calls retried (overload, dead connection, timeout)"),
+    ("easgw_async_sink_full_waits", "sink_full_waits", "Times the dispatcher waited for room in the sink"),
+    ("easgw_async_ready_waits", "ready_waits", "Times the dispatcher waited for a ready worker"),
+)
+
+
+def _dispatcher_families(dispatchers: Mapping[str, Any]) -> Iterable[Metric]:
+    counters = [
+        (CounterMetricFamily(name, doc, labels=["service"]), key) for name, key, doc in _DISPATCHER_COUNTERS
+    ]
+    inflight = GaugeMetricFamily(
+        "easgw_async_inflight",
+        "Input records the dispatcher holds: taken, at a worker or being written",
+        labels=["service"],
+    )
+    for service, figures in dispatchers.items():
+        if not isinstance(figures, dict):
+            continue
+        for family, key in counters:
+            value = figures.get(key)
+            if isinstance(value, (int, float)):
+                family.add_metric([str(service)], float(value))
+        value = figures.get("inflight")
+        if isinstance(value, (int, float)):
+            inflight.add_metric([str(service)], float(value))
+    yield from (family for family, _ in counters)
+    yield inflight
+
+
+class _ServiceHistogram(Collector):
+    """A histogram labelled by service, kept as plain per-service bucket counts.
+
+    Observed on the event loop only, so an observation is a bisect and two additions,
+    without prometheus_client's lock per bucket and sum; exposed at scrape time as a
+    regular histogram (``_bucket``/``_count``/``_sum``).
+    """
+
+    def __init__(self, name: str, doc: str, services: Iterable[str], registry: CollectorRegistry) -> None:
+        self.name = name
+        self.doc = doc
+        self._bounds = list(_LATENCY_BUCKETS)
+        self._les = [floatToGoString(b) for b in (*_LATENCY_BUCKETS, math.inf)]
+        # Every configured service shows up from the start.
+        self._counts = {s: [0] * len(self._les) for s in services}
+        self._sums = dict.fromkeys(self._counts, 0.0)
+        registry.register(self)
+
+    def add(self, service: str) -> None:
+        self._counts.setdefault(service, [0] * len(self._les))
+        self._sums.setdefault(service, 0.0)
+
+    def sum_of(self, service: str) -> float:
+        return self._sums.get(service, 0.0)
+
+    def observe(self, service: str, value: float) -> None:
+        counts = self._counts.get(service)
+        if counts is None:
+            return
+        counts[bisect.bisect_left(self._bounds, value)] += 1  # "le" buckets: value <= bound
+        self._sums[service] += value
+
+    @property
+    def bounds(self) -> list[float]:
+        """The buckets' upper bounds (the last bucket, +Inf, is not listed)."""
+        return list(self._bounds)
+
+    def counts(self, service: str) -> list[int]:
+        """A copy of ``service``'s per-bucket counts (not cumulative); empty if unknown."""
+        return list(self._counts.get(service, ()))
+
+    def collect(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(self.name, self.doc, labels=["service"])
+        for service, counts in self._counts.items():
+            buckets = list(zip(self._les, itertools.accumulate(counts), strict=True))
+            family.add_metric([service], buckets, self._sums[service])
+        yield family
+
+
+class _RequestCounts(Collector):
+    """``easgw_requests_total{service, status}`` as plain per-(service, status) counts:
+    incremented on the event loop without prometheus_client's lock and call chain per request,
+    exposed at scrape time as a regular counter."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.counts: dict[tuple[str, int], int] = {}
+        registry.register(self)
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "easgw_requests",
+            "Predict/queue requests by service and HTTP status",
+            labels=["service", "status"],
+        )
+        for (service, status), n in sorted(self.counts.items()):
+            family.add_metric([service, str(status)], float(n))
+        yield family
+
+
+class _Inflight:
+    """The in-flight gauge as a plain counter (event loop only), read at scrape time:
+    no lock per request."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.value = 0
+        gauge.set_function(lambda: self.value)
+
+    def inc(self) -> None:
+        self.value += 1
+
+    def dec(self) -> None:
+        self.value -= 1
+
+
+class _AdmissionCollector(Collector):
+    """The admission figures (gateway/core/admission.py): what is held now, the limits, refusals."""
+
+    def __init__(self, admission: Any) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self._admission.snapshot()
+        yield GaugeMetricFamily("easgw_connections", "Open client connections", value=snap["connections"])
+        yield GaugeMetricFamily(
+            "easgw_buffered_request_bytes", "Bytes held by request bodies being received",
+            value=snap["buffered_bytes"],
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "easgw_unverified_request_bytes",
+            "Bytes held by bodies of calls not yet authenticated (EAS signature)",
+            value=snap["unverified_bytes"],
+        )
+        inflight = GaugeMetricFamily(
+            "easgw_service_inflight", "Calls dispatched to a service, not yet answered", labels=["service"]
+        )
+        for service, n in sorted(snap["inflight"].items()):
+            inflight.add_metric([service], float(n))
+        yield inflight
+        limits = GaugeMetricFamily("easgw_limit", "Configured admission limits (0: off)", labels=["limit"])
+        for name, value in sorted(snap["limits"].items()):
+            limits.add_metric([name], float(value))
+        yield limits
+        refused = CounterMetricFamily(
+            "easgw_admission_refused", "Connections or requests refused by a limit", labels=["reason"]
+        )
+        for reason in ("connections", "buffered_bytes", "unverified_bytes", "inflight"):
+            refused.add_metric([reason], float(snap["refused"].get(reason, 0)))
+        yield refused
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry, service_names: Iterable[str]) -> None:
+        self.registry = registry
+        self.services = frozenset(service_names)
+        self.requests = _RequestCounts(registry)
+        self.latency = _ServiceHistogram(
+            "easgw_request_duration_seconds",
+            "Gateway time per request, from routing to the last response byte handed to aiohttp",
+            self.services,
+            registry,
+        )
+        self.queue_time = _ServiceHistogram(
+            "easgw_queue_time_seconds",
+            "Time a request spent waiting and in transit (dispatch time minus worker compute time)",
+            self.services,
+            registry,
+        )
+        self.compute_time = _ServiceHistogram(
+            "easgw_compute_seconds", "Worker compute time reported by the worker", self.services, registry
+        )
+        self.unknown_service = Counter(
+            "easgw_unknown_service_requests",
+            "Requests naming a service that is not configured or not a valid name (never labelled)",
+            registry=registry,
+        )
+        self.inflight = _Inflight(
+            Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
+        )
+
+    def add_service(self, name: str) -> None:
+        """Label a service added at run time (the service manager; names pass its validation)."""
+        self.services = self.services | {name}
+        for hist in (self.latency, self.queue_time, self.compute_time):
+            hist.add(name)
+
+    def totals(self, service: str) -> tuple[int, float]:
+        """Requests answered for ``service`` and their summed gateway time in seconds."""
+        count = sum(n for (svc, _), n in self.requests.counts.items() if svc == service)
+        return count, self.latency.sum_of(service)
+
+    def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
+        self.registry.register(_PoolCollector(pools, queues))
+
+    def attach_admission(self, admission: Any) -> None:
+        self.registry.register(_AdmissionCollector(admission))
+
+    def observe(self, service: str, status: int, seconds: float) -> None:
+        if service not in self.services:  # defensive: labels only from config
+            self.unknown_service.inc()
+            return
+        counts = self.requests.counts
+        key = (service, status)  # label values only ever come from the config: stays small
+        counts[key] = counts.get(key, 0) + 1
+        self.latency.observe(service, seconds)
+
+    def observe_dispatch(self, service: str, dispatch_s: float, compute_us: int) -> None:
+        if service not in self.services:
+            return
+        compute_s = max(0.0, compute_us / 1e6)
+        self.compute_time.observe(service, compute_s)
+        self.queue_time.observe(service, max(0.0, dispatch_s - compute_s))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,177 @@
+"""The live status of a running gateway, as one JSON-able snapshot.
+
+Per service: its workers and their states, restarts, request rate, error rate and the
+p50/p99 of the gateway's time per request over the last few seconds, and for queues and
+asynchronous services each queue's depth, the records delivered but not yet committed and
+the lag (records no consumer has taken yet). The status page (``/status``), its live
+stream and ``eas-gateway status`` all show this one snapshot.
+
+Rates and percentiles are windowed: a sampler copies the request counters and the
+latency histogram (``gateway.observability.metrics``) once a second and keeps the last
+``WINDOW_SAMPLES``; a snapshot compares the newest copy with the oldest. Percentiles are
+estimated from the histogram's buckets by linear interpolation, as Prometheus's
+``histogram_quantile`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import __version__
+from gateway.config import Config
+from gateway.core.services import GatewayState, service_ready
+from gateway.observability.metrics import GatewayMetrics
+
+SAMPLE_INTERVAL_S = 1.0
+WINDOW_SAMPLES = 6  # rates over the last 5 s
+
+
+@dataclass(frozen=True)
+class _Sample:
+    at: float
+    requests: dict[str, int]  # service -> answered requests
+    errors: dict[str, int]  # service -> answers with a status >= 500
+    latency: dict[str, list[int]]  # service -> histogram bucket counts
+
+
+def take_sample(metrics: GatewayMetrics, services: list[str], now: float) -> _Sample:
+    requests = dict.fromkeys(services, 0)
+    errors = dict.fromkeys(services, 0)
+    for (service, status), n in list(metrics.requests.counts.items()):
+        if service in requests:
+            requests[service] += n
+            if status >= 500:
+                errors[service] += n
+    latency = {s: metrics.latency.counts(s) for s in services}
+    return _Sample(now, requests, errors, latency)
+
+
+def quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:
+    """The ``q`` quantile of a histogram (per-bucket counts, the last bucket unbounded)."""
+    total = sum(counts)
+    if total <= 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, n in enumerate(counts):
+        if n and seen + n >= rank:
+            low = bounds[i - 1] if i > 0 else 0.0
+            if i >= len(bounds):  # beyond the last bound: all that is known is "more than"
+                return bounds[-1]
+            return low + (bounds[i] - low) * ((rank - seen) / n)
+        seen += n
+    return bounds[-1]
+
+
+class StatusSampler:
+    """Keeps the last samples of the gateway's counters (see the module doc)."""
+
+    def __init__(
+        self,
+        config: Config,
+        metrics: GatewayMetrics,
+        state: GatewayState,
+        backends: Mapping[str, Any],
+        queues: Any,
+    ) -> None:
+        # The live objects the gateway runs with (the service manager changes ``backends``
+        # and ``config.services`` in place), read at every sample and snapshot.
+        self.config = config
+        self.metrics = metrics
+        self.state = state
+        self.backends = backends
+        self.queues = queues
+        self.samples: deque[_Sample] = deque(maxlen=WINDOW_SAMPLES)
+        self.stopping = asyncio.Event()  # set at shutdown: the live streams end
+
+    @property
+    def services(self) -> list[str]:
+        return [s.name for s in self.config.services]
+
+    def sample(self) -> None:
+        self.samples.append(take_sample(self.metrics, self.services, time.monotonic()))
+
+    async def run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+    def snapshot(self) -> dict[str, Any]:
+        now = take_sample(self.metrics, self.services, time.monotonic())
+        old = self.samples[0] if self.samples else now
+        window = max(now.at - old.at, 1e-9)
+        bounds = self.metrics.latency.bounds
+        queues = _queue_snapshot(self.queues)
+        state = self.state
+        out = []
+        for svc in self.config.services:
+            name = svc.name
+            done = now.requests[name] - old.requests.get(name, 0)
+            failed = now.errors[name] - old.errors.get(name, 0)
+            before = old.latency.get(name) or [0] * len(now.latency[name])
+            buckets = [a - b for a, b in zip(now.latency[name], before, strict=True)]
+            p50, p99 = quantile(0.5, bounds, buckets), quantile(0.99, bounds, buckets)
+            entry: dict[str, Any] = {
+                "name": name,
+                "processor": svc.processor,
+                "async": svc.async_,
+                "ready": service_ready(self.backends, state, self.queues is not None, name),
+                "requests_total": now.requests[name],
+                "errors_total": now.errors[name],
+                "rate_rps": round(done / window, 2) if old is not now else 0.0,
+                "error_rate": round(failed / done, 4) if done else 0.0,
+                "p50_ms": None if p50 is None else round(p50 * 1000, 3),
+                "p99_ms": None if p99 is None else round(p99 * 1000, 3),
+            }
+            pool = self.backends.get(name)
+            if pool is not None:
+                entry["workers"] = [_worker(w) for w in pool.snapshot()]
+                entry["restarts"] = int(getattr(pool, "restarts_total", 0))
+            if svc.processor == "queue" or svc.async_:
+                entry["queues"] = {q: queues[q] for q in (name, f"{name}/sink") if q in queues}
+            out.append(entry)
+        return {
+            "gateway": {"version": __version__},
+            "uptime_s": round(time.monotonic() - state.started_at, 1),
+            "window_s": round(window, 1),
+            "shutting_down": state.shutting_down,
+            "services": out,
+        }
+
+
+def _worker(w: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("id", "pid", "state", "outstanding", "restarts")
+    return {k: w[k] for k in keys if k in w}
+
+
+def _queue_snapshot(qm: Any) -> dict[str, dict[str, int]]:
+    """queue -> depth (``length``), ``pending`` (delivered, not committed), ``consumers`` and
+    ``lag`` (records waiting for a consumer: depth minus pending)."""
+    if qm is None:
+        return {}
+    try:
+        snap = qm.snapshot()
+    except Exception:
+        return {}
+    queues = snap.get("queues", snap) if isinstance(snap, dict) else {}
+    out: dict[str, dict[str, int]] = {}
+    for name, figures in queues.items() if isinstance(queues, dict) else ():
+        if not isinstance(figures, dict):
+            continue
+        length = int(figures.get("length", 0) or 0)
+        pending = int(figures.get("pending", 0) or 0)
+        out[str(name)] = {
+            "length": length,
+            "pending": pending,
+            "consumers": int(figures.get("consumers", 0) or 0),
+            "lag": max(0, length - pending),
+        }
+    return out
+
+
+__all__ = ["StatusSampler", "quantile", "take_sample"]

@@ -1,0 +1,26 @@
+"""The processor a service runs, by its ``processor`` setting."""
+
+from __future__ import annotations
+
+from gateway.config import ServiceConfig
+from gateway.worker.processors.base import Processor
+
+
+def create_processor(service: ServiceConfig) -> Processor:
+    # Imported on use: a python service's worker need not load numpy or ONNX Runtime.
+    if service.processor == "onnx":
+        from gateway.worker.processors.onnx import OnnxProcessor
+
+        return OnnxProcessor(service)
+    if service.processor == "python":
+        from gateway.worker.processors.python import PythonProcessor
+
+        return PythonProcessor(service)
+    if service.processor == "op":  # a pipeline step's op on worker processes of its own
+        from gateway.worker.processors.op import OpProcessor
+
+        return OpProcessor(service)
+    raise ValueError(f"service {service.name!r}: processor {service.processor!r} does not run in a worker")
+
+
+__all__ = ["create_processor"]
