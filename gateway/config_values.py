@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from gateway.auth import max_skew_setting
 from gateway.config_files import ConfigError, check_file, resolve_path
 from gateway.user_code import ENTRY_FORMS
 
@@ -90,6 +91,14 @@ def as_float(v: Any, where: str, lo: float | None = None) -> float:
     if lo is not None and out < lo:
         raise ConfigError(f"{where}: must be >= {lo}, got {out}")
     return out
+
+
+def as_max_skew(v: Any, where: str) -> float | str:
+    """A ``signature_max_skew_s``: ``any_zone`` (every time zone's offset) or seconds either way."""
+    try:
+        return max_skew_setting(v)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def as_bool(v: Any, where: str) -> bool:
