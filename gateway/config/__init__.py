@@ -35,6 +35,7 @@ from gateway.config.values import as_env as _env
 from gateway.config.values import as_float as _float
 from gateway.config.values import as_int as _int
 from gateway.config.values import as_mapping as _mapping
+from gateway.config.values import as_max_skew as _max_skew
 from gateway.config.values import as_providers as _providers
 from gateway.config.values import as_str as _str
 from gateway.config.values import as_versions as _versions
@@ -49,9 +50,6 @@ from gateway.config.values import model_path as _model_path
 from gateway.config.values import open_service_warnings as open_service_warnings
 from gateway.config.values import tokens_of as _tokens_of
 
-# How a worker process asks the kernel to schedule it (gateway.worker.scheduling applies it).
-SCHEDULING_POLICIES = ("batch", "normal")
-
 _UNSET = object()  # an entry that could not be expanded
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = ("onnx", "python", "queue", "pipeline")
@@ -59,6 +57,9 @@ REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
 PLACEMENTS = ("process", "thread")
 # Listen addresses meaning "every interface": compared against, never bound here.
 _EVERY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - a value to recognise, not a bind
+
+# How a worker process asks the kernel to schedule it (gateway.worker.scheduling applies it).
+SCHEDULING_POLICIES = ("batch", "normal")
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,8 @@ class ServiceConfig:
     pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
     # None: only the gateway's own worker processes serve the service.
     remote_workers: RemoteWorkersConfig | None = None
+    # The service's own EAS signature Date window (see GatewayConfig); None: the gateway's.
+    signature_max_skew_s: float | str | None = None
 
     # Cached: read on every call (a frozen config never changes; a changed service is a new one).
     @functools.cached_property
@@ -163,10 +166,12 @@ class GatewayConfig:
     # The largest answer a worker may give (413 ResponseTooLarge beyond; 0: no limit): an
     # answer's size can follow from a client-given shape.
     max_response_bytes: int = 64 * 1024 * 1024
-    # The EAS signature: a Date within this many seconds of the gateway's clock (0: not
-    # checked), Content-MD5 required with a body, the signed Content-Type the one sent, and an
-    # optional cache of this many signatures seen (a replay within the window gets 401; 0: off).
-    signature_max_skew_s: float = 900.0
+    # The EAS signature: a Date within the offset of any time zone ("any_zone": the reference
+    # clients send local time labelled GMT) or within this many seconds either way of the
+    # gateway's clock (0: not checked), Content-MD5 required with a body, the signed
+    # Content-Type the one sent, and an optional cache of this many signatures seen (a replay
+    # within the window gets 401; 0: off).
+    signature_max_skew_s: float | str = "any_zone"
     signature_require_md5: bool = True
     signature_bind_content_type: bool = True
     signature_replay_cache: int = 0
@@ -232,7 +237,7 @@ _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
-    "versions", "pipeline", "remote_workers", "placement",
+    "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s",
 }  # fmt: skip
 
 
@@ -302,6 +307,9 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
             _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
         ),
         "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
+        "signature_max_skew_s": None
+        if raw.get("signature_max_skew_s") is None
+        else errs.check(_max_skew, raw["signature_max_skew_s"], f"{where}.signature_max_skew_s"),
     }
     queue = values["queue"]
     if queue is not None:
@@ -374,7 +382,13 @@ def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _gateway(raw: Any) -> GatewayConfig:
-    gw, errs = _coerce_partial(GatewayConfig, _expand(raw, "gateway"), "gateway")
+    raw = _expand(raw, "gateway")
+    # A number or a word: read here, not by the generic reader (which takes one type per key).
+    skew = raw.pop("signature_max_skew_s", _UNSET) if isinstance(raw, dict) else _UNSET
+    gw, errs = _coerce_partial(GatewayConfig, raw, "gateway")
+    if skew is not _UNSET:
+        skew = errs.check(_max_skew, skew, "gateway.signature_max_skew_s", default=gw.signature_max_skew_s)
+        gw = replace(gw, signature_max_skew_s=skew)
     if gw.port > 65535:
         errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
     if gw.grpc_port > 65535:

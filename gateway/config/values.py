@@ -4,6 +4,7 @@ collector that lets one pass over a file report every error at once."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -13,6 +14,25 @@ from typing import Any
 
 from gateway.config.files import ConfigError, check_file, resolve_path
 from gateway.config.user_code import ENTRY_FORMS
+
+# signature_max_skew_s: accept the Date of a client in any time zone (gateway.core.auth).
+ANY_ZONE = "any_zone"
+
+
+def max_skew_setting(value: object) -> float | str:
+    """A ``signature_max_skew_s`` value: ``any_zone`` or seconds either way (0: no check).
+    Raises ValueError saying what is accepted."""
+    if value == ANY_ZONE:
+        return ANY_ZONE
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)  # a string too: a ${VARIABLE} expands to one
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    raise ValueError(f"expected {ANY_ZONE!r} or a number of seconds >= 0 (900: 15 minutes), got {value!r}")
+
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -90,6 +110,14 @@ def as_float(v: Any, where: str, lo: float | None = None) -> float:
     if lo is not None and out < lo:
         raise ConfigError(f"{where}: must be >= {lo}, got {out}")
     return out
+
+
+def as_max_skew(v: Any, where: str) -> float | str:
+    """A ``signature_max_skew_s``: ``any_zone`` (every time zone's offset) or seconds either way."""
+    try:
+        return max_skew_setting(v)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def as_bool(v: Any, where: str) -> bool:

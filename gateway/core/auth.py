@@ -5,12 +5,17 @@ Three forms, all accepted on every service that has a token:
   * ``Authorization: Bearer <token>`` (the same token as KServe's and Triton's clients send it)
   * ``Authorization: EAS <base64 hmac-sha1>`` (see eas_sdk._core.auth)
 
-What a signature must carry (:class:`SignaturePolicy`, from the gateway's config): a
-``Date`` within ``max_skew_s`` of the gateway's clock (default 15 minutes; the reference
-Python client labels local time as GMT, so its hosts must run in UTC or the window be
-widened), a ``Content-MD5`` whenever there is a body (it must match the body), and the
-``Content-Type`` the call is handed on with (no header: ``application/octet-stream``).
-A replayed signature is refused only with the optional :class:`ReplayCache`.
+What a signature must carry (:class:`SignaturePolicy`, from the gateway's config and the
+service's): a ``Date`` inside the accepted window around the gateway's clock, a
+``Content-MD5`` whenever there is a body (it must match the body), and the ``Content-Type``
+the call is handed on with (no header: ``application/octet-stream``).
+The default window (``any_zone``) takes every real time zone's offset, from 12 h 15 min
+behind to 14 h 15 min ahead: the reference clients (``eas-prediction`` for Python and Go)
+send their local time labelled GMT, so a client in UTC+8 sends a Date 8 hours ahead. A
+capture from yesterday is still refused. Operators whose clients all send true GMT narrow
+the window to a number of seconds either way (900: 15 minutes). A refusal names the skew it
+measured and the setting. A replayed signature is refused only with the optional
+:class:`ReplayCache`.
 Compatibility rules: header values are read as sent, Content-MD5 is compared as a
 number (Java drops leading zeros), and with ``bind_content_type`` off a signature that
 fails with the sent Content-Type is retried with ``application/octet-stream``.
@@ -25,17 +30,24 @@ import enum
 import functools
 import hashlib
 import hmac
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 from eas_sdk._core.auth import canonical_resource, content_md5, hmac_digest, string_to_sign
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, PREDICT_PATH_PREFIX
+from gateway.config.values import ANY_ZONE
 
 MAX_AUTH_HEADER = 4096
+# The default Date window: the offsets of real time zones (UTC-12 to UTC+14), each widened by
+# a quarter of an hour for a client's own clock error.
+ZONE_BEHIND_S = 12 * 3600 + 900
+ZONE_AHEAD_S = 14 * 3600 + 900
+SKEW_SETTING = "signature_max_skew_s"
 
 
 class AuthStatus(enum.Enum):
@@ -63,56 +75,125 @@ OK = AuthResult(AuthStatus.OK)
 class SignaturePolicy:
     """What an ``EAS`` signature must carry besides a valid HMAC (see the module docstring)."""
 
-    max_skew_s: float = 900.0  # 0: the Date is not checked
+    # ANY_ZONE, or seconds either way of the gateway's clock (0: the Date is not checked).
+    max_skew_s: float | str = ANY_ZONE
     require_md5: bool = True
     bind_content_type: bool = True
+    # Where max_skew_s comes from, as a refusal names it.
+    setting: str = SKEW_SETTING
 
     @classmethod
     def of(cls, gateway: Any) -> SignaturePolicy:
         """The policy in a ``GatewayConfig`` (``signature_*`` settings)."""
         d = cls()
         return cls(
-            float(getattr(gateway, "signature_max_skew_s", d.max_skew_s)),
+            getattr(gateway, "signature_max_skew_s", d.max_skew_s),
             bool(getattr(gateway, "signature_require_md5", d.require_md5)),
             bool(getattr(gateway, "signature_bind_content_type", d.bind_content_type)),
+            f"gateway.{SKEW_SETTING}",
         )
+
+    def for_service(self, service: Any) -> SignaturePolicy:
+        """This policy with the service's own ``signature_max_skew_s`` when it sets one."""
+        own = getattr(service, "signature_max_skew_s", None)
+        if own is None:
+            return self
+        return replace(self, max_skew_s=own, setting=f"services[{service.name}].{SKEW_SETTING}")
+
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """(seconds a Date may be behind, seconds it may be ahead of the clock); None: unchecked."""
+        if self.max_skew_s == ANY_ZONE:
+            return ZONE_BEHIND_S, ZONE_AHEAD_S
+        seconds = float(self.max_skew_s)
+        return (seconds, seconds) if seconds else None
+
+    def describe(self) -> str:
+        """The window in words, as a refusal states it."""
+        if self.max_skew_s == ANY_ZONE:
+            return f"{_span(-ZONE_BEHIND_S)} to {_span(ZONE_AHEAD_S)} (any time zone's offset)"
+        seconds = float(self.max_skew_s)
+        return f"{_span(-seconds)} to {_span(seconds)}"
 
 
 STRICT = SignaturePolicy()
 
 
-def _date_ok(value: str, max_skew_s: float, now: float) -> bool:
+def _span(seconds: float) -> str:
+    """A signed duration in words: ``+14 h 15 min``, ``-2 d 0 h 1 min``, ``+40 s``."""
+    sign = "-" if seconds < 0 else "+"
+    left = round(abs(seconds))
+    days, left = divmod(left, 86400)
+    hours, left = divmod(left, 3600)
+    minutes, secs = divmod(left, 60)
+    if days:
+        return f"{sign}{days} d {hours} h {minutes} min"
+    if hours:
+        return f"{sign}{hours} h {minutes} min"
+    if minutes:
+        return f"{sign}{minutes} min" + (f" {secs} s" if secs else "")
+    return f"{sign}{secs} s"
+
+
+def check_date(value: str, policy: SignaturePolicy, now: float) -> AuthResult:
+    """The signed ``Date`` against the policy's window at ``now`` (Unix seconds). A refusal
+    says how far off the Date is and which setting sets the window: it follows a valid HMAC,
+    so it tells nothing to a caller without the token."""
+    window = policy.window
+    if window is None:
+        return OK
     try:
         sent = parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError, IndexError, OverflowError):
-        return False
-    return abs(sent - now) <= max_skew_s
+        return AuthResult(AuthStatus.STALE, "the Date header is missing or not an HTTP date")
+    skew = sent - now
+    behind, ahead = window
+    if -behind <= skew <= ahead:
+        return OK
+    where = "ahead of" if skew > 0 else "behind"
+    return AuthResult(
+        AuthStatus.STALE,
+        f"the Date is {_span(skew)[1:]} {where} the gateway's clock (skew {skew:+.0f} s), outside the "
+        f"accepted window of {policy.describe()}; the window is set by {policy.setting} "
+        f"({ANY_ZONE!r} or seconds either way)",
+    )
 
 
 class ReplayCache:
-    """Signatures seen within the Date window: the same signature again is a replay. Bounded:
-    past ``max_entries`` the oldest are forgotten (a replay of those is then not caught).
-    A client that sends the same body twice within one second (the Date's resolution) signs
-    it identically, so its second call is refused too: the cache is off by default."""
+    """Signatures seen while they could still be accepted: the same signature again is a
+    replay. A signature stays acceptable for the width of the Date window from when it is
+    first seen (``keep_s``; unlimited when the Date is not checked). Bounded: past
+    ``max_entries`` the oldest are forgotten (a replay of those is then not caught). A client
+    that sends the same body twice within one second (the Date's resolution) signs it
+    identically, so its second call is refused too: the cache is off by default."""
 
-    def __init__(self, window_s: float, max_entries: int) -> None:
-        self.window_s = max(window_s, 1.0)
+    def __init__(self, keep_s: float, max_entries: int) -> None:
+        self.keep_s = keep_s
         self.max_entries = max_entries
-        self._seen: OrderedDict[str, float] = OrderedDict()
+        self._seen: OrderedDict[str, float] = OrderedDict()  # signature -> forgotten after
 
-    def replayed(self, signature: str, now: float | None = None) -> bool:
-        """True when ``signature`` was seen within the window; else remember it."""
+    def replayed(self, signature: str, now: float | None = None, keep_s: float | None = None) -> bool:
+        """True when ``signature`` was seen and is still remembered; else remember it for
+        ``keep_s`` (default: the cache's)."""
         now = time.monotonic() if now is None else now
         seen = self._seen
         while seen:
-            oldest, at = next(iter(seen.items()))
-            if now - at <= 2 * self.window_s and len(seen) < self.max_entries:
+            oldest, until = next(iter(seen.items()))
+            if now <= until and len(seen) < self.max_entries:
                 break
-            del seen[oldest]  # expired (a Date may be window_s early or late), or room needed
-        if signature in seen:
+            del seen[oldest]  # expired, or room needed
+        until = seen.get(signature)
+        if until is not None and now <= until:
             return True
-        seen[signature] = now
+        seen[signature] = now + (self.keep_s if keep_s is None else keep_s)
+        seen.move_to_end(signature)
         return False
+
+
+def keep_for(policy: SignaturePolicy) -> float:
+    """How long a signature stays acceptable after it is first seen: the window's width."""
+    window = policy.window
+    return math.inf if window is None else window[0] + window[1]
 
 
 def _b(value: str) -> bytes:
@@ -144,7 +225,7 @@ def _md5_equal(sent: str, body: bytes | bytearray | memoryview) -> bool:
 def replay_cache(gateway: Any) -> ReplayCache | None:
     """The replay cache a ``GatewayConfig`` asks for (``signature_replay_cache`` entries), or None."""
     size = int(getattr(gateway, "signature_replay_cache", 0))
-    return ReplayCache(float(getattr(gateway, "signature_max_skew_s", 900.0)), size) if size > 0 else None
+    return ReplayCache(keep_for(SignaturePolicy.of(gateway)), size) if size > 0 else None
 
 
 def verify(
@@ -208,9 +289,7 @@ def _signed_call_ok(
         return AuthResult(AuthStatus.BAD_DIGEST, "Content-MD5 does not match the body")
     if policy.require_md5 and not md5_sent and len(body):
         return AuthResult(AuthStatus.INVALID, "a signed call with a body needs Content-MD5")
-    if policy.max_skew_s and not _date_ok(date, policy.max_skew_s, time.time()):
-        return AuthResult(AuthStatus.STALE, "Date is missing or outside the accepted window")
-    return OK
+    return check_date(date, policy, time.time())
 
 
 def _raw_token_ok(tokens: Sequence[str], candidates: list[str]) -> AuthResult:

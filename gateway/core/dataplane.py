@@ -33,7 +33,7 @@ from eas_sdk._core.constants import (
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.core import errors, tensors
 from gateway.core.admission import Admission, BodyHold
-from gateway.core.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, verify
+from gateway.core.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, keep_for, verify
 from gateway.core.calls import TensorRequest, TensorResponse, WorkerRequest, WorkerResponse
 from gateway.lean_http.wire import Headers
 
@@ -218,7 +218,9 @@ class DataPlane:
         name = key or svc.name
         if (name, auth) in self._verified:
             return
-        result = verify(svc.tokens, headers, raw_path, body, self.signature)
+        # A service may set its own Date window (signature_max_skew_s) over the gateway's.
+        policy = self.signature.for_service(svc)
+        result = verify(svc.tokens, headers, raw_path, body, policy)
         if not result.ok:
             if result.status is AuthStatus.BAD_DIGEST:
                 raise errors.BadDigest("Content-MD5 does not match the body")
@@ -227,7 +229,7 @@ class DataPlane:
             raise errors.Unauthorized("invalid or missing token")
         if not auth.startswith("EAS "):
             self._remember(name, auth)
-        elif self.replay is not None and self.replay.replayed(auth):
+        elif self.replay is not None and self.replay.replayed(auth, keep_s=keep_for(policy)):
             raise errors.Unauthorized("this signature was already used (replay)")
 
     def _remember(self, name: str, auth: str) -> None:

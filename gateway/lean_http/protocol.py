@@ -285,7 +285,8 @@ class FastProtocol(asyncio.Protocol):
         """Run the handler at once, in this callback (no task hop)."""
         self.busy = True
         if _EAGER_TASKS:
-            task: asyncio.Task[Reply] = asyncio.Task(coro, eager_start=True)  # type: ignore[call-arg]
+            # loop= explicitly: an eager Task made without one fails (AttributeError on 3.12, 3.13).
+            task: asyncio.Task[Reply] = asyncio.Task(coro, loop=self._loop, eager_start=True)  # type: ignore[call-arg]
             if task.done():
                 self._finish(task, close)
             else:

@@ -7,11 +7,26 @@ them is ``store.Queue`` (records in ``recordlog.py``, groups in ``groups.py``).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-Durable = Awaitable[Any] | None
+# The durability handles live in durable.py; named here too, where the data is.
+from gateway.queue.durable import Durable, every_durable, last_durable
+
+__all__ = [
+    "AUTO_COMMIT_BYTES",
+    "AUTO_COMMIT_SLICE",
+    "MAX_GET_LENGTH",
+    "RECENT_LIMIT",
+    "Consumer",
+    "Durable",
+    "Group",
+    "QueueError",
+    "Record",
+    "every_durable",
+    "last_durable",
+    "matches",
+]
 
 # Bounded memory of removed records (index -> request id, kept durable by the backend), so
 # that a repeated commit stays idempotent and a retried put (same request id) returns the
@@ -104,34 +119,3 @@ def matches(want: Mapping[str, str], have: Mapping[str, str]) -> bool:
         if have.get(k) != v:
             return False
     return True
-
-
-def last_durable(durs: Iterable[Durable]) -> Durable:
-    """The backend completes its writes in order: the last handle covers all before it."""
-    real = [d for d in durs if d is not None]
-    return real[-1] if real else None
-
-
-class _Every:
-    """Awaits several write handles in turn: done when all are, failing as the first failure."""
-
-    __slots__ = ("durs",)
-
-    def __init__(self, durs: list[Awaitable[Any]]) -> None:
-        self.durs = durs
-
-    def __await__(self) -> Generator[Any, None, None]:
-        for d in self.durs:
-            yield from d.__await__()
-
-
-def every_durable(durs: Iterable[Durable]) -> Durable:
-    """One handle for writes that need not complete in the order they are listed (puts of
-    other calls that a batch found in flight): each distinct one is awaited."""
-    real: list[Awaitable[Any]] = []
-    for d in durs:
-        if d is not None and all(d is not r for r in real):
-            real.append(d)
-    if len(real) <= 1:
-        return real[0] if real else None
-    return _Every(real)

@@ -43,9 +43,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from gateway.queue.backend import StorageError
-from gateway.queue.records import RECENT_LIMIT, Durable, Record
+from gateway.queue.durable import Durable, Write
+from gateway.queue.records import RECENT_LIMIT, Record
 from gateway.queue.redis_script import FENCED, SOURCE, Cmd, chunks, pack
-from gateway.queue.undo import settle
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class RedisBackend:
         self.client: aioredis.Redis = aioredis.Redis.from_url(url, socket_connect_timeout=5.0)
         self._fenced_write = self.client.register_script(SOURCE)  # loaded on first use
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[tuple[_Op, asyncio.Future[None], _Done]] = []
+        self._pending: list[tuple[_Op, Write, _Done]] = []
         self._writer: asyncio.Task[None] | None = None
         self._groups: dict[str, set[str]] = {}  # queue -> gids with an acks set
         # Per queue, the tombstone entries known (entry id, records), oldest first, and their sum.
@@ -271,7 +271,9 @@ class RedisBackend:
         loop = self._loop
         if loop is None:
             raise RuntimeError("RedisBackend.start(loop) was not called")
-        fut: asyncio.Future[None] = loop.create_future()
+        # A Write: no caller can cancel it (durable.py), so ``_write`` answers every op it
+        # sends, with the undos of a refused one run first.
+        fut = Write(loop=loop)
         fut.add_done_callback(_retrieve)
         self._pending.append((op, fut, done))
         if self._writer is None or self._writer.done():
@@ -280,42 +282,55 @@ class RedisBackend:
         return fut
 
     async def _write(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                results, spans = await self._execute(batch)
-            except (RedisError, OSError, StorageError) as exc:
-                self.errors += 1
-                self.failure = f"redis: {exc}"
-                log.error("queue storage write failed: %s", exc)
-                _fail([f for _, f, _ in batch], exc)
-                continue
-            self.batches += 1
-            self.ops += len(batch)
-            self.failure = None
-            # Redis applies the other commands of a batch (script or transaction) when one
-            # fails: each op is answered by its own commands' results.
-            at = 0
-            for (_, fut, done), n in zip(batch, spans, strict=True):
-                mine = results[at : at + n]
-                errs = [r for r in mine if isinstance(r, Exception)]
-                at += n
-                if done is not None and not errs:
-                    done(mine)
-                if fut.done():
-                    continue
-                settle(fut, not errs)  # a refused write's changes are undone in memory first
-                if errs:
+        """The writer task: the backend's own, so no caller's cancellation reaches a batch.
+        Every write it takes is answered: a batch that fails in any way fails its writes,
+        and if the task itself is cancelled (the loop is closing) the writes it holds and
+        those still waiting fail too, so that nobody awaits one forever."""
+        batch: list[tuple[_Op, Write, _Done]] = []
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    results, spans = await self._execute(batch)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # RedisError, OSError, StorageError, or a bug
                     self.errors += 1
-                    self.failure = f"redis: {errs[0]}"
-                    log.error("queue storage write failed: %s", errs[0])
-                    fut.set_exception(StorageError(f"queue storage write failed: {errs[0]}"))
-                else:
-                    fut.set_result(None)
+                    self.failure = f"redis: {exc}"
+                    log.error("queue storage write failed: %s", exc)
+                    _fail([f for _, f, _ in batch], exc)
+                    continue
+                self._answer(batch, results, spans)
+            batch = []
+        except asyncio.CancelledError as exc:
+            left, self._pending = [*batch, *self._pending], []
+            _fail([f for _, f, _ in left], exc)
+            raise
 
-    async def _execute(
-        self, batch: list[tuple[_Op, asyncio.Future[None], _Done]]
-    ) -> tuple[list[Any], list[int]]:
+    def _answer(self, batch: list[tuple[_Op, Write, _Done]], results: list[Any], spans: list[int]) -> None:
+        """A batch went through: each write is answered by its own commands' results."""
+        self.batches += 1
+        self.ops += len(batch)
+        self.failure = None
+        # Redis applies the other commands of a batch (script or transaction) when one
+        # fails: each op is answered by its own commands' results.
+        at = 0
+        for (_, fut, done), n in zip(batch, spans, strict=True):
+            mine = results[at : at + n]
+            errs = [r for r in mine if isinstance(r, Exception)]
+            at += n
+            if done is not None and not errs:
+                done(mine)
+            if errs:
+                self.errors += 1
+                self.failure = f"redis: {errs[0]}"
+                log.error("queue storage write failed: %s", errs[0])
+                # A refused write's changes are undone in memory before its callers resume.
+                fut.finish(StorageError(f"queue storage write failed: {errs[0]}"))
+            else:
+                fut.finish(None)
+
+    async def _execute(self, batch: list[tuple[_Op, Write, _Done]]) -> tuple[list[Any], list[int]]:
         """One round trip; with a fence, written only while the owner lease is this gateway's."""
         cmds: list[Cmd] = []
         spans = [op(cmds) for op, _, _ in batch]
@@ -398,8 +413,6 @@ def _retrieve(f: asyncio.Future[None]) -> None:
         f.exception()
 
 
-def _fail(futs: list[asyncio.Future[None]], err: BaseException) -> None:
-    for f in futs:
-        if not f.done():
-            settle(f, False)  # the write's changes are undone in memory first
-            f.set_exception(StorageError(f"queue storage write failed: {err}"))
+def _fail(futs: list[Write], err: BaseException) -> None:
+    for f in futs:  # each write's changes are undone in memory before its callers resume
+        f.finish(StorageError(f"queue storage write failed: {err}"))

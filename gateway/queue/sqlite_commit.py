@@ -23,8 +23,7 @@ import threading
 from collections.abc import Callable
 
 from gateway.queue.backend import StorageError
-from gateway.queue.records import Durable
-from gateway.queue.undo import settle
+from gateway.queue.durable import Durable, Write
 
 log = logging.getLogger("gateway.queue.sqlite")
 
@@ -40,12 +39,12 @@ class GroupCommit:
     def __init__(self, conn: sqlite3.Connection, writer: str) -> None:
         self.writer = writer
         self._conn = conn
-        self._pending: list[tuple[Op, asyncio.Future[None]]] = []
+        self._pending: list[tuple[Op, Write]] = []
         # The pending batch is one op of one statement: it runs as its own (autocommit)
         # transaction, without the BEGIN/COMMIT round trips through the statement cache.
         self._single = False
         self._flush_scheduled = False
-        self._ops: _stdqueue.SimpleQueue[tuple[Op, asyncio.Future[None]] | None] = _stdqueue.SimpleQueue()
+        self._ops: _stdqueue.SimpleQueue[tuple[Op, Write] | None] = _stdqueue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         # What the ops of the transaction under way changed outside the database.
@@ -97,7 +96,9 @@ class GroupCommit:
             finally:
                 self._rollbacks.clear()
             return None
-        fut: asyncio.Future[None] = self._loop.create_future()
+        # A Write: no caller can cancel it (durable.py), so every op submitted is answered
+        # by ``_complete``, with the undos of a refused one run first.
+        fut = Write(loop=self._loop)
         fut.add_done_callback(_retrieve)  # a failure nobody awaits is logged once, not warned about
         if self.writer == "thread":
             self._ops.put((op, fut))
@@ -128,24 +129,18 @@ class GroupCommit:
         for undo in reversed(self._rollbacks):
             undo()
 
-    def _complete(self, futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
+    def _complete(self, futs: list[Write], err: BaseException | None) -> None:
         """In the loop: a transaction ended. A refused one's changes are undone in memory
-        (``settle``) before its callers resume."""
-        for f in futs:
-            if f.done():
-                continue
-            settle(f, err is None)
-            if err is None:
-                f.set_result(None)
-            else:
-                f.set_exception(StorageError(f"queue storage write failed: {err}"))
+        (``Write.finish``) before its callers resume."""
+        for f in futs:  # each its own exception: every waiter raises it with its own traceback
+            f.finish(None if err is None else StorageError(f"queue storage write failed: {err}"))
         if err is not None:
             self._settled += 1  # its undos ran: the memory holds what the store holds again
 
     def _execute(
         self,
         conn: sqlite3.Connection,
-        batch: list[tuple[Op, asyncio.Future[None] | None]],
+        batch: list[tuple[Op, Write]] | list[tuple[Op, None]],
         single: bool = False,
     ) -> BaseException | None:
         err: BaseException | None = None

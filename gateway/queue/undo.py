@@ -13,39 +13,15 @@ record is stranded.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from gateway.queue.backend import StorageError
+from gateway.queue.durable import on_failure
 from gateway.queue.records import Consumer, Durable, Group, QueueError
 
 if TYPE_CHECKING:
     from gateway.queue.groups import ConsumerGroups
-
-
-# The undos of the writes in flight, by their handle. The backend settles each handle as it
-# completes it (``settle``), before the waiting caller resumes: a dict lookup per write, where
-# a done-callback per write would cost a turn of the event loop each.
-_UNDOS: dict[asyncio.Future[None], list[Callable[[], None]]] = {}
-
-
-def on_failure(dur: Durable, undo: Callable[[], None]) -> None:
-    """Run ``undo`` if the write behind ``dur`` fails (synchronous handles never do)."""
-    if isinstance(dur, asyncio.Future):
-        undos = _UNDOS.get(dur)
-        if undos is None:
-            _UNDOS[dur] = [undo]
-        else:
-            undos.append(undo)
-
-
-def settle(fut: asyncio.Future[None], ok: bool) -> None:
-    """The backend is about to complete ``fut``: forget its undos, or run them if it failed."""
-    undos = _UNDOS.pop(fut, None)
-    if undos is not None and not ok:
-        for undo in undos:
-            undo()
 
 
 class Removal:
@@ -164,4 +140,4 @@ class Watch:
         return None
 
 
-__all__ = ["Assignments", "Removal", "Watch", "give_back", "on_failure", "reassign", "settle"]
+__all__ = ["Assignments", "Removal", "Watch", "give_back", "on_failure", "reassign"]

@@ -111,7 +111,14 @@ async def handle_watch(mgr: QueueHost, q: Queue, request: web.Request) -> web.St
         consumer, dur = q.connect(gid, uid, index, window, auto_commit, tags)
     except QueueError as err:
         return error_response(err)
-    refused = await before.durable(q, consumer, dur)  # a new group or filter is journalled first
+    try:
+        refused = await before.durable(q, consumer, dur)  # a new group or filter is journalled first
+    except BaseException:
+        # The client left while the group was journalled (the write itself goes on): the
+        # consumer never served, so it leaves as a watcher that disconnects would.
+        q.disconnect(consumer)
+        mgr.schedule_release(q, consumer)
+        raise
     if refused is not None:
         return error_response(refused)
     try:

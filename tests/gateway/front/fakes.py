@@ -60,6 +60,7 @@ class FakePool:
     stopped: bool = False
     restarts_total: int = 0
     completed: int = 0
+    cancelled: int = 0  # dispatches cancelled while they waited out delay_s
 
     async def start(self) -> None:
         self.started = True
@@ -81,7 +82,11 @@ class FakePool:
         if self.mode == "crash":
             raise RuntimeError("boom: secret internal detail")
         if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+            try:
+                await asyncio.sleep(self.delay_s)  # a slow worker
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
         self.completed += 1
         return FakeWorkerResponse(self.status, bytes(req.body), req.content_type)
 

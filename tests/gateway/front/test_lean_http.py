@@ -29,6 +29,7 @@ from gateway.lean_http import (
     parse_query,
     protocol_factory,
 )
+from tests.waiting import async_wait_until
 
 REQUEST = b"POST /api/predict/x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
 
@@ -59,15 +60,15 @@ async def _leave_mid_request(cancel_on_lost: bool) -> tuple[list[str], asyncio.F
         port = server.sockets[0].getsockname()[1]
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(REQUEST)
-        for _ in range(100):
-            if events:
-                break
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: events, 10, "the handler to start")
         writer.close()
-        await asyncio.sleep(0.2)
+        await async_wait_until(lambda: not conns, 10, "the server to see the client leave")
+        # A callback added after the handler's own wake-up runs after it: once it has run, a
+        # handler still waiting on the shared future has resumed.
+        after = loop.create_future()
+        shared.add_done_callback(lambda _: after.set_result(None))
         shared.set_result(None)  # others waiting on it carry on
-        await asyncio.sleep(0.05)
-        assert not conns
+        await asyncio.wait_for(after, 10)
     finally:
         server.close()
     return events, shared

@@ -22,6 +22,7 @@ from tests.gateway.front.fakes import (
     live_gateway,
     raw_request,
 )
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.usefixtures("front")  # both listeners: see conftest.py
 
@@ -167,7 +168,9 @@ async def test_slow_body_is_408_and_closed() -> None:
             assert data.startswith(b"HTTP/1.1 408"), data[:200]
             assert b"\r\nConnection: close\r\n" in data
             assert _err(data.partition(b"\r\n\r\n")[2])["code"] == "RequestTimeout"
-            assert 0.9 < elapsed < 1.5, elapsed
+            # After one body timeout (a timer never fires early), and before a second one
+            # would have run out: a whole body timeout of slack for a loaded machine.
+            assert 0.9 < elapsed < 2.0, elapsed
         assert not gw.pools["echo"].calls
         assert not gw.queues.handled
         rendered = gw.app[METRICS_KEY].render()
@@ -196,17 +199,17 @@ async def test_slow_body_still_arriving_is_read_and_dropped_after_the_408() -> N
 async def test_missing_or_wrong_raw_token_is_401_before_the_body(service: str, auth: str | None) -> None:
     """No body can make such a request pass: it is answered at once, not after the upload
     (or the body timeout). An EAS signature needs the body (its MD5), so it waits."""
-    async with live_gateway(body_timeout_s=3.0) as gw:
+    # A body timeout far past how long the answer is waited for: a 401 that came only once
+    # the body timed out would not come at all.
+    async with live_gateway(body_timeout_s=60.0) as gw:
         reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
         head = f"POST /api/predict/{service} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
         if auth is not None:
             head += f"Authorization: {auth}\r\n"
-        t0 = time.monotonic()
         writer.write(head.encode() + b"\r\nabc")
         await writer.drain()
         line = await asyncio.wait_for(reader.readline(), 5.0)
         assert line.startswith(b"HTTP/1.1 401"), line
-        assert time.monotonic() - t0 < 1.0
         writer.write(b"z" * 97)  # the rest, after the answer: read and dropped
         await writer.drain()
         head_rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
@@ -228,7 +231,7 @@ async def test_missing_or_wrong_raw_token_is_401_before_the_body(service: str, a
             lines += [f"{k}: {v}" for k, v in headers.items()]
             writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body[:3])
             await writer.drain()
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # the client sends the rest of its body late
             writer.write(body[3:])
             data = await asyncio.wait_for(reader.read(), 5.0)
             await close_writer(writer)
@@ -314,8 +317,12 @@ async def test_deadline_header() -> None:
         assert status == 408
         assert _err(body)["code"] == "DeadlineExceeded"
         assert not gw.pools["echo"].calls
+        sent = time.monotonic()
         assert (await _post(gw.url + "/api/predict/echo", headers={"X-Eas-Deadline-Ms": "1200"}))[0] == 200
-        assert 1.1 < gw.pools["echo"].calls[-1][1] <= 1.2  # less the upload time
+        took = time.monotonic() - sent
+        # The client's 1.2 s, less what the call had spent before the dispatch (at most all
+        # the call took, however slow the machine).
+        assert 1.2 - took <= gw.pools["echo"].calls[-1][1] <= 1.2
         # A larger deadline never extends the service timeout.
         assert (await _post(gw.url + "/api/predict/echo", headers={"X-Eas-Deadline-Ms": "99999"}))[0] == 200
         assert gw.pools["echo"].calls[-1][1] == pytest.approx(5.0)
@@ -331,12 +338,15 @@ async def test_client_disconnect_cancels_dispatch() -> None:
                 await s.post(
                     gw.url + "/api/predict/echo", data=b"x", timeout=aiohttp.ClientTimeout(total=0.3)
                 )
-        await asyncio.sleep(0.3)
+        answered_499 = b'easgw_requests_total{service="echo",status="499"} 1.0'
+        await async_wait_until(
+            lambda: pool.cancelled and answered_499 in gw.app[METRICS_KEY].render(),
+            10,
+            "the dispatch cancelled and the call counted as 499",
+        )
         assert len(pool.calls) == 1
         assert pool.completed == 0
-        rendered = gw.app[METRICS_KEY].render()
-        assert b"\neasgw_inflight_requests 0.0\n" in rendered
-        assert b'easgw_requests_total{service="echo",status="499"} 1.0' in rendered
+        assert b"\neasgw_inflight_requests 0.0\n" in gw.app[METRICS_KEY].render()
 
 
 async def test_queue_services_go_to_queue_manager_after_auth() -> None:

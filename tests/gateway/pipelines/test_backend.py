@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from gateway.backends.pipelines.timings import TIMINGS_HEADER, StepTimings
 from gateway.backends.threads import ThreadService
 from gateway.config import ConfigError, GatewayConfig, parse_config
 from gateway.core.calls import WorkerRequest
+from tests.waiting import async_wait_until
 
 OPS = f"{Path(__file__).resolve().parent / 'fixture_ops.py'}"
 
@@ -28,14 +28,14 @@ def _op(name: str, cls: str, x: str, **extra: Any) -> dict[str, Any]:
 
 
 SERVICES: list[dict[str, Any]] = [
-    {   # fan-out to two slow branches, fan-in with concat, then a transform
+    {   # fan-out to two branches that must run side by side, fan-in with concat, a transform
         "name": "diamond",
         "processor": "pipeline", "public": True,
         "pipeline": {
             "inputs": {"x": {"dtype": "float32", "shape": [-1, 2]}},
             "steps": [
-                _op("left", "Sleep", "request.x", config={"seconds": 0.3}),
-                _op("right", "Sleep", "request.x", config={"seconds": 0.3}),
+                _op("left", "Meet", "request.x", config={"party": "diamond"}),
+                _op("right", "Meet", "request.x", config={"party": "diamond"}),
                 _op("double", "Scale", "right.y", config={"factor": 2}),
                 {"name": "join", "transform": "concat", "inputs": {"a": "left.y", "b": "double.y"},
                  "outputs": ["y"]},
@@ -45,12 +45,12 @@ SERVICES: list[dict[str, Any]] = [
             "outputs": {"joined": "join.y", "best": "top.indices"},
         },
     },
-    {   # one slow step, its concurrency set per service by the tests below
+    {   # one step the tests hold while they look (Hold), two threads
         "name": "slow",
         "processor": "pipeline", "public": True,
         "pipeline": {
             "inputs": {"x": "float32"},
-            "steps": [_op("wait", "Sleep", "request.x", config={"seconds": 0.15}, concurrency=2)],
+            "steps": [_op("wait", "Hold", "request.x", concurrency=2)],
             "outputs": {"y": "wait.y"},
         },
     },
@@ -107,36 +107,40 @@ async def _call(backend: PipelineBackend, inputs: dict[str, Any], **headers: str
 
 
 async def test_branches_run_concurrently_and_join(backends: dict[str, PipelineBackend]) -> None:
-    t0 = time.perf_counter()
+    # Each branch waits until the other one runs too: run one after the other, they fail.
     status, body = await _call(backends["diamond"], {"x": [[1.0, 5.0]]})
-    elapsed = time.perf_counter() - t0
     assert status == 200, body
     assert body["outputs"]["joined"]["data"] == [1.0, 5.0, 2.0, 10.0]
     assert body["outputs"]["best"]["data"] == [3]
-    # Two 0.3 s branches side by side: well under their sum.
-    assert 0.3 <= elapsed < 0.5, elapsed
 
 
 async def test_a_step_runs_as_many_at_once_as_its_concurrency(backends: dict[str, PipelineBackend]) -> None:
     slow = backends["slow"]
-    t0 = time.perf_counter()
-    results = await asyncio.gather(*(_call(slow, {"x": [float(i)]}) for i in range(4)))
-    elapsed = time.perf_counter() - t0
-    assert [r[1]["outputs"]["y"]["data"] for r in results] == [[0.0], [1.0], [2.0], [3.0]]
     op = slow._ops[0].op
+    op.hold()
+    try:
+        calls = [asyncio.ensure_future(_call(slow, {"x": [float(i)]})) for i in range(4)]
+        await async_wait_until(lambda: op.running == 2, 10, "two runs of the step at once")
+        assert not any(c.done() for c in calls)  # the other two wait for a thread
+    finally:
+        op.release()
+    results = await asyncio.gather(*calls)
+    assert [r[1]["outputs"]["y"]["data"] for r in results] == [[0.0], [1.0], [2.0], [3.0]]
     assert op.most == 2  # never more than its two threads
-    assert 0.28 < elapsed < 0.55, elapsed  # two rounds of 0.15 s
 
 
 async def test_a_busy_slow_step_does_not_hold_up_a_fast_one(backends: dict[str, PipelineBackend]) -> None:
-    backlog = [asyncio.ensure_future(_call(backends["slow"], {"x": [1.0]})) for _ in range(6)]
-    await asyncio.sleep(0.02)
-    t0 = time.perf_counter()
-    status, body = await _call(backends["fast"], {"x": [2.0]})
-    fast = time.perf_counter() - t0
-    assert status == 200 and body["outputs"]["y"]["data"] == [6.0]
-    assert fast < 0.1, fast  # the slow step's 0.45 s backlog is its own
-    assert not all(t.done() for t in backlog)
+    op = backends["slow"]._ops[0].op
+    op.hold()
+    try:
+        backlog = [asyncio.ensure_future(_call(backends["slow"], {"x": [1.0]})) for _ in range(6)]
+        await async_wait_until(lambda: op.running == 2, 10, "the slow step's threads busy")
+        # Answered while every thread of the slow step is held and four calls wait for one.
+        status, body = await _call(backends["fast"], {"x": [2.0]})
+        assert status == 200 and body["outputs"]["y"]["data"] == [6.0]
+        assert not any(t.done() for t in backlog)
+    finally:
+        op.release()
     await asyncio.gather(*backlog)
 
 
@@ -310,7 +314,12 @@ async def test_a_model_s_names_are_checked_when_it_loads(tmp_path: Path) -> None
 async def test_a_run_past_its_time_is_a_504_naming_the_running_step(
     backends: dict[str, PipelineBackend],
 ) -> None:
-    resp = await backends["slow"].dispatch(_json({"x": [1.0]}), 0.05)
+    op = backends["slow"]._ops[0].op
+    op.hold()
+    try:
+        resp = await backends["slow"].dispatch(_json({"x": [1.0]}), 0.05)
+    finally:
+        op.release()
     body = json.loads(resp.body)
     assert resp.status == 504 and body["code"] == "UpstreamTimeout"
     assert body["message"] == "the pipeline did not finish within 0.05 s (steps still running: wait)"

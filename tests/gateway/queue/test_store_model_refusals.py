@@ -19,9 +19,9 @@ from hypothesis.stateful import initialize, rule
 
 from gateway.config import QueueConfig
 from gateway.queue.backend import StorageError
+from gateway.queue.durable import Write
 from gateway.queue.records import Record
 from gateway.queue.store import MemoryBackend, Queue, QueueError
-from gateway.queue.undo import settle
 from tests.gateway.queue.test_store_model import COMMITTERS, QueueMachine
 
 
@@ -32,12 +32,12 @@ class RefusingBackend(MemoryBackend):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.refusing = False
-        self.writes: list[asyncio.Future[None]] = []
+        self.writes: list[Write] = []
 
-    def _write(self) -> asyncio.Future[None] | None:
+    def _write(self) -> Write | None:
         if not self.refusing:
             return None
-        fut: asyncio.Future[None] = self.loop.create_future()
+        fut = Write(loop=self.loop)
         self.writes.append(fut)
         return fut
 
@@ -56,8 +56,7 @@ class RefusingBackend(MemoryBackend):
         """Fail the pending writes as a backend does (undo first), then run what they wake."""
         writes, self.writes = self.writes, []
         for fut in writes:
-            settle(fut, False)
-            fut.set_exception(StorageError("queue storage write failed: database or disk is full"))
+            fut.finish(StorageError("queue storage write failed: database or disk is full"))
             fut.exception()  # retrieved: the caller would answer 507
         self.loop.run_until_complete(asyncio.sleep(0))
         return len(writes)

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -238,7 +237,7 @@ async def test_mixed_requests_bad_one_and_cancelled_one(make_pool: MakePool, mod
         "c": send(_json(c)),  # another format family
         "bad": send(_tf(np.ones((1, 4)), dtype=tf_predict_pb2.DT_INT64)),  # int64 for a float input
         "e": send(_tf(e, outputs=("s",))),  # another output selection
-        "g": send(_tf(g), timeout=0.3),  # expires while queued
+        "g": send(_tf(g), timeout=1.0),  # expires while queued (the blocker runs until it has)
         "f": send(_tf(f)),
         "k": send(_tf(k)),
         "h": send(_tf(h)),
@@ -246,8 +245,7 @@ async def test_mixed_requests_bad_one_and_cancelled_one(make_pool: MakePool, mod
     await _wait_outstanding(pool, 1 + len(calls))
     with pytest.raises(GatewayError) as info:
         await calls.pop("g")
-    assert info.value.status == 504
-    await asyncio.sleep(0.1)
+    assert info.value.status == 504  # its deadline, which the worker checks too, has passed
     await _unblock(blocker)
     got = {name: await task for name, task in calls.items()}
     for name, x in (("a", a), ("b", b), ("c", c), ("f", f), ("k", k), ("h", h)):
@@ -289,9 +287,7 @@ async def test_waiting_policy_answers_every_request(make_pool: MakePool, model: 
     pool = await make_pool(_service(model, max_batch=32, wait_ms=50))
     rng = np.random.default_rng(4)
     xs = [_rows(rng, int(rng.integers(1, 4))) for _ in range(12)]
-    t0 = time.monotonic()
     resps = await asyncio.gather(*(pool.dispatch(WorkerRequest(_tf(x)), 30) for x in xs))
-    assert time.monotonic() - t0 < 30
     for x, r in zip(xs, resps, strict=True):
         _check(r, x)
     assert (await pool.worker_stats(0))["runs"] == 12

@@ -28,6 +28,7 @@ from gateway.codecs.ipc import (
     encode_response,
 )
 from gateway.core.calls import WorkerRequest, WorkerResponse
+from tests.waiting import async_wait_until
 
 
 class ManualSink(RequestSink):
@@ -82,8 +83,7 @@ async def test_pipelined_out_of_order_answers(server: Any) -> None:
     await client.connect()
     try:
         calls = [asyncio.create_task(client.call(WorkerRequest(str(i).encode()), 5)) for i in range(20)]
-        while len(sink.jobs) < 20:
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: len(sink.jobs) >= 20, 10, "the request(s) to reach the sink")
         # Answer in reverse order: each caller still gets its own answer.
         for req, done in reversed(sink.jobs):
             done(WorkerResponse(200, b"echo:" + req.body))
@@ -101,13 +101,11 @@ async def test_timeout_sends_cancel_and_late_answer_is_dropped(server: Any) -> N
     try:
         with pytest.raises(IPCTimeout):
             await client.call(WorkerRequest(b"slow"), 0.1)
-        while not sink.cancelled:
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: sink.cancelled, 10, "the cancel to reach the sink")
         assert sink.cancelled[0].body == b"slow"
         sink.jobs[0][1](WorkerResponse(200, b"too late"))  # nobody waits: ignored
         task = asyncio.create_task(client.call(WorkerRequest(b"next"), 5))
-        while len(sink.jobs) < 2:
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: len(sink.jobs) >= 2, 10, "the request(s) to reach the sink")
         sink.jobs[1][1](WorkerResponse(200, b"ok"))
         assert (await task).body == b"ok"
     finally:
@@ -120,8 +118,7 @@ async def test_connection_loss_fails_pending_calls(server: Any) -> None:
     client = IPCClient(path, connections=2, on_lost=lambda: lost.append(True))
     await client.connect()
     calls = [asyncio.create_task(client.call(WorkerRequest(b"x"), 5)) for _ in range(4)]
-    while len(sink.jobs) < 4:
-        await asyncio.sleep(0.01)
+    await async_wait_until(lambda: len(sink.jobs) >= 4, 10, "the request(s) to reach the sink")
     for p in protos:
         p.abort()  # the worker dies
     for c in calls:
@@ -140,8 +137,7 @@ async def test_frames_split_across_reads(server: Any) -> None:
     for i in range(0, len(frame), 4093):  # dribble it in odd-sized pieces
         writer.write(frame[i : i + 4093])
         await writer.drain()
-    while not sink.jobs:
-        await asyncio.sleep(0.01)
+    await async_wait_until(lambda: sink.jobs, 10, "the request(s) to reach the sink")
     req, done = sink.jobs[0]
     assert req.request_id == "big" and len(req.body) == 100_000
     done(WorkerResponse(201, b"created"))
@@ -165,8 +161,7 @@ async def test_an_answer_over_the_limit_never_crosses_to_the_gateway() -> None:
         await client.connect()
         try:
             calls = [asyncio.create_task(client.call(WorkerRequest(b"x"), 5)) for _ in range(2)]
-            while len(sink.jobs) < 2:
-                await asyncio.sleep(0.01)
+            await async_wait_until(lambda: len(sink.jobs) >= 2, 10, "the request(s) to reach the sink")
             sink.jobs[0][1](WorkerResponse(200, b"y" * 1001, "application/octet-stream", 7))
             sink.jobs[1][1](WorkerResponse(200, b"y" * 1000))
             big, small = await asyncio.gather(*calls)
@@ -227,8 +222,7 @@ async def test_a_large_body_round_trips_on_a_real_socket(server: Any) -> None:
     body = os.urandom(3 * LARGE + 7)
     call = asyncio.ensure_future(client.call(WorkerRequest(body, request_id="big"), 10))
     small = asyncio.ensure_future(client.call(WorkerRequest(b"s", request_id="small"), 10))
-    while len(sink.jobs) < 2:
-        await asyncio.sleep(0.01)
+    await async_wait_until(lambda: len(sink.jobs) >= 2, 10, "the request(s) to reach the sink")
     got = {req.request_id: (req, done) for req, done in sink.jobs}
     assert got["big"][0].body == body
     got["big"][1](WorkerResponse(200, body[::-1]))
