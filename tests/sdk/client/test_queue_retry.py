@@ -28,6 +28,7 @@ from eas_sdk._proto.queue_pb2 import DataFrameListProto, DataFrameProto
 from eas_sdk.errors import ConnectError, NotFoundError, PredictException, TimeoutError
 from eas_sdk.queue import AsyncQueueClient, QueueClient
 from eas_sdk.watcher import AsyncWatcher, Watcher, WatchSettings
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -54,6 +55,7 @@ class ScriptedHTTP:
         self.script: list[Any] = []
         self.hits: list[str] = []
         self.connections = 0
+        self.closed = 0  # connections this server has closed
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -121,6 +123,7 @@ class ScriptedHTTP:
             return
         finally:
             conn.close()
+            self.closed += 1
 
     def stop(self) -> None:
         try:
@@ -241,7 +244,7 @@ async def test_deleting_get_on_a_connection_the_server_closed_while_idle(
     s.script[:] = ["close-after"]
     q = queue(s.port)
     assert [f.index for f in await q.call("get", timeout="0s", auto_delete=True)] == [5]
-    await asyncio.sleep(0.3)
+    await async_wait_until(lambda: s.closed == 1, 10, "the server to close the idle connection")
     assert [f.index for f in await q.call("get", timeout="0s", auto_delete=True)] == [5]
     assert s.hits == ["GET", "GET"] and s.connections == 2
 
