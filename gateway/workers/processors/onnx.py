@@ -22,7 +22,7 @@ needs (initializers excluded) and its outputs, with KServe V2 datatype names.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from eas_sdk.codecs import eas
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
 from gateway.workers.metadata import UNKNOWN, ModelMetadata, TensorSpec
 from gateway.workers.processors.base import Batchable, LoadError, ProcessorError
-from gateway.workers.tensor_call import TENSORS, TensorRequest, TensorResponse
+from gateway.workers.tensor_call import RESPONSE_FORMAT_HEADER, TENSORS, TensorRequest, TensorResponse
 
 log = logging.getLogger("gateway.worker")
 
@@ -223,6 +223,8 @@ class OnnxProcessor(Batchable[Prepared]):
                 wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message) from None
+        if decoded.kind != TENSORS and req.header(RESPONSE_FORMAT_HEADER) == "tf":
+            decoded = replace(decoded, kind="tf")  # bound already: only the answer's form changes
         for name in self._strings:
             arr = feeds[name]
             feeds[name] = np.vectorize(
