@@ -136,6 +136,11 @@ def tf_request(inputs: Mapping[str, np.ndarray], outputs: Sequence[str] = ()) ->
         raise TensorError(str(exc)) from None
 
 
+def declared_dtypes(meta: Any) -> dict[str, np.dtype[Any]]:
+    """Output name -> the dtype a model's metadata (``ModelMetadata``; None: unknown) declares."""
+    return {t.name: DATATYPES[t.datatype] for t in getattr(meta, "outputs", ()) if t.datatype in DATATYPES}
+
+
 def tf_outputs(reply: bytes, declared: Mapping[str, np.dtype[Any]] | None = None) -> dict[str, np.ndarray]:
     """The arrays of the processor's TF ``PredictResponse``, in the model's own dtypes.
 
@@ -158,6 +163,7 @@ __all__ = [
     "TensorError",
     "check_shape",
     "datatype_of",
+    "declared_dtypes",
     "from_raw",
     "tf_outputs",
     "tf_request",

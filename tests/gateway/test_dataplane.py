@@ -7,13 +7,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 
 from eas_sdk._core.auth import signed_headers
+from eas_sdk.codecs.eas import encode_tf_response
 from gateway import errors
 from gateway.config import ServiceConfig
 from gateway.dataplane import DataPlane
 from gateway.workers.ipc import WorkerRequest, WorkerResponse
+from gateway.workers.tensor_call import RESPONSE_FORMAT_HEADER, TensorResponse
 
 TOKEN = "dataplane-token"
 
@@ -168,3 +171,55 @@ async def test_infer_json_returns_the_processors_message() -> None:
     assert await plane.infer_json(plane.find("m"), b"{}", request_id="r", timeout=1.0) == (400, b"bad shape")
     plane, _ = _plane()
     assert await plane.infer_json(plane.find("m"), b"{}", request_id="r", timeout=1.0) == (200, b"out:{}")
+
+
+class Answering(Backend):
+    """Answers each call with ``reply`` (checking the adapters' headers first)."""
+
+    def __init__(self, reply: WorkerResponse) -> None:
+        super().__init__()
+        self.reply = reply
+
+    async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
+        assert req.header("X-Eas-Request-Format") == "json"
+        assert req.header(RESPONSE_FORMAT_HEADER) == "tf"  # asked for arrays
+        return self.reply
+
+
+async def test_infer_arrays_reads_a_tf_answer_in_place_and_a_json_one_within_bounds() -> None:
+    y = np.arange(6, dtype=np.float32).reshape(2, 3)
+    plane, _ = _plane(Answering(WorkerResponse(200, encode_tf_response([("y", y)]))))
+    out = await plane.infer_arrays(plane.find("m"), b"{}", request_id="r", timeout=1.0)
+    np.testing.assert_array_equal(out["y"], y)
+    assert not out["y"].flags.owndata  # a view of the reply, no copy per element
+    # User code may answer the JSON form anyway: parsed when small enough.
+    doc = b'{"outputs": {"y": {"dtype": "int64", "shape": [2], "data": [1, 2]}}}'
+    plane, _ = _plane(Answering(WorkerResponse(200, doc, "application/json")))
+    out = await plane.infer_arrays(plane.find("m"), b"{}", request_id="r", timeout=1.0)
+    assert out["y"].tolist() == [1, 2] and out["y"].dtype == np.int64
+    with pytest.raises(errors.ResponseTooLarge, match=r"more than 1 values.*gateway\.max_json_values"):
+        await plane.infer_arrays(plane.find("m"), b"{}", request_id="r", timeout=1.0, max_values=1)
+    plane, _ = _plane(Answering(WorkerResponse(200, b'{"not": "outputs"}', "application/json")))
+    with pytest.raises(errors.ProcessorFailed) as failed:
+        await plane.infer_arrays(plane.find("m"), b"{}", request_id="r", timeout=1.0)
+    assert failed.value.status == 502
+    plane, _ = _plane(Answering(WorkerResponse(400, errors.error_body("InvalidInput", "bad", "r"))))
+    with pytest.raises(errors.ProcessorFailed, match="bad") as failed:
+        await plane.infer_arrays(plane.find("m"), b"{}", request_id="r", timeout=1.0)
+    assert failed.value.status == 400
+
+
+async def test_an_answer_of_arrays_counts_against_the_response_limit() -> None:
+    """A backend in the gateway's threads answers arrays and no body: their bytes count."""
+
+    class Arrays(Backend):
+        async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
+            return TensorResponse(200, b"", arrays={"y": np.zeros((10, 10), dtype=np.float32)})
+
+    plane, _ = _plane(Arrays(), max_response_bytes=399)
+    with pytest.raises(
+        errors.ResponseTooLarge, match=r"would be 400 bytes .* set by gateway.max_response_bytes"
+    ):
+        await plane.infer(plane.find("m"), {}, b"x", timeout=1.0)
+    plane, _ = _plane(Arrays(), max_response_bytes=400)
+    assert isinstance(await plane.infer(plane.find("m"), {}, b"x", timeout=1.0), TensorResponse)
