@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Mapping
+from typing import Generic, TypeVar
 
 from ._core import constants as C
 from ._core import queue as core
 from ._core.queue_call import QueueCall, QueueStep
 from ._core.retry import RetryBudget, RetryPolicy
 from ._transports import Request, TransportFailure
+from .watcher import WatchSettings
 
 DEFAULT_TIMEOUT_MS = 5000
 PING_INTERVAL = 2.0
@@ -21,12 +24,37 @@ PING_TIMEOUT = 2.0
 
 _log = logging.getLogger("eas_sdk.queue")
 
+_W = TypeVar("_W")
+
 
 def failure_step(call: QueueCall, exc: TransportFailure) -> QueueStep:
     """What ``call`` does after the transport failed: retry (after a delay) or raise."""
     return call.on_failure(
         exc.kind, exc.reason, time.monotonic(), reused=exc.reused, started=exc.started, sent=exc.sent
     )
+
+
+class WatchSlot(Generic[_W]):
+    """A client's one running watcher (a ``watcher.WatchClaim``): the client keeps it,
+    its watchers claim it when they start and release it when they stop or close."""
+
+    def __init__(self, lock: threading.Lock | None = None) -> None:
+        # A thread lock for the asyncio client too: claims never wait on I/O, and an
+        # asyncio client driven from several threads still gets one watcher.
+        self.lock = lock if lock is not None else threading.Lock()
+        self.current: _W | None = None
+
+    def claim(self, watcher: _W) -> bool:
+        with self.lock:
+            if self.current is not None:
+                return False
+            self.current = watcher
+            return True
+
+    def release(self, watcher: _W) -> None:
+        with self.lock:
+            if self.current is watcher:
+                self.current = None
 
 
 class _Base:
@@ -41,7 +69,7 @@ class _Base:
         self.token: str | None = None
         self.uid = str(uuid.uuid4())
         self.gid = C.DEFAULT_QUEUE_GROUP
-        self.timeout_ms = DEFAULT_TIMEOUT_MS
+        self.timeout_ms: float = DEFAULT_TIMEOUT_MS
         self.content_type = ""
         self.extra_headers: dict[str, str] = {}
         self.retry_policy = RetryPolicy()
@@ -49,6 +77,7 @@ class _Base:
         self.logger: logging.Logger | None = _log
         self.ping_interval = PING_INTERVAL
         self.ping_timeout = PING_TIMEOUT
+        self.ca_certs: str | None = None  # a PEM bundle trusted instead of the system's
         self._base: str | None = None
         self._rng = random.Random()
 
@@ -135,6 +164,17 @@ class _Base:
             idempotent=idempotent,
         )
         return call, Request(method, call.url, headers, body, call.attempt_timeout, idempotent)
+
+    def _watch_settings(self) -> WatchSettings:
+        """What a watcher made now needs of this client's settings."""
+        return WatchSettings(
+            # At least 1 s for the handshake, however short the per-call timeout is.
+            open_timeout=max(1.0, self.timeout_ms / 1000.0),
+            ping_interval=self.ping_interval,
+            ping_timeout=self.ping_timeout,
+            ca_certs=self.ca_certs,
+            logger=self.logger,
+        )
 
     def __repr__(self) -> str:  # never the token
         return f"{type(self).__name__}(queue={self.queue_name!r}, uid={self.uid!r}, gid={self.gid!r})"

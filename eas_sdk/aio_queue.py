@@ -12,7 +12,7 @@ from typing import Any
 from ._core import constants as C
 from ._core import queue as core
 from ._core.queue import DataFrame
-from ._queue_base import _Base, failure_step
+from ._queue_base import WatchSlot, _Base, failure_step
 from ._transports import AsyncBaseTransport, AsyncHTTPTransport, TransportFailure
 from .errors import PredictException
 from .watcher import AsyncWatcher
@@ -29,7 +29,7 @@ class AsyncQueueClient(_Base):
         self._http: AsyncBaseTransport | None = None
         self._given: AsyncBaseTransport | None = kwargs.get("transport")  # e.g. a MockTransport in tests
         self.ca_certs: str | None = kwargs.get("ca_certs")  # a PEM bundle trusted instead of the system's
-        self._watcher: AsyncWatcher | None = None  # one running watcher per client, as QueueClient
+        self._watch_slot: WatchSlot[AsyncWatcher] = WatchSlot()  # one running watcher, as QueueClient
 
     def init(
         self,
@@ -128,10 +128,12 @@ class AsyncQueueClient(_Base):
     ) -> AsyncWatcher:
         query = core.watch_query(index, window, index_only, auto_commit, tags)
         url = core.build_url(self.base_url, query, websocket=True)
-        return AsyncWatcher(self, url, self._headers(accept_protobuf=True))
+        return AsyncWatcher(
+            url, self._headers(accept_protobuf=True), settings=self._watch_settings(), claim=self._watch_slot
+        )
 
     async def close(self) -> None:
-        w = self._watcher
+        w = self._watch_slot.current
         if w is not None:
             await w.close()
         http, self._http = self._http, None

@@ -13,8 +13,9 @@ Drop-in for ``eas_prediction.QueueClient`` (0.36) with these deliberate differen
 * ``get(auto_delete=True)`` is retried only when connecting failed: once it may
   have reached the server (read timeout, dropped or cut-off response) a retry
   could lose the records the server deleted, so the error is raised.
-* One running watcher per client (sync and async); a frame that does not decode
-  is a broken stream (reconnect), never an exception out of ``run()``.
+* One running watcher per client (sync and async), as in the reference; closing it
+  lets the next one start at once. A frame that does not decode is a broken stream
+  (reconnect), never an exception out of ``run()``.
 * ``get`` waits for the server's long-poll: its read timeout is the client timeout
   or the ``timeout`` argument plus one second, whichever is longer.
 * A TLS verification failure is final, never retried (as for predict calls).
@@ -39,7 +40,7 @@ from typing import Any
 from ._core import constants as C
 from ._core import queue as core
 from ._core.queue import DataFrame, to_pandas
-from ._queue_base import _Base, failure_step
+from ._queue_base import WatchSlot, _Base, failure_step
 from ._transports import BaseTransport, HTTPTransport, Response, TransportFailure
 from .aio_queue import AsyncQueueClient
 from .errors import PredictException
@@ -57,8 +58,8 @@ class QueueClient(_Base):
         self._http: BaseTransport | None = None
         self._given: BaseTransport | None = kwargs.get("transport")  # e.g. a MockTransport in tests
         self.ca_certs: str | None = kwargs.get("ca_certs")  # a PEM bundle trusted instead of the system's
-        self.watch_lock = threading.Lock()
-        self._watcher: Watcher | None = None
+        self.watch_lock = threading.Lock()  # the reference client's name for the watcher lock
+        self._watch_slot: WatchSlot[Watcher] = WatchSlot(self.watch_lock)
         self._fixed: dict[tuple[Any, ...], dict[str, str]] = {}
 
     @property
@@ -200,11 +201,13 @@ class QueueClient(_Base):
             self.init(self.uid, self.gid)
         query = core.watch_query(index, window, index_only, auto_commit, tags)
         url = core.build_url(self.base_url, query, websocket=True)
-        return Watcher(self, url, self._headers(accept_protobuf=True))
+        return Watcher(
+            url, self._headers(accept_protobuf=True), settings=self._watch_settings(), claim=self._watch_slot
+        )
 
     # --- lifecycle -------------------------------------------------------------
     def close(self) -> None:
-        w = self._watcher
+        w = self._watch_slot.current
         if w is not None:
             w.close()
         if self._http is not None:

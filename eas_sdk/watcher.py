@@ -8,35 +8,65 @@ jittered back-off (at most 2 s) while the watcher is not closed. Records deliver
 not committed before a drop come back (the server's consumer group keeps them). A 4xx at
 the handshake (bad token, bad window) is raised instead of retried for ever; a frame that
 does not decode is a broken stream.
+
+A watcher never sees its client: the client hands it a frozen ``WatchSettings`` and a
+``WatchClaim`` through which it asks to hold the client's one watcher slot, so this
+module imports no client module and the clients import it freely.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import random
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._core.queue import DataFrame
 from ._core.queue_call import status_error
 from ._transports._shared import tls_context
 from .errors import PredictException
 
-if TYPE_CHECKING:
-    from .aio_queue import AsyncQueueClient
-    from .queue import QueueClient
-
 RECONNECT_BASE = 0.1
 RECONNECT_CAP = 2.0
 WATCH_MAX_QUEUE = 4096
 CLOSE_TIMEOUT = 1.0
 
-_C = TypeVar("_C")
+_W_contra = TypeVar("_W_contra", contravariant=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchSettings:
+    """What a watcher needs from its client, taken when the client builds the watcher.
+
+    A value rather than the client itself, so the watcher depends on no client module
+    and a setting changed on the client later does not change a watch already made.
+    """
+
+    open_timeout: float
+    ping_interval: float | None
+    ping_timeout: float | None
+    ca_certs: str | None = None  # a PEM bundle trusted for wss:// instead of the system's CAs
+    logger: logging.Logger | None = None
+
+
+class WatchClaim(Protocol[_W_contra]):
+    """The client's "one running watcher" rule: the client keeps the state, a watcher asks.
+
+    ``claim`` is refused (False) while another watcher, or another run of the same one,
+    holds the client; ``release`` by a watcher that no longer holds it does nothing, so a
+    closed watcher's late clean-up never frees the claim of the one started after it.
+    """
+
+    def claim(self, watcher: _W_contra) -> bool: ...
+
+    def release(self, watcher: _W_contra) -> None: ...
 
 
 def _reconnect_delay(attempt: int, rng: random.Random) -> float:
@@ -44,19 +74,16 @@ def _reconnect_delay(attempt: int, rng: random.Random) -> float:
     return rng.random() * min(RECONNECT_CAP, RECONNECT_BASE * (1 << min(attempt, 10)))
 
 
-def _open_timeout(client: Any) -> float:
-    return max(1.0, client.timeout_ms / 1000.0)
-
-
-def _tls(client: Any, url: str) -> ssl.SSLContext | None:
+def _tls(settings: WatchSettings, url: str) -> ssl.SSLContext | None:
     """For wss://, the client's trust: its ``ca_certs`` bundle, else the system's CAs."""
-    return tls_context(client.ca_certs) if url.startswith("wss://") else None
+    return tls_context(settings.ca_certs) if url.startswith("wss://") else None
 
 
-def _connect_options(client: Any, url: str, headers: Any) -> dict[str, Any]:
+def _connect_options(
+    settings: WatchSettings, tls: ssl.SSLContext | None, headers: dict[str, str]
+) -> dict[str, Any]:
     """The asyncio watcher's ``websockets`` connect() options (the sync watcher's connection
     takes the same ones it has)."""
-    tls = _tls(client, url)
     return {
         **({"ssl": tls} if tls is not None else {}),
         "additional_headers": headers,
@@ -66,9 +93,9 @@ def _connect_options(client: Any, url: str, headers: Any) -> dict[str, Any]:
         # instead of pausing reads every 16 messages.
         "max_queue": WATCH_MAX_QUEUE,
         "proxy": None,
-        "open_timeout": _open_timeout(client),
-        "ping_interval": client.ping_interval,
-        "ping_timeout": client.ping_timeout,
+        "open_timeout": settings.open_timeout,
+        "ping_interval": settings.ping_interval,
+        "ping_timeout": settings.ping_timeout,
         "close_timeout": CLOSE_TIMEOUT,
     }
 
@@ -85,48 +112,52 @@ def _handshake_error(exc: BaseException) -> PredictException | None:
     return None
 
 
-class _WatcherState(Generic[_C]):
+def _refused() -> PredictException:
+    return PredictException(400, "Another watcher is already running")
+
+
+class _WatcherState:
     """What the sync and asyncio watchers both keep: where to connect, the live socket, counters."""
 
-    def __init__(self, client: _C, url: str, headers: dict[str, str]) -> None:
-        self.client = client
+    def __init__(self, url: str, headers: dict[str, str], settings: WatchSettings) -> None:
         self.url = url
         self.headers = headers
+        self.settings = settings
         self.closed = False
         self.reconnects = 0
         self._ws: Any = None
 
 
-class Watcher(_WatcherState["QueueClient"]):
+class Watcher(_WatcherState):
     """Records pushed by the server over a WebSocket; iterate ``run()``, then ``close()``."""
 
-    def __init__(self, client: QueueClient, url: str, headers: dict[str, str]) -> None:
-        super().__init__(client, url, headers)
+    def __init__(
+        self, url: str, headers: dict[str, str], *, settings: WatchSettings, claim: WatchClaim[Watcher]
+    ) -> None:
+        super().__init__(url, headers, settings)
+        self._claim = claim
         self._lock = threading.Lock()
 
-    def run(self) -> Iterator[DataFrame]:
+    def run(self) -> Generator[DataFrame, None, None]:
         from google.protobuf.message import DecodeError
         from websockets.exceptions import WebSocketException
 
         from ._transports.websocket import SyncWebSocket
 
-        with self.client.watch_lock:
-            if self.client._watcher is not None and self.client._watcher is not self:
-                raise PredictException(400, "Another watcher is already running")
-            if self.client._watcher is self and self._ws is not None:
-                raise PredictException(400, "Another watcher is already running")
-            self.client._watcher = self
+        if not self._claim.claim(self):
+            raise _refused()
+        settings, logger = self.settings, self.settings.logger
         rng = random.Random()
         failures = 0
         try:
+            tls = _tls(settings, self.url)
             while not self.closed:
                 try:
-                    client = self.client
                     ws = SyncWebSocket.connect(
                         self.url, self.headers,
-                        open_timeout=_open_timeout(client),
-                        ping_interval=client.ping_interval, ping_timeout=client.ping_timeout,
-                        max_queue=WATCH_MAX_QUEUE, close_timeout=CLOSE_TIMEOUT, tls=_tls(client, self.url),
+                        open_timeout=settings.open_timeout,
+                        ping_interval=settings.ping_interval, ping_timeout=settings.ping_timeout,
+                        max_queue=WATCH_MAX_QUEUE, close_timeout=CLOSE_TIMEOUT, tls=tls,
                     )  # fmt: skip
                 except (OSError, WebSocketException, TimeoutError) as exc:
                     final = _handshake_error(exc)
@@ -134,8 +165,8 @@ class Watcher(_WatcherState["QueueClient"]):
                         raise final from None
                     delay = _reconnect_delay(failures, rng)
                     failures += 1
-                    if self.client.logger:
-                        self.client.logger.warning("watch connect failed (%s); retrying in %.2fs", exc, delay)
+                    if logger:
+                        logger.warning("watch connect failed (%s); retrying in %.2fs", exc, delay)
                     time.sleep(delay)
                     continue
                 with self._lock:
@@ -155,17 +186,15 @@ class Watcher(_WatcherState["QueueClient"]):
                     if self.closed:
                         return
                     self.reconnects += 1
-                    if self.client.logger:
-                        self.client.logger.warning("watch connection lost (%s); reconnecting", exc)
+                    if logger:
+                        logger.warning("watch connection lost (%s); reconnecting", exc)
                     time.sleep(_reconnect_delay(0, rng))
                 finally:
                     with self._lock:
                         self._ws = None
                     ws.close()
         finally:
-            with self.client.watch_lock:
-                if self.client._watcher is self:
-                    self.client._watcher = None
+            self._claim.release(self)
 
     def __iter__(self) -> Iterator[DataFrame]:
         return self.run()
@@ -174,6 +203,9 @@ class Watcher(_WatcherState["QueueClient"]):
         with self._lock:
             self.closed = True
             ws = self._ws
+        # A closed watcher is no longer running: a new one may start at once, as with the
+        # reference client, even before this one's run() has wound down.
+        self._claim.release(self)
         if ws is not None:
             with contextlib.suppress(Exception):  # already gone
                 ws.close()
@@ -187,30 +219,35 @@ class Watcher(_WatcherState["QueueClient"]):
         self.close()
 
 
-class AsyncWatcher(_WatcherState["AsyncQueueClient"]):
+class AsyncWatcher(_WatcherState):
     """``async for df in client.watch(...)``; ``await watcher.close()`` to stop."""
 
-    def __init__(self, client: AsyncQueueClient, url: str, headers: dict[str, str]) -> None:
-        super().__init__(client, url, headers)
-        self._running = False
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        *,
+        settings: WatchSettings,
+        claim: WatchClaim[AsyncWatcher],
+    ) -> None:
+        super().__init__(url, headers, settings)
+        self._claim = claim
 
-    async def run(self) -> AsyncIterator[DataFrame]:
+    async def run(self) -> AsyncGenerator[DataFrame, None]:
         from google.protobuf.message import DecodeError
         from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosed, WebSocketException
 
-        client = self.client
-        # One running watcher per client, as QueueClient (no await in between: atomic).
-        if (client._watcher is not None and client._watcher is not self) or self._running:
-            raise PredictException(400, "Another watcher is already running")
-        client._watcher = self
-        self._running = True
+        if not self._claim.claim(self):
+            raise _refused()
+        settings, logger = self.settings, self.settings.logger
         rng = random.Random()
         failures = 0
         try:
+            options = _connect_options(settings, _tls(settings, self.url), self.headers)
             while not self.closed:
                 try:
-                    ws = await connect(self.url, **_connect_options(client, self.url, self.headers))
+                    ws = await connect(self.url, **options)
                 except (OSError, WebSocketException, asyncio.TimeoutError) as exc:
                     final = _handshake_error(exc)
                     if final is not None:
@@ -235,24 +272,21 @@ class AsyncWatcher(_WatcherState["AsyncQueueClient"]):
                     if self.closed:
                         return
                     self.reconnects += 1
-                    if client.logger:
-                        client.logger.warning("watch connection lost (%s); reconnecting", exc)
+                    if logger:
+                        logger.warning("watch connection lost (%s); reconnecting", exc)
                     await asyncio.sleep(_reconnect_delay(0, rng))
                 finally:
                     self._ws = None
                     await ws.close()
         finally:
-            self._running = False
-            if client._watcher is self:
-                client._watcher = None
+            self._claim.release(self)
 
     def __aiter__(self) -> AsyncIterator[DataFrame]:
         return self.run()
 
     async def close(self) -> None:
         self.closed = True
-        if self.client._watcher is self:
-            self.client._watcher = None  # a new watcher may start now
+        self._claim.release(self)  # a new watcher may start now
         ws = self._ws
         if ws is not None:
             await ws.close()

@@ -15,9 +15,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gateway.codecs import parse_pool
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.config.versions import version_services
+from gateway.core import parse_pool
 from gateway.core.admission import Admission, AdmissionLimits
 from gateway.core.auth import SignaturePolicy, replay_cache
 from gateway.core.calls import WorkerRequest

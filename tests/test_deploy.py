@@ -164,8 +164,14 @@ def _gateway_from_manifests(
         yield port, {"container": container, "instr": instr, "secrets": secrets}
     finally:
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)  # a second one skips the configured drain delay
+        # The first is being handled (the gateway says it drains) before the second, which
+        # skips the configured drain delay.
+        deadline = time.monotonic() + 10  # then on regardless: the clean-up must go on
+        while b"draining for" not in (tmp_path / "gateway.log").read_bytes() and proc.poll() is None:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:

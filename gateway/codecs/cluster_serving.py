@@ -21,7 +21,9 @@ Mapping (see docs/async-inference.md):
   becomes the inputs ``name.indices`` / ``name.values`` / ``name.shape`` of a batch-shaped
   sparse tensor ``[N, *shape]``;
 * each prediction is an object ``{output name: value}`` holding that instance's slice of
-  every output whose first dimension is the batch size (other outputs are repeated whole).
+  every output whose first dimension is the batch size (other outputs are repeated whole);
+  the answer is written straight from the output arrays, and refused (413) before it is
+  built when it would pass the response limit (gateway.core.json_answer).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,13 +48,12 @@ from eas_sdk._core.cluster_serving import (
     b64_image_bytes,
     batch_sparse,
     decode_image,
-    outputs_from_reply,
     sparse_inputs,
     sparse_to_coo,
     tensor_to_wire,
-    to_jsonable,
 )
 from eas_sdk.codecs.eas.json_form import nested_leaves
+from gateway.core import json_answer
 
 MAX_INSTANCES = 4096
 # Deeper nesting than any tensor has (numpy allows 64 dimensions): refused before recursion.
@@ -307,23 +309,22 @@ def _column(name: str, col: list[tuple[str, Any]]) -> dict[str, Any]:
     return {name: tensor_to_wire(np.stack(arrays), exact=exact)}
 
 
-def split_outputs(reply_body: bytes, size: int) -> list[dict[str, np.ndarray]]:
-    """The processor's JSON reply -> one ``{output: ndarray}`` per instance: outputs whose
-    first dimension is the batch size are sliced, the others repeated whole."""
-    outputs = outputs_from_reply(json.loads(reply_body))
+def split_outputs(outputs: Mapping[str, np.ndarray], size: int) -> list[dict[str, np.ndarray]]:
+    """The processor's outputs -> one ``{output: ndarray}`` per instance: outputs whose first
+    dimension is the batch size are sliced (views, nothing copied), the others repeated whole."""
     out: list[dict[str, np.ndarray]] = [{} for _ in range(size)]
     for name, arr in outputs.items():
         split = arr.ndim >= 1 and arr.shape[0] == size
         for i in range(size):
-            out[i][name] = np.asarray(arr[i]) if split else arr
+            out[i][name] = arr[i : i + 1].reshape(arr.shape[1:]) if split else arr  # 1-D: a 0-d view
     return out
 
 
-def predictions_from_reply(reply_body: bytes, size: int) -> list[dict[str, Any]]:
-    """The processor's JSON reply -> one ``{output name: value}`` per instance."""
-    return [
-        {name: to_jsonable(arr) for name, arr in inst.items()} for inst in split_outputs(reply_body, size)
-    ]
+def predictions_answer(outputs: Mapping[str, np.ndarray], size: int, limit: int = 0) -> bytes | bytearray:
+    """``{"predictions": [...]}``, one ``{output name: value}`` per instance, as JSON bytes
+    written straight from the arrays; json_answer.AnswerTooLarge when it would pass ``limit``
+    bytes (an output repeated whole counts once per instance)."""
+    return json_answer.dumps({"predictions": split_outputs(outputs, size)}, limit)
 
 
 def dumps(doc: Any) -> bytes:
@@ -348,6 +349,6 @@ __all__ = [
     "dumps",
     "error_body",
     "parse_request",
-    "predictions_from_reply",
+    "predictions_answer",
     "split_outputs",
 ]

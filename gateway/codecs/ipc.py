@@ -381,8 +381,12 @@ def split_tcp(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _too_large(limit: int, compute_us: int) -> WorkerResponse:
-    message = f"the answer exceeds {limit} bytes"
+def _too_large(size: int, limit: int, compute_us: int) -> WorkerResponse:
+    # The size, the limit and the setting: the caller can tell what to change.
+    message = (
+        f"the answer would be {size} bytes ({size / 2**20:.1f} MiB), over the limit of {limit} bytes "
+        f"({limit / 2**20:.1f} MiB) set by gateway.max_response_bytes"
+    )
     body = _dumps({"code": "ResponseTooLarge", "message": message})
     return WorkerResponse(413, bytes(body), "application/json", compute_us)
 
@@ -425,7 +429,7 @@ class IPCServerProtocol(FramedProtocol):
                 if resp is not None:
                     limit = self.max_response_bytes
                     if limit and len(resp.body) > limit:
-                        resp = _too_large(limit, resp.compute_us)
+                        resp = _too_large(len(resp.body), limit, resp.compute_us)
                     self.send(rid, RESPONSE, encode_response(resp))
 
             job = self.sink.submit(req, done)

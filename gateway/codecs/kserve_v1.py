@@ -2,30 +2,26 @@
 
 Parsing and answer building only (no I/O). A V1 request becomes one request in the onnx
 processor's JSON form (docs/processors.md), so it runs on the same workers, with the same
-dtype and shape checks, as an EAS call; the processor's JSON reply becomes the
-``{"predictions": [...]}`` answer. Errors are :class:`KServeRequestError` (``{"error"}``).
+dtype and shape checks, as an EAS call; the processor's outputs become the
+``{"predictions": [...]}`` answer, refused (413) before it is built past the response
+limit. Errors are :class:`KServeRequestError` (``{"error"}``).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from gateway.codecs.kserve import KServeRequestError, dumps, loads
+from gateway.core import json_answer
 
 if TYPE_CHECKING:
     from gateway.core.metadata import ModelMetadata
 
 MAX_INSTANCES = 4096
-
-
-def _reply_outputs(reply: bytes) -> dict[str, Any]:
-    doc = loads(reply)
-    outputs = doc.get("outputs") if isinstance(doc, dict) else None
-    if not isinstance(outputs, dict):
-        raise ValueError("no outputs object")
-    return outputs
 
 
 @dataclass(frozen=True)
@@ -83,34 +79,23 @@ def _v1_columns(inputs: dict[str, Any], sig: ModelMetadata) -> V1Request:
     return V1Request(size, dumps({"inputs": {n: inputs[n] for n in names}}))
 
 
-def _nest(flat: list[Any], dims: list[int]) -> Any:
-    if not dims:
-        return flat[0]
-    if len(dims) == 1:
-        return list(flat)
-    step = math.prod(dims[1:])
-    return [_nest(flat[k * step : (k + 1) * step], dims[1:]) for k in range(dims[0])]
-
-
-def v1_predictions(req: V1Request, reply: bytes) -> bytes:
+def v1_predictions(req: V1Request, outputs: Mapping[str, np.ndarray], limit: int = 0) -> bytes | bytearray:
     """One prediction per instance: the output's row for a single-output model, else
-    ``{output: row}``. An output whose first dimension is not the batch is repeated whole."""
-    outputs = _reply_outputs(reply)
+    ``{output: row}``. An output whose first dimension is not the batch is repeated whole.
+    Written straight from the arrays (floats in their shortest form, as the processor's JSON
+    form has them); json_answer.AnswerTooLarge when it would pass ``limit`` bytes."""
     rows: dict[str, list[Any]] = {}
-    for name, t in outputs.items():
-        shape, data = list(t["shape"]), t["data"]
-        if shape and shape[0] == req.size:
-            step = math.prod(shape[1:])
-            rows[name] = [_nest(data[k * step : (k + 1) * step], shape[1:]) for k in range(req.size)]
+    for name, arr in outputs.items():
+        if arr.ndim and arr.shape[0] == req.size:
+            rows[name] = [arr[k : k + 1].reshape(arr.shape[1:]) for k in range(req.size)]  # views
         else:
-            whole = _nest(data, shape) if shape else data[0]
-            rows[name] = [whole] * req.size
+            rows[name] = [arr] * req.size
     if len(rows) == 1:
         (only,) = rows.values()
         preds: list[Any] = only
     else:
         preds = [{name: r[k] for name, r in rows.items()} for k in range(req.size)]
-    return dumps({"predictions": preds})
+    return json_answer.dumps({"predictions": preds}, limit, floats="shortest")
 
 
 __all__ = ["MAX_INSTANCES", "V1Request", "parse_v1_predict", "v1_predictions"]

@@ -10,6 +10,9 @@ Two request bodies reach ``POST /<service>/prediction``:
   string (a text or base64 input). Answer: ``{"err_no": 0, "err_msg": "", "key": [...],
   "value": [...]}`` with each output as text (a single value as itself, more as JSON).
 
+Either answer is written straight from the output arrays (gateway.core.json_answer), and
+refused with 413 before it is built when it would pass the response limit.
+
 An error is ``{"err_no": <status>, "err_msg": "..."}`` (and empty ``key``/``value`` in the
 key/value form) with the same HTTP status, so a client can tell the cause from either.
 """
@@ -24,12 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from gateway.core import json_answer
+
 try:  # orjson is part of the gateway extra; the stdlib is the fallback
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised only without the extra
     _orjson = None
 
 FEED, KEY_VALUE = "feed", "kv"
+# Floats as the processor's JSON form writes them (float32 in its shortest form: 18.901152).
+_FLOATS = "shortest"
 MAX_INSTANCES = 1 << 16
 
 
@@ -124,32 +131,25 @@ def parse(body: bytes) -> PaddleRequest:
     raise PaddleRequestError('expected {"feed": [...], "fetch": [...]} or {"key": [...], "value": [...]}')
 
 
-def _arrays(reply: bytes) -> dict[str, np.ndarray]:
-    """The outputs of an onnx JSON reply, ``{"outputs": {name: {dtype, shape, data}}}``."""
-    outputs = _loads(reply)["outputs"]
-    out = {}
-    for name, t in outputs.items():
-        data = np.asarray(t["data"], dtype=object if t["dtype"] == "string" else None)
-        out[name] = data.reshape(t["shape"])
-    return out
-
-
-def _text(arr: np.ndarray) -> str:
+def _text(arr: np.ndarray, limit: int) -> str:
     if arr.size == 1:
         item = arr.reshape(-1)[0]
         return item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
-    return dumps(arr.tolist()).decode()
+    return bytes(json_answer.dumps(arr, limit, floats=_FLOATS)).decode()
 
 
-def answer(req: PaddleRequest, reply: bytes) -> bytes:
-    """The answer to ``req`` from the processor's JSON reply (raises ValueError/KeyError on a
-    reply that is not one)."""
-    arrays = _arrays(reply)
+def answer(req: PaddleRequest, outputs: Mapping[str, np.ndarray], limit: int = 0) -> bytes | bytearray:
+    """The answer to ``req`` from the processor's output arrays, written straight from them;
+    json_answer.AnswerTooLarge when it would pass ``limit`` bytes (0: no limit), before it
+    is built when its estimate says so."""
     if req.form == KEY_VALUE:
-        return dumps(
-            {"err_no": 0, "err_msg": "", "key": list(arrays), "value": [_text(a) for a in arrays.values()]}
-        )
-    return dumps({"result": {name: arr.tolist() for name, arr in arrays.items()}})
+        size = sum(json_answer.array_estimate(a, _FLOATS) for a in outputs.values())
+        json_answer.check(size, limit, "about")
+        values = [_text(a, limit) for a in outputs.values()]
+        body = dumps({"err_no": 0, "err_msg": "", "key": list(outputs), "value": values})
+        json_answer.check(len(body), limit)
+        return body
+    return json_answer.dumps({"result": dict(outputs)}, limit, floats=_FLOATS)
 
 
 def error(form: str, status: int, message: str) -> bytes:

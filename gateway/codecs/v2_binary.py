@@ -70,7 +70,9 @@ def output_bytes(arr: np.ndarray) -> bytes | memoryview:
     return v2_tensors.to_raw(arr)
 
 
-def frame(header: bytes, chunks: Sequence[bytes | memoryview]) -> tuple[bytes, int | None]:
+def frame(
+    header: bytes | bytearray, chunks: Sequence[bytes | memoryview]
+) -> tuple[bytes | bytearray, int | None]:
     """An answer body and its header length: the JSON header alone without binary tensors."""
     if not chunks:
         return header, None

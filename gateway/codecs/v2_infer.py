@@ -6,7 +6,9 @@ freely in one request; the route runs them with ``DataPlane.infer_tensors`` (the
 TF protobuf path, so the worker checks dtypes and shapes as for an EAS call) and this module
 writes the output arrays back, each as JSON ``data`` or binary as the request asks
 (``binary_data`` per output, ``binary_data_output`` for all), or as its top-k classes
-(``gateway.codecs.v2_classification``). Errors are :class:`KServeRequestError` (400).
+(``gateway.codecs.v2_classification``); an answer past the response limit is refused
+before it is built (``gateway.core.json_answer``). Errors are
+:class:`KServeRequestError` (400).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from gateway.codecs import v2_tensors
-from gateway.codecs.kserve import BINARY_HEADER, KServeRequestError, dumps, flatten, loads
+from gateway.codecs.kserve import BINARY_HEADER, KServeRequestError, flatten, loads
 from gateway.codecs.v2_binary import BinarySection, frame, header_length, output_bytes
 from gateway.codecs.v2_classification import class_count, classify
+from gateway.core import json_answer
 
 MAX_INPUTS = 1024
 MAX_OUTPUTS = 1024
@@ -190,13 +193,6 @@ def _outputs(raw: Any) -> tuple[RequestedOutput, ...]:
     return tuple(out)
 
 
-def _json_data(arr: np.ndarray) -> list[Any]:
-    flat = arr.reshape(-1)
-    if arr.dtype.kind == "O":
-        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in flat]
-    return flat.tolist()
-
-
 def answer(
     model_name: str,
     version: str,
@@ -204,15 +200,19 @@ def answer(
     arrays: Mapping[str, np.ndarray],
     model_order: Sequence[str] = (),
     labels: Mapping[str, Sequence[str]] | None = None,
-) -> tuple[bytes, int | None]:
+    limit: int = 0,
+) -> tuple[bytes | bytearray, int | None]:
     """The V2 answer for the output ``arrays``: (body, JSON header length when binary tensors
-    follow it, else None). Without requested outputs: every output, in ``model_order``."""
+    follow it, else None). Without requested outputs: every output, in ``model_order``.
+    JSON ``data`` is written straight from the arrays, binary tensors as views of them; an
+    answer past ``limit`` bytes (0: none) raises json_answer.AnswerTooLarge, before anything
+    is built when its estimate says so."""
     wanted = req.outputs
     if not wanted:
         names = [n for n in model_order if n in arrays] + [n for n in arrays if n not in model_order]
         wanted = tuple(RequestedOutput(n) for n in names)
     entries: list[dict[str, Any]] = []
-    chunks: list[bytes | memoryview] = []
+    binary: list[np.ndarray] = []
     for o in wanted:
         arr = arrays.get(o.name)
         if arr is None:
@@ -222,16 +222,19 @@ def answer(
         datatype = v2_tensors.datatype_of(arr)
         entry: dict[str, Any] = {"name": o.name, "datatype": datatype, "shape": list(arr.shape)}
         if req.binary_output if o.binary is None else o.binary:
-            raw = output_bytes(arr)
-            entry["parameters"] = {"binary_data_size": len(raw)}
-            chunks.append(raw)
+            entry["parameters"] = {"binary_data_size": json_answer.raw_size(arr)}
+            binary.append(arr)
         else:
-            entry["data"] = _json_data(arr)
+            entry["data"] = arr.reshape(-1)  # V2's JSON data is flat
         entries.append(entry)
     doc: dict[str, Any] = {"model_name": model_name, "model_version": version, "outputs": entries}
     if req.id is not None:
         doc["id"] = req.id
-    return frame(dumps(doc), chunks)
+    raw = sum(e["parameters"]["binary_data_size"] for e in entries if "parameters" in e)
+    if limit:
+        json_answer.check(json_answer.estimate(doc) + raw, limit, "about")
+    header = json_answer.dumps(doc, max(1, limit - raw) if limit else 0)
+    return frame(header, [output_bytes(a) for a in binary])
 
 
 __all__ = ["MAX_INPUTS", "InferRequest", "RequestedOutput", "answer", "json_tensor", "parse_request"]

@@ -21,24 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from gateway.core.metadata import DATATYPES, declared_dtypes
 from gateway.core.tensors import TensorError, tf_outputs, tf_request
 
-# V2 datatype -> numpy dtype (little-endian, as on the wire). BYTES elements are bytes objects.
-DATATYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype("u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-    "BYTES": np.dtype(object),
-}
 _BY_KIND: dict[tuple[str, int], str] = {
     (dt.kind, dt.itemsize): name for name, dt in DATATYPES.items() if name != "BYTES"
 }
@@ -130,6 +115,7 @@ __all__ = [
     "TensorError",
     "check_shape",
     "datatype_of",
+    "declared_dtypes",
     "from_raw",
     "tf_outputs",
     "tf_request",

@@ -57,6 +57,11 @@ class WorkerResponse:
 
 # The decoded request's kind of a tensor call (gateway.worker.processors.onnx).
 TENSORS = "tensors"
+# A request header with which the gateway's adapters ask for the answer in the TF protobuf
+# form whatever form the request came in (``tf``): a JSON-form request keeps its loose
+# casting, and its answer is read as arrays over the reply's bytes instead of one Python
+# object per element. Processors that know no such form (user code) answer as they do.
+RESPONSE_FORMAT_HEADER = "X-Eas-Response-Format"
 
 
 @dataclass(slots=True)
@@ -75,4 +80,11 @@ class TensorResponse(WorkerResponse):
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-__all__ = ["TENSORS", "TensorRequest", "TensorResponse", "WorkerRequest", "WorkerResponse"]
+__all__ = [
+    "RESPONSE_FORMAT_HEADER",
+    "TENSORS",
+    "TensorRequest",
+    "TensorResponse",
+    "WorkerRequest",
+    "WorkerResponse",
+]

@@ -17,6 +17,7 @@ process has one over its compute queue, so direct calls get the same checks and 
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,10 +32,18 @@ from eas_sdk._core.constants import (
     HEADER_QUEUE_UID,
 )
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
-from gateway.core import errors, tensors
+from gateway.core import errors, json_answer, tensors
 from gateway.core.admission import Admission, BodyHold
 from gateway.core.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, keep_for, verify
-from gateway.core.calls import TensorRequest, TensorResponse, WorkerRequest, WorkerResponse
+from gateway.core.calls import (
+    RESPONSE_FORMAT_HEADER,
+    TensorRequest,
+    TensorResponse,
+    WorkerRequest,
+    WorkerResponse,
+)
+from gateway.core.metadata import declared_dtypes
+from gateway.core.parse_pool import parse_off_loop
 from gateway.lean_http.wire import Headers
 
 log = logging.getLogger("gateway.dataplane")
@@ -53,6 +62,8 @@ DROP_HEADERS = frozenset(
 # How the onnx processor is asked for its JSON form (the KServe and Cluster Serving adapters).
 JSON_FORM_HEADERS = {"Content-Type": "application/json", "X-Eas-Request-Format": "json"}
 TF_FORM_HEADERS = {"Content-Type": "application/octet-stream", "X-Eas-Request-Format": "tf"}
+# The JSON form, answered in the TF form: arrays the adapter reads in place (infer_arrays).
+JSON_ARRAYS_HEADERS = {**JSON_FORM_HEADERS, RESPONSE_FORMAT_HEADER: "tf"}
 # Raw tokens remembered as verified, per dataplane (a client sends the same token on every call).
 _VERIFIED_MAX = 1024
 
@@ -289,7 +300,7 @@ class DataPlane:
         ``content_type``: when ``headers`` is a plain dict, not a case-insensitive one;
         ``tensors``: (inputs, output names) for a backend that ``takes_tensors``, instead of
         the body (:meth:`infer_tensors`)."""
-        if headers is TF_FORM_HEADERS or headers is JSON_FORM_HEADERS:
+        if headers is TF_FORM_HEADERS or headers is JSON_FORM_HEADERS or headers is JSON_ARRAYS_HEADERS:
             sent = dict(headers)  # the adapters' own: nothing to drop, plain str already
         elif type(headers) is Headers:
             sent = {k: v for k, v in headers.items() if k not in DROP_HEADERS}  # lower-case str keys
@@ -336,10 +347,15 @@ class DataPlane:
         finally:
             self.admission.leave(svc.name)
         elapsed = time.perf_counter() - t0
-        if self.max_response_bytes and len(resp.body) > self.max_response_bytes:
-            if stats is not None:
-                stats.record(False, elapsed, int(resp.compute_us))
-            raise errors.ResponseTooLarge(f"the answer exceeds {self.max_response_bytes} bytes")
+        limit = self.max_response_bytes
+        if limit:
+            size = len(resp.body)
+            if isinstance(resp, TensorResponse):  # from the gateway's threads: arrays, no body
+                size += sum(map(json_answer.raw_size, resp.arrays.values()))
+            if size > limit:
+                if stats is not None:
+                    stats.record(False, elapsed, int(resp.compute_us))
+                raise errors.ResponseTooLarge(str(json_answer.AnswerTooLarge(size, limit)))
         compute_us = int(resp.compute_us)
         if stats is not None:
             stats.record(resp.status < 400, elapsed, compute_us)
@@ -389,6 +405,47 @@ class DataPlane:
             return status, reply
         return status, errors.message_of(reply).encode()
 
+    async def infer_arrays(
+        self,
+        svc: ServiceConfig,
+        body: bytes,
+        *,
+        request_id: str,
+        timeout: float,
+        declared: Mapping[str, np.dtype[Any]] | None = None,
+        max_values: int = 0,
+        extra: Mapping[str, str] | None = None,
+        answer_headers: dict[str, str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """A call in the onnx processor's JSON form whose outputs an adapter writes in its own
+        protocol (Cluster Serving, KServe V1, Paddle): the processor answers in the TF form,
+        read as arrays over the reply's bytes (``declared``: the model's output dtypes, see
+        ``tf_outputs``; default: as the backend's metadata says), never a Python object per
+        element. A processor that answers the JSON form anyway (user code) has it parsed when
+        it holds at most ``max_values`` values (413 beyond; 0: no limit). ``extra`` and
+        ``answer_headers`` as for :meth:`infer_json`; a processor's error answer raises
+        ProcessorFailed with its status and message."""
+        headers = {**JSON_ARRAYS_HEADERS, **extra} if extra else JSON_ARRAYS_HEADERS
+        if declared is None:  # the TF form widens a few dtypes: the model's own, as it declares them
+            declared = declared_dtypes(getattr(self.backends.get(svc.name), "metadata", None))
+        resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
+        if answer_headers is not None and resp.headers:
+            answer_headers.update(resp.headers)
+        status, reply = int(resp.status), bytes(resp.body)
+        if status != 200:
+            raise errors.ProcessorFailed(status, errors.message_of(reply))
+        try:
+            if reply[:64].lstrip()[:1] != b"{":
+                return tensors.tf_outputs(reply, declared)
+            parse = functools.partial(json_answer.processor_outputs, reply, max_values)
+            # A Python object per value while parsed: a large one off the event loop.
+            return await parse_off_loop(parse) if len(reply) > 64 << 10 else parse()
+        except json_answer.AnswerTooLarge as exc:
+            raise errors.ResponseTooLarge(str(exc)) from None
+        except (ValueError, TypeError, KeyError) as exc:
+            message = f"the service's reply is neither a TF PredictResponse nor the JSON form ({exc})"
+            raise errors.ProcessorFailed(502, message) from None
+
     async def infer_tensors(
         self,
         svc: ServiceConfig,
@@ -431,6 +488,7 @@ class DataPlane:
 
 __all__ = [
     "DROP_HEADERS",
+    "JSON_ARRAYS_HEADERS",
     "JSON_FORM_HEADERS",
     "MIN_DEADLINE_MS",
     "TF_FORM_HEADERS",

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 # The KServe V2 datatype names: the vocabulary every TensorSpec uses.
 V2_DATATYPES = frozenset(
     {
@@ -88,4 +90,28 @@ class ModelMetadata:
         return cls(tensors["inputs"], tensors["outputs"], platform)
 
 
-__all__ = ["UNKNOWN", "V2_DATATYPES", "ModelMetadata", "TensorSpec"]
+# V2 datatype -> numpy dtype (little-endian, as on the wire). BYTES elements are bytes objects.
+DATATYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(object),
+}
+
+
+def declared_dtypes(meta: ModelMetadata | None) -> dict[str, np.dtype[Any]]:
+    """Output name -> the dtype a model's metadata declares (None: nothing is known)."""
+    outputs = meta.outputs if meta is not None else ()
+    return {t.name: DATATYPES[t.datatype] for t in outputs if t.datatype in DATATYPES}
+
+
+__all__ = ["DATATYPES", "UNKNOWN", "V2_DATATYPES", "ModelMetadata", "TensorSpec", "declared_dtypes"]

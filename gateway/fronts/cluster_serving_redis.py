@@ -35,7 +35,7 @@ from redis.exceptions import RedisError, ResponseError
 from gateway.codecs.cluster_serving import ClusterServingRequestError, batch_instances, split_outputs
 from gateway.codecs.cluster_serving_arrow import FAILED, decode_record, encode_result, result_key
 from gateway.config import ClusterServingConfig, ServiceConfig
-from gateway.core import errors
+from gateway.core import errors, json_answer
 from gateway.core.dataplane import DataPlane
 from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 
@@ -169,7 +169,8 @@ class StreamReader:
         """One batched call for records whose inputs agree; None: not now (retry later)."""
         try:
             batch = batch_instances([inst for _, _, inst in items])
-            status, reply = await self.plane.infer_json(
+            # Arrays read over the reply's bytes: no Python object per element.
+            outputs = await self.plane.infer_arrays(
                 self.svc,
                 batch.body,
                 request_id=f"cs-{items[0][1]}"[:128],
@@ -183,20 +184,13 @@ class StreamReader:
                 return None
             log.warning("cluster serving stream %s: %d %s", self.cfg.stream, exc.status, exc.message)
             return [(eid, uri, FAILED) for eid, uri, _ in items]
-        if status != 200:
-            log.warning(
-                "cluster serving stream %s: the service answered %d: %s", self.cfg.stream, status, reply[:200]
-            )
-            return [(eid, uri, FAILED) for eid, uri, _ in items]
         out: list[tuple[bytes, str | None, str]] = []
-        try:
-            per_instance = split_outputs(reply, len(items))
-        except (ValueError, TypeError, KeyError) as exc:
-            log.warning("cluster serving stream %s: not an onnx JSON reply (%s)", self.cfg.stream, exc)
-            return [(eid, uri, FAILED) for eid, uri, _ in items]
-        for (eid, uri, _), outputs in zip(items, per_instance, strict=True):
+        limit = self.plane.max_response_bytes
+        for (eid, uri, _), mine in zip(items, split_outputs(outputs, len(items)), strict=True):
             try:
-                out.append((eid, uri, encode_result(outputs)))
+                # A result's size follows the client's shapes: refused before it is encoded.
+                json_answer.check(sum(map(json_answer.raw_size, mine.values())), limit)
+                out.append((eid, uri, encode_result(mine)))
             except ValueError as exc:
                 log.warning("cluster serving stream %s: %s: %s", self.cfg.stream, uri, exc)
                 out.append((eid, uri, FAILED))

@@ -11,19 +11,21 @@ of them into the protocol's ``{"error": ...}`` body with its status and headers.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gateway.codecs import kserve as proto
 from gateway.codecs import v2_infer, v2_tensors
-from gateway.codecs.parse_pool import parse_off_loop
 from gateway.config import ServiceConfig
-from gateway.core import errors
+from gateway.core import errors, json_answer
 from gateway.core.dataplane import DataPlane
 from gateway.core.metadata import ModelMetadata
+from gateway.core.parse_pool import parse_off_loop
 
 LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
+ENCODE_ON_LOOP_MAX = 16 << 10  # answers of more elements are written in a thread
 
 
 async def infer(
@@ -39,7 +41,7 @@ async def infer(
     timeout: float,
     extra: Mapping[str, str] | None = None,
     answer_headers: dict[str, str] | None = None,
-) -> tuple[bytes, int | None]:
+) -> tuple[bytes | bytearray, int | None]:
     """-> (answer body, JSON header length when binary tensors follow it, else None).
     ``svc``: the model as clients name it; ``runs``: the service whose workers serve
     ``version``; ``meta``: their signature (None before a worker was ready); ``extra``:
@@ -57,10 +59,19 @@ async def infer(
         runs, req.inputs, req.output_names, request_id=request_id, timeout=timeout, declared=declared,
         extra=extra, answer_headers=answer_headers,
     )  # fmt: skip
+    # The outputs' size can follow the client's shapes: refused before the answer is built
+    # past the limit; a large one written in a thread (it takes the GIL a block at a time).
+    answer = functools.partial(
+        v2_infer.answer, svc.name, version, req, arrays, order, None, plane.max_response_bytes
+    )
     try:
-        return v2_infer.answer(svc.name, version, req, arrays, order)
+        if sum(a.size for a in arrays.values()) > ENCODE_ON_LOOP_MAX:
+            return await asyncio.to_thread(answer)
+        return answer()
     except KeyError as exc:
         raise proto.KServeRequestError(str(exc.args[0]), 502) from None
+    except json_answer.AnswerTooLarge as exc:
+        raise errors.ResponseTooLarge(str(exc)) from None
 
 
 # Per signature (the same object until the model changes): its outputs' declared dtypes and

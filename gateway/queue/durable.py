@@ -10,8 +10,8 @@ cancelled the write's future, the queue would forget in memory a change the stor
 anyway: a put would reappear after a restart, and a put retried with the same request id
 would be stored twice. So a ``Write`` cannot be cancelled: ``cancel()`` refuses, and a task
 cancelled while it awaits one gets its ``CancelledError`` once the write has completed and
-the queue's memory holds its outcome (a write takes one commit of the group commit, so the
-wait is short and bounded by the store's own timeouts). Any number of callers may await the
+the queue's memory holds its outcome (a write is one transaction of the group commit: the
+wait is as long as the store takes to answer it). Any number of callers may await the
 same write (a put retried while the first put of its request id is in flight awaits the
 first one's write): none of them can end it for the others.
 

@@ -1,46 +1,52 @@
-"""The record log of one queue: allocation, visibility, get, delete, truncate and the
+"""The record log of one queue: allocation, visibility, payloads, reads, removal and the
 bounded memory of removed records.
 
-Everything here is synchronous and never blocks; where something must reach the disk
-first, a method returns a ``Durable`` handle the caller awaits before answering. The
-consumer groups built on this log are in ``groups.py``.
+It knows nothing of consumer groups (groups.py) nor of the journal: the store (store.py)
+composes the two and journals their changes. Everything here is synchronous and never
+blocks. A change that a refused write must take back hands its own undo to the store:
+``take_out`` returns what it took, and ``put_back`` restores exactly that.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import QueueConfig
-from gateway.queue.backend import Backend
-from gateway.queue.records import (
-    RECENT_LIMIT,
-    Consumer,
-    Durable,
-    Group,
-    QueueError,
-    Record,
-    every_durable,
-    matches,
-)
-from gateway.queue.undo import Removal, on_failure
+from gateway.queue.durable import Durable
+from gateway.queue.records import RECENT_LIMIT, QueueError, Record, matches
 
-# A put on a queue at max_bytes may evict up to this many records pinned only by idle groups.
-MAX_EVICTIONS_PER_PUT = 1024
+
+@dataclass(slots=True)
+class Taken:
+    """Records taken out of the log (in the order asked), with what they counted: the
+    undo of a removal whose write the store refuses (``RecordLog.put_back``)."""
+
+    records: list[Record]
+    idxs: list[int]
+    rids: list[str]
+    size: int  # their payload bytes
+    cached: int  # the part of them held in memory
 
 
 class RecordLog:
-    """Records of one queue and what every group sees of them (``ConsumerGroups`` adds the rest)."""
+    """The records of one queue and the figures kept on them."""
 
-    def __init__(self, name: str, cfg: QueueConfig, backend: Backend, grace_s: float | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        cfg: QueueConfig,
+        read: Callable[[str, int], bytes | None] | None = None,
+        free_bytes: Callable[[], int | None] | None = None,
+    ) -> None:
+        """``read``: reads one record's payload back from the store (SQLite), so that a
+        payload may leave memory once durable; without it every payload stays in memory.
+        ``free_bytes``: the store's free disk space, for the default ``max_bytes``."""
         self.name = name
         self.cfg = cfg
-        self.backend = backend
-        self.grace_s = cfg.grace_s if grace_s is None else grace_s
         self.next_idx = 1  # next index to allocate
         self.visible_next = 1  # every index below is visible or gone
         self.min_live = 1  # no live record below (advanced lazily)
@@ -51,26 +57,20 @@ class RecordLog:
         # Removed records (committed, deleted, truncated, consumed by get), oldest first.
         self.recent: OrderedDict[int, str] = OrderedDict()  # idx -> rid
         self.recent_rids: dict[str, int] = {}
-        self.groups: dict[str, Group] = {}
         self.recovered_below = 0
-        self._conn_seq = 0
-        # Called whenever records become visible (long-poll gets wait on it).
+        # Called whenever records become visible (the store wakes consumers and long polls).
         self.on_visible: Callable[[], None] | None = None
         self.puts_total = 0
-        self.commits_total = 0
-        self.redeliveries_total = 0
         # Payload bytes of the live and in-flight records (the max_bytes cap), and of the
-        # payloads held in memory (the memory_bytes cap). A backend that can read one record
-        # back (``read``: SQLite) lets a payload leave memory once durable; the others keep all.
+        # payloads held in memory (the memory_bytes cap).
         self.bytes = 0
         self.cached_bytes = 0
-        self._read: Callable[[str, int], bytes | None] | None = getattr(backend, "read", None)
+        self._read = read
         self.max_bytes = cfg.max_bytes
         if cfg.max_bytes <= 0:
             # Default: half the disk space free now (``load`` adds what the queue holds); a
-            # backend without a disk of its own reports none: no byte cap.
-            free = getattr(backend, "free_bytes", None)
-            room = free() if free is not None else None
+            # store without a disk of its own reports none: no byte cap.
+            room = free_bytes() if free_bytes is not None else None
             self.max_bytes = room // 2 if room is not None else 0
 
     # ------------------------------------------------------------------ recovery
@@ -95,13 +95,6 @@ class RecordLog:
         # Deliveries are not journalled: a record recovered here may have been delivered
         # before the restart, so any group may commit it.
         self.recovered_below = self.next_idx
-        for gid, start, tags in state.get("groups", ()):
-            g = Group(gid, start, dict(tags), cursor=max(start, self.min_live))
-            self.groups[gid] = g
-        for gid, idx in state.get("acks", ()):
-            g = self.groups.get(gid)
-            if g is not None and idx in self.records:
-                g.committed.add(idx)
         if self.cfg.max_bytes <= 0 and self.max_bytes > 0:
             self.max_bytes += self.bytes  # the default cap counts free space on top of it
 
@@ -114,7 +107,7 @@ class RecordLog:
             self.cached_bytes += rec.size
 
     def payload(self, rec: Record) -> bytes | None:
-        """The record's payload, from memory or read back from the backend; None once the
+        """The record's payload, from memory or read back from the store; None once the
         record is gone from the store.
 
         The read is synchronous, in the event loop: one row by its rowid on SQLite's own
@@ -128,7 +121,7 @@ class RecordLog:
             return None
         return self._read(self.name, rec.idx)
 
-    def _loaded(self, rec: Record) -> Record | None:
+    def loaded(self, rec: Record) -> Record | None:
         """The record with its payload in hand (a copy, when read back from disk)."""
         if rec.data is not None:
             return rec
@@ -137,17 +130,19 @@ class RecordLog:
             return None
         return Record(rec.idx, rec.rid, rec.tags, data, rec.fetched, rec.size)
 
-    # ------------------------------------------------------------------ helpers
+    # ------------------------------------------------------------------ positions
     @property
     def length(self) -> int:
         return len(self.records)
 
-    def _advance_min_live(self) -> None:
+    def advance_min_live(self) -> int:
+        """The lowest live index (or ``visible_next`` if none): moved up past removed ones."""
         while self.min_live < self.visible_next and self.min_live not in self.records:
             self.min_live += 1
+        return self.min_live
 
     def first_entry(self) -> int:
-        self._advance_min_live()
+        self.advance_min_live()
         return self.min_live if self.records else 0
 
     def last_entry(self) -> int:
@@ -164,153 +159,11 @@ class RecordLog:
             if recent_rids.get(old_rid) == old_idx:
                 del recent_rids[old_rid]
 
-    def _drop(self, idxs: Iterable[int]) -> tuple[int, Durable]:
-        """Remove records and journal it (with their tombstones); -> (how many, handle)."""
-        idxs = list(idxs)
-        undo = Removal(self, idxs)
-        freed: dict[Consumer, int] = {}
-        removed, rids, size = self._remove(idxs, freed)
-        if not removed:
-            return 0, None
-        lo, hi = min(removed), max(removed)
-        if hi - lo == len(removed) - 1 and lo <= self.min_live <= hi:
-            self.min_live = hi + 1  # a run from the front (the usual commit): past it at once
-        self._advance_min_live()  # the backend may drop everything below it at once
-        dur = self.backend.delete(self.name, removed, rids, self.min_live, size)
-        on_failure(dur, lambda: undo.restore(self))  # refused: the records are back in memory
-        self._offer_room(freed, dur)
-        return len(removed), dur
-
-    def _remove(self, idxs: Iterable[int], freed: dict[Consumer, int]) -> tuple[list[int], list[str], int]:
-        """Take records out of memory -> (their indexes, their request ids, their payload
-        bytes); ``freed`` counts
-        the records taken off each consumer. On the commit path, so in bulk: a commit removes
-        up to thousands at once, and the per-group bookkeeping is set arithmetic run in C."""
-        removed: list[int] = []
-        rids: list[str] = []
-        size = cached = 0
-        pop, forget = self.records.pop, self.by_rid.pop
-        for idx in idxs:
-            rec = pop(idx, None)
-            if rec is None:
-                continue
-            removed.append(idx)
-            rids.append(rec.rid)
-            forget(rec.rid, None)
-            size += rec.size
-            if rec.data is not None:
-                cached += rec.size
-        if not removed:
-            return removed, rids, 0
-        self.bytes -= size
-        self.cached_bytes -= cached
-        self._remember(removed, rids)
-        gone = set(removed)
-        for g in self.groups.values():
-            g.committed -= gone
-            deliveries = g.deliveries
-            for idx in gone & deliveries.keys():
-                del deliveries[idx]
-            for idx in gone & g.pending.keys():
-                self._unassign(g, idx, freed)
-        return removed, rids, size
-
-    def _unassign(self, g: Group, idx: int, freed: dict[Consumer, int]) -> None:
-        """Take record ``idx`` off whichever consumer of ``g`` holds it (counted in ``freed``)."""
-        uid = g.pending.pop(idx, None)
-        if uid is not None:
-            c = g.consumers.get(uid)
-            if c is not None:
-                c.pending.pop(idx, None)
-                freed[c] = freed.get(c, 0) + 1
-
-    def _offer_room(self, freed: dict[Consumer, int], dur: Durable) -> None:
-        """Consumers that hold fewer records now take more once the change is durable: until
-        then the records still count in their windows (``releasing``), since a refused write
-        puts them back. The answer to the call that freed the room (a commit) also goes out
-        before the hand-out it allows, so the client works while the server sends."""
-        if not freed:
-            return
-        now = time.monotonic()
-        for c in freed:
-            c.progress = now  # committed or removed: not held any more
-        if not (isinstance(dur, asyncio.Future) and not dur.done()):
-            self._wake_each(freed)
-            return
-        for c, n in freed.items():
-            c.releasing += n
-        dur.add_done_callback(lambda _: self._released(freed))
-
-    def _released(self, freed: dict[Consumer, int]) -> None:
-        for c, n in freed.items():
-            c.releasing -= n
-        self._wake_each(freed)
-
-    def _wake_each(self, consumers: Iterable[Consumer]) -> None:
-        for c in consumers:
-            self._wake(c)
-
-    def _wake(self, c: Consumer) -> None:
-        if c.connected and c.wake is not None and c.room > 0:
-            c.wake()
-
-    def _wake_group(self, g: Group) -> None:
-        for c in g.consumers.values():
-            self._wake(c)
-
-    def _wake_all(self) -> None:
-        for g in self.groups.values():
-            self._wake_group(g)
-
     # ------------------------------------------------------------------ put
-    def put(self, data: bytes, tags: dict[str, str], rid: str | None) -> tuple[int, str, Durable]:
-        """Allocate an index; the record becomes visible when the returned handle completes."""
-        if rid:
-            known = self._known(rid)
-            if known is not None:
-                return known[0], rid, known[1]
-        rec = self._allocate(data, tags, rid)
-        dur = self.backend.put(self.name, [rec], self.next_idx)
-        self._journalled([rec], dur)
-        return rec.idx, rec.rid, dur
-
-    def put_many(
-        self, items: Sequence[tuple[bytes, Mapping[str, str], str | None]]
-    ) -> tuple[list[tuple[int, str] | QueueError], Durable]:
-        """Many puts in one journal write: per item (data, tags, request id) what ``put``
-        answers, its (index, request id), or the refusal ``put`` raises (full, too large),
-        and one handle for them all. A request id already in the queue, being put or
-        remembered as removed stores nothing, as with ``put``; the new records become
-        visible together, in index order, when the write completes."""
-        out: list[tuple[int, str] | QueueError] = []
-        fresh: list[Record] = []
-        waits: list[Durable] = []
-        mine: dict[str, int] = {}  # request ids new in this call (a repeat within it stores nothing)
-        for data, tags, rid in items:
-            if rid:
-                known = self._known(rid)
-                if known is not None or rid in mine:
-                    idx, dur = known if known is not None else (mine[rid], None)
-                    out.append((idx, rid))
-                    waits.append(dur)
-                    continue
-            try:
-                rec = self._allocate(data, tags, rid)
-            except QueueError as exc:
-                out.append(exc)
-                continue
-            mine[rec.rid] = rec.idx
-            fresh.append(rec)
-            out.append((rec.idx, rec.rid))
-        if fresh:
-            dur = self.backend.put(self.name, fresh, self.next_idx)
-            self._journalled(fresh, dur)
-            waits.append(dur)
-        return out, every_durable(waits)
-
-    def _known(self, rid: str) -> tuple[int, Durable] | None:
+    def known(self, rid: str) -> tuple[int, Durable] | None:
         """The index of a record with this request id in the queue, being put (with the
-        put's handle) or removed recently; None if there is none."""
+        put's write, which no caller can cancel: durable.py) or removed recently; None if
+        there is none."""
         idx = self.by_rid.get(rid)
         if idx is not None:
             return idx, None
@@ -320,26 +173,25 @@ class RecordLog:
         idx = self.recent_rids.get(rid)
         return None if idx is None else (idx, None)
 
-    def _allocate(self, data: bytes, tags: Mapping[str, str], rid: str | None) -> Record:
-        """A new record with the next index, counted as in flight; raises what a put refuses."""
-        if len(data) > self.cfg.max_payload_bytes:
+    def check_size(self, size: int) -> None:
+        """Refuse (413) a payload no queue of this configuration could ever hold."""
+        if size > self.cfg.max_payload_bytes:
             raise QueueError(
-                413, f"record of {len(data)} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
+                413, f"record of {size} bytes exceeds maxPayloadBytes {self.cfg.max_payload_bytes}"
             )
-        if 0 < self.max_bytes < len(data):  # could never fit, however much is consumed
-            raise QueueError(413, f"record of {len(data)} bytes exceeds max_bytes {self.max_bytes}")
-        if len(self.records) + self.inflight >= self.cfg.max_length and not self._make_room():
-            raise QueueError(429, f"queue {self.name} is full (max_length {self.cfg.max_length})")
-        evictions = 0  # by the same rule as a full max_length, within a bound per put
-        while self.max_bytes > 0 and self.bytes + len(data) > self.max_bytes:
-            if evictions < MAX_EVICTIONS_PER_PUT and self._make_room():
-                evictions += 1
-                continue
-            raise QueueError(
-                429,
-                f"queue {self.name} is full: it holds {self.bytes} payload bytes and this record of "
-                f"{len(data)} would pass max_bytes {self.max_bytes}",
-            )
+        if 0 < self.max_bytes < size:  # could never fit, however much is consumed
+            raise QueueError(413, f"record of {size} bytes exceeds max_bytes {self.max_bytes}")
+
+    def full(self) -> bool:
+        """Whether the live and in-flight records fill max_length."""
+        return len(self.records) + self.inflight >= self.cfg.max_length
+
+    def over_bytes(self, size: int) -> bool:
+        """Whether a payload of ``size`` bytes would pass max_bytes now."""
+        return self.max_bytes > 0 and self.bytes + size > self.max_bytes
+
+    def allocate(self, data: bytes, tags: Mapping[str, str], rid: str | None) -> Record:
+        """A new record with the next index, counted as in flight (the caller checked room)."""
         rid = rid or str(uuid.uuid4())
         idx = self.next_idx
         self.next_idx += 1
@@ -350,8 +202,8 @@ class RecordLog:
         self.bytes += rec.size
         return rec
 
-    def _journalled(self, recs: list[Record], dur: Durable) -> None:
-        """The records' put was handed to the backend: they become visible once ``dur`` completes."""
+    def journalled(self, recs: list[Record], dur: Durable) -> None:
+        """The records' put was handed to the store: they become visible once ``dur`` completes."""
         if dur is None:
             self._puts_done(recs, True)
             return
@@ -362,7 +214,7 @@ class RecordLog:
             add_done(lambda f: self._puts_done(recs, not f.cancelled() and f.exception() is None))
 
     def _puts_done(self, recs: list[Record], ok: bool) -> None:
-        """Called by the durability layer when a put's write committed (or failed)."""
+        """A put's write committed (or was refused: its records never become visible)."""
         for rec in recs:
             self.inflight -= 1
             self.inflight_rids.pop(rec.rid, None)
@@ -374,62 +226,101 @@ class RecordLog:
             else:
                 self.bytes -= rec.size
             self.visible_next = max(self.visible_next, rec.idx + 1)
-        if ok:
-            self._wake_all()
-            if self.on_visible is not None:
-                self.on_visible()
-
-    def _make_room(self) -> bool:
-        """The queue is full: free one place if the retention rules allow (store.Queue)."""
-        return False
+        if ok and self.on_visible is not None:
+            self.on_visible()
 
     # ------------------------------------------------------------------ get
-    def get(
-        self, index: int, length: int, auto_delete: bool, rid: str | None, tags: Mapping[str, str]
-    ) -> tuple[list[Record], Durable]:
-        """Up to ``length`` records from ``index`` on, and no more than max_get_bytes of
-        payload (always at least one record), each with its payload in hand: with
-        ``auto_delete`` they leave the disk as soon as the returned handle completes."""
+    def select(self, index: int, length: int, rid: str | None, tags: Mapping[str, str]) -> list[Record]:
+        """What a get returns: the record with request id ``rid``, or up to ``length``
+        records from ``index`` on matching ``tags``, no more than max_get_bytes of payload
+        (always at least one record)."""
         out: list[Record] = []
         if rid is not None:
             idx = self.by_rid.get(rid)
             if idx is not None and idx in self.records:
                 out.append(self.records[idx])
+            return out
+        total = 0
+        start = max(index, 1, self.advance_min_live())
+        if self.visible_next - start <= 2 * len(self.records):
+            it: Iterable[int] = range(start, self.visible_next)
         else:
-            total = 0
-            start = max(index, 1)
-            self._advance_min_live()
-            start = max(start, self.min_live)
-            if self.visible_next - start <= 2 * len(self.records):
-                it: Iterable[int] = range(start, self.visible_next)
-            else:
-                it = (i for i in self.records if i >= start)
-            for i in it:
-                rec = self.records.get(i)
-                if rec is not None and matches(tags, rec.tags):
-                    if out and total + rec.size > self.cfg.max_get_bytes:
-                        break
-                    total += rec.size
-                    out.append(rec)
-                    if len(out) >= length:
-                        break
-        out = [loaded for rec in out if (loaded := self._loaded(rec)) is not None]
-        dur: Durable = None
-        if auto_delete and out:
-            dur = self.delete([r.idx for r in out])
-        else:
-            for r in out:
-                r.fetched = True
-        return out, dur
+            it = (i for i in self.records if i >= start)
+        for i in it:
+            rec = self.records.get(i)
+            if rec is not None and matches(tags, rec.tags):
+                if out and total + rec.size > self.cfg.max_get_bytes:
+                    break
+                total += rec.size
+                out.append(rec)
+                if len(out) >= length:
+                    break
+        return out
 
-    # ------------------------------------------------------------------ delete / truncate
-    def delete(self, idxs: list[int]) -> Durable:
-        return self._drop(idxs)[1]
-
-    def truncate(self, below: int) -> tuple[int, Durable]:
-        self._advance_min_live()
+    def below(self, index: int) -> list[int]:
+        """The live indexes below ``index`` (what a truncation removes), in order."""
+        self.advance_min_live()
         if self.visible_next - self.min_live <= 2 * len(self.records):
-            victims = [i for i in range(self.min_live, min(below, self.visible_next)) if i in self.records]
-        else:
-            victims = [i for i in self.records if i < below]
-        return len(victims), self.delete(victims)
+            return [i for i in range(self.min_live, min(index, self.visible_next)) if i in self.records]
+        return [i for i in self.records if i < index]
+
+    # ------------------------------------------------------------------ removal
+    def take_out(self, idxs: Iterable[int]) -> Taken | None:
+        """Take records out (those of ``idxs`` still here) and remember them as removed ->
+        what was taken, for the journal and for ``put_back``; None if none was here. On the
+        commit path, so in bulk: a commit removes up to thousands at once."""
+        records: list[Record] = []
+        removed: list[int] = []
+        rids: list[str] = []
+        size = cached = 0
+        pop, forget = self.records.pop, self.by_rid.pop
+        for idx in idxs:
+            rec = pop(idx, None)
+            if rec is None:
+                continue
+            records.append(rec)
+            removed.append(idx)
+            rids.append(rec.rid)
+            forget(rec.rid, None)
+            size += rec.size
+            if rec.data is not None:
+                cached += rec.size
+        if not removed:
+            return None
+        self.bytes -= size
+        self.cached_bytes -= cached
+        self._remember(removed, rids)
+        lo, hi = min(removed), max(removed)
+        if hi - lo == len(removed) - 1 and lo <= self.min_live <= hi:
+            self.min_live = hi + 1  # a run from the front (the usual commit): past it at once
+        self.advance_min_live()  # the store may drop everything below it at once
+        return Taken(records, removed, rids, size, cached)
+
+    def put_back(self, taken: Taken) -> list[int]:
+        """Undo ``take_out`` (its write was refused) -> the indexes back, in index order."""
+        back: list[int] = []
+        for rec in taken.records:
+            idx = rec.idx
+            if idx in self.records:
+                continue
+            self.records[idx] = rec
+            self.by_rid[rec.rid] = idx
+            self.bytes += rec.size
+            if rec.data is not None:
+                self.cached_bytes += rec.size
+            if self.recent.get(idx) == rec.rid:
+                del self.recent[idx]
+                if self.recent_rids.get(rec.rid) == idx:
+                    del self.recent_rids[rec.rid]
+            self.min_live = min(self.min_live, idx)
+            back.append(idx)
+        back.sort()
+        if back and max(self.records) > back[0]:
+            # Back in index order: gets and truncation walk the records in insertion order.
+            ordered = sorted(self.records.items())
+            self.records.clear()
+            self.records.update(ordered)
+        return back
+
+
+__all__ = ["RecordLog", "Taken"]

@@ -18,8 +18,11 @@ from then on). Three ways out:
   as back-pressure. Only the oldest ``EVICT_SCAN`` live records are looked at, so a put on a
   full queue stays cheap.
 
-Each automatic removal is logged once (a group's deletion; the first record evicted from a
-queue and then a count at most once a minute).
+``Retention`` (one per queue, kept by the store) holds the rules: it looks at the records and
+the groups and returns a decision (``Eviction``, the groups to expire), which the store
+applies and journals; it never changes the queue itself. Each automatic removal is logged
+once (a group's deletion; the first record evicted from a queue and then a count at most
+once a minute). The functions below are the admin API's and the sweeper's entry points.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.queue.records import Durable, QueueError, last_durable
-from gateway.queue.undo import on_failure
+from gateway.config import QueueConfig
+from gateway.queue.records import Durable, Group, Record
 
 if TYPE_CHECKING:
+    from gateway.queue.groups import ConsumerGroups
     from gateway.queue.store import Queue
 
 log = logging.getLogger("gateway.queue")
@@ -43,15 +47,91 @@ EVICT_SCAN = 1024
 EVICT_LOG_EVERY_S = 60.0
 
 
-def _connected(q: Queue, gid: str) -> int:
-    return sum(1 for c in q.groups[gid].consumers.values() if c.connected)
+def connected(g: Group) -> int:
+    return sum(1 for c in g.consumers.values() if c.connected)
+
+
+def group_idle(g: Group, now: float) -> float:
+    """Seconds since the group last had a connected consumer (0 while it has one)."""
+    if connected(g):
+        return 0.0
+    return max(0.0, now - g.last_seen)
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """The record a full queue may evict, and the idle groups that alone still needed it."""
+
+    idx: int
+    groups: tuple[str, ...]
+    now: float
+
+
+class Retention:
+    """The retention rules of one queue: decisions, and the log of what was applied."""
+
+    def __init__(self, name: str, cfg: QueueConfig) -> None:
+        self.name = name
+        self.cfg = cfg
+        self._evict_logged_at = 0.0
+        self._evict_unlogged = 0
+
+    def eviction(self, records: Mapping[int, Record], groups: ConsumerGroups) -> Eviction | None:
+        """The queue is full: its oldest record that only long-idle groups need (see the
+        module's docstring), or None when the rules allow none."""
+        limit = self.cfg.group_evict_idle_s
+        by_gid = groups.groups
+        if limit <= 0 or not by_gid:
+            return None
+        now = time.monotonic()
+        idle = {gid for gid, g in by_gid.items() if not connected(g) and now - g.last_seen >= limit}
+        if not idle:
+            return None
+        for scanned, rec in enumerate(records.values()):
+            if scanned >= EVICT_SCAN:
+                break
+            needed = groups.needed_by(rec)
+            if needed and idle.issuperset(needed):
+                return Eviction(rec.idx, tuple(needed), now)
+        return None
+
+    def evicted(self, ev: Eviction) -> None:
+        """The store applied ``ev``: logged once, then counted at most once a minute."""
+        self._evict_unlogged += 1
+        if ev.now - self._evict_logged_at < EVICT_LOG_EVERY_S:
+            return
+        log.warning(
+            "queue %s is full: evicted %d record(s) (the latest %d) needed only by group(s) %s, "
+            "idle for over %g s (group_evict_idle_s)",
+            self.name, self._evict_unlogged, ev.idx, ", ".join(sorted(ev.groups)),
+            self.cfg.group_evict_idle_s,
+        )  # fmt: skip
+        self._evict_logged_at = ev.now
+        self._evict_unlogged = 0
+
+    def expired(self, groups: Mapping[str, Group], ttl_s: float, now: float) -> list[tuple[str, float]]:
+        """The groups idle for longer than ``ttl_s`` -> [(gid, seconds idle)]."""
+        out = []
+        for gid, g in groups.items():
+            idle = group_idle(g, now)
+            if idle > ttl_s:
+                out.append((gid, idle))
+        return out
+
+    def expired_deleted(self, gid: str, idle: float, ttl_s: float, n: int) -> None:
+        log.warning(
+            "queue %s: group %s deleted after %.0f s without a consumer (group_idle_ttl_s %g); "
+            "%d record(s) only it needed were deleted",
+            self.name, gid, idle, ttl_s, n,
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- entry points
 
 
 def idle_for(q: Queue, gid: str, now: float) -> float:
     """Seconds since the group last had a connected consumer (0 while it has one)."""
-    if _connected(q, gid):
-        return 0.0
-    return max(0.0, now - q.groups[gid].last_seen)
+    return group_idle(q.groups[gid], now)
 
 
 def list_groups(q: Queue) -> list[dict[str, Any]]:
@@ -59,8 +139,7 @@ def list_groups(q: Queue) -> list[dict[str, Any]]:
     now, wall = time.monotonic(), time.time()
     out = []
     for gid, g in q.groups.items():
-        idle = idle_for(q, gid, now)
-        lag = sum(1 for idx, rec in q.records.items() if idx not in g.committed and g.relevant(rec))
+        idle = group_idle(g, now)
         out.append(
             {
                 "group": gid,
@@ -68,8 +147,8 @@ def list_groups(q: Queue) -> list[dict[str, Any]]:
                 "cursor": g.cursor,
                 "tags": dict(g.tags),
                 "pending": len(g.pending),
-                "lag": lag,
-                "consumers": _connected(q, gid),
+                "lag": q.lag(gid),
+                "consumers": connected(g),
                 "idle_s": round(idle, 3),
                 "last_seen": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall - idle)),
             }
@@ -79,79 +158,12 @@ def list_groups(q: Queue) -> list[dict[str, Any]]:
 
 def delete_group(q: Queue, gid: str) -> tuple[int, Durable]:
     """Forget a group; delete the records it alone still needed -> (records deleted, handle)."""
-    g = q.groups.get(gid)
-    if g is None:
-        raise QueueError(404, f"queue {q.name} has no group {gid!r}", "group")
-    if n := _connected(q, gid):
-        raise QueueError(409, f"group {gid!r} of queue {q.name} has {n} connected consumer(s)", "group")
-    del q.groups[gid]  # a consumer within its grace period finds no group when it ends: a no-op
-    victims = [idx for idx, rec in q.records.items() if idx not in g.committed and g.relevant(rec)]
-    victims = [idx for idx in victims if not q._needed_by(q.records[idx])]
-    durs: list[Durable] = [q.backend.drop_group(q.name, gid)]
-    on_failure(durs[0], lambda: q.groups.setdefault(gid, g))  # refused: the group is back
-    n, dur = q._drop(victims)
-    durs.append(dur)
-    return n, last_durable(durs)
+    return q.delete_group(gid)
 
 
 def expire_idle(q: Queue, ttl_s: float, now: float | None = None) -> list[tuple[str, int, Durable]]:
     """Delete the groups idle for longer than ``ttl_s`` -> [(gid, records deleted, handle)]."""
-    now = time.monotonic() if now is None else now
-    out = []
-    for gid in [gid for gid in q.groups if idle_for(q, gid, now) > ttl_s]:
-        idle = idle_for(q, gid, now)
-        n, dur = delete_group(q, gid)
-        log.warning(
-            "queue %s: group %s deleted after %.0f s without a consumer (group_idle_ttl_s %g); "
-            "%d record(s) only it needed were deleted",
-            q.name, gid, idle, ttl_s, n,
-        )  # fmt: skip
-        out.append((gid, n, dur))
-    return out
-
-
-class _EvictLog:
-    def __init__(self) -> None:
-        self.logged_at = 0.0
-        self.unlogged = 0
-
-
-_evict_logs: weakref.WeakKeyDictionary[Any, _EvictLog] = weakref.WeakKeyDictionary()
-
-
-def make_room(q: Queue) -> bool:
-    """The queue is full: evict its oldest record that only long-idle groups need (see the
-    module's docstring). True if one was evicted."""
-    limit = q.cfg.group_evict_idle_s
-    if limit <= 0 or not q.groups:
-        return False
-    now = time.monotonic()
-    idle = {gid for gid in q.groups if not _connected(q, gid) and now - q.groups[gid].last_seen >= limit}
-    if not idle:
-        return False
-    for scanned, (idx, rec) in enumerate(q.records.items()):
-        if scanned >= EVICT_SCAN:
-            break
-        needed = q._needed_by(rec)
-        if needed and idle.issuperset(needed):
-            q._drop([idx])  # journalled before the put that follows: one handle covers both
-            _log_eviction(q, idx, needed, limit, now)
-            return True
-    return False
-
-
-def _log_eviction(q: Queue, idx: int, groups: Iterable[str], limit: float, now: float) -> None:
-    state = _evict_logs.setdefault(q, _EvictLog())
-    state.unlogged += 1
-    if now - state.logged_at < EVICT_LOG_EVERY_S:
-        return
-    log.warning(
-        "queue %s is full: evicted %d record(s) (the latest %d) needed only by group(s) %s, "
-        "idle for over %g s (group_evict_idle_s)",
-        q.name, state.unlogged, idx, ", ".join(sorted(groups)), limit,
-    )  # fmt: skip
-    state.logged_at = now
-    state.unlogged = 0
+    return q.expire_idle(ttl_s, now)
 
 
 class Sweeper:
@@ -176,7 +188,7 @@ class Sweeper:
                 ttl = q.cfg.group_idle_ttl_s
                 if ttl > 0:
                     try:
-                        expire_idle(q, ttl)
+                        q.expire_idle(ttl)
                     except Exception:  # one queue's failure must not end the sweeps
                         log.exception("queue %s: idle group sweep failed", q.name)
 
@@ -187,4 +199,15 @@ class Sweeper:
             self.task = None
 
 
-__all__ = ["EVICT_SCAN", "Sweeper", "delete_group", "expire_idle", "idle_for", "list_groups", "make_room"]
+__all__ = [
+    "EVICT_SCAN",
+    "Eviction",
+    "Retention",
+    "Sweeper",
+    "connected",
+    "delete_group",
+    "expire_idle",
+    "group_idle",
+    "idle_for",
+    "list_groups",
+]

@@ -25,12 +25,12 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from eas_sdk._core import constants as C
 from eas_sdk._proto.queue_pb2 import DataFrameProto
 from gateway.config import QueueConfig
+from gateway.queue.backend import StorageError
 from gateway.queue.interfaces import QueueHost
 from gateway.queue.params import bad, identity, parse_bool, parse_uint, query_dict, split_tags
 from gateway.queue.records import Consumer, QueueError, Record
 from gateway.queue.replies import error_response
 from gateway.queue.store import Queue
-from gateway.queue.undo import Watch
 
 log = logging.getLogger(__name__)
 
@@ -107,24 +107,21 @@ async def handle_watch(mgr: QueueHost, q: Queue, request: web.Request) -> web.St
         )
         if not ws.can_prepare(request).ok:
             raise bad(C.Q_WATCH, "a watch needs a WebSocket upgrade")
-        before = Watch(q, gid)
         consumer, dur = q.connect(gid, uid, index, window, auto_commit, tags)
     except QueueError as err:
         return error_response(err)
     try:
-        refused = await before.durable(q, consumer, dur)  # a new group or filter is journalled first
+        if dur is not None:
+            await dur  # a new group or filter is journalled first
+        await ws.prepare(request)
+    except StorageError as exc:
+        # Refused: the store undid the watch before this resumed (Queue.connect).
+        return error_response(QueueError(507, f"queue storage unavailable: {exc}"))
     except BaseException:
-        # The client left while the group was journalled (the write itself goes on): the
-        # consumer never served, so it leaves as a watcher that disconnects would.
+        # The client left while the group was journalled (the write goes on) or before the
+        # upgrade was answered: the consumer never served, it leaves as any watcher does.
         q.disconnect(consumer)
         mgr.schedule_release(q, consumer)
-        raise
-    if refused is not None:
-        return error_response(refused)
-    try:
-        await ws.prepare(request)
-    except BaseException:
-        q.disconnect(consumer)
         raise
     await _serve(mgr, q, ws, consumer, index_only, request.transport, request.writer.drain)
     return ws

@@ -1,6 +1,7 @@
 """Continuous calls from the real eas-prediction client, in its own process, while a test
-changes the gateway (scale, roll, reload): ``start`` returns once calls succeed, ``finish``
-stops them and returns ``{"ok", "failed", "seconds"}``."""
+changes the gateway (scale, roll, reload): ``start`` returns once calls succeed,
+``wait_calls`` once more have succeeded (calls after a change), ``finish`` stops them and
+returns ``{"ok", "failed", "seconds"}``."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from tests.eas_reference import reference_python
+from tests.waiting import wait_until
 
 LOAD = r"""
 import json, os, sys, threading, time
 from eas_prediction import PredictClient, TFRequest
-endpoint, service, marker, stop, token = sys.argv[1:6]
+endpoint, service, marker, stop, token, progress = sys.argv[1:7]
 counts = {"ok": 0}
 failed = []
+def report(ok):
+    # Every few calls, whole (written aside, then renamed): the test reads it while it runs.
+    with open(progress + ".tmp", "w") as fh:
+        fh.write(str(ok))
+    os.replace(progress + ".tmp", progress)
 def run():
     client = PredictClient(endpoint, service)
     if token:
@@ -31,7 +38,10 @@ def run():
             counts["ok"] += 1
         except Exception as exc:
             failed.append(str(exc)[:200])
-        if counts["ok"] == 50:
+        ok = counts["ok"]
+        if ok % 10 == 0:
+            report(ok)
+        if ok >= 50 and not os.path.exists(marker):  # >=: the other thread may have counted 50
             open(marker, "w").close()
     client.destroy()
 t0 = time.time()
@@ -46,10 +56,12 @@ class ReferenceLoad:
     def __init__(self, endpoint: str, service: str, workdir: Path, token: str = "") -> None:
         self.marker = workdir / f"calling-{service}"
         self.stop = workdir / f"stop-{service}"
-        self.marker.unlink(missing_ok=True)
-        self.stop.unlink(missing_ok=True)
+        self.progress = workdir / f"calls-{service}"
+        for path in (self.marker, self.stop, self.progress):
+            path.unlink(missing_ok=True)
+        argv = [str(self.marker), str(self.stop), token, str(self.progress)]
         self.proc = subprocess.Popen(
-            [reference_python(), "-c", LOAD, endpoint, service, str(self.marker), str(self.stop), token],
+            [reference_python(), "-c", LOAD, endpoint, service, *argv],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
@@ -64,6 +76,28 @@ class ReferenceLoad:
             _, err = load.proc.communicate(timeout=30)
             raise AssertionError(f"the reference client never got going: {err[-2000:]}")
         return load
+
+    def calls(self) -> int:
+        """Calls answered so far (as last reported: every ten)."""
+        try:
+            return int(self.progress.read_text() or 0)
+        except FileNotFoundError:
+            return 0
+
+    def wait_calls(self, more: int, timeout: float = 30.0) -> None:
+        """Until ``more`` calls past those answered now have been answered: calls made after
+        a change the test just made (a roll, a scale, a reload)."""
+        target = self.calls() + more
+        wait_until(
+            lambda: self.calls() >= target or self.proc.poll() is not None, timeout, f"{more} more calls"
+        )
+        assert self.proc.poll() is None, "the reference load ended early"
+
+    def rate(self, calls: int = 100) -> float:
+        """Calls per second now, over the next ``calls`` (a baseline before a change)."""
+        started = time.monotonic()
+        self.wait_calls(calls)
+        return calls / (time.monotonic() - started)
 
     def finish(self) -> dict[str, Any]:
         self.stop.touch()

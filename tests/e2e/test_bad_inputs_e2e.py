@@ -239,5 +239,7 @@ async def test_slow_body_is_408_within_the_body_timeout_on_gateway_and_worker(gw
         return elapsed
 
     for elapsed in await asyncio.gather(slow(gw.port), slow(worker_port)):
-        assert 1.9 < elapsed < 2.5, elapsed
+        # After one body timeout (a timer never fires early), and before a second one would
+        # have run out: a whole body timeout of slack for a loaded machine.
+        assert 1.9 < elapsed < 4.0, elapsed
     assert_healthy(gw, before)

@@ -157,8 +157,11 @@ sparse = [np.array([[0, 2], [1, 3]]), np.array([7.0, 9.0]), np.array([3, 4])]
 for i in range(4):
     iq.enqueue(f"t{i}", tensor=np.array([1.0 + i, -2.5]), sparse=sparse)
 out = {"t0": plain(wait(oq, "t0"))}
-time.sleep(0.3)
-rest = oq.dequeue()
+rest = {}
+end = time.monotonic() + 20
+while not {"t1", "t2", "t3"} <= set(rest) and time.monotonic() < end:  # all four answered
+    rest.update(oq.dequeue())
+    time.sleep(0.02)
 out.update({k: plain(v) for k, v in rest.items()})
 out["after"] = plain(oq.query("t0"))
 print(json.dumps(out))

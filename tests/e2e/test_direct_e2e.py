@@ -114,14 +114,24 @@ client = PredictClient(endpoint, "digits")
 client.set_token(token)
 client.set_endpoint_type("DIRECT")
 client.init()
-time.sleep(0.5)  # the first discovery (the client's refresh thread)
+def request():
+    req = TFRequest("serving_default")
+    req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, [0.5] * 64)
+    return req
+give_up = time.time() + 30
+while True:  # until the first discovery (the client's refresh thread) has found the workers
+    try:
+        client.predict(request()).get_values("label")
+        break
+    except PredictException:
+        if time.time() > give_up:
+            raise
+        time.sleep(0.05)
 ok, failed = 0, []
 end = None
 while end is None or time.time() < end:
-    req = TFRequest("serving_default")
-    req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, [0.5] * 64)
     try:
-        client.predict(req).get_values("label")
+        client.predict(request()).get_values("label")
         ok += 1
     except PredictException as exc:
         failed.append(str(exc)[:200])

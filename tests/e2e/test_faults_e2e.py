@@ -20,6 +20,7 @@ import pytest
 from eas_sdk import AsyncPredictClient, PredictClient, StringRequest, TFRequest
 from eas_sdk._core.auth import signed_headers
 from tests.e2e.gateway_proc import ECHO_ENTRY
+from tests.waiting import async_wait_until, wait_until
 
 TOKEN = "e2e-fault-token-c0ffee1234567890"
 
@@ -68,15 +69,15 @@ async def test_kill_one_of_two_workers_under_load_loses_no_call(
     victim = workers[0]["pid"]
     ok = 0
     failures: list[str] = []
-    duration_s, max_calls = 4.0, 20_000
-    start = time.monotonic()
+    max_calls = 20_000
+    stop = asyncio.Event()
     killed = False
 
     async with AsyncPredictClient(gw.url, "digits", token=TOKEN) as client:
 
         async def loop() -> None:
             nonlocal ok
-            while time.monotonic() - start < duration_s and ok + len(failures) < max_calls:
+            while not stop.is_set() and ok + len(failures) < max_calls:
                 try:
                     resp = await client.predict(_tf())
                     assert resp.to_numpy("label").shape == (1,)
@@ -86,14 +87,20 @@ async def test_kill_one_of_two_workers_under_load_loses_no_call(
 
         async def killer() -> None:
             nonlocal killed
-            await asyncio.sleep(1.5)
-            os.kill(victim, signal.SIGKILL)
-            killed = True
+            try:
+                # Mid-load: once calls flow, and on for as many calls again after the kill
+                # (the ones in flight on the victim among them), however fast they come.
+                await async_wait_until(lambda: ok >= 200, 60, "calls flowing before the kill")
+                os.kill(victim, signal.SIGKILL)
+                killed = True
+                at_kill = ok
+                await async_wait_until(lambda: ok >= at_kill + 200, 60, "calls after the kill")
+            finally:
+                stop.set()
 
         await asyncio.gather(*(loop() for _ in range(8)), killer())
     assert killed
     assert failures == [], failures[:5]
-    assert ok > 50
     # The supervisor replaces the worker; the gateway itself never restarted.
     workers = gw.wait_workers_ready("digits", 2, timeout=30)
     assert victim not in [w["pid"] for w in workers]
@@ -106,6 +113,13 @@ def test_all_workers_down_gives_fast_503_then_recovers(gateway_factory: Any, dig
     gw = gateway_factory(_config(digits_model, digits_workers=1, echo_workers=2))
     workers = gw.wait_workers_ready("echo", 2)
     gateway_pid = gw.pid
+    # What an answer takes on this machine now: the 503s are held to a multiple of it.
+    took = []
+    for _ in range(20):
+        t0 = time.monotonic()
+        assert _post(gw.url + "/api/predict/echo", b"ping", timeout=5) == (200, b"ping")
+        took.append(time.monotonic() - t0)
+    bound = max(1.0, 10 * max(took))
     for w in workers:
         os.kill(w["pid"], signal.SIGKILL)
     statuses: list[int] = []
@@ -124,10 +138,10 @@ def test_all_workers_down_gives_fast_503_then_recovers(gateway_factory: Any, dig
     assert 503 in statuses, statuses[:10]
     assert set(statuses) <= {200, 503}, set(statuses)
     assert statuses[-1] == 200, "the service did not recover"
-    # Every 503 within 1 s (no hang). They take milliseconds (the gateway learns of the
-    # deaths from pidfds and closed sockets, and answers without queueing); 1 s leaves room
-    # for a loaded 2-core machine.
-    assert slowest_503 < 1.0, f"a 503 took {slowest_503:.2f} s"
+    # Every 503 fast (no hang, no wait for a worker to come back). They take milliseconds
+    # (the gateway learns of the deaths from pidfds and closed sockets, and answers without
+    # queueing); the bound is at least 1 s, more where a call took long before the kill.
+    assert slowest_503 < bound, f"a 503 took {slowest_503:.2f} s (bound {bound:.2f} s)"
     # Other services were unaffected, and the gateway is the same process.
     body = _tf().to_string()
     assert _post(gw.url + "/api/predict/digits", body, signed_headers(TOKEN, body, "digits"))[0] == 200
@@ -142,18 +156,23 @@ def test_sigterm_lets_in_flight_requests_finish(gateway_factory: Any, digits_mod
     assert worker_pids
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(_post, gw.url + "/api/predict/echo", b"sleep:1.5", None, 20) for _ in range(4)]
-        time.sleep(0.5)  # all four are in flight (two computing, two waiting)
-        t0 = time.monotonic()
+        wait_until(
+            lambda: _outstanding(gw, "echo") == 4, 10, "all four in flight (two computing, two waiting)"
+        )
         code = gw.stop(signal.SIGTERM, timeout=30)
         results = [f.result(timeout=30) for f in futures]
     assert code == 0, gw.output()[-2000:]
     assert results == [(200, b"slept 1.5")] * 4
-    assert time.monotonic() - t0 < 25
     # Workers were stopped with the gateway.
     for pid in worker_pids:
         assert not _alive(pid), pid
     out = gw.output()
     assert "SIGTERM received" in out and "stopped" in out
+
+
+def _outstanding(gw: Any, service: str) -> int:
+    """Requests the service's workers hold, running or queued, by the gateway's account."""
+    return sum(int(w.get("outstanding") or 0) for w in gw.services()[service].get("workers", []))
 
 
 def _alive(pid: int) -> bool:
@@ -280,7 +299,7 @@ def test_cancelled_and_expired_requests_never_run(gateway_factory: Any, digits_m
     url = gw.url + "/api/predict/echo"
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         busy = pool.submit(_post, url, b"sleep:1.5", None, 20)
-        time.sleep(0.3)  # the worker is busy now
+        wait_until(lambda: _outstanding(gw, "echo") == 1, 10, "the worker busy")
         # The client gives up after 0.2 s while its request still waits for the worker.
         with pytest.raises(TimeoutError):
             _post(url, b"sleep:0.1", None, 0.2)

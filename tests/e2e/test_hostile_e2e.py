@@ -14,6 +14,7 @@ import http.client
 import io
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,8 @@ import psutil
 import pytest
 
 from eas_sdk import QueueClient
-from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
+from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
+from tests.waiting import wait_until
 
 TOKEN = "e2e-hostile-token-5f1c0a9e"
 RSS_BOUND_MB = 256
@@ -57,16 +59,32 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
         proc.kill()
 
 
-class Probe:
-    """Calls echo in a loop on one kept-alive connection and samples the gateway's RSS."""
+def _model_workers(gw: GatewayProcess) -> set[int]:
+    return {w["pid"] for svc in gw.services().values() for w in svc.get("workers", []) if w.get("pid")}
 
-    def __init__(self, gw: GatewayProcess) -> None:
+
+class Probe:
+    """Calls echo in a loop on one kept-alive connection and samples the gateway's RSS.
+    ``helpers``: with the processes the gateway starts to do its own work (its parser
+    process), every child but the model workers."""
+
+    def __init__(self, gw: GatewayProcess, helpers: bool = False) -> None:
         self.gw = gw
         self.proc = psutil.Process(gw.pid)
+        self.workers = _model_workers(gw) if helpers else None
         self.latencies: list[float] = []
-        self.rss_peak = self.base_rss = self.proc.memory_info().rss
+        self.rss_peak = self.base_rss = self.rss()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def rss(self) -> int:
+        total = self.proc.memory_info().rss
+        if self.workers is not None:
+            for child in self.proc.children(recursive=True):
+                if child.pid not in self.workers:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        total += child.memory_info().rss
+        return total
 
     def _run(self) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", self.gw.port, timeout=10)
@@ -76,13 +94,13 @@ class Probe:
             resp = conn.getresponse()
             assert (resp.status, resp.read()) == (200, b"ping")
             self.latencies.append(time.perf_counter() - t0)
-            self.rss_peak = max(self.rss_peak, self.proc.memory_info().rss)
-            time.sleep(0.01)
+            self.rss_peak = max(self.rss_peak, self.rss())
+            self._stop.wait(0.01)  # a sample about every 10 ms
         conn.close()
 
     def __enter__(self) -> Probe:
         self._thread.start()
-        time.sleep(0.1)
+        wait_until(lambda: self.latencies, 10, "the probe's first call to the other service")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -306,3 +324,198 @@ def test_a_body_over_the_size_limit_is_413_not_429_on_every_route(gw: GatewayPro
             sock.sendall(head + b"{" * 1024)
             status, _body = _status(sock, timeout=5.0)
         assert status == 413, path
+
+
+# --- answers whose size follows the client's shape ------------------------------------------
+#
+# A gateway with the default response limit (64 MiB): a Cluster Serving model whose sparse
+# input becomes a dense output of the shape the client declares, and a model that answers a
+# tensor of the dimensions it is given, every value FILL: 4 bytes of the model's answer, 11
+# to 20 bytes of JSON text (0.12345679 or 0.12345679104328156, as each protocol writes it).
+
+FILL = 0.123456789
+FILL_TEXT = b"0.12345679"
+LIMIT = 64 << 20
+
+
+def _fill_model(path: Path) -> Path:
+    """``dims`` int64 [1, 2] -> ``fill`` float32 [1, dims[0], dims[1]], every value FILL."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["dims", "flat_shape"], ["flat"]),
+            helper.make_node("Concat", ["one", "flat"], ["full"], axis=0),
+            helper.make_node(
+                "ConstantOfShape",
+                ["full"],
+                ["fill"],
+                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [FILL]),
+            ),
+        ],
+        "fill",
+        [helper.make_tensor_value_info("dims", TensorProto.INT64, ["N", 2])],
+        [helper.make_tensor_value_info("fill", TensorProto.FLOAT, [1, "H", "W"])],
+        [
+            helper.make_tensor("flat_shape", TensorProto.INT64, [1], [-1]),
+            helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def answers_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    work = tmp_path_factory.mktemp("gw-answers")
+    sys.path.insert(0, str(ROOT / "samples"))
+    from build_cluster_serving_model import build
+
+    config = {
+        "gateway": {"max_response_bytes": LIMIT},
+        "services": [
+            {"name": "cs", "processor": "onnx", "model": str(build(work / "models")), "token": TOKEN},
+            {
+                "name": "fill",
+                "processor": "onnx",
+                "model": str(_fill_model(work / "fill.onnx")),
+                "token": TOKEN,
+            },
+            {
+                "name": "fill3",
+                "processor": "pipeline",
+                "token": TOKEN,
+                "pipeline": {
+                    "inputs": {"dims": {"dtype": "int64", "shape": [-1, 2]}},
+                    "steps": [
+                        {
+                            "name": "f",
+                            "service": "fill",
+                            "inputs": {"dims": "request.dims"},
+                            "outputs": {"fill": "float32"},
+                        },
+                        {
+                            "name": "three",
+                            "transform": "concat",
+                            "inputs": {"a": "f.fill", "b": "f.fill", "c": "f.fill"},
+                            "outputs": ["y"],
+                        },
+                    ],
+                    "outputs": {"y": "three.y"},
+                },
+            },
+            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 2, "public": True},
+        ],
+    }
+    proc = GatewayProcess.start(config, work / "gw")
+    try:
+        for name in ("cs", "fill", "echo"):
+            proc.wait_workers_ready(name, 1)
+        yield proc
+    finally:
+        proc.kill()
+
+
+def _raw_post(
+    gw: GatewayProcess, path: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def _sampled(gw: GatewayProcess, path: str, body: bytes) -> tuple[tuple[int, dict[str, str], bytes], Probe]:
+    """POST ``body`` to ``path`` while a probe samples the gateway, again until the probe has
+    sampled the other service enough; -> (the first answer, the probe). Every answer must
+    have the first one's status."""
+    auth = {"Authorization": TOKEN}
+    with Probe(gw, helpers=True) as probe:
+        first = _raw_post(gw, path, body, auth)
+        deadline = time.monotonic() + 60
+        while len(probe.latencies) < 20 and time.monotonic() < deadline:
+            assert _raw_post(gw, path, body, auth)[0] == first[0]
+    return first, probe
+
+
+def test_a_sparse_answer_of_the_declared_shape_is_built_within_the_memory_bound(
+    answers_gw: GatewayProcess,
+) -> None:
+    """A [3000, 3000] sparse tensor: a 36 MB dense answer, written straight from the model's
+    output (a Python float per value took the gateway past 500 MB)."""
+    inst = {
+        "words": ["hello"],
+        "image": _png_b64(4, 4),
+        "tensor": [1.0, 2.0],
+        "sparse": {"shape": [3000, 3000], "data": [6.5], "indices": [[4, 9]]},
+    }
+    body = json.dumps({"instances": [inst]}).encode()
+    (status, _, answer), probe = _sampled(answers_gw, "/api/cluster-serving/cs/predict", body)
+    assert status == 200, answer[:300]
+    assert answer.startswith(b'{"predictions":[{') and answer.count(b"6.5") == 1
+    assert 3000 * 3000 * 4 <= len(answer) < LIMIT, len(answer)
+    probe.check(p99_bound_s=None)
+
+
+def _fill_call(protocol: str, dims: list[int]) -> tuple[str, bytes]:
+    if protocol == "cluster-serving":
+        return "/api/cluster-serving/fill/predict", json.dumps({"instances": [{"dims": dims}]}).encode()
+    if protocol == "v2-json":
+        doc = {"inputs": [{"name": "dims", "datatype": "INT64", "shape": [1, 2], "data": dims}]}
+        return "/v2/models/fill/infer", json.dumps(doc).encode()
+    if protocol == "v1":
+        return "/v1/models/fill:predict", json.dumps({"instances": [dims]}).encode()
+    assert protocol == "paddle"
+    return "/fill/prediction", json.dumps({"feed": [{"dims": dims}], "fetch": ["fill"]}).encode()
+
+
+@pytest.mark.parametrize("protocol", ["cluster-serving", "v2-json", "v1", "paddle"])
+def test_an_answer_past_the_limit_is_refused_before_it_is_built(
+    answers_gw: GatewayProcess, protocol: str
+) -> None:
+    """A 36 MB model answer that is 99 to 180 MB as JSON text: 413 in the protocol's own
+    error shape, naming the size, the limit and the setting, and the text never built."""
+    (status, _, answer), probe = _sampled(answers_gw, *_fill_call(protocol, [3000, 3000]))
+    doc = json.loads(answer)
+    assert status == 413, str(doc)[:300]
+    message = doc["err_msg"] if protocol == "paddle" else doc["error"]
+    if protocol == "paddle":
+        assert doc["err_no"] == 413, doc
+    assert "the answer would be about " in message, message
+    assert f"over the limit of {LIMIT} bytes" in message and "gateway.max_response_bytes" in message, message
+    probe.check(p99_bound_s=None)
+    # A smaller one of the same kind is answered, with every value.
+    status, _, answer = _raw_post(answers_gw, *_fill_call(protocol, [30, 20]), {"Authorization": TOKEN})
+    assert status == 200 and answer.count(FILL_TEXT) == 600, answer[:300]
+
+
+def test_a_binary_v2_answer_under_the_limit_is_a_view_of_the_model_output(answers_gw: GatewayProcess) -> None:
+    doc = {
+        "inputs": [{"name": "dims", "datatype": "INT64", "shape": [1, 2], "data": [3000, 3000]}],
+        "parameters": {"binary_data_output": True},
+    }
+    (status, headers, answer), probe = _sampled(answers_gw, "/v2/models/fill/infer", json.dumps(doc).encode())
+    assert status == 200, answer[:300]
+    header_length = int(headers["inference-header-content-length"])
+    assert len(answer) - header_length == 3000 * 3000 * 4
+    probe.check(p99_bound_s=None)
+
+
+def test_a_pipeline_answer_past_the_limit_is_refused_before_it_is_encoded(answers_gw: GatewayProcess) -> None:
+    """Three [2500, 2500] model outputs side by side: 75 MB as float32, about 206 MB as the
+    JSON form's text: past the limit in either form."""
+    body = json.dumps(
+        {"inputs": {"dims": {"shape": [1, 2], "dtype": "int64", "data": [2500, 2500]}}}
+    ).encode()
+    (status, _, answer), probe = _sampled(answers_gw, "/api/predict/fill3", body)
+    doc = json.loads(answer)
+    assert (status, doc["code"]) == (413, "ResponseTooLarge"), doc
+    assert "the answer would be about 2" in doc["message"], doc
+    assert "gateway.max_response_bytes" in doc["message"], doc
+    probe.check(p99_bound_s=None)

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 from typing import Any
 
 from eas_sdk import QueueClient
+from tests.waiting import wait_until
+
+
+def _inflight(url: str) -> float:
+    """The gateway's count of requests being handled (its /metrics)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return float(next(ln for ln in text.splitlines() if ln.startswith("easgw_inflight_requests ")).split()[1])
 
 
 def test_sigterm_with_open_watch_and_long_poll_stops_promptly(gateway_factory: Any) -> None:
@@ -28,12 +37,13 @@ def test_sigterm_with_open_watch_and_long_poll_stops_promptly(gateway_factory: A
     first = next(stream)
     assert first.data == b"first" and first.index == int(index)
 
+    before = _inflight(gw.url)
     poll_result: list[Any] = []
     poll = threading.Thread(
         target=lambda: poll_result.append(poller.get(index=0, timeout="15s", tags={"x": "y"}))
     )
     poll.start()
-    time.sleep(0.3)  # the long poll is now parked on the server
+    wait_until(lambda: _inflight(gw.url) > before, 10, "the long poll parked on the server")
 
     started = time.monotonic()
     rc = gw.stop(timeout=15)
@@ -43,6 +53,7 @@ def test_sigterm_with_open_watch_and_long_poll_stops_promptly(gateway_factory: A
     watcher_client.close()
     poller.close()
     assert rc == 0, gw.output()[-3000:]
-    # The shutdown timeout is 20 s; open streams must not hold the gateway that long.
+    # The shutdown timeout is 20 s; open streams must not hold the gateway that long (it
+    # takes well under a second: half the timeout is slack for a loaded machine).
     assert elapsed < 10, f"SIGTERM took {elapsed:.1f}s with an open watch and a long poll"
     assert not poll.is_alive()

@@ -122,11 +122,13 @@ def test_restarts_back_off_and_the_log_says_it_once(gw: GatewayProcess) -> None:
     # The worker's own account, with the traceback of initialize(), comes once too.
     assert out.count("service boom: processor failed to load: initialize() raised RuntimeError") == 1
     assert 'raise RuntimeError("cannot reach the feature store")' in out
-    assert float(failures[0][0]) < 10
+    # What it says it waited is the attempt's own time (seconds), not the 60 s start timeout:
+    # half that timeout is the line between them, slack enough for a loaded machine.
+    assert float(failures[0][0]) < 30
     assert "cannot reach the feature store" in failures[0][1]
     # The start-up summary says how long it really waited (not the 60 s start timeout).
     waited = re.search(r"service boom is not ready after ([\d.]+) s: its workers failed to start", out)
-    assert waited is not None and float(waited.group(1)) < 10, out[-3000:]
+    assert waited is not None and float(waited.group(1)) < 30, out[-3000:]
 
 
 def test_a_queue_call_to_a_predict_service_is_refused_saying_so(gw: GatewayProcess) -> None:

@@ -140,7 +140,7 @@ def test_sighup_applies_the_changed_file_under_load(env: dict[str, Any]) -> None
         deadline = time.monotonic() + 60
         while "config reloaded" not in gw.output() and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(0.3)
+        load.wait_calls(60)  # calls on the reloaded config too
     finally:
         result = load.finish()
     out = gw.output()

@@ -212,7 +212,7 @@ def test_an_update_swaps_the_sessions_with_no_failed_call(gw: GatewayProcess, di
         scaled = cli(gw, "services", "scale", "tdigits", "2")  # in place
         assert scaled.returncode == 0 and "(2/2 ready)" in scaled.stdout, scaled.stderr
         assert cli(gw, "services", "scale", "tdigits", "1").returncode == 0
-        time.sleep(0.3)  # calls on the new version too
+        load.wait_calls(50)  # calls on the new version too
     finally:
         result = load.finish()
     assert result["failed"] == [], result["failed"][:5]

@@ -11,8 +11,8 @@ import os
 import numpy as np
 import pytest
 
-from gateway.codecs import cluster_serving, parse_pool, v2_infer
-from gateway.core import errors
+from gateway.codecs import cluster_serving, v2_infer
+from gateway.core import errors, parse_pool
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,8 @@ from gateway.codecs.shm import SHM_ENV, ShmArea
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.config.catalog import DTYPES
 from gateway.config.pipelines import REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
-from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.core import json_answer
+from gateway.core.calls import RESPONSE_FORMAT_HEADER, WorkerRequest, WorkerResponse
 from gateway.core.dataplane import DataPlane
 from gateway.core.errors import error_body
 from gateway.core.metadata import UNKNOWN, ModelMetadata, TensorSpec
@@ -91,6 +93,14 @@ def _answer_array(value: Any) -> np.ndarray:
     if isinstance(value, dict):
         return np.array(json.dumps(value, ensure_ascii=False, default=_json_text), dtype=object)
     return np.asarray(value)
+
+
+def _answer_size(kind: str, arrays: list[np.ndarray]) -> int:
+    """About how many bytes the answer in ``kind`` takes: the JSON form's text (numbers in
+    their shortest form, as it writes them), a protobuf form's values as packed bytes."""
+    if kind == "json":
+        return sum(json_answer.array_estimate(a, floats="shortest") for a in arrays)
+    return sum(json_answer.raw_size(a) for a in arrays)
 
 
 def _tensor_spec(decl: TensorDecl) -> eas.TensorSpec:
@@ -143,6 +153,8 @@ class PipelineBackend:
         self.service = service
         self.spec: PipelineSpec = service.pipeline
         self.gateway = gateway
+        # The largest answer (gateway.max_response_bytes; 0: none).
+        self.max_answer = int(getattr(gateway, "max_response_bytes", 0))
         self.timings = timings or StepTimings()
         self.timings.declare(service.name, [s.name for s in self.spec.steps])
         # Shared memory for the large arrays of ops on worker processes of their own.
@@ -320,6 +332,8 @@ class PipelineBackend:
             indices = eas.select_outputs(decoded, self.output_names)
         except eas.InvalidInput as exc:
             return self._error(400, "InvalidInput", exc.message, rid)
+        if req.header(RESPONSE_FORMAT_HEADER) == "tf":  # a gateway adapter reads the arrays
+            decoded = replace(decoded, kind="tf")
         deadline = time.monotonic() + timeout
         if req.deadline:
             deadline = min(deadline, req.deadline)
@@ -339,7 +353,13 @@ class PipelineBackend:
         self.timings.observe(self.service.name, timings)
         arrays = [_answer_array(values[f"{src.step}.{src.name}"]) for _, src in self.spec.outputs]
         try:
+            # The outputs' size can follow the caller's shapes: refused before it is encoded.
+            json_answer.check(
+                _answer_size(decoded.kind, [arrays[i] for i in indices]), self.max_answer, "about"
+            )
             body, ctype = eas.encode_response(decoded, self.output_names, arrays, indices)
+        except json_answer.AnswerTooLarge as exc:
+            return self._error(exc.status, exc.code, str(exc), rid)
         except eas.InvalidInput as exc:
             return self._error(500, "InternalError", exc.message, rid)
         elapsed = time.perf_counter() - t0

@@ -11,21 +11,17 @@ Auth is the service's token, as for ``/api/predict``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import time
 
 from aiohttp import web
 
-from gateway.codecs.cluster_serving import (
-    ClusterServingRequestError,
-    dumps,
-    parse_request,
-    predictions_from_reply,
-)
-from gateway.codecs.parse_pool import parse_off_loop
+from gateway.codecs.cluster_serving import ClusterServingRequestError, parse_request, predictions_answer
 from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
-from gateway.core import errors
+from gateway.core import errors, json_answer
+from gateway.core.parse_pool import parse_off_loop
 from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
 from gateway.http.body import read_body, refuse_before_body
 from gateway.http.middleware import request_id
@@ -33,8 +29,10 @@ from gateway.http.middleware import request_id
 PATH_PREFIX = "/api/cluster-serving/"
 BARE_PATH = "/predict"
 JSON_TYPE = "application/json"
-# Bodies and replies larger than this are parsed (and images decoded) off the event loop.
+# Bodies larger than this are parsed (and images decoded) off the event loop, and answers
+# of more elements than this encoded off it.
 _PARSE_ON_LOOP_MAX = 64 << 10
+_ENCODE_ON_LOOP_MAX = 16 << 10
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -75,23 +73,25 @@ async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
         return _error(exc.status, str(exc))
     try:
         rid = request_id(request)
-        status, reply = await plane.infer_json(svc, batch.body, request_id=rid, timeout=timeout)
+        outputs = await plane.infer_arrays(
+            svc, batch.body, request_id=rid, timeout=timeout, max_values=gw.max_json_values
+        )
     except errors.GatewayError as exc:
         return _error(exc.status, exc.message)
-    if status != 200:
-        return _error(status, reply.decode())
     try:
-        if len(reply) > _PARSE_ON_LOOP_MAX:
-            text = await parse_off_loop(functools.partial(_predictions_text, reply, batch.size))
+        # Its size follows the client's shapes: refused before it is built past the limit.
+        answer = functools.partial(predictions_answer, outputs, batch.size, plane.max_response_bytes)
+        if sum(a.size for a in outputs.values()) > _ENCODE_ON_LOOP_MAX:
+            # In a thread: the encoding takes the GIL a block at a time, so the loop goes on
+            # between blocks (a helper process would copy the arrays there and the text back).
+            body = await asyncio.to_thread(answer)
         else:
-            text = _predictions_text(reply, batch.size)
-    except (ValueError, TypeError, KeyError) as exc:
-        return _error(502, f"the service's reply is not an onnx JSON reply ({exc})")
-    return web.Response(text=text, content_type=JSON_TYPE)
-
-
-def _predictions_text(reply: bytes, size: int) -> str:
-    return dumps({"predictions": predictions_from_reply(reply, size)}).decode()
+            body = answer()
+    except json_answer.AnswerTooLarge as exc:
+        return _error(exc.status, str(exc))
+    except (ValueError, TypeError) as exc:
+        return _error(502, f"the service's outputs have no JSON form ({exc})")
+    return web.Response(body=body, content_type=JSON_TYPE)
 
 
 async def predict_named(request: web.Request) -> web.Response:

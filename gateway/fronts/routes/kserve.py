@@ -13,10 +13,12 @@ service's workers like an EAS predict, with the service's token checked (plain o
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from gateway import __version__
@@ -26,7 +28,7 @@ from gateway.codecs import kserve_v1, v2_tensors
 from gateway.codecs.v2_binary import OCTET_STREAM
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.config.versions import version_key
-from gateway.core import errors
+from gateway.core import errors, json_answer
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts import v2_call
 from gateway.fronts.state import (
@@ -46,7 +48,11 @@ EXTENSIONS = ("binary_tensor_data", "classification", "model_configuration", "mo
 _COMPRESS_MIN = 1024  # smaller answers are not worth compressing
 
 
-def _json(status: int, body: bytes) -> web.Response:
+# V1 answers of more elements than this are encoded in a thread.
+_ENCODE_ON_LOOP_MAX = 16 << 10
+
+
+def _json(status: int, body: bytes | bytearray) -> web.Response:
     return web.Response(status=status, body=body, content_type=proto.JSON_TYPE)
 
 
@@ -248,18 +254,16 @@ async def v1_model(request: web.Request) -> web.Response:
 
 async def _run(
     request: web.Request, svc: ServiceConfig, body: bytes, arrived: float, answer_headers: dict[str, str]
-) -> bytes:
-    """Dispatch a processor JSON request; -> the worker's reply body (errors raise).
+) -> dict[str, np.ndarray]:
+    """Dispatch a processor JSON request; -> its output arrays (errors raise).
     ``answer_headers``: filled with the backend's own (a pipeline's Server-Timing)."""
     plane = request.app[DATAPLANE_KEY]
     timeout = plane.budget(svc, plane.caller_deadline(request.headers), arrived)
-    status, reply = await plane.infer_json(
+    return await plane.infer_arrays(
         svc, body, request_id=request_id(request), timeout=timeout,
+        max_values=request.app[CONFIG_KEY].gateway.max_json_values,
         extra=timings_asked(request.headers), answer_headers=answer_headers,
     )  # fmt: skip
-    if status != 200:
-        raise proto.KServeRequestError(reply.decode(), status)
-    return reply
 
 
 async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
@@ -273,7 +277,7 @@ async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
 
 def _answer(
     request: web.Request,
-    body: bytes,
+    body: bytes | bytearray,
     header_length: int | None = None,
     extra: dict[str, str] | None = None,
 ) -> web.Response:
@@ -343,11 +347,18 @@ async def v1_predict(request: web.Request) -> web.Response:
     body = await _read(request, svc)
     req = await _parse(body, kserve_v1.parse_v1_predict, _signature(request.app, target))
     extra: dict[str, str] = {}
-    reply = await _run(request, svc, req.body, arrived, extra)
+    outputs = await _run(request, svc, req.body, arrived, extra)
+    limit = request.app[DATAPLANE_KEY].max_response_bytes
     try:
-        return _answer(request, kserve_v1.v1_predictions(req, reply), extra=extra)
-    except (ValueError, KeyError, TypeError, IndexError) as exc:
-        return _error(502, f"the worker's reply is not an onnx JSON reply ({exc})")
+        # Refused before it is built past the limit; a large one encoded in a thread, which
+        # takes the GIL a block of elements at a time.
+        encode = functools.partial(kserve_v1.v1_predictions, req, outputs, limit)
+        large = sum(a.size for a in outputs.values()) > _ENCODE_ON_LOOP_MAX
+        return _answer(request, await asyncio.to_thread(encode) if large else encode(), extra=extra)
+    except json_answer.AnswerTooLarge as exc:
+        return _error(exc.status, str(exc))
+    except (ValueError, TypeError) as exc:
+        return _error(502, f"the service's outputs have no JSON form ({exc})")
 
 
 def setup(app: web.Application) -> None:

@@ -9,20 +9,24 @@ with the gateway's status for it.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 
 from aiohttp import web
 
 from gateway.backends.pipelines.timings import TIMINGS_HEADER
 from gateway.codecs import paddle
-from gateway.core import errors
-from gateway.core.dataplane import JSON_FORM_HEADERS
+from gateway.core import errors, json_answer
 from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY
 from gateway.http.body import read_body, refuse_before_body
 from gateway.http.middleware import request_id
 
+# Answers of more elements than this are encoded in a thread.
+_ENCODE_ON_LOOP_MAX = 16 << 10
 
-def _reply(status: int, body: bytes, headers: dict[str, str] | None = None) -> web.Response:
+
+def _reply(status: int, body: bytes | bytearray, headers: dict[str, str] | None = None) -> web.Response:
     resp = web.Response(status=status, body=body, content_type="application/json")
     for k, v in (headers or {}).items():
         resp.headers[k] = v
@@ -59,21 +63,23 @@ async def _predict(request: web.Request, name: str, form: list[str]) -> web.Resp
     plane.authenticate(svc, request.headers, request.rel_url.raw_path, body)
     timeout = plane.budget(svc, deadline, arrived)
     preq = paddle.parse(body)
-    headers = dict(JSON_FORM_HEADERS)
-    if TIMINGS_HEADER in request.headers:
-        headers[TIMINGS_HEADER] = request.headers[TIMINGS_HEADER]
-    wresp = await plane.infer(svc, headers, preq.json_form(), request_id=request_id(request), timeout=timeout)
-    status = int(wresp.status)
-    if status != 200:
-        message = errors.message_of(bytes(wresp.body))
-        return _reply(status, paddle.error(preq.form, status, message))
+    extra = {TIMINGS_HEADER: request.headers[TIMINGS_HEADER]} if TIMINGS_HEADER in request.headers else None
+    answer_headers: dict[str, str] = {}
+    outputs = await plane.infer_arrays(
+        svc, preq.json_form(), request_id=request_id(request), timeout=timeout,
+        max_values=gw.max_json_values, extra=extra, answer_headers=answer_headers,
+    )  # fmt: skip
     try:
-        answer = paddle.answer(preq, bytes(wresp.body))
-    except (ValueError, KeyError, TypeError) as exc:
-        return _reply(
-            502, paddle.error(preq.form, 502, f"the worker's reply is not an onnx JSON reply ({exc})")
-        )
-    return _reply(200, answer, getattr(wresp, "headers", None))
+        # Its size follows the caller's shapes: refused before it is built past the limit; a
+        # large one encoded in a thread, which takes the GIL a block at a time.
+        encode = functools.partial(paddle.answer, preq, outputs, plane.max_response_bytes)
+        large = sum(a.size for a in outputs.values()) > _ENCODE_ON_LOOP_MAX
+        answer = await asyncio.to_thread(encode) if large else encode()
+    except json_answer.AnswerTooLarge as exc:
+        return _reply(exc.status, paddle.error(preq.form, exc.status, str(exc)))
+    except (ValueError, TypeError) as exc:
+        return _reply(502, paddle.error(preq.form, 502, f"the service's outputs have no JSON form ({exc})"))
+    return _reply(200, answer, answer_headers)
 
 
 def setup(app: web.Application) -> None:

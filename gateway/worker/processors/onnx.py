@@ -22,13 +22,20 @@ needs (initializers excluded) and its outputs, with KServe V2 datatype names.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from eas_sdk.codecs import eas
-from gateway.core.calls import TENSORS, TensorRequest, TensorResponse, WorkerRequest, WorkerResponse
+from gateway.core.calls import (
+    RESPONSE_FORMAT_HEADER,
+    TENSORS,
+    TensorRequest,
+    TensorResponse,
+    WorkerRequest,
+    WorkerResponse,
+)
 from gateway.core.metadata import UNKNOWN, ModelMetadata, TensorSpec
 from gateway.worker.processors.base import Batchable, LoadError, ProcessorError
 
@@ -222,6 +229,8 @@ class OnnxProcessor(Batchable[Prepared]):
                 wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message) from None
+        if decoded.kind != TENSORS and req.header(RESPONSE_FORMAT_HEADER) == "tf":
+            decoded = replace(decoded, kind="tf")  # bound already: only the answer's form changes
         for name in self._strings:
             arr = feeds[name]
             feeds[name] = np.vectorize(

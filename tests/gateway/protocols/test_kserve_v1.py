@@ -10,6 +10,7 @@ import pytest
 
 from gateway.codecs import kserve_v1 as proto
 from gateway.codecs.kserve import KServeRequestError
+from gateway.core.json_answer import processor_outputs
 from gateway.core.metadata import ModelMetadata, TensorSpec
 
 
@@ -20,7 +21,9 @@ def test_v1_instances_map_to_the_single_input_and_predictions_split_by_row() -> 
     assert json.loads(req.body) == {"inputs": {"x": [[1, 2], [3, 4], [5, 6]]}}
     y = np.arange(6, dtype=np.float32).reshape(3, 2)
     reply = json.dumps({"outputs": {"y": {"dtype": "float32", "shape": [3, 2], "data": y.ravel().tolist()}}})
-    assert json.loads(proto.v1_predictions(req, reply.encode())) == {"predictions": y.tolist()}
+    assert json.loads(proto.v1_predictions(req, processor_outputs(reply.encode()))) == {
+        "predictions": y.tolist()
+    }
 
 
 def test_v1_inputs_in_row_and_column_form() -> None:
@@ -58,7 +61,7 @@ def test_v1_named_instances_for_a_multi_input_model() -> None:
             }
         }
     ).encode()
-    assert json.loads(proto.v1_predictions(req, reply)) == {
+    assert json.loads(proto.v1_predictions(req, processor_outputs(reply))) == {
         "predictions": [{"s": 3.5, "t": [9.0]}, {"s": 3.5, "t": [9.0]}]
     }
     with pytest.raises(KServeRequestError, match="each instance must be an object"):

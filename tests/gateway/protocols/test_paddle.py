@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gateway.codecs import paddle
+from gateway.core.json_answer import processor_outputs
 
 REPLY = json.dumps(
     {
@@ -32,7 +33,7 @@ def test_a_feed_mapping_is_already_a_batch() -> None:
 
 def test_feed_answer_is_result_by_fetch_name() -> None:
     req = paddle.parse(b'{"feed": [{"x": [0.1]}], "fetch": ["price"]}')
-    assert json.loads(paddle.answer(req, REPLY)) == {
+    assert json.loads(paddle.answer(req, processor_outputs(REPLY))) == {
         "result": {"price": [[pytest.approx(18.901151657104492)]], "label": ["cheap"]}
     }
 
@@ -55,7 +56,7 @@ def test_key_value_values_are_parsed_as_one_instance_each() -> None:
 
 def test_key_value_answer_is_text() -> None:
     req = paddle.parse(b'{"key": ["x"], "value": ["1"]}')
-    doc = json.loads(paddle.answer(req, REPLY))
+    doc = json.loads(paddle.answer(req, processor_outputs(REPLY)))
     assert doc["err_no"] == 0 and doc["err_msg"] == ""
     assert doc["key"] == ["price", "label"]
     assert doc["value"][1] == "cheap" and float(doc["value"][0]) == pytest.approx(18.901151)

@@ -14,6 +14,7 @@ import pytest
 
 from gateway.queue.backend import StorageError
 from gateway.queue.durable import Durable, Write
+from gateway.queue.records import Consumer
 from gateway.queue.store import Queue
 from tests.gateway.queue.test_backend_conformance import REDIS_DB, Store
 from tests.redis_server import RedisServer
@@ -145,4 +146,31 @@ async def test_a_refused_write_is_undone_when_its_caller_has_left(store: Store) 
     m2 = store.manager()
     await m2.start()
     assert _rows(m2.queue("a")) == []
+    await m2.stop()
+
+
+async def test_a_refused_watch_is_undone_when_its_caller_has_left(store: Store) -> None:
+    """A watcher that left while its new group was being written: the group is not kept
+    in memory when the store refused it, and its consumer is gone."""
+    m = store.manager()
+    await m.start()
+    q = m.queue("a")
+    consumers: list[Consumer] = []
+
+    def watch() -> Durable:
+        c, dur = q.connect("g", "u", 0, 3, False, {})
+        consumers.append(c)
+        return dur
+
+    store.break_writes(m)
+    try:
+        dur = await _left(watch)
+        assert isinstance(dur, Write) and isinstance(dur.exception(), StorageError)
+    finally:
+        store.mend_writes(m)
+    assert "g" not in q.groups and not consumers[0].connected
+    await m.stop()
+    m2 = store.manager()
+    await m2.start()
+    assert "g" not in m2.queue("a").groups
     await m2.stop()

@@ -168,7 +168,8 @@ async def test_an_answer_over_the_limit_never_crosses_to_the_gateway() -> None:
             assert (big.status, big.content_type, big.compute_us) == (413, "application/json", 7)
             assert json.loads(big.body) == {
                 "code": "ResponseTooLarge",
-                "message": "the answer exceeds 1000 bytes",
+                "message": "the answer would be 1001 bytes (0.0 MiB), over the limit of 1000 bytes (0.0 MiB) "
+                "set by gateway.max_response_bytes",
             }
             assert (small.status, len(small.body)) == (200, 1000)
         finally:

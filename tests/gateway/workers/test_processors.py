@@ -75,6 +75,17 @@ def test_onnx_json_request_and_header_format(digits: OnnxProcessor) -> None:
         digits.handle(WorkerRequest(body, headers={"x-eas-request-format": "tf"}))
 
 
+def test_onnx_json_request_answered_in_the_tf_form_when_asked(digits: OnnxProcessor) -> None:
+    """The gateway's adapters keep the JSON form's loose casting (ints for a float input)
+    and read the answer as arrays: X-Eas-Response-Format: tf."""
+    body = json.dumps({"inputs": {"input": [[0] * 64] * 4}}).encode()
+    resp = digits.handle(WorkerRequest(body, headers={"X-Eas-Response-Format": "tf"}))
+    assert resp.status == 200 and resp.content_type == "application/octet-stream"
+    out = tf_predict_pb2.PredictResponse.FromString(resp.body)
+    assert set(out.outputs) == {"label", "probabilities"}
+    assert list(out.outputs["probabilities"].array_shape.dim) == [4, 10]
+
+
 def test_onnx_dtype_and_shape_errors(digits: OnnxProcessor) -> None:
     req = tf_predict_pb2.PredictRequest(signature_name="predict")
     req.inputs["input"].dtype = tf_predict_pb2.DT_INT64

@@ -141,19 +141,20 @@ async def _exchange(
 
 async def test_slow_body_is_408_within_the_body_timeout_on_both_paths(make_pool: MakePool) -> None:
     """The lean protocol hands a late body to aiohttp; aiohttp used to wait for it forever."""
-    body_timeout_s = 1.0
+    body_timeout_s = 0.5
     pool = await make_pool(echo_service(), fast_gateway(body_timeout_s=body_timeout_s))
     host, port = pool.ready_endpoints()[0]
     lean = b"POST /api/predict/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc"
     chunked = b"POST /api/predict/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"
     for data in (lean, chunked):
-        got, elapsed = await _exchange(host, port, data)
+        got, elapsed = await _exchange(host, port, data)  # an answer at all: not forever
         assert got.startswith(b"HTTP/1.1 408"), got[:200]
-        err = json.loads(got.partition(b"\r\n\r\n")[2])
-        assert err["code"] == "RequestTimeout"
-        # After one body timeout (a timer never fires early), and before a second one would
-        # have run out: a whole body timeout of slack for a loaded machine.
-        assert body_timeout_s * 0.9 < elapsed < 2 * body_timeout_s, elapsed
+        head, _, body = got.partition(b"\r\n\r\n")
+        assert json.loads(body)["code"] == "RequestTimeout"
+        # A plain body's 408 comes from the lean protocol itself, not from aiohttp after it
+        # (which would have waited a body timeout of its own); a chunked one is aiohttp's.
+        assert (b"\r\nServer: " in head) is (data is chunked)
+        assert elapsed > body_timeout_s * 0.9  # after the body timeout (a timer never fires early)
     resp = await pool.dispatch(WorkerRequest(b"count"), 3)
     assert resp.body == b"1", "a timed-out body reached the processor"
 

@@ -19,7 +19,8 @@ from eas_sdk._core.cluster_serving import (
 )
 from eas_sdk.cluster_serving import decode_result, encode_instance
 from eas_sdk.errors import BadRequestError
-from gateway.codecs.cluster_serving import predictions_from_reply
+from gateway.codecs.cluster_serving import predictions_answer
+from gateway.core.json_answer import processor_outputs
 
 
 def _png(arr: np.ndarray) -> bytes:
@@ -139,7 +140,7 @@ def test_predictions_split_the_batch_axis() -> None:
             }
         }
     ).encode()
-    preds = predictions_from_reply(reply, 2)
+    preds = json.loads(predictions_answer(processor_outputs(reply), 2))["predictions"]
     assert preds == [
         {"per": [1.0, 2.0], "whole": [7, 8, 9], "scalar": 5.0},
         {"per": [3.0, 4.0], "whole": [7, 8, 9], "scalar": 5.0},

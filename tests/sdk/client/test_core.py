@@ -224,7 +224,7 @@ def test_endpoint_list_swap_is_atomic_under_threads() -> None:
 def test_backoff_is_full_jitter_within_bounds(seed: int, n: int) -> None:
     policy = RetryPolicy()
     delay = policy.backoff(n, random.Random(seed))
-    assert 0.0 <= delay < min(2.0, 0.05 * 2**n)
+    assert 0.0 <= delay < min(policy.backoff_cap, policy.backoff_base * 2**n)
 
 
 def test_backoff_schedules_differ_between_clients() -> None:

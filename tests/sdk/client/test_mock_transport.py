@@ -120,3 +120,14 @@ def test_queue_call_decisions() -> None:
     assert once.on_failure(FailureKind.CONNECT, "refused", 0.1, sent=False).error is None
     assert once.on_failure(FailureKind.DISCONNECTED, "reset", 0.1, reused=True).error is not None
     assert call().attempt_timeout == 1.0
+
+
+@pytest.mark.parametrize(("wait", "expected"), [("0s", 1.0), ("5s", 6.0)])
+def test_a_long_poll_gets_its_wait_and_a_second_to_answer(wait: str, expected: float) -> None:
+    """A get's attempt timeout is the client's (0.3 s here), or the long poll's wait plus a
+    second for the answer when that is longer."""
+    mock = MockTransport(script(Response(200, {}, b"")))
+    q = QueueClient("127.0.0.1:1", "q", transport=mock)
+    q.set_timeout(300)
+    q.get(timeout=wait, auto_delete=True)
+    assert [r.timeout for r in mock.requests] == [expected]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 from typing import Any
 
 import psutil
@@ -21,6 +20,7 @@ from eas_sdk.errors import (
     TimeoutError,
     TransportError,
 )
+from tests.waiting import async_wait_until
 
 from .conftest import FAST, TOKEN, Raw, endpoint_item
 from .fake_eas import Delay, Drop, FakeEAS, Trickle, Truncate
@@ -45,19 +45,15 @@ async def test_connection_refused_is_retried_then_connect_error(make_client: Any
 async def test_attempt_timeout_then_retry_elsewhere_in_time(server: FakeEAS, make_client: Any) -> None:
     server.push(Delay(2.0))
     h = make_client(server.url, "echo", token=TOKEN, timeout=300, retry_count=1, retry_policy=FAST)
-    t0 = time.monotonic()
     assert await h.predict(Raw(b"late")) == b"late"
-    assert time.monotonic() - t0 < 1.9  # did not wait for the slow answer
-    assert len(server.predicts) == 2
+    assert len(server.predicts) == 2  # the answer came from the retry: the slow one was left
 
 
 async def test_all_attempts_time_out(server: FakeEAS, make_client: Any) -> None:
     server.default = Delay(2.0)
     h = make_client(server.url, "echo", token=TOKEN, timeout=200, retry_count=1, retry_policy=FAST)
-    t0 = time.monotonic()
-    with pytest.raises(TimeoutError) as info:
+    with pytest.raises(TimeoutError) as info:  # not the answers, 2 s later
         await h.predict(Raw(b"x"))
-    assert time.monotonic() - t0 < 1.5
     assert isinstance(info.value, PredictException) and info.value.code == 500
     assert len(server.predicts) == 2
 
@@ -66,10 +62,9 @@ async def test_overall_deadline_caps_the_call(server: FakeEAS, make_client: Any)
     server.default = Delay(2.0)
     policy = RetryPolicy(retries=5, backoff_base=0.001, max_total=0.4)
     h = make_client(server.url, "echo", token=TOKEN, timeout=1000, retry_policy=policy)
-    t0 = time.monotonic()
     with pytest.raises(TimeoutError):
         await h.predict(Raw(b"x"))
-    assert time.monotonic() - t0 < 1.5
+    # Cut at 0.4 s with no time left for a retry (the attempt's own 1 s would leave some).
     assert len(server.predicts) == 1
     assert int(server.predicts[0].headers["X-Eas-Deadline-Ms"]) <= 400
 
@@ -107,7 +102,7 @@ async def test_stale_keepalive_connections_cause_no_errors(servers: Any, make_cl
     h = make_client(s.url, "echo", token=TOKEN, retry_count=0)
     for i in range(25):
         assert await h.predict(Raw(b"k%d" % i)) == b"k%d" % i
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # calls spaced by the server's keep-alive timeout
     assert len({r.peer_port for r in s.predicts}) > 1  # the server really closed idle connections
 
 
@@ -121,10 +116,10 @@ async def test_slow_trickle_is_bounded_by_the_timeout(server: FakeEAS, make_clie
     else:
         policy = RetryPolicy(retries=2, backoff_base=0.001, max_total=0.3)
         h = make_client(server.url, "echo", token=TOKEN, timeout=5000, retry_policy=policy)
-    t0 = time.monotonic()
+    # The trickle never pauses for as long as the bound: only a bound on the whole attempt
+    # (or call), not one per read, makes this a timeout rather than the 1.5 s answer.
     with pytest.raises(TimeoutError):
         await h.predict(Raw(b"x"))
-    assert time.monotonic() - t0 <= 0.3 + 0.2
     assert len(server.predicts) == 1  # the response had started: not retried
 
 
@@ -142,21 +137,20 @@ async def test_truncated_response_is_final(server: FakeEAS, make_client: Any) ->
 async def test_pool_wait_counts_against_the_attempt_timeout(
     server: FakeEAS, make_client: Any, kind: str
 ) -> None:
-    # With one connection busy for 0.6 s, a second call with a 1 s timeout must give up
-    # 1 s after it started, not 0.6 s of pool wait plus a fresh 1 s. (The first call keeps
-    # 0.4 s of slack for a loaded machine.)
-    server.push(Delay(0.6), Delay(3.0))
-    h = make_client(server.url, "echo", token=TOKEN, max_connection_count=1, timeout=1000, retry_count=0)
+    # The only connection is busy for 2.5 s with a call made under a 10 s timeout. A second
+    # call with a 1 s timeout gives up while it still waits for the connection, never sent;
+    # one whose pool wait did not count would be sent once the connection is free.
+    server.push(Delay(2.5))
+    h = make_client(server.url, "echo", token=TOKEN, max_connection_count=1, timeout=10_000, retry_count=0)
     await h.init()
     first = asyncio.create_task(h.predict(Raw(b"a")))
-    deadline = time.monotonic() + 5
-    while server.active < 1 and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    t0 = time.monotonic()
+    await async_wait_until(lambda: server.active >= 1, 10, "the first call at the server")
+    h.client.set_timeout(1000)  # read by each call as it starts
     with pytest.raises(TimeoutError):
         await h.predict(Raw(b"b"))
-    assert time.monotonic() - t0 <= 1.0 + 0.35  # not 0.6 + 1.0
+    assert len(server.predicts) == 1
     assert await first == b"a"
+    assert len(server.predicts) == 1
 
 
 @pytest.mark.parametrize("expiry", [0.2, 10.0])
@@ -165,7 +159,7 @@ async def test_idle_pooled_connection_expires(server: FakeEAS, make_client: Any,
     # keep-alive here is 75 s, so only the client's expiry can close it).
     h = make_client(server.url, "echo", token=TOKEN, keepalive_expiry=expiry)
     assert await h.predict(Raw(b"1")) == b"1"
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(0.4)  # idle for longer than the short expiry
     assert await h.predict(Raw(b"2")) == b"2"
     first, second = server.predicts
     assert (first.peer_port == second.peer_port) is (expiry > 0.4)

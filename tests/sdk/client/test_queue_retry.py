@@ -4,14 +4,17 @@
   once the request may have arrived (a read timeout, a dropped or cut-off response):
   a retry would lose those records. A failure to connect is still retried.
 * AsyncQueueClient retries 5xx and never a 4xx, like QueueClient.
-* A watch frame that does not decode reconnects like any broken stream; an
-  AsyncQueueClient runs one watcher at a time, like QueueClient.
+* A watch frame that does not decode reconnects like any broken stream; each client runs
+  one watcher at a time, and closing it lets the next one start.
+* A watcher gets what it needs from its client as values (its settings, a claim on the
+  client's one watcher slot), never by reaching into the client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -24,6 +27,8 @@ from eas_sdk._core.retry import RetryPolicy, UnlimitedBudget
 from eas_sdk._proto.queue_pb2 import DataFrameListProto, DataFrameProto
 from eas_sdk.errors import ConnectError, NotFoundError, PredictException, TimeoutError
 from eas_sdk.queue import AsyncQueueClient, QueueClient
+from eas_sdk.watcher import AsyncWatcher, Watcher, WatchSettings
+from tests.waiting import async_wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -50,6 +55,7 @@ class ScriptedHTTP:
         self.script: list[Any] = []
         self.hits: list[str] = []
         self.connections = 0
+        self.closed = 0  # connections this server has closed
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -117,6 +123,7 @@ class ScriptedHTTP:
             return
         finally:
             conn.close()
+            self.closed += 1
 
     def stop(self) -> None:
         try:
@@ -200,12 +207,12 @@ async def test_deleting_get_is_not_retried_after_it_was_sent(
     s = http_server(_records(1))
     s.script[:] = [action]
     q = queue(s.port)
-    t0 = time.monotonic()
+    # "hang" ends with the attempt's read timeout: max(0.3 s, 0 s + 1 s), as
+    # test_mock_transport.py checks on the request itself.
     with pytest.raises(error) as info:
         await q.call("get", timeout="0s", auto_delete=True)
     assert s.hits == ["GET"]  # one attempt: the records it may have deleted are not lost twice
     assert "not retried" in str(info.value)
-    assert time.monotonic() - t0 < 1.0 + 0.5  # the attempt's read timeout: max(0.3 s, 0 s + 1 s)
 
 
 @pytest.mark.parametrize("action", ["hang", "cut", "drop"])
@@ -237,7 +244,7 @@ async def test_deleting_get_on_a_connection_the_server_closed_while_idle(
     s.script[:] = ["close-after"]
     q = queue(s.port)
     assert [f.index for f in await q.call("get", timeout="0s", auto_delete=True)] == [5]
-    await asyncio.sleep(0.3)
+    await async_wait_until(lambda: s.closed == 1, 10, "the server to close the idle connection")
     assert [f.index for f in await q.call("get", timeout="0s", auto_delete=True)] == [5]
     assert s.hits == ["GET", "GET"] and s.connections == 2
 
@@ -342,8 +349,36 @@ async def test_async_watcher_reconnects_after_an_undecodable_frame(watch_server:
     assert df.index == 7 and watcher.reconnects == 1 and w.connections == 2
 
 
+def test_sync_client_runs_one_watcher_at_a_time(watch_server: Any) -> None:
+    w = watch_server([[_frame(1)], [_frame(2)], [_frame(3)]])
+    q = QueueClient(f"127.0.0.1:{w.port}", "q")
+    q.init()
+    first = q.watch(0, 1)
+    gen = first.run()
+    assert next(gen).index == 1
+    second = q.watch(0, 1)
+    with pytest.raises(PredictException) as info:
+        next(second.run())
+    assert info.value.code == 400 and "Another watcher is already running" in str(info.value)
+    with pytest.raises(PredictException):
+        next(first.run())  # the same watcher twice at once
+    first.close()  # closing is enough: its run() need not have wound down yet
+    third = q.watch(0, 1)
+    gen3 = third.run()
+    assert next(gen3).index == 2
+    gen.close()  # the first watcher's late clean-up leaves the third one's claim alone
+    with pytest.raises(PredictException):
+        next(q.watch(0, 1).run())
+    gen3.close()  # a run that ends frees the client too
+    gen4 = q.watch(0, 1).run()
+    assert next(gen4).index == 3
+    gen4.close()
+    q.close()
+    assert w.connections == 3  # a refused watcher never connects
+
+
 async def test_async_client_runs_one_watcher_at_a_time(watch_server: Any) -> None:
-    w = watch_server([[_frame(1)], [_frame(2)]])
+    w = watch_server([[_frame(1)], [_frame(2)], [_frame(3)]])
     q = AsyncQueueClient(f"127.0.0.1:{w.port}", "q")
     q.init()
     first = q.watch(0, 1)
@@ -355,10 +390,89 @@ async def test_async_client_runs_one_watcher_at_a_time(watch_server: Any) -> Non
     assert info.value.code == 400 and "Another watcher is already running" in str(info.value)
     with pytest.raises(PredictException):
         await first.run().__anext__()  # the same watcher twice at once
-    await first.close()
-    await gen.aclose()
+    await first.close()  # closing is enough: its run() need not have wound down yet
     third = q.watch(0, 1)
     gen3 = third.run()
     assert (await asyncio.wait_for(gen3.__anext__(), 10)).index == 2
-    await gen3.aclose()
+    await gen.aclose()  # the first watcher's late clean-up leaves the third one's claim alone
+    with pytest.raises(PredictException):
+        await q.watch(0, 1).run().__anext__()
+    await gen3.aclose()  # a run that ends frees the client too
+    gen4 = q.watch(0, 1).run()
+    assert (await asyncio.wait_for(gen4.__anext__(), 10)).index == 3
+    await gen4.aclose()
     await q.close()
+    assert w.connections == 3  # a refused watcher never connects
+
+
+class RecordingClaim:
+    """A client's watcher slot as a watcher sees it: asked to claim, told to release."""
+
+    def __init__(self, grant: bool) -> None:
+        self.grant = grant
+        self.calls: list[tuple[str, object]] = []
+
+    def claim(self, watcher: object) -> bool:
+        self.calls.append(("claim", watcher))
+        return self.grant
+
+    def release(self, watcher: object) -> None:
+        self.calls.append(("release", watcher))
+
+
+_SETTINGS = WatchSettings(open_timeout=5.0, ping_interval=None, ping_timeout=None)
+
+
+def _ws_url(w: WatchServer) -> str:
+    return f"ws://127.0.0.1:{w.port}/"
+
+
+def test_a_watcher_needs_no_client_only_settings_and_a_claim(watch_server: Any) -> None:
+    w = watch_server([[_frame(4)]])
+    claim = RecordingClaim(grant=True)
+    watcher = Watcher(_ws_url(w), {}, settings=_SETTINGS, claim=claim)
+    gen = watcher.run()
+    assert next(gen).index == 4
+    watcher.close()
+    assert claim.calls == [("claim", watcher), ("release", watcher)]
+    gen.close()
+    refused = Watcher(_ws_url(w), {}, settings=_SETTINGS, claim=RecordingClaim(grant=False))
+    with pytest.raises(PredictException) as info:
+        next(refused.run())
+    assert info.value.code == 400 and w.connections == 1
+
+
+async def test_an_async_watcher_needs_no_client_only_settings_and_a_claim(watch_server: Any) -> None:
+    w = watch_server([[_frame(4)]])
+    claim = RecordingClaim(grant=True)
+    watcher = AsyncWatcher(_ws_url(w), {}, settings=_SETTINGS, claim=claim)
+    gen = watcher.run()
+    assert (await asyncio.wait_for(gen.__anext__(), 10)).index == 4
+    await watcher.close()
+    assert claim.calls == [("claim", watcher), ("release", watcher)]
+    await gen.aclose()
+    refused = AsyncWatcher(_ws_url(w), {}, settings=_SETTINGS, claim=RecordingClaim(grant=False))
+    with pytest.raises(PredictException) as info:
+        await refused.run().__anext__()
+    assert info.value.code == 400 and w.connections == 1
+
+
+@pytest.mark.parametrize("kind", [QueueClient, AsyncQueueClient])
+async def test_a_watch_takes_the_clients_settings_when_it_is_made(kind: type[Any]) -> None:
+    logger = logging.getLogger("test.watch")
+    q = kind("127.0.0.1:1", "q", ca_certs="/ca.pem")
+    q.set_timeout(200)
+    q.set_logger(logger)
+    q.ping_interval, q.ping_timeout = 0.5, 0.25
+    watcher = q.watch(0, 1)
+    q.ping_interval = 9.0  # a later change is for the next watch
+    assert watcher.settings == WatchSettings(
+        open_timeout=1.0,  # the handshake gets at least 1 s, however short the call timeout
+        ping_interval=0.5,
+        ping_timeout=0.25,
+        ca_certs="/ca.pem",
+        logger=logger,
+    )
+    closed = q.close()
+    if asyncio.iscoroutine(closed):
+        await closed
