@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build (or refresh) the project's virtual environments from pinned versions.
 #   .venv          the project: eas_sdk + gateway + dev tools      (requirements/constraints.txt)
+#   .venv-py312    the same on Python 3.12, and .venv-py313 on 3.13 (the suite runs on each
+#                  Python that requires-python allows; same constraints file)
 #   .venv-eas      the public eas-prediction 0.36 client, for compatibility tests
 #   .venv-codegen  protoc for regenerating eas_sdk/_proto
 #   .venv-clients  tritonclient[http,grpc] and kserve, for compatibility tests
@@ -13,30 +15,73 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# find_python X.Y: print an interpreter that really is Python X.Y, or nothing.
+# $PYTHON<XY> (PYTHON312=...) wins; then pyenv's versions folder (newest patch release
+# first), then PATH. Each candidate is run, because a pyenv shim is on PATH even for
+# a version that is not installed.
+find_python() {
+  local want="$1" override cand
+  override="PYTHON${want/./}"
+  local -a cands=()
+  [[ -n "${!override:-}" ]] && cands+=("${!override}")
+  local root="${PYENV_ROOT:-$HOME/.pyenv}"
+  if [[ -d "$root/versions" ]]; then
+    while IFS= read -r cand; do
+      cands+=("$cand")
+    done < <(find "$root/versions" -mindepth 3 -maxdepth 3 -path "*/bin/python$want" 2>/dev/null | sort -rV)
+  fi
+  cands+=("python$want")
+  for cand in "${cands[@]}"; do
+    if "$cand" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$want'.split('.'))))" \
+      >/dev/null 2>&1; then
+      printf '%s\n' "$cand"
+      return 0
+    fi
+  done
+}
+
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
-  for cand in python3.11 python3.12 python3.10 python3; do
+  for cand in python3.11 python3.12 python3; do
     if command -v "$cand" >/dev/null 2>&1; then PY="$cand"; break; fi
   done
 fi
-export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 
-build_venv() {  # dir, stamp, install-args...
+build_venv() {  # dir, stamp, install-args...  (with the interpreter in $PY)
   local dir="$1" stamp="$2"; shift 2
   if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$stamp" ]]; then
     return 0
   fi
   echo "setup: building $dir with $PY" >&2
+  local started=$SECONDS
   rm -rf "$dir"
   "$PY" -m venv "$dir"
   "$dir/bin/python" -m pip install -q "$@" 2> >(grep -v "^WARNING: Location" >&2)
   echo "$stamp" > "$dir/.stamp"
+  echo "setup: built $dir in $((SECONDS - started)) s" >&2
 }
 
 build_venv .venv "$(stamp_of requirements/constraints.txt pyproject.toml)" \
   -c requirements/constraints.txt -e ".[dev]"
+
+# The project again on every other Python that requires-python allows (scripts/test.sh
+# runs the suite on each). The interpreter's full version is part of the stamp, so a
+# new patch release rebuilds. EXTRA_PYTHONS="" skips them on a machine without them.
+for minor in ${EXTRA_PYTHONS-3.12 3.13}; do
+  dir=".venv-py${minor/./}"
+  extra_py="$(find_python "$minor")"
+  if [[ -z "$extra_py" ]]; then
+    echo "setup: no Python $minor found (pyenv, PATH or PYTHON${minor/./}); $dir not built" >&2
+    continue
+  fi
+  PY="$extra_py" build_venv "$dir" \
+    "$(stamp_of requirements/constraints.txt pyproject.toml <("$extra_py" -VV))" \
+    -c requirements/constraints.txt -e ".[dev]"
+done
 build_venv .venv-eas "$(stamp_of requirements/eas-reference.txt)" \
   -r requirements/eas-reference.txt
 build_venv .venv-codegen "$(stamp_of requirements/codegen.txt)" \
