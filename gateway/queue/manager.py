@@ -25,11 +25,11 @@ from gateway.config import Config, QueueConfig, ServiceConfig
 from gateway.lean_http import FastRequest, Query, Reply
 from gateway.queue.backend import Backend, MemoryBackend
 from gateway.queue.datadir import open_store
+from gateway.queue.groups_admin import Sweeper
 from gateway.queue.http import handle_http
 from gateway.queue.proxy import FORWARDED, Forwarder, unavailable
 from gateway.queue.records import Consumer, QueueError
 from gateway.queue.replies import error_reply, error_response, to_response
-from gateway.queue.retention import Sweeper
 from gateway.queue.sqlite import SqliteBackend
 from gateway.queue.store import Queue
 from gateway.queue.ws import handle_watch, watch_params

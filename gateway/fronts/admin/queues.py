@@ -20,8 +20,8 @@ from gateway.config import SERVICE_NAME_RE
 from gateway.core import errors
 from gateway.fronts.state import QUEUES_KEY
 from gateway.queue.backend import StorageError
+from gateway.queue.groups_admin import delete_group, list_groups
 from gateway.queue.records import QueueError
-from gateway.queue.retention import delete_group, list_groups
 from gateway.queue.store import Queue
 
 

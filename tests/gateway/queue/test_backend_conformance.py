@@ -24,9 +24,9 @@ from eas_sdk.queue import AsyncQueueClient
 from gateway.config import parse_config
 from gateway.queue.backend import StorageError
 from gateway.queue.datadir import LockedSqliteBackend
+from gateway.queue.groups_admin import delete_group
 from gateway.queue.manager import QueueManager
 from gateway.queue.redis_backend import RedisBackend
-from gateway.queue.retention import delete_group
 from gateway.queue.server import MANAGER_KEY, build_app
 from gateway.queue.sqlite import SqliteBackend
 from gateway.queue.store import Queue, QueueError

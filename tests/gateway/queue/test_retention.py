@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gateway.config import QueueConfig
-from gateway.queue import retention
+from gateway.queue import groups_admin, retention
 from gateway.queue.store import MemoryBackend, Queue, QueueError
 
 
@@ -35,7 +35,7 @@ def test_listing_shows_position_pending_lag_and_consumers() -> None:
     q.take(live)
     q.commit("live", [1])  # deleted: no other group yet
     _abandon(q, "gone")
-    info = {g["group"]: g for g in retention.list_groups(q)}
+    info = {g["group"]: g for g in groups_admin.list_groups(q)}
     assert (info["live"]["cursor"], info["live"]["pending"], info["live"]["lag"]) == (3, 1, 3)
     assert (info["live"]["consumers"], info["live"]["idle_s"]) == (1, 0.0)
     assert (info["gone"]["pending"], info["gone"]["lag"], info["gone"]["consumers"]) == (0, 3, 0)
@@ -48,12 +48,12 @@ def test_deleting_a_group_releases_only_what_it_alone_needed() -> None:
     _fill(q, 2, {"t": "b"})  # 3, 4
     _abandon(q, "all")  # needs 1..4
     _abandon(q, "b", tags={"t": "b"})  # needs 3, 4
-    n, _ = retention.delete_group(q, "all")
+    n, _ = groups_admin.delete_group(q, "all")
     assert n == 2 and sorted(q.records) == [3, 4]  # 3 and 4 still owed to group b
     assert "all" not in q.groups
     assert q.commit("all", [1]) is None  # removed records stay idempotent to commit
     with pytest.raises(QueueError) as info:
-        retention.delete_group(q, "all")
+        groups_admin.delete_group(q, "all")
     assert info.value.status == 404
 
 
@@ -62,7 +62,7 @@ def test_a_group_with_a_connected_consumer_is_not_deleted() -> None:
     _fill(q, 1)
     q.connect("g", "u", 0, 1, False, {})
     with pytest.raises(QueueError) as info:
-        retention.delete_group(q, "g")
+        groups_admin.delete_group(q, "g")
     assert info.value.status == 409 and "1 connected consumer" in info.value.message
     assert sorted(q.records) == [1]
 
@@ -75,10 +75,10 @@ def test_a_group_idle_past_its_ttl_is_deleted_and_logged_once(caplog: pytest.Log
         q.put(b"full", {}, None)
     assert info.value.status == 429  # pinned by the abandoned group; eviction is off
     now = time.monotonic()
-    assert retention.expire_idle(q, 60.0, now) == []  # not idle long enough yet
+    assert groups_admin.expire_idle(q, 60.0, now) == []  # not idle long enough yet
     with caplog.at_level(logging.WARNING, "gateway.queue"):
-        gone = retention.expire_idle(q, 60.0, now + 61)
-        assert retention.expire_idle(q, 60.0, now + 120) == []
+        gone = groups_admin.expire_idle(q, 60.0, now + 61)
+        assert groups_admin.expire_idle(q, 60.0, now + 120) == []
     assert [(gid, n) for gid, n, _ in gone] == [("gone", 5)]
     assert [r.message for r in caplog.records if "group gone deleted" in r.message] != []
     assert len(caplog.records) == 1

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from gateway.config import QueueConfig
-from gateway.queue import retention
+from gateway.queue import groups_admin
 from gateway.queue.http import HEADER_NAMES
 from gateway.queue.store import Consumer, MemoryBackend, Queue, QueueError
 
@@ -253,7 +253,7 @@ class QueueMachine(RuleBasedStateMachine):
     def delete_group(self, data: st.DataObject) -> None:
         gid = data.draw(st.sampled_from(self._idle_groups()))
         g = self.groups.pop(gid)
-        n, _ = retention.delete_group(self.q, gid)
+        n, _ = groups_admin.delete_group(self.q, gid)
         for k in [k for k in self.last_fresh if k[0] == gid]:
             del self.last_fresh[k]
         # What it had not committed goes, unless another group still needs it.
