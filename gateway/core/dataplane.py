@@ -34,6 +34,7 @@ from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.core import errors, tensors
 from gateway.core.admission import Admission, BodyHold
 from gateway.core.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, keep_for, verify
+from gateway.core.backend import Backend
 from gateway.core.calls import TensorRequest, TensorResponse, WorkerRequest, WorkerResponse
 from gateway.lean_http.wire import Headers
 
@@ -55,14 +56,6 @@ JSON_FORM_HEADERS = {"Content-Type": "application/json", "X-Eas-Request-Format":
 TF_FORM_HEADERS = {"Content-Type": "application/octet-stream", "X-Eas-Request-Format": "tf"}
 # Raw tokens remembered as verified, per dataplane (a client sends the same token on every call).
 _VERIFIED_MAX = 1024
-
-
-class Backend(Protocol):
-    """What runs a service's calls: the gateway's WorkerPool, a service run in the gateway's
-    threads (which may also ``takes_tensors``: see :meth:`DataPlane.infer_tensors`), a
-    pipeline, or a worker's compute queue."""
-
-    async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse: ...
 
 
 class DispatchObserver(Protocol):
@@ -408,7 +401,8 @@ class DataPlane:
         A processor's error answer raises ProcessorFailed with its status and message.
         A backend in the gateway process that ``takes_tensors`` gets the arrays as they are."""
         headers = {**TF_FORM_HEADERS, **extra} if extra else TF_FORM_HEADERS
-        if getattr(self.backends.get(svc.name), "takes_tensors", False):
+        backend = self.backends.get(svc.name)
+        if backend is not None and backend.takes_tensors:
             resp = await self.infer(
                 svc, headers, b"", request_id=request_id, timeout=timeout, tensors=(inputs, outputs)
             )

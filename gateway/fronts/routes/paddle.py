@@ -17,7 +17,7 @@ from gateway.backends.pipelines.timings import TIMINGS_HEADER
 from gateway.codecs import paddle
 from gateway.core import errors
 from gateway.core.dataplane import JSON_FORM_HEADERS
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY
 from gateway.http.body import read_body, refuse_before_body
 from gateway.http.middleware import request_id
 
@@ -41,7 +41,7 @@ async def prediction(request: web.Request) -> web.Response:
         resp = _reply(exc.status, paddle.error(form[0], exc.status, exc.message), exc.headers)
         if exc.close:
             resp.force_close()
-    if name in request.app[POOLS_KEY]:  # a configured service, never a client's string
+    if name in request.app[BACKENDS_KEY]:  # a configured service, never a client's string
         request.app[METRICS_KEY].observe(name, resp.status, time.perf_counter() - started)
     return resp
 
@@ -73,7 +73,7 @@ async def _predict(request: web.Request, name: str, form: list[str]) -> web.Resp
         return _reply(
             502, paddle.error(preq.form, 502, f"the worker's reply is not an onnx JSON reply ({exc})")
         )
-    return _reply(200, answer, getattr(wresp, "headers", None))
+    return _reply(200, answer, wresp.headers)
 
 
 def setup(app: web.Application) -> None:
