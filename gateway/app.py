@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -20,18 +20,30 @@ from gateway.config.versions import version_services
 from gateway.core import parse_pool
 from gateway.core.admission import Admission, AdmissionLimits
 from gateway.core.auth import SignaturePolicy, replay_cache
+from gateway.core.backend import ServiceBackend
 from gateway.core.calls import WorkerRequest
 from gateway.core.dataplane import DataPlane
 from gateway.core.services import GatewayState
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.fronts.state import (
+    BACKENDS_KEY,
+    CONFIG_KEY,
+    DATAPLANE_KEY,
+    METRICS_KEY,
+    QUEUES_KEY,
+    STATE_KEY,
+    QueueService,
+)
 from gateway.http.middleware import gateway_middleware
 from gateway.manage.manager import MANAGER_KEY, GatewayParts, ServiceManager
 from gateway.observability.metrics import GatewayMetrics
 
+if TYPE_CHECKING:  # imported on use: only a gateway with pipelines loads them
+    from gateway.backends.pipelines.backend import PipelineBackend
+
 LINGERING_S = 2.0
 
-PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
-QueueFactory = Callable[[Config], Any]
+PoolFactory = Callable[[ServiceConfig, GatewayConfig], ServiceBackend]
+QueueFactory = Callable[[Config], QueueService]
 
 
 def predict_services(config: Config) -> list[ServiceConfig]:
@@ -49,7 +61,7 @@ def queue_services(config: Config) -> list[ServiceConfig]:
     return [s for s in config.services if s.processor == "queue" or s.async_]
 
 
-def _default_pool_factory(service: ServiceConfig, gateway: GatewayConfig) -> Any:
+def _default_pool_factory(service: ServiceConfig, gateway: GatewayConfig) -> ServiceBackend:
     """Worker processes, or ONNX Runtime sessions in the gateway's threads (``placement: thread``)."""
     if service.placement == "thread":
         from gateway.backends.threads import ThreadService
@@ -60,7 +72,7 @@ def _default_pool_factory(service: ServiceConfig, gateway: GatewayConfig) -> Any
     return WorkerPool(service, gateway)
 
 
-def _default_queue_factory(config: Config) -> Any:
+def _default_queue_factory(config: Config) -> QueueService:
     from gateway.queue import QueueManager
 
     return QueueManager(config)
@@ -102,25 +114,25 @@ def create_app(
     app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
     older = older_versions(config)
-    app[POOLS_KEY] = {
+    app[BACKENDS_KEY] = {
         s.name: make_pool(s, gw) for s in [*predict_services(config), *older] if s.pipeline is None
     }
-    pipelines: dict[str, Any] = {}
+    pipelines: dict[str, PipelineBackend] = {}
     if any(s.pipeline is not None for s in config.services):
         # Pipelines go after the pools they call, so they start after them and reach them.
         from gateway.backends.pipelines.backend import pipeline_backends
         from gateway.backends.pipelines.timings import StepTimings
 
         timings = StepTimings(registry)
-        pipelines = pipeline_backends(list(config.services), gw, app[POOLS_KEY], make_pool, timings)
-        app[POOLS_KEY].update(pipelines)
-    qm = None
+        pipelines = pipeline_backends(list(config.services), gw, app[BACKENDS_KEY], make_pool, timings)
+        app[BACKENDS_KEY].update(pipelines)
+    qm: QueueService | None = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
     app[QUEUES_KEY] = qm
     app[DATAPLANE_KEY] = DataPlane(
         [*config.services, *older],
-        app[POOLS_KEY],
+        app[BACKENDS_KEY],
         make_request=worker_request or WorkerRequest,
         observer=metrics,
         admission=Admission(AdmissionLimits.of(gw)),
@@ -130,11 +142,11 @@ def create_app(
     )
     for pipeline in pipelines.values():  # their model steps call other services through it
         pipeline.attach(app[DATAPLANE_KEY])
-    metrics.attach(lambda: app[POOLS_KEY], lambda: app[QUEUES_KEY])
+    metrics.attach(lambda: app[BACKENDS_KEY], lambda: app[QUEUES_KEY])
     metrics.attach_admission(app[DATAPLANE_KEY].admission)
 
     # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
-    parts = GatewayParts(config, app[DATAPLANE_KEY], app[POOLS_KEY], qm, metrics, app[STATE_KEY])
+    parts = GatewayParts(config, app[DATAPLANE_KEY], app[BACKENDS_KEY], qm, metrics, app[STATE_KEY])
     app[MANAGER_KEY] = ServiceManager(parts, make_pool, managed_store)
 
     from gateway.fronts.routes import (
@@ -175,7 +187,7 @@ def create_app(
         # _lifecycle so they start after pools/queues and stop before them.
         from gateway.queue import dispatcher
 
-        app.cleanup_ctx.append(dispatcher.dispatchers(config, qm, app[POOLS_KEY], app[DATAPLANE_KEY]))
+        app.cleanup_ctx.append(dispatcher.dispatchers(config, qm, app[BACKENDS_KEY], app[DATAPLANE_KEY]))
     if any(s.cluster_serving is not None for s in config.services):
         # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
         from gateway.fronts import cluster_serving_redis
@@ -188,36 +200,35 @@ async def _end_queue_streams(app: web.Application) -> None:
     """Answer pending long polls and close watches (1001) so SIGTERM is not held up by them:
     aiohttp waits for open handlers before it runs the cleanup contexts."""
     qm = app[QUEUES_KEY]
-    shutdown = getattr(qm, "shutdown", None)
-    if shutdown is not None:
-        await shutdown()
+    if qm is not None:
+        await qm.shutdown()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
-    """Start queues and pools (pools return at once; workers boot in the background)."""
-    pools: dict[str, Any] = app[POOLS_KEY]
+    """Start queues and backends (they return at once; workers boot in the background)."""
+    backends = app[BACKENDS_KEY]
     qm = app[QUEUES_KEY]
     gw = app[CONFIG_KEY].gateway
-    started: list[Any] = []
+    started: list[ServiceBackend] = []
     try:
         if qm is not None:
             await qm.start()
-        for pool in pools.values():
-            await pool.start()
-            started.append(pool)
+        for backend in backends.values():
+            await backend.start()
+            started.append(backend)
     except BaseException:
-        for pool in started:
-            await pool.stop(0.0)
+        for backend in started:
+            await backend.stop(0.0)
         if qm is not None:
             await qm.stop()
         raise
     app[STATE_KEY].started = True
     yield
     app[STATE_KEY].shutting_down = True
-    # Pools drain in parallel; the queue store closes last (async services feed it).
-    # The pools served now (services changed at run time included) and any the service
+    # Backends drain in parallel; the queue store closes last (async services feed it).
+    # The backends served now (services changed at run time included) and any the service
     # manager is still starting or draining; stopping one twice is harmless.
-    current = {id(p): p for p in (*started, *pools.values(), *app[MANAGER_KEY].pools)}
+    current = {id(b): b for b in (*started, *backends.values(), *app[MANAGER_KEY].started)}
     await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in current.values()), return_exceptions=True)
     if qm is not None:
         await qm.stop()

@@ -50,7 +50,10 @@ class UpstreamTimeout(errors.UpstreamTimeout):
 
 
 class WorkerPool(RemoteSupervision):
-    """One per predict service; see docs/architecture.md for the contract."""
+    """One per predict service: a ``ServiceBackend`` (gateway.core.backend) in full."""
+
+    # Calls reach a worker encoded, in the processor's TF wire form.
+    takes_tensors = False
 
     def __init__(self, service: ServiceConfig, gateway: GatewayConfig) -> None:
         super().__init__(service, gateway)
@@ -250,6 +253,10 @@ class WorkerPool(RemoteSupervision):
         return f"no answer from service {self.service.name} within {timeout:.3g} s"
 
     # --- figures -----------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        """A worker is ready and the pool is not stopping (``not_ready_reason`` says why not)."""
+        return not self._stopping and any(w.state is WorkerState.READY for w in self._workers)
 
     @property
     def pending(self) -> int:

@@ -35,6 +35,7 @@ import os
 import time
 from typing import Any
 
+from gateway.backends.in_gateway import RunsInGateway
 from gateway.backends.pool import NoReadyWorker, PoolOverloaded, UpstreamTimeout
 from gateway.backends.supervision import public_message
 from gateway.config import GatewayConfig, ServiceConfig
@@ -70,9 +71,9 @@ class _Session:
         self.task: asyncio.Task[None] | None = None
 
 
-class ThreadService:
-    """A ``placement: thread`` service's backend; offers what the gateway asks of a worker
-    pool (start, stop, scale, readiness, metadata, a snapshot)."""
+class ThreadService(RunsInGateway):
+    """A ``placement: thread`` service's backend: a ``ServiceBackend`` (gateway.core.backend)
+    in full, its sessions in the place of a pool's workers."""
 
     # The V2 and gRPC adapters hand their arrays over unencoded (DataPlane.infer_tensors).
     takes_tensors = True
@@ -317,17 +318,13 @@ class ThreadService:
                     "http_port": None,
                     "outstanding": q.outstanding if q is not None else 0,
                     "restarts": 0,
-                    "providers": getattr(s.processor, "providers_used", None),
+                    "providers": s.processor.providers_used,
                     "last_error": public_message(s.error) if s.error else None,
                     "runs": q.runs if q is not None else None,
                     "dropped": q.dropped if q is not None else None,
                 }
             )
         return out
-
-    def ready_endpoints(self) -> list[tuple[str, int]]:
-        """No direct mode: the model runs in the gateway, its callers come through it."""
-        return []
 
 
 __all__ = ["ThreadService"]

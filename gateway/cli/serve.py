@@ -111,9 +111,10 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     from aiohttp import web
 
     from gateway.app import create_app
+    from gateway.core.backend import ServiceBackend
     from gateway.fronts.admin.api import admin_url, start_admin
     from gateway.fronts.server import GatewayRunner, bound_port
-    from gateway.fronts.state import CONFIG_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
+    from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, QUEUES_KEY, STATE_KEY
     from gateway.manage.store import ManagedStore
     from gateway.queue.datadir import StoreUnusable
 
@@ -178,8 +179,9 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             log.error("cannot listen on %s:%s: %s", gw.host, gw.port, exc.strerror or exc)
             return 1
         port = bound_port(runner)
-        if hasattr(app[QUEUES_KEY], "advertise"):  # where gateways sharing a Redis forward to
-            app[QUEUES_KEY].advertise(gw.advertise_host or gw.host, port)
+        qm = app[QUEUES_KEY]
+        if qm is not None:  # where gateways sharing a Redis forward to
+            qm.advertise(gw.advertise_host or gw.host, port)
         url = f"http://{_url_host(gw.host)}:{port}"
         log.info(
             "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__
@@ -195,28 +197,28 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         for warning in open_service_warnings(cfg):
             log.warning("%s", warning)
 
-        pools = list(app[POOLS_KEY].items())
+        backends = list(app[BACKENDS_KEY].items())
         waited_from = time.monotonic()
 
-        async def wait_ready(pool: Any) -> tuple[bool, float]:
-            ok = await pool.wait_ready(gw.worker_start_timeout_s)
+        async def wait_ready(backend: ServiceBackend) -> tuple[bool, float]:
+            ok = await backend.wait_ready(gw.worker_start_timeout_s)
             return ok is True, time.monotonic() - waited_from
 
-        ready_task = asyncio.gather(*(wait_ready(p) for _, p in pools), return_exceptions=True)
+        ready_task = asyncio.gather(*(wait_ready(b) for _, b in backends), return_exceptions=True)
         stop_task = asyncio.create_task(stop.wait())
         await asyncio.wait({ready_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if ready_task.done() and not stop.is_set():
             results = ready_task.result()
-            for (name, pool), result in zip(pools, results, strict=True):
+            for (name, backend), result in zip(backends, results, strict=True):
                 if isinstance(result, BaseException) or not result[0]:
                     took = result[1] if isinstance(result, tuple) else time.monotonic() - waited_from
-                    reason = getattr(pool, "not_ready_reason", lambda: None)() or "it has no ready worker"
+                    reason = backend.not_ready_reason() or "it has no ready worker"
                     log.warning("service %s is not ready after %.1f s: %s", name, took, reason)
             print(f"gateway listening on {url}", flush=True)
             if quick is not None:
                 from gateway.cli.quick import poll_repository, usage
 
-                metadata = {n: p.metadata for n, p in app[POOLS_KEY].items()}
+                metadata = {n: b.metadata for n, b in app[BACKENDS_KEY].items()}
                 print(usage(url, app[CONFIG_KEY], metadata), flush=True)
                 if quick.poll:
                     poller = asyncio.create_task(poll_repository(app, quick.poll))

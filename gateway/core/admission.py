@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.config import GatewayConfig
 from gateway.core import errors
 
 
@@ -32,10 +33,14 @@ class AdmissionLimits:
     max_inflight_per_service: int = 1024
 
     @classmethod
-    def of(cls, gateway: Any) -> AdmissionLimits:
-        """The limits in a ``GatewayConfig`` (or anything with the same attributes)."""
-        defaults = cls()
-        return cls(**{k: int(getattr(gateway, k, getattr(defaults, k))) for k in cls.__dataclass_fields__})
+    def of(cls, gateway: GatewayConfig) -> AdmissionLimits:
+        """The limits in a ``GatewayConfig``."""
+        return cls(
+            max_connections=int(gateway.max_connections),
+            max_buffered_bytes=int(gateway.max_buffered_bytes),
+            max_unverified_bytes=int(gateway.max_unverified_bytes),
+            max_inflight_per_service=int(gateway.max_inflight_per_service),
+        )
 
 
 class BodyHold:

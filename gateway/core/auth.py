@@ -36,10 +36,10 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 from eas_sdk._core.auth import canonical_resource, content_md5, hmac_digest, string_to_sign
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, PREDICT_PATH_PREFIX
+from gateway.config import GatewayConfig, ServiceConfig
 from gateway.config.values import ANY_ZONE
 
 MAX_AUTH_HEADER = 4096
@@ -83,19 +83,18 @@ class SignaturePolicy:
     setting: str = SKEW_SETTING
 
     @classmethod
-    def of(cls, gateway: Any) -> SignaturePolicy:
+    def of(cls, gateway: GatewayConfig) -> SignaturePolicy:
         """The policy in a ``GatewayConfig`` (``signature_*`` settings)."""
-        d = cls()
         return cls(
-            getattr(gateway, "signature_max_skew_s", d.max_skew_s),
-            bool(getattr(gateway, "signature_require_md5", d.require_md5)),
-            bool(getattr(gateway, "signature_bind_content_type", d.bind_content_type)),
+            gateway.signature_max_skew_s,
+            bool(gateway.signature_require_md5),
+            bool(gateway.signature_bind_content_type),
             f"gateway.{SKEW_SETTING}",
         )
 
-    def for_service(self, service: Any) -> SignaturePolicy:
+    def for_service(self, service: ServiceConfig) -> SignaturePolicy:
         """This policy with the service's own ``signature_max_skew_s`` when it sets one."""
-        own = getattr(service, "signature_max_skew_s", None)
+        own = service.signature_max_skew_s
         if own is None:
             return self
         return replace(self, max_skew_s=own, setting=f"services[{service.name}].{SKEW_SETTING}")
@@ -222,9 +221,9 @@ def _md5_equal(sent: str, body: bytes | bytearray | memoryview) -> bool:
     )
 
 
-def replay_cache(gateway: Any) -> ReplayCache | None:
+def replay_cache(gateway: GatewayConfig) -> ReplayCache | None:
     """The replay cache a ``GatewayConfig`` asks for (``signature_replay_cache`` entries), or None."""
-    size = int(getattr(gateway, "signature_replay_cache", 0))
+    size = int(gateway.signature_replay_cache)
     return ReplayCache(keep_for(SignaturePolicy.of(gateway)), size) if size > 0 else None
 
 

@@ -35,6 +35,7 @@ from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.core import errors, json_answer, tensors
 from gateway.core.admission import Admission, BodyHold
 from gateway.core.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, keep_for, verify
+from gateway.core.backend import Backend
 from gateway.core.calls import (
     RESPONSE_FORMAT_HEADER,
     TensorRequest,
@@ -66,14 +67,6 @@ TF_FORM_HEADERS = {"Content-Type": "application/octet-stream", "X-Eas-Request-Fo
 JSON_ARRAYS_HEADERS = {**JSON_FORM_HEADERS, RESPONSE_FORMAT_HEADER: "tf"}
 # Raw tokens remembered as verified, per dataplane (a client sends the same token on every call).
 _VERIFIED_MAX = 1024
-
-
-class Backend(Protocol):
-    """What runs a service's calls: the gateway's WorkerPool, a service run in the gateway's
-    threads (which may also ``takes_tensors``: see :meth:`DataPlane.infer_tensors`), a
-    pipeline, or a worker's compute queue."""
-
-    async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse: ...
 
 
 class DispatchObserver(Protocol):
@@ -427,7 +420,8 @@ class DataPlane:
         ProcessorFailed with its status and message."""
         headers = {**JSON_ARRAYS_HEADERS, **extra} if extra else JSON_ARRAYS_HEADERS
         if declared is None:  # the TF form widens a few dtypes: the model's own, as it declares them
-            declared = declared_dtypes(getattr(self.backends.get(svc.name), "metadata", None))
+            backend = self.backends.get(svc.name)
+            declared = declared_dtypes(backend.metadata if backend is not None else None)
         resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
         if answer_headers is not None and resp.headers:
             answer_headers.update(resp.headers)
@@ -465,7 +459,8 @@ class DataPlane:
         A processor's error answer raises ProcessorFailed with its status and message.
         A backend in the gateway process that ``takes_tensors`` gets the arrays as they are."""
         headers = {**TF_FORM_HEADERS, **extra} if extra else TF_FORM_HEADERS
-        if getattr(self.backends.get(svc.name), "takes_tensors", False):
+        backend = self.backends.get(svc.name)
+        if backend is not None and backend.takes_tensors:
             resp = await self.infer(
                 svc, headers, b"", request_id=request_id, timeout=timeout, tensors=(inputs, outputs)
             )

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.core.backend import ServiceBackend
+
 
 @dataclass
 class GatewayState:
@@ -27,38 +29,36 @@ class GatewayState:
     reload: Callable[[], Awaitable[dict[str, Any]]] | None = None
 
 
-def backend_ready(pool: Any) -> bool:
-    """Whether a service's backend takes calls: one that runs in the gateway (a pipeline, a
-    ``placement: thread`` service) knows itself; a worker pool has a ready worker."""
-    is_ready = getattr(pool, "is_ready", None)
+def backend_ready(backend: ServiceBackend) -> bool:
+    """Whether a service's backend takes calls (a backend being torn down may fail to say:
+    it does not)."""
     try:
-        return bool(is_ready()) if callable(is_ready) else bool(pool.ready_endpoints())
+        return backend.is_ready()
     except Exception:
         return False
 
 
-def service_ready(backends: Mapping[str, Any], state: GatewayState, queues_open: bool, name: str) -> bool:
-    pool = backends.get(name)
-    if pool is not None:
-        return backend_ready(pool)
+def service_ready(
+    backends: Mapping[str, ServiceBackend], state: GatewayState, queues_open: bool, name: str
+) -> bool:
+    backend = backends.get(name)
+    if backend is not None:
+        return backend_ready(backend)
     # Plain queue service: ready once the queue store is up.
     return state.started and queues_open
 
 
 def not_ready_reason(
-    backends: Mapping[str, Any], state: GatewayState, queues_open: bool, name: str
+    backends: Mapping[str, ServiceBackend], state: GatewayState, queues_open: bool, name: str
 ) -> str | None:
     """Why a service takes no calls (a model that failed to load, workers starting, ...),
     as a client may read it; None when it is ready."""
-    pool = backends.get(name)
-    if pool is not None:
-        reason = getattr(pool, "not_ready_reason", None)
-        if callable(reason):
-            try:
-                return reason()  # type: ignore[no-any-return]
-            except Exception:
-                return "its state cannot be read"
-        return None if backend_ready(pool) else "it has no ready worker"
+    backend = backends.get(name)
+    if backend is not None:
+        try:
+            return backend.not_ready_reason()
+        except Exception:
+            return "its state cannot be read"
     if service_ready(backends, state, queues_open, name):
         return None
     return "the queue store is not open"

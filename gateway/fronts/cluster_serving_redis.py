@@ -37,7 +37,7 @@ from gateway.codecs.cluster_serving_arrow import FAILED, decode_record, encode_r
 from gateway.config import ClusterServingConfig, ServiceConfig
 from gateway.core import errors, json_answer
 from gateway.core.dataplane import DataPlane
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def setup(app: web.Application) -> None:
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         readers: dict[str, StreamReader] = app[READERS_KEY]
         for svc in app[CONFIG_KEY].services:
-            if svc.cluster_serving is None or svc.name not in app[POOLS_KEY]:
+            if svc.cluster_serving is None or svc.name not in app[BACKENDS_KEY]:
                 continue
             reader = StreamReader(svc, svc.cluster_serving, app[DATAPLANE_KEY])
             await reader.start()

@@ -51,7 +51,7 @@ from gateway.core import errors
 from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.fronts import v2_call
 from gateway.fronts.server import Refused
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, QUEUES_KEY, STATE_KEY
 from gateway.http.middleware import pick_request_id
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
 from gateway.queue.http import Reply, dispatch
@@ -114,8 +114,7 @@ class Front:
         gw = config.gateway
         paths: dict[str, _Route] = {}
         qm = self.qm
-        queues = getattr(qm, "queues", None)  # a QueueManager's (a test double may have none)
-        pools = self.app[POOLS_KEY]
+        backends = self.app[BACKENDS_KEY]
         for svc in config.services:
             if not SERVICE_NAME_RE.fullmatch(svc.name) or config.service(svc.name) is not svc:
                 continue  # a duplicate name: the first one wins in the predict route
@@ -124,9 +123,9 @@ class Front:
                     continue
                 limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
                 for name in (svc.name, f"{svc.name}/{SINK_SUFFIX}"):
-                    if isinstance(queues, dict) and name in queues and qm.has(name):
+                    if qm is not None and name in qm.queues and qm.has(name):
                         paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
-            elif gw.predict_fast_path and svc.name in pools:
+            elif gw.predict_fast_path and svc.name in backends:
                 paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
                 if svc.processor == "onnx":
                     paths[f"/v2/models/{svc.name}/infer"] = _Route(svc, None, gw.max_body_bytes, True)
@@ -217,7 +216,7 @@ class Front:
         except errors.GatewayError as exc:
             return _error(exc, rid)
         ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
-        extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+        extra = wresp.headers  # a backend's own answer headers (Server-Timing)
         headers = {**extra, HEADER_REQUEST_ID: rid} if extra else {HEADER_REQUEST_ID: rid}
         return Reply(int(wresp.status), wresp.body, ctype, headers)
 
@@ -229,7 +228,7 @@ class Front:
             deadline = plane.caller_deadline(req.headers)
             plane.authenticate(svc, req.headers, req.path, req.body)
             out, header_length = await v2_call.infer(
-                plane, svc, svc, svc.version_names[-1], self.app[POOLS_KEY][svc.name].metadata, req.body,
+                plane, svc, svc, svc.version_names[-1], self.app[BACKENDS_KEY][svc.name].metadata, req.body,
                 req.headers.get(kserve.BINARY_HEADER), request_id=rid,
                 timeout=plane.budget(svc, deadline, arrived),
             )  # fmt: skip
@@ -252,14 +251,15 @@ class Front:
                 self.plane.authenticate(svc, req.headers, req.path, body, name)
             except errors.GatewayError as exc:
                 return _error(exc, rid)
-        q = self.qm.queues.get(name)
+        qm = self.qm
+        assert qm is not None  # a queue route exists only with a queue manager
+        q = qm.queues.get(name)
         if q is None:
-            forward = getattr(self.qm, "forward", None)  # served by another gateway on the same Redis
-            if forward is None or not self.qm.has(name):
+            if not qm.has(name):
                 return _error(errors.ServiceNotFound(f"queue {name!r} not found"), rid)
-            reply = await forward(name, req, query)
+            reply = await qm.forward(name, req, query)  # served by another gateway on the same Redis
         else:
-            reply = await dispatch(self.qm, q, req, query)
+            reply = await dispatch(qm, q, req, query)
         headers: Mapping[str, str] = {HEADER_REQUEST_ID: rid}
         if reply.headers:
             headers = {**reply.headers, HEADER_REQUEST_ID: rid}
@@ -282,7 +282,7 @@ class FastSite(web.BaseSite):
     else it needs it keeps itself."""
 
     def __init__(
-        self, runner: web.BaseRunner, host: str, port: int, *, conns: set[FastProtocol], backlog: int = 128
+        self, runner: web.AppRunner, host: str, port: int, *, conns: set[FastProtocol], backlog: int = 128
     ) -> None:
         super().__init__(runner, backlog=backlog)
         self.front_runner = runner
@@ -296,8 +296,8 @@ class FastSite(web.BaseSite):
     async def start(self) -> None:
         await super().start()  # registers the site with the runner
         server = self.front_runner.server
-        app = getattr(self.front_runner, "app", None)
-        assert server is not None and isinstance(app, web.Application)
+        app = self.front_runner.app
+        assert server is not None
         front = Front(app)
         # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
         limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)

@@ -1,7 +1,7 @@
 """The service manager: services created, updated, scaled and deleted while the gateway runs.
 
 Every change goes through one lock and ends in one swap of the application's service set
-(the dataplane's services, the pools, the Config every route reads, the lean front's path
+(the dataplane's services, the backends, the Config every route reads, the lean front's path
 table), so a call finds either the old version or the new one, never half of each:
 
 * create: start the pool, then publish the service (its calls get 503 with the reason
@@ -31,6 +31,7 @@ from aiohttp import web
 from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
 from gateway.config.versions import version_services
 from gateway.core import errors
+from gateway.core.backend import ServiceBackend
 from gateway.core.dataplane import DataPlane
 from gateway.core.services import GatewayState, service_ready
 from gateway.manage.rollout import Rollout
@@ -40,7 +41,7 @@ from gateway.observability.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.manage")
 
-PoolFactory = Callable[[ServiceConfig, Any], Any]
+PoolFactory = Callable[[ServiceConfig, Any], ServiceBackend]
 
 
 @dataclass
@@ -51,7 +52,7 @@ class GatewayParts:
     config: Config
     dataplane: DataPlane
     # Service name -> its backend (worker pool, thread service, pipeline).
-    pools: dict[str, Any]
+    backends: dict[str, ServiceBackend]
     queues: Any  # the QueueManager, or None when no queue is configured
     metrics: GatewayMetrics
     state: GatewayState
@@ -65,9 +66,9 @@ class ServiceManager:
         self.lock = asyncio.Lock()
         # Models unloaded through the Triton repository API, kept to be loaded again.
         self.unloaded: dict[str, ServiceConfig] = {}
-        # Every pool this manager started and has not stopped yet (published or still
+        # Every backend this manager started and has not stopped yet (published or still
         # starting beside an old version): the application stops them all at shutdown.
-        self.pools: list[Any] = []
+        self.started: list[ServiceBackend] = []
         # Rolls under way, by service: their new workers are not published until the swap.
         self.rollouts: dict[str, Rollout] = {}
 
@@ -86,8 +87,8 @@ class ServiceManager:
         """The service's description (tokens hidden) and its live state."""
         svc = self.service(name)
         gw = self.gw
-        pool = gw.pools.get(name)
-        ready = service_ready(gw.pools, gw.state, gw.queues is not None, name)
+        pool = gw.backends.get(name)
+        ready = service_ready(gw.backends, gw.state, gw.queues is not None, name)
         out: dict[str, Any] = {"name": name, "spec": spec_of(svc), "ready": ready}
         out["managed"] = self.store is not None and name in self.store.overlay
         if pool is not None:
@@ -217,18 +218,18 @@ class ServiceManager:
             self.store.load()
         return self.store
 
-    async def _start(self, svc: ServiceConfig) -> Any:
+    async def _start(self, svc: ServiceConfig) -> ServiceBackend:
         pool = self.make_pool(svc, self.config.gateway)
-        self.pools.append(pool)
+        self.started.append(pool)
         await pool.start()
         return pool
 
-    async def _stop(self, pool: Any, drain_timeout: float) -> None:
+    async def _stop(self, pool: ServiceBackend, drain_timeout: float) -> None:
         await pool.stop(drain_timeout)
-        if pool in self.pools:
-            self.pools.remove(pool)
+        if pool in self.started:
+            self.started.remove(pool)
 
-    async def _start_all(self, svc: ServiceConfig) -> dict[str, Any]:
+    async def _start_all(self, svc: ServiceConfig) -> dict[str, ServiceBackend]:
         """Pools for the service and for each of its older model versions (gateway.config.versions)."""
         return {s.name: await self._start(s) for s in (svc, *_older(svc))}
 
@@ -245,7 +246,7 @@ class ServiceManager:
         if not changed:
             return
         if changed <= IN_PLACE_FIELDS and not old.versions and not new.versions:
-            pool = self.gw.pools[old.name]
+            pool = self.gw.backends[old.name]
             pool.service = new  # the pending limit and the pool's view of the service
             self._publish(new, {new.name: pool})
             if "workers" in changed:
@@ -261,7 +262,7 @@ class ServiceManager:
         await self._roll(old, new)
 
     async def _roll(self, old: ServiceConfig, new: ServiceConfig) -> None:
-        rollout = Rollout(new.workers, [self.gw.pools.get(old.name)])
+        rollout = Rollout(new.workers, [self.gw.backends.get(old.name)])
         self.rollouts[new.name] = rollout
         try:
             await self._roll_through(old, new, rollout)
@@ -279,7 +280,7 @@ class ServiceManager:
                 await asyncio.gather(*(self._stop(p, 0.0) for p in pools.values()))
                 raise _rollout_failed(new.name, reason)
         previous = self._unpublish_older(old)
-        previous.append(self.gw.pools.get(old.name))
+        previous.append(self.gw.backends.get(old.name))
         self._publish(new, pools)
         rollout.old, rollout.phase = previous, "draining"
         # The old pools drain: calls already sent finish there.
@@ -289,20 +290,20 @@ class ServiceManager:
     async def _delete(self, name: str) -> None:
         old = self.gw.dataplane.services.get(name)
         pools = self._unpublish_older(old) if old is not None else []
-        pools.append(self.gw.pools.get(name))
+        pools.append(self.gw.backends.get(name))
         self._unpublish(name)
         gw = self.config.gateway
         await asyncio.gather(*(self._stop(p, gw.shutdown_timeout_s) for p in pools if p is not None))
         log.info("service %s deleted", name)
 
-    def _publish(self, svc: ServiceConfig, pools: dict[str, Any]) -> None:
+    def _publish(self, svc: ServiceConfig, pools: dict[str, ServiceBackend]) -> None:
         """Serve ``svc`` (and its older versions, reachable only through the V2 version routes)
         from ``pools``; one synchronous step, so a call sees the old set or the new one."""
         gw = self.gw
         for older in _older(svc):
-            gw.pools[older.name] = pools[older.name]
+            gw.backends[older.name] = pools[older.name]
             gw.dataplane.set_service(older)
-        gw.pools[svc.name] = pools[svc.name]
+        gw.backends[svc.name] = pools[svc.name]
         gw.dataplane.set_service(svc)
         gw.metrics.add_service(svc.name)
         services = [s for s in self.config.services if s.name != svc.name]
@@ -311,18 +312,18 @@ class ServiceManager:
         self.config.set_services(tuple(services))
         self._changed()
 
-    def _unpublish_older(self, svc: ServiceConfig) -> list[Any]:
+    def _unpublish_older(self, svc: ServiceConfig) -> list[ServiceBackend | None]:
         """Stop serving the older versions of ``svc``; -> their pools, to be stopped."""
-        out = []
+        out: list[ServiceBackend | None] = []
         for older in _older(svc):
             self.gw.dataplane.remove_service(older.name)
-            out.append(self.gw.pools.pop(older.name, None))
+            out.append(self.gw.backends.pop(older.name, None))
         return out
 
     def _unpublish(self, name: str) -> None:
         gw = self.gw
         gw.dataplane.remove_service(name)
-        gw.pools.pop(name, None)
+        gw.backends.pop(name, None)
         self.config.set_services(tuple(s for s in self.config.services if s.name != name))
         self._changed()
 

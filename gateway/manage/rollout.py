@@ -13,12 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.core.backend import ServiceBackend
+
 
 @dataclass
 class Rollout:
     workers: int  # the new version's worker count
-    old: list[Any]  # the pools serving (starting) or draining (draining)
-    new: list[Any] = field(default_factory=list)  # the new version's pools, once started
+    old: list[ServiceBackend | None]  # the pools serving (starting) or draining (draining)
+    new: list[ServiceBackend] = field(default_factory=list)  # the new version's pools, once started
     phase: str = "starting"
     started_at: float = field(default_factory=time.monotonic)
 

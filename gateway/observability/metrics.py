@@ -3,7 +3,7 @@
 Labels only ever take configured service names (plus ``status`` codes), so a
 flood of bogus service names cannot grow the payload: unknown names are
 counted in one unlabelled counter. Worker figures (restarts, pending, ready)
-and queue figures are read from the pools/queue manager at scrape time.
+and queue figures are read from the backends/queue manager at scrape time.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from gateway.core.backend import ServiceBackend
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -26,8 +28,10 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 class _PoolCollector(Collector):
     """Reads per-service worker and queue figures when /metrics is scraped."""
 
-    def __init__(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
-        self._pools = pools
+    def __init__(
+        self, backends: Callable[[], Mapping[str, ServiceBackend]], queues: Callable[[], Any]
+    ) -> None:
+        self._backends = backends
         self._queues = queues
 
     def collect(self) -> Iterable[Metric]:
@@ -39,15 +43,15 @@ class _PoolCollector(Collector):
         )
         ready = GaugeMetricFamily("easgw_ready_workers", "Workers ready to take requests", labels=["service"])
         workers = GaugeMetricFamily("easgw_workers", "Configured worker processes", labels=["service"])
-        for name, pool in self._pools().items():
+        for name, backend in self._backends().items():
             try:
-                snap = pool.snapshot()
-                restarts.add_metric([name], float(getattr(pool, "restarts_total", 0)))
+                snap = backend.snapshot()
+                restarts.add_metric([name], float(backend.restarts_total))
                 pending.add_metric([name], float(sum(int(w.get("outstanding", 0)) for w in snap)))
                 # By state, not by endpoints: sessions in the gateway's threads have none.
                 ready.add_metric([name], float(sum(1 for w in snap if w.get("state") == "ready")))
                 workers.add_metric([name], float(len(snap)))
-            except Exception:  # noqa: S112 - a pool being torn down must not break the scrape
+            except Exception:  # noqa: S112 - a backend being torn down must not break the scrape
                 continue
         yield from (restarts, pending, ready, workers)
         qm = self._queues()
@@ -290,8 +294,8 @@ class GatewayMetrics:
         count = sum(n for (svc, _), n in self.requests.counts.items() if svc == service)
         return count, self.latency.sum_of(service)
 
-    def attach(self, pools: Callable[[], Mapping[str, Any]], queues: Callable[[], Any]) -> None:
-        self.registry.register(_PoolCollector(pools, queues))
+    def attach(self, backends: Callable[[], Mapping[str, ServiceBackend]], queues: Callable[[], Any]) -> None:
+        self.registry.register(_PoolCollector(backends, queues))
 
     def attach_admission(self, admission: Any) -> None:
         self.registry.register(_AdmissionCollector(admission))

@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway import __version__
 from gateway.config import Config
+from gateway.core.backend import ServiceBackend
 from gateway.core.services import GatewayState, service_ready
 from gateway.observability.metrics import GatewayMetrics
 
@@ -76,7 +77,7 @@ class StatusSampler:
         config: Config,
         metrics: GatewayMetrics,
         state: GatewayState,
-        backends: Mapping[str, Any],
+        backends: Mapping[str, ServiceBackend],
         queues: Any,
     ) -> None:
         # The live objects the gateway runs with (the service manager changes ``backends``
@@ -128,10 +129,10 @@ class StatusSampler:
                 "p50_ms": None if p50 is None else round(p50 * 1000, 3),
                 "p99_ms": None if p99 is None else round(p99 * 1000, 3),
             }
-            pool = self.backends.get(name)
-            if pool is not None:
-                entry["workers"] = [_worker(w) for w in pool.snapshot()]
-                entry["restarts"] = int(getattr(pool, "restarts_total", 0))
+            backend = self.backends.get(name)
+            if backend is not None:
+                entry["workers"] = [_worker(w) for w in backend.snapshot()]
+                entry["restarts"] = int(backend.restarts_total)
             if svc.processor == "queue" or svc.async_:
                 entry["queues"] = {q: queues[q] for q in (name, f"{name}/sink") if q in queues}
             out.append(entry)

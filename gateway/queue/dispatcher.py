@@ -38,13 +38,14 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, Protocol
 
 from eas_sdk._core.constants import DEFAULT_CONTENT_TYPE, TAG_REQUEST_ID, TAG_STATUS
 from gateway.config import Config, ServiceConfig
 from gateway.core import errors
-from gateway.core.dataplane import Backend, DataPlane
+from gateway.core.backend import ServiceBackend
+from gateway.core.dataplane import DataPlane
 from gateway.queue.finisher import DISPATCH_GROUP, SINK_FULL_POLL_S, Finished, Finisher, FinishStats
 from gateway.queue.records import Record
 from gateway.queue.store import Queue
@@ -117,7 +118,7 @@ class Dispatcher:
     def __init__(
         self,
         service: ServiceConfig,
-        pool: Any,
+        pool: ServiceBackend,
         input_q: Queue,
         sink_q: Queue,
         make_request: Callable[..., Any],
@@ -210,25 +211,22 @@ class Dispatcher:
 
     # ---------------------------------------------------------------- readiness
     def _ready(self) -> bool:
-        """Whether the pool has a ready worker (a pool that cannot tell counts as ready); a
-        backend running in the gateway (a pipeline) says so itself with ``is_ready``."""
-        probe = getattr(self.pool, "is_ready", None) or getattr(self.pool, "ready_endpoints", None)
-        if probe is None:
-            return True
+        """Whether the service's backend takes calls (one that cannot tell counts as ready:
+        its dispatch then says what is wrong)."""
         try:
-            return bool(probe())
+            return self.pool.is_ready()
         except Exception:
             return True
 
     async def _wait_ready(self) -> None:
         """Until a worker is ready (workers booting after a restart, a slow model loading)."""
         self.ready_waits += 1
-        wait = getattr(self.pool, "wait_ready", None)
         while not self._ready():
-            if wait is not None:
-                with contextlib.suppress(Exception):
-                    if await wait(READY_POLL_S):
-                        continue
+            with contextlib.suppress(Exception):
+                # A wait that ends at once without readiness (a pool served by remote
+                # workers only does not wait for them) must not spin the event loop.
+                if await self.pool.wait_ready(READY_POLL_S) and self._ready():
+                    break
             await asyncio.sleep(READY_POLL_S)
 
     # ---------------------------------------------------------------- main loop
@@ -386,15 +384,33 @@ class Dispatcher:
 
 
 # ---------------------------------------------------------------- wiring into the app
+class DispatchHost(Protocol):
+    """What the dispatchers need of the queue manager (``QueueManager``)."""
+
+    @property
+    def queues(self) -> Mapping[str, Queue]:
+        """The queues served here now: a dispatcher runs where its service's queues are."""
+        ...
+
+    @property
+    def dispatchers(self) -> MutableMapping[str, Any]:
+        """Where the running dispatchers are listed (the manager's snapshot shows them)."""
+        ...
+
+    @property
+    def listeners(self) -> list[Callable[[], Awaitable[None]]]:
+        """Called after queues arrived or left: the dispatchers follow them."""
+        ...
+
+
 def dispatchers(
-    config: Config, qm: Any, backends: Mapping[str, Backend], plane: DataPlane
+    config: Config, qm: DispatchHost | None, backends: Mapping[str, ServiceBackend], plane: DataPlane
 ) -> Callable[[Any], AsyncIterator[None]]:
     """A cleanup context that runs one dispatcher per async service while the app runs
     (after pools and queues start, stopped before them)."""
     running: dict[str, Dispatcher] = {}
 
     async def ctx(_app: Any) -> AsyncIterator[None]:
-        registry = getattr(qm, "dispatchers", None)  # the queue manager's snapshot (/api/services, /metrics)
         lock = asyncio.Lock()
 
         async def sync() -> None:
@@ -405,13 +421,12 @@ def dispatchers(
                 for svc in config.services:
                     if not svc.async_ or qm is None:
                         continue
-                    local = getattr(qm, "queues", {})
+                    local = qm.queues
                     input_q, sink_q = local.get(svc.name), local.get(f"{svc.name}/sink")
                     d = running.get(svc.name)
                     if d is not None and (d.input_q is not input_q or d.sink_q is not sink_q):
                         running.pop(svc.name)
-                        if isinstance(registry, dict):
-                            registry.pop(svc.name, None)
+                        qm.dispatchers.pop(svc.name, None)
                         await d.stop(config.gateway.shutdown_timeout_s)
                         d = None
                     if d is None and input_q is not None and sink_q is not None:
@@ -425,20 +440,18 @@ def dispatchers(
                         )
                         await d.start()
                         running[svc.name] = d
-                        if isinstance(registry, dict):
-                            registry[svc.name] = d
+                        qm.dispatchers[svc.name] = d
 
         await sync()
-        listeners = getattr(qm, "listeners", None)
-        if isinstance(listeners, list):
-            listeners.append(sync)
+        if qm is not None:
+            qm.listeners.append(sync)
         yield
-        if isinstance(listeners, list):
-            listeners.remove(sync)
+        if qm is not None:
+            qm.listeners.remove(sync)
         async with lock:
-            if isinstance(registry, dict):
+            if qm is not None:
                 for name in running:
-                    registry.pop(name, None)
+                    qm.dispatchers.pop(name, None)
             await asyncio.gather(
                 *(d.stop(config.gateway.shutdown_timeout_s) for d in running.values()), return_exceptions=True
             )
@@ -447,4 +460,4 @@ def dispatchers(
     return ctx
 
 
-__all__ = ["DISPATCH_GROUP", "DISPATCH_UID", "Dispatcher", "dispatchers", "worker_capacity"]
+__all__ = ["DISPATCH_GROUP", "DISPATCH_UID", "DispatchHost", "Dispatcher", "dispatchers", "worker_capacity"]

@@ -20,6 +20,7 @@ from gateway.core import errors
 from gateway.core.auth import SignaturePolicy, replay_cache
 from gateway.core.calls import WorkerRequest, WorkerResponse
 from gateway.core.dataplane import DataPlane
+from gateway.core.metadata import ModelMetadata
 from gateway.http.middleware import pick_request_id
 from gateway.lean_http import LINGER_S, FastRequest, Reply
 from gateway.worker.compute import ComputeQueue
@@ -40,10 +41,18 @@ class ComputeBackend:
     a p50 of about 150 instead of 175 µs for the digits model; under load nothing changes).
     A run that turns out long is moved to the thread by the compute queue's watchdog."""
 
+    # Direct calls arrive as HTTP bodies: there are no arrays to hand over.
+    takes_tensors = False
+
     def __init__(self, compute: ComputeQueue) -> None:
         self.compute = compute
         self._calls = 0  # calls in this turn of the event loop
         self._last = 0  # calls in the last turn that had any
+
+    @property
+    def metadata(self) -> ModelMetadata | None:
+        """What the loaded processor reports (the worker's own model)."""
+        return self.compute.processor.metadata()
 
     def dispatch(self, req: WorkerRequest, timeout: float) -> Awaitable[WorkerResponse]:
         # req.deadline bounds the run: the dataplane set it from ``timeout``.

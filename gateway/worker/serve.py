@@ -109,7 +109,7 @@ async def serve(
     loop.add_reader(conn.fileno(), _parent_event)
     ready = {
         "ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata,
-        "providers": getattr(processor, "providers_used", None),
+        "providers": processor.providers_used,
     }  # fmt: skip
     conn.send(ready)
     log.info(

@@ -16,14 +16,16 @@ from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.core.calls import RESPONSE_FORMAT_HEADER, TensorResponse, WorkerRequest, WorkerResponse
 from gateway.core.dataplane import DataPlane
+from tests.gateway.doubles import BackendDouble, double_service
 
 TOKEN = "dataplane-token"
 
 
 @dataclass
-class Backend:
+class Backend(BackendDouble):
     fail: BaseException | None = None
     calls: list[tuple[WorkerRequest, float]] = field(default_factory=list)
+    service: ServiceConfig = field(default_factory=double_service)
 
     async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
         self.calls.append((req, timeout))

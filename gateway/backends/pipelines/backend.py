@@ -4,8 +4,8 @@ To the dataplane a pipeline is one more backend, so every entry point serves it 
 (EAS predict in TF, Torch, Blade or JSON form, KServe V1 and V2, Paddle Serving, the
 asynchronous queue, Cluster Serving): the request is decoded with the EAS codec, bound to
 the pipeline's declared inputs, run through the steps, and the pipeline's outputs are
-encoded in the request's own format. It offers what the gateway asks of a worker pool
-(start, stop, readiness, metadata, a snapshot), so the application keeps it beside them.
+encoded in the request's own format. It is a ``ServiceBackend`` (gateway.core.backend) in
+full, so the application keeps it beside the pools; it has no workers of its own to scale.
 
 A model step with ``service:`` calls that service's worker pool (one predictor serves its
 direct callers and every pipeline that uses it), in the form its processor speaks (an
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from eas_sdk.codecs import eas
+from gateway.backends.in_gateway import RunsInGateway
 from gateway.backends.pipelines.forms import STEP_FORMS
 from gateway.backends.pipelines.local import LocalModel
 from gateway.backends.pipelines.runner import (
@@ -46,7 +47,8 @@ from gateway.codecs.shm import SHM_ENV, ShmArea
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.config.catalog import DTYPES
 from gateway.config.pipelines import REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
-from gateway.core import json_answer
+from gateway.core import errors, json_answer
+from gateway.core.backend import ServiceBackend
 from gateway.core.calls import RESPONSE_FORMAT_HEADER, WorkerRequest, WorkerResponse
 from gateway.core.dataplane import DataPlane
 from gateway.core.errors import error_body
@@ -56,7 +58,7 @@ from gateway.worker.ops import load_op
 
 log = logging.getLogger("gateway.pipelines")
 JSON = "application/json"
-PoolFactory = Callable[[ServiceConfig, GatewayConfig], Any]
+PoolFactory = Callable[[ServiceConfig, GatewayConfig], ServiceBackend]
 
 
 def step_service(
@@ -136,12 +138,17 @@ def _metadata(spec: PipelineSpec, model_types: ModelTypes) -> ModelMetadata:
     return ModelMetadata(inputs, outputs, platform="pipeline")
 
 
-class PipelineBackend:
+class PipelineBackend(RunsInGateway):
+    """A pipeline service's backend (see the module docstring)."""
+
+    # Calls arrive encoded: the pipeline decodes them with the EAS codec.
+    takes_tensors = False
+
     def __init__(
         self,
         service: ServiceConfig,
         gateway: GatewayConfig,
-        pools: Mapping[str, Any],
+        pools: Mapping[str, ServiceBackend],
         *,
         pool_factory: PoolFactory,
         timings: StepTimings | None = None,
@@ -160,8 +167,8 @@ class PipelineBackend:
         # Shared memory for the large arrays of ops on worker processes of their own.
         self.shm: ShmArea | None = None
         # Each model step's backend: the referenced service's pool, or a pool of its own.
-        self.own_pools: dict[str, Any] = {}
-        self.model_backends: dict[str, Any] = {}
+        self.own_pools: dict[str, ServiceBackend] = {}
+        self.model_backends: dict[str, ServiceBackend] = {}
         for step in self.spec.steps:
             if step.service is not None:
                 self.model_backends[step.name] = pools[step.service]
@@ -182,7 +189,8 @@ class PipelineBackend:
         self.runner: Runner | None = None
         self._ops: list[OpStep] = []
         self._closers: list[Callable[[], None]] = []
-        self.restarts_total = 0
+        self.restarts_total = 0  # its steps' workers restart in their own pools
+        self._pending = 0
 
     @property
     def metadata(self) -> ModelMetadata:
@@ -197,7 +205,8 @@ class PipelineBackend:
             local = self._local.get(step)
             if local is not None:
                 return local.outputs.get(output)
-            meta = getattr(self.model_backends.get(step), "metadata", None)
+            backend = self.model_backends.get(step)
+            meta = backend.metadata if backend is not None else None
             if meta is None:
                 complete = False
                 return None
@@ -285,11 +294,33 @@ class PipelineBackend:
         results = await asyncio.gather(*(b.wait_ready(timeout) for b in self.model_backends.values()))
         return all(results)
 
+    async def wait_all_ready(self, timeout: float) -> bool:
+        """Every worker of every model step's backend ready (see ``wait_ready``)."""
+        results = await asyncio.gather(*(b.wait_all_ready(timeout) for b in self.model_backends.values()))
+        return all(results)
+
+    async def scale(self, workers: int, drain_timeout: float) -> None:
+        """A pipeline's workers are its steps' (``workers:`` of a step, or the service it calls)."""
+        raise errors.BadRequest(f"service {self.service.name!r} is a pipeline service: it has no workers")
+
     def is_ready(self) -> bool:
         """Ready when every model step's backend is (a pipeline of ops only: once started)."""
         if self.runner is None:
             return False
         return all(backend_ready(b) for b in self.model_backends.values())
+
+    def not_ready_reason(self) -> str | None:
+        """None while ready; otherwise the first model step whose backend is not, and why."""
+        if self.runner is None:
+            return "the pipeline is not started"
+        for step, backend in self.model_backends.items():
+            if not backend_ready(backend):
+                return f"step {step}: {backend.not_ready_reason() or 'it has no ready worker'}"
+        return None
+
+    @property
+    def pending(self) -> int:
+        return self._pending
 
     async def stop(self, drain_timeout: float) -> None:
         await asyncio.gather(
@@ -310,10 +341,6 @@ class PipelineBackend:
         for step, pool in self.own_pools.items():
             out.extend({**w, "step": step} for w in pool.snapshot())
         return out
-
-    def ready_endpoints(self) -> list[tuple[str, int]]:
-        """No direct mode: a pipeline runs in the gateway, its callers come through it."""
-        return []
 
     # ------------------------------------------------------------------ calls
     def _error(self, status: int, code: str, message: str, rid: str) -> WorkerResponse:
@@ -338,6 +365,7 @@ class PipelineBackend:
         if req.deadline:
             deadline = min(deadline, req.deadline)
         ctx = CallContext(rid, deadline)
+        self._pending += 1  # runs under way: the service's calls in flight (``pending``)
         try:
             # A step's own model calls keep to the deadline; an op cannot be interrupted, so
             # the whole run is bounded here too.
@@ -350,6 +378,8 @@ class PipelineBackend:
             waiting = ", ".join(sorted(ctx.running)) or "none"
             message = f"the pipeline did not finish within {timeout:g} s (steps still running: {waiting})"
             return self._error(504, "UpstreamTimeout", message, rid)
+        finally:
+            self._pending -= 1
         self.timings.observe(self.service.name, timings)
         arrays = [_answer_array(values[f"{src.step}.{src.name}"]) for _, src in self.spec.outputs]
         try:
@@ -372,7 +402,7 @@ class PipelineBackend:
 def pipeline_backends(
     services: list[ServiceConfig],
     gateway: GatewayConfig,
-    pools: Mapping[str, Any],
+    pools: Mapping[str, ServiceBackend],
     pool_factory: PoolFactory,
     timings: StepTimings,
 ) -> dict[str, PipelineBackend]:

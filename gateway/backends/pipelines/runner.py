@@ -27,8 +27,8 @@ from gateway.codecs import v2_tensors
 from gateway.codecs.shm import ShmWriter
 from gateway.config.pipelines import REQUEST, PipelineSpec, StepSpec
 from gateway.core import errors
+from gateway.core.backend import ServiceBackend
 from gateway.core.calls import WorkerRequest, WorkerResponse
-from gateway.core.dataplane import Backend
 from gateway.worker.ops import TRANSFORM_FUNCTIONS, OpError
 
 
@@ -78,7 +78,7 @@ class ModelCall:
     def __init__(
         self,
         step: str,
-        backend: Backend,
+        backend: ServiceBackend,
         wanted: Sequence[str] = (),
         concurrency: int = 0,
         through: Through | None = None,
@@ -105,7 +105,7 @@ class ModelCall:
         """The step's names against the model's signature, once the workers have reported it:
         a mismatch is the config's fault (500 naming the name), not the caller's (the 400 a
         worker would answer)."""
-        meta = getattr(self.backend, "metadata", None)
+        meta = self.backend.metadata
         if meta is None or meta is self._checked:
             return
         inputs = [s.name for s in meta.inputs]
@@ -126,8 +126,11 @@ class ModelCall:
         self._checked = meta
 
     def _types(self, key: str) -> dict[str, np.dtype[Any]]:
-        meta = getattr(self.backend, "metadata", None)
-        specs = getattr(meta, key, ()) if meta is not None else ()
+        """The model's ``inputs`` or ``outputs`` (``key``) as numpy types, once reported."""
+        meta = self.backend.metadata
+        if meta is None:
+            return {}
+        specs = meta.inputs if key == "inputs" else meta.outputs
         return {s.name: v2_tensors.DATATYPES[s.datatype] for s in specs if s.datatype in v2_tensors.DATATYPES}
 
     def _feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:

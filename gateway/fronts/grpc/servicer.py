@@ -38,10 +38,10 @@ from gateway.core.metadata import ModelMetadata
 from gateway.fronts.grpc.status import grpc_code, trailers
 from gateway.fronts.routes.repository import authorize_model_control
 from gateway.fronts.state import (
+    BACKENDS_KEY,
     CONFIG_KEY,
     DATAPLANE_KEY,
     METRICS_KEY,
-    POOLS_KEY,
     all_ready,
     not_ready_reason,
     service_ready,
@@ -115,13 +115,13 @@ MODELS = ("onnx", "pipeline")
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """The service's calls, answered from the application's pools, config and dataplane."""
+    """The service's calls, answered from the application's backends, config and dataplane."""
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
         self.config = app[CONFIG_KEY]
         self.plane = app[DATAPLANE_KEY]
-        self.pools: dict[str, Any] = app[POOLS_KEY]
+        self.backends = app[BACKENDS_KEY]
         self.metrics = app[METRICS_KEY]
         # Disabled unless access logs are on (gateway.access_log), as for HTTP calls.
         self.access_log = logging.getLogger(ACCESS_LOGGER) if self.config.gateway.access_log else None
@@ -136,7 +136,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ------------------------------------------------------------------ lookups
     def _models(self) -> list[ServiceConfig]:
-        return [s for s in self.config.services if s.processor in MODELS and s.name in self.pools]
+        return [s for s in self.config.services if s.processor in MODELS and s.name in self.backends]
 
     def _model(self, name: str, version: str) -> tuple[ServiceConfig, ServiceConfig, str]:
         """(the model as clients name it, the service whose workers serve ``version``, that
@@ -154,7 +154,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         runs = (
             self.plane.services.get(version_key(svc.name, version)) if version in svc.version_names else None
         )
-        if runs is None or runs.name not in self.pools:
+        if runs is None or runs.name not in self.backends:
             raise errors.NotFound(f"model {name!r} has no version {version[:32]!r}")
         return svc, runs, version
 
@@ -163,7 +163,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         out = []
         for v in svc.version_names:
             runs = svc if v == svc.version_names[-1] else self.plane.services.get(version_key(svc.name, v))
-            if runs is not None and runs.name in self.pools:
+            if runs is not None and runs.name in self.backends:
                 out.append((v, runs))
         return out
 
@@ -175,7 +175,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return svc, runs, v
 
     def _metadata(self, svc: ServiceConfig) -> ModelMetadata:
-        meta: ModelMetadata | None = self.pools[svc.name].metadata
+        meta: ModelMetadata | None = self.backends[svc.name].metadata
         if meta is None:
             raise errors.ServiceNotReady(f"model {svc.name!r} is not ready")
         return meta
@@ -306,7 +306,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 call = await asyncio.to_thread(v2_grpc.parse_infer, request)  # a Python loop per element
             else:
                 call = v2_grpc.parse_infer(request)  # numeric tensors: views, no loop
-            meta: ModelMetadata | None = self.pools[runs.name].metadata
+            meta: ModelMetadata | None = self.backends[runs.name].metadata
             declared = None
             order = list(call.outputs)
             if meta is not None:

@@ -11,9 +11,9 @@ from aiohttp import web
 from gateway import __version__
 from gateway.core.errors import ServiceNotFound
 from gateway.fronts.state import (
+    BACKENDS_KEY,
     CONFIG_KEY,
     METRICS_KEY,
-    POOLS_KEY,
     QUEUES_KEY,
     STATE_KEY,
     all_ready,
@@ -32,8 +32,8 @@ async def healthz(request: web.Request) -> web.Response:
 def _storage_failure(app: web.Application, name: str | None = None) -> str | None:
     """Why the queue store refuses writes (its last write failed: disk full, read-only), for
     the whole gateway or for service ``name`` if it has a queue; None while it writes."""
-    qm: Any = app[QUEUES_KEY]
-    if qm is None or not hasattr(qm, "storage_failure") or (name is not None and not qm.has(name)):
+    qm = app[QUEUES_KEY]
+    if qm is None or (name is not None and not qm.has(name)):
         return None
     return qm.storage_failure()
 
@@ -78,7 +78,7 @@ def _queue_figures(snapshot: Any, names: list[str]) -> dict[str, Any]:
 
 async def services(request: web.Request) -> web.Response:
     app = request.app
-    pools = app[POOLS_KEY]
+    backends = app[BACKENDS_KEY]
     qm = app[QUEUES_KEY]
     qsnap: Any = None
     if qm is not None:
@@ -100,10 +100,10 @@ async def services(request: web.Request) -> web.Response:
         reason = None if entry["ready"] else not_ready_reason(app, svc.name)
         if reason:
             entry["reason"] = reason
-        pool = pools.get(svc.name)
-        if pool is not None:
-            entry["workers"] = pool.snapshot()
-            entry["restarts"] = getattr(pool, "restarts_total", 0)
+        backend = backends.get(svc.name)
+        if backend is not None:
+            entry["workers"] = backend.snapshot()
+            entry["restarts"] = backend.restarts_total
         if qsnap is not None and (svc.processor == "queue" or svc.async_):
             entry["queues"] = _queue_figures(qsnap, [svc.name, f"{svc.name}/sink"])
             dispatchers = qsnap.get("dispatchers") if isinstance(qsnap, dict) else None

@@ -22,7 +22,7 @@ from gateway.codecs.cluster_serving import ClusterServingRequestError, parse_req
 from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
 from gateway.core import errors, json_answer
 from gateway.core.parse_pool import parse_off_loop
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
 from gateway.http.body import read_body, refuse_before_body
 from gateway.http.middleware import request_id
 
@@ -40,7 +40,7 @@ def _error(status: int, message: str) -> web.Response:
 
 
 def default_service(config: Config) -> ServiceConfig | None:
-    name = getattr(config.gateway, "cluster_serving_service", None)
+    name = config.gateway.cluster_serving_service
     if name:
         return config.service(name)
     candidates = [s for s in config.services if s.processor != "queue"]
@@ -100,14 +100,14 @@ async def predict_named(request: web.Request) -> web.Response:
     if not SERVICE_NAME_RE.fullmatch(name):
         return _error(400, "invalid service name")
     svc = config.service(name)
-    if svc is None or svc.processor == "queue" or name not in request.app[POOLS_KEY]:
+    if svc is None or svc.processor == "queue" or name not in request.app[BACKENDS_KEY]:
         return _error(404, f"service {name!r} not found")
     return await _serve(request, svc)
 
 
 async def predict_default(request: web.Request) -> web.Response:
     svc = default_service(request.app[CONFIG_KEY])
-    if svc is None or svc.name not in request.app[POOLS_KEY]:
+    if svc is None or svc.name not in request.app[BACKENDS_KEY]:
         return _error(
             404, f"no default service: set gateway.cluster_serving_service or use {PATH_PREFIX}<name>/predict"
         )

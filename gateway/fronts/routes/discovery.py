@@ -19,7 +19,7 @@ from aiohttp import web
 
 from eas_sdk._core.constants import DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX
 from gateway.fronts.routes import raw_tail, split_service
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
 
 WEIGHT = 100
 
@@ -34,7 +34,7 @@ def _handler(prefix: str) -> Any:
             # A discovery call has no body to sign: only a raw token can pass.
             plane.authenticate(svc, request.headers, request.rel_url.raw_path, None)
         items: list[dict[str, Any]] = []
-        pool = request.app[POOLS_KEY].get(svc.name)
+        pool = request.app[BACKENDS_KEY].get(svc.name)
         # Queue, async, pipeline and placement: thread services run in the gateway itself:
         # their direct endpoint is the gateway's own address (no hop to skip).
         if pool is not None and not svc.async_ and svc.pipeline is None and svc.placement != "thread":

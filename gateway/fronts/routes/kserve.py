@@ -32,10 +32,10 @@ from gateway.core import errors, json_answer
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts import v2_call
 from gateway.fronts.state import (
+    BACKENDS_KEY,
     CONFIG_KEY,
     DATAPLANE_KEY,
     METRICS_KEY,
-    POOLS_KEY,
     all_ready,
     not_ready_reason,
     service_ready,
@@ -61,7 +61,7 @@ def _error(status: int, message: str) -> web.Response:
 
 
 def _models(request: web.Request) -> list[ServiceConfig]:
-    pools = request.app[POOLS_KEY]
+    pools = request.app[BACKENDS_KEY]
     return [
         s for s in request.app[CONFIG_KEY].services if s.processor in ("onnx", "pipeline") and s.name in pools
     ]
@@ -79,7 +79,7 @@ class _Target:
 
 def _versions(request: web.Request, svc: ServiceConfig) -> list[_Target]:
     """Every version of ``svc`` that has a worker pool, ascending; the last is the latest."""
-    plane, pools = request.app[DATAPLANE_KEY], request.app[POOLS_KEY]
+    plane, pools = request.app[DATAPLANE_KEY], request.app[BACKENDS_KEY]
     names = svc.version_names
     out = []
     for v in names:
@@ -109,7 +109,7 @@ def _model(request: web.Request) -> _Target:
 def _signature(app: web.Application, t: _Target) -> ModelMetadata:
     """The model's inputs and outputs, as its workers' processor reported them. Before any
     worker has been ready there is none: 503, as KServe answers a model that is not ready."""
-    meta: ModelMetadata | None = app[POOLS_KEY][t.runs.name].metadata
+    meta: ModelMetadata | None = app[BACKENDS_KEY][t.runs.name].metadata
     if meta is None:
         reason = not_ready_reason(app, t.runs.name)
         raise errors.ServiceNotReady(f"model {t.svc.name!r} is not ready" + (f": {reason}" if reason else ""))
@@ -309,7 +309,7 @@ def _observed(fn: Any) -> Any:
         started = time.perf_counter()
         resp = await fn(request)
         svc_name = request.match_info.get("model", "")
-        if svc_name in request.app[POOLS_KEY]:  # a configured service, never a client's string
+        if svc_name in request.app[BACKENDS_KEY]:  # a configured service, never a client's string
             request.app[METRICS_KEY].observe(svc_name, resp.status, time.perf_counter() - started)
         return resp
 
@@ -329,7 +329,7 @@ async def v2_infer(request: web.Request) -> web.Response:
         svc,
         target.runs,
         target.version,
-        request.app[POOLS_KEY][target.runs.name].metadata,
+        request.app[BACKENDS_KEY][target.runs.name].metadata,
         body,
         request.headers.get(proto.BINARY_HEADER),
         request_id=request_id(request),

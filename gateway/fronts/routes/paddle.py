@@ -18,7 +18,7 @@ from aiohttp import web
 from gateway.backends.pipelines.timings import TIMINGS_HEADER
 from gateway.codecs import paddle
 from gateway.core import errors, json_answer
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, POOLS_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY
 from gateway.http.body import read_body, refuse_before_body
 from gateway.http.middleware import request_id
 
@@ -45,7 +45,7 @@ async def prediction(request: web.Request) -> web.Response:
         resp = _reply(exc.status, paddle.error(form[0], exc.status, exc.message), exc.headers)
         if exc.close:
             resp.force_close()
-    if name in request.app[POOLS_KEY]:  # a configured service, never a client's string
+    if name in request.app[BACKENDS_KEY]:  # a configured service, never a client's string
         request.app[METRICS_KEY].observe(name, resp.status, time.perf_counter() - started)
     return resp
 

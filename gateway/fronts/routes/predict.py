@@ -99,7 +99,7 @@ async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> we
         subpath=subpath, request_id=request_id(request), arrived=arrived, deadline=deadline,
     )  # fmt: skip
     headers = {"Content-Type": wresp.content_type or DEFAULT_CONTENT_TYPE}
-    extra = getattr(wresp, "headers", None)  # a backend's own answer headers (Server-Timing)
+    extra = wresp.headers  # a backend's own answer headers (Server-Timing)
     if extra:
         headers.update(extra)
     return web.Response(status=int(wresp.status), body=wresp.body, headers=headers)

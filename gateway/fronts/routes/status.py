@@ -18,7 +18,7 @@ from importlib import resources
 from aiohttp import web
 
 from gateway.fronts import status_access
-from gateway.fronts.state import CONFIG_KEY, METRICS_KEY, POOLS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, METRICS_KEY, QUEUES_KEY, STATE_KEY
 from gateway.observability.status import SAMPLE_INTERVAL_S, StatusSampler
 
 PAGE = "status.html"
@@ -78,7 +78,7 @@ async def sampler_context(app: web.Application) -> AsyncIterator[None]:
 
 def setup(app: web.Application) -> None:
     app[SAMPLER_KEY] = StatusSampler(
-        app[CONFIG_KEY], app[METRICS_KEY], app[STATE_KEY], app[POOLS_KEY], app[QUEUES_KEY]
+        app[CONFIG_KEY], app[METRICS_KEY], app[STATE_KEY], app[BACKENDS_KEY], app[QUEUES_KEY]
     )
     app.cleanup_ctx.append(sampler_context)
     app.on_shutdown.append(_end_streams)

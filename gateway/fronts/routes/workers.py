@@ -23,8 +23,9 @@ from aiohttp import web
 from gateway.codecs.ipc import TCP_PREFIX, split_tcp
 from gateway.config import ServiceConfig
 from gateway.core import errors
+from gateway.core.backend import ServiceBackend
 from gateway.core.metadata import ModelMetadata
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
 from gateway.http.body import read_body
 from gateway.manage.spec import spec_of
 
@@ -33,9 +34,9 @@ MAX_REGISTRATION_BYTES = 256 * 1024
 _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def _service(request: web.Request) -> tuple[ServiceConfig, Any]:
+def _service(request: web.Request) -> tuple[ServiceConfig, ServiceBackend]:
     svc = request.app[DATAPLANE_KEY].find(request.match_info["service"])
-    pool = request.app[POOLS_KEY].get(svc.name)
+    pool = request.app[BACKENDS_KEY].get(svc.name)
     if svc.remote_workers is None or pool is None:
         raise errors.Forbidden(f"service {svc.name!r} does not take remote workers")
     auth = request.headers.get("Authorization", "")

@@ -43,6 +43,9 @@ class Processor(ABC):
     # True when cancel_running() really interrupts a run: the worker may then run requests
     # right in its event loop, since a run that takes too long can be stopped there.
     interruptible: ClassVar[bool] = False
+    # The ONNX Runtime execution providers the loaded model really runs on, as the worker's
+    # readiness and the status page report them; None for a processor that has none.
+    providers_used: list[str] | None = None
 
     def __init__(self, service: ServiceConfig) -> None:
         self.service = service

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,10 +12,14 @@ from typing import Any
 from aiohttp import web
 
 from gateway.app import create_app
-from gateway.config import Config, GatewayConfig, ServiceConfig, parse_config
+from gateway.config import Config, GatewayConfig, QueueConfig, ServiceConfig, parse_config
 from gateway.core import errors
 from gateway.fronts.fast_front import FastSite
 from gateway.fronts.server import GatewayRunner, bound_port
+from gateway.lean_http import FastRequest, Query, Reply
+from gateway.queue.records import Consumer
+from gateway.queue.store import Queue
+from tests.gateway.doubles import BackendDouble
 
 # The listener live_gateway starts: "fast" (FastSite, as `gateway serve` does) or "aiohttp"
 # (web.TCPSite only). Set per test by the ``front`` fixture (conftest.py).
@@ -44,10 +48,11 @@ class FakeWorkerResponse:
     body: bytes
     content_type: str
     compute_us: int = 100
+    headers: dict[str, str] | None = None  # a backend's own answer headers, as WorkerResponse's
 
 
 @dataclass
-class FakePool:
+class FakePool(BackendDouble):
     service: ServiceConfig
     gateway: GatewayConfig
     # echo | overloaded | noready | timeout | crash | slow | status
@@ -64,9 +69,6 @@ class FakePool:
 
     async def start(self) -> None:
         self.started = True
-
-    async def wait_ready(self, timeout: float) -> bool:
-        return self.ready
 
     async def stop(self, drain_timeout: float) -> None:
         self.stopped = True
@@ -102,15 +104,36 @@ class FakePool:
 
 @dataclass
 class FakeQueues:
+    """The queue manager as the application sees it (``QueueService``), holding no queue here
+    (``queues`` is empty): the lean front leaves every queue call to aiohttp, whose route
+    calls ``handle``."""
+
     names: set[str]
     handled: list[tuple[str, str, bytes | None]] = field(default_factory=list)
     started: bool = False
+    closing: bool = False
+    backend_name: str = "fake"
+    queues: dict[str, Queue] = field(default_factory=dict)
+    dispatchers: dict[str, Any] = field(default_factory=dict)
+    listeners: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    watchers: set[web.WebSocketResponse] = field(default_factory=set)
+    advertised: tuple[str, int] | None = None
+
+    @property
+    def configs(self) -> dict[str, QueueConfig]:
+        return {n: QueueConfig() for n in self.names}
 
     async def start(self) -> None:
         self.started = True
 
     async def stop(self) -> None:
         self.started = False
+
+    async def shutdown(self) -> None:
+        self.closing = True
+
+    def advertise(self, host: str, port: int) -> None:
+        self.advertised = (host, port)
 
     def has(self, name: str) -> bool:
         return name in self.names
@@ -119,6 +142,18 @@ class FakeQueues:
         body = await request.read() if request.body_exists else None
         self.handled.append((request.method, queue_name, body))
         return web.Response(text="7", headers={"X-Eas-Queueservice-Request-Id": "rid-1"})
+
+    async def forward(self, queue_name: str, req: FastRequest, query: Query) -> Reply:
+        return Reply(503, b"served by no gateway", "text/plain")
+
+    async def wait_visible(self, name: str, timeout: float) -> None:
+        pass
+
+    def schedule_release(self, q: Queue, c: Consumer) -> None:
+        pass
+
+    def storage_failure(self) -> str | None:
+        return None
 
     def snapshot(self) -> dict[str, Any]:
         return {"queues": {n: {"length": 3} for n in self.names}}

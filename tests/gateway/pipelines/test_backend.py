@@ -16,8 +16,10 @@ from eas_sdk.codecs.eas import decode_tf_response, encode_tf_request
 from gateway.backends.pipelines.backend import PipelineBackend, step_service
 from gateway.backends.pipelines.timings import TIMINGS_HEADER, StepTimings
 from gateway.backends.threads import ThreadService
-from gateway.config import ConfigError, GatewayConfig, parse_config
+from gateway.config import ConfigError, GatewayConfig, ServiceConfig, parse_config
+from gateway.core import errors
 from gateway.core.calls import WorkerRequest
+from tests.gateway.front.fakes import FakePool
 from tests.waiting import async_wait_until
 
 OPS = f"{Path(__file__).resolve().parent / 'fixture_ops.py'}"
@@ -260,7 +262,9 @@ async def test_a_model_in_the_gateway_s_threads(tmp_path: Path) -> None:
         await backend.stop(0.0)
 
 
-async def test_a_step_calls_a_service_that_runs_in_the_gateway_s_threads(tmp_path: Path) -> None:
+def _chain(tmp_path: Path) -> tuple[ServiceConfig, ServiceConfig]:
+    """A service run in the gateway's threads (``doubler``), and a pipeline whose one step
+    (``twice``) calls it."""
     model = _double_model(tmp_path / "double.onnx")
     doubler = {
         "name": "doubler",
@@ -274,6 +278,11 @@ async def test_a_step_calls_a_service_that_runs_in_the_gateway_s_threads(tmp_pat
         "steps": [{"name": "twice", "service": "doubler", "inputs": {"x": "request.x"}, "outputs": ["y"]}],
         "outputs": {"y": "twice.y"}}}  # fmt: skip
     svc, pipe = parse_config({"services": [doubler, raw]}).services
+    return svc, pipe
+
+
+async def test_a_step_calls_a_service_that_runs_in_the_gateway_s_threads(tmp_path: Path) -> None:
+    svc, pipe = _chain(tmp_path)
     threads = ThreadService(svc, GatewayConfig())
     backend = PipelineBackend(pipe, GatewayConfig(), {"doubler": threads}, pool_factory=lambda *a: None)
     await threads.start()
@@ -288,6 +297,37 @@ async def test_a_step_calls_a_service_that_runs_in_the_gateway_s_threads(tmp_pat
         await backend.stop(0.0)
         await threads.stop(0.0)
     assert not backend.is_ready()
+
+
+async def test_a_pipeline_names_the_step_that_keeps_it_from_being_ready(tmp_path: Path) -> None:
+    svc, pipe = _chain(tmp_path)
+    step_pool = FakePool(svc, GatewayConfig(), ready=False)  # its workers still starting
+    backend = PipelineBackend(pipe, GatewayConfig(), {"doubler": step_pool}, pool_factory=FakePool)
+    assert backend.not_ready_reason() == "the pipeline is not started"
+    await backend.start()
+    try:
+        assert not backend.is_ready()
+        assert backend.not_ready_reason() == "step twice: it has no ready worker"
+        step_pool.ready = True
+        assert backend.is_ready() and backend.not_ready_reason() is None
+        with pytest.raises(errors.BadRequest, match="pipeline service: it has no workers"):
+            await backend.scale(2, 0.0)  # its workers are its steps'
+    finally:
+        await backend.stop(0.0)
+
+
+async def test_calls_in_flight_are_counted_until_answered(backends: dict[str, PipelineBackend]) -> None:
+    """``pending``: the pipeline's calls in flight, as the service manager lists them."""
+    slow = backends["slow"]
+    op = slow._ops[0].op
+    op.hold()
+    try:
+        calls = [asyncio.ensure_future(_call(slow, {"x": [1.0]})) for _ in range(3)]
+        await async_wait_until(lambda: slow.pending == 3, 10, "three calls in flight")
+    finally:
+        op.release()
+    await asyncio.gather(*calls)
+    assert slow.pending == 0
 
 
 async def test_a_model_s_names_are_checked_when_it_loads(tmp_path: Path) -> None:

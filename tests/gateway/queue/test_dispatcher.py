@@ -16,6 +16,7 @@ from gateway.core import errors
 from gateway.core.calls import WorkerRequest, WorkerResponse
 from gateway.queue.dispatcher import DISPATCH_GROUP, Dispatcher, worker_capacity
 from gateway.queue.manager import QueueManager
+from tests.gateway.doubles import BackendDouble
 from tests.gateway.queue.conftest import async_service as _svc
 
 # The real request and response types the pool carries.
@@ -29,7 +30,7 @@ UpstreamTimeout = errors.UpstreamTimeout
 
 
 @dataclass
-class FakePool:
+class FakePool(BackendDouble):
     """Replies ``reply(body)``; records concurrency and calls."""
 
     reply: Callable[[bytes], Resp | BaseException]
@@ -37,6 +38,7 @@ class FakePool:
     calls: list[str] = field(default_factory=list)
     inflight: int = 0
     max_inflight: int = 0
+    service: ServiceConfig = field(default_factory=_svc)
 
     async def dispatch(self, req: Req, timeout: float) -> Resp:
         self.calls.append(req.request_id)
@@ -272,12 +274,9 @@ async def test_an_empty_error_reply_is_still_a_result(qm: QueueManager) -> None:
 
 @dataclass
 class BootingPool(FakePool):
-    """No worker is ready until ``ready`` is set (as WorkerPool: ready_endpoints, NoReadyWorker)."""
+    """No worker is ready until ``ready`` is set (as WorkerPool: is_ready, NoReadyWorker)."""
 
     ready: bool = False
-
-    def ready_endpoints(self) -> list[tuple[str, int]]:
-        return [("127.0.0.1", 1)] if self.ready else []
 
     async def dispatch(self, req: Req, timeout: float) -> Resp:
         if not self.ready:
@@ -299,6 +298,27 @@ async def test_waits_for_a_ready_worker_instead_of_writing_503s(qm: QueueManager
     await d.stop()
     assert {r.tags["status"] for r in _sink(qm).values()} == {"200"} and set(_sink(qm)) == set(rids)
     assert d.snapshot()["ready_waits"] >= 1
+
+
+@pytest.mark.timeout(20)  # the failure this guards against is a hang
+async def test_a_pool_that_answers_wait_ready_at_once_leaves_the_event_loop_free(qm: QueueManager) -> None:
+    """A pool served by remote workers only returns from ``wait_ready`` at once, ready or not:
+    the dispatcher waiting for it must leave the event loop to the rest of the gateway (here:
+    to this test, which makes the pool ready once the dispatcher waits)."""
+
+    @dataclass
+    class Eager(BootingPool):
+        async def wait_ready(self, timeout: float) -> bool:
+            return True
+
+    pool = Eager(_echo)
+    d = await _dispatcher(qm, pool, retry_for_s=0.1)
+    rid = await _put(qm, b"r")
+    await _wait(lambda: d.snapshot()["ready_waits"] >= 1)
+    pool.ready = True
+    await _wait(lambda: rid in _sink(qm))
+    await d.stop()
+    assert _sink(qm)[rid].tags["status"] == "200"
 
 
 async def test_a_record_in_flight_when_workers_go_down_waits_for_them(qm: QueueManager) -> None:

@@ -10,31 +10,25 @@ from gateway.config import GatewayConfig, ServiceConfig
 from gateway.core.calls import WorkerRequest, WorkerResponse
 from gateway.worker.processors.base import ProcessorError
 from gateway.worker.processors.registry import create_processor
+from tests.gateway.doubles import BackendDouble
 
 
-class InProcPool:
+class InProcPool(BackendDouble):
     def __init__(self, service: ServiceConfig, gateway: GatewayConfig) -> None:
         self.service = service
         self.processor = create_processor(service)
         self.calls = 0
-        self.restarts_total = 0
         self.metadata: Any = None
 
     async def start(self) -> None:
         await asyncio.to_thread(self.processor.load)
         self.metadata = self.processor.metadata()  # what a ready worker reports
 
-    async def wait_ready(self, timeout: float) -> bool:
-        return True
-
     async def stop(self, drain_timeout: float) -> None:
         self.processor.close()
 
     def ready_endpoints(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", 1)]
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        return []
 
     async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
         self.calls += 1

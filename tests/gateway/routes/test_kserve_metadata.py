@@ -14,7 +14,8 @@ from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.core.dataplane import DataPlane
 from gateway.core.metadata import ModelMetadata, TensorSpec
 from gateway.fronts.routes import kserve
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
+from tests.gateway.doubles import BackendDouble, double_service
 
 TOKEN = "kserve-meta-token-5c1d2e"
 META = ModelMetadata(
@@ -25,12 +26,10 @@ META = ModelMetadata(
 
 
 @dataclass
-class _Pool:
+class _Pool(BackendDouble):
     metadata: ModelMetadata | None = None
-    endpoints: list[tuple[str, int]] = field(default_factory=list)
-
-    def ready_endpoints(self) -> list[tuple[str, int]]:
-        return self.endpoints
+    ready: bool = False
+    service: ServiceConfig = field(default_factory=lambda: double_service("m"))
 
 
 @pytest.fixture
@@ -42,7 +41,7 @@ async def served() -> AsyncIterator[tuple[TestClient, dict[str, _Pool]]]:
     app = web.Application()
     app[CONFIG_KEY] = Config(GatewayConfig(), services)
     pools = {"m": _Pool(), "locked": _Pool()}
-    app[POOLS_KEY] = pools
+    app[BACKENDS_KEY] = pools
     app[DATAPLANE_KEY] = DataPlane(services, pools)
     kserve.setup(app)
     async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as client:

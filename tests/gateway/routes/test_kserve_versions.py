@@ -16,7 +16,8 @@ from gateway.config.versions import version_services
 from gateway.core.dataplane import DataPlane
 from gateway.core.metadata import ModelMetadata, TensorSpec
 from gateway.fronts.routes import kserve
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, POOLS_KEY, STATE_KEY, GatewayState
+from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY, STATE_KEY, GatewayState
+from tests.gateway.doubles import BackendDouble, double_service
 
 OLD = ModelMetadata(
     (TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 4)),), "onnxruntime_onnx"
@@ -27,12 +28,10 @@ NEW = ModelMetadata(
 
 
 @dataclass
-class _Pool:
+class _Pool(BackendDouble):
     metadata: ModelMetadata | None = None
-    endpoints: list[tuple[str, int]] = field(default_factory=lambda: [("127.0.0.1", 1)])
-
-    def ready_endpoints(self) -> list[tuple[str, int]]:
-        return self.endpoints
+    ready: bool = True
+    service: ServiceConfig = field(default_factory=lambda: double_service("m"))
 
 
 async def _serve(with_old_pool: bool) -> TestClient:
@@ -46,7 +45,7 @@ async def _serve(with_old_pool: bool) -> TestClient:
         pools["m@1"] = _Pool(OLD)
     app = web.Application()
     app[CONFIG_KEY] = Config(GatewayConfig(), (svc,))
-    app[POOLS_KEY] = pools
+    app[BACKENDS_KEY] = pools
     app[STATE_KEY] = GatewayState(started=True)
     app[DATAPLANE_KEY] = DataPlane([svc, *older], pools)
     kserve.setup(app)

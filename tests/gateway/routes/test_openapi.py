@@ -10,6 +10,7 @@ from typing import Any
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.fronts.routes.openapi import spec_bytes
+from tests.gateway.front.fakes import FakePool, FakeQueues
 
 # aiohttp's catch-all tails carry the service name first, as the description's {service} does.
 _TEMPLATES = {"{tail}": "{service}"}
@@ -21,7 +22,7 @@ _ANY = "*"
 def _mounted() -> dict[str, set[str]]:
     cfg = parse_config({"services": []})
     app = create_app(
-        cfg, pool_factory=lambda s, g: object(), queue_factory=lambda c: object(), cluster_serving=True
+        cfg, pool_factory=FakePool, queue_factory=lambda c: FakeQueues(set()), cluster_serving=True
     )
     out: dict[str, set[str]] = {}
     for route in app.router.routes():

@@ -321,13 +321,15 @@ async def test_stop_drains_in_flight_requests(models: dict[str, Path]) -> None:
     pool = WorkerPool(echo_service(), fast_gateway())
     await pool.start()
     try:
-        assert await pool.wait_ready(30)
+        assert await pool.wait_ready(30) and pool.is_ready()
         pid = pool.snapshot()[0]["pid"]
         inflight = asyncio.create_task(pool.dispatch(WorkerRequest(b"sleep:1"), 5))
         await _until(lambda: pool.snapshot()[0]["outstanding"] == 1, 5, "the request in flight")
         stopper = asyncio.create_task(pool.stop(5))
         await _until(lambda: pool._stopping, 5, "the pool stopping")
         assert not inflight.done()
+        # Its worker still finishes the call, but the pool takes no more: not ready, saying why.
+        assert not pool.is_ready() and pool.not_ready_reason() == "the service is stopping"
         with pytest.raises(NoReadyWorker):
             await pool.dispatch(WorkerRequest(b"late"), 5)
         assert (await inflight).body == b"slept 1"
