@@ -3,7 +3,9 @@
 While each attack runs, another service is called in a loop (its p99 latency) and the
 gateway's RSS is sampled; the attacker must get the documented 4xx, the gateway's RSS may
 grow by at most ``RSS_BOUND_MB`` over its level before the attack and the other service's
-p99 stays at most ``P99_BOUND_S``.
+p99 stays at most ``P99_BOUND_S``, or five times its slowest call with no attack where this
+machine is slower than that (calibration, as in docs/reliability.md, instead of one fixed
+figure: over the few dozen calls of an attack, the p99 is about the slowest call).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tests.waiting import wait_until
 TOKEN = "e2e-hostile-token-5f1c0a9e"
 RSS_BOUND_MB = 256
 P99_BOUND_S = 0.100
+BASELINE_FACTOR = 5  # the p99 gate's multiple of the slowest call with no attack
 MAX_UNVERIFIED = 8 << 20
 
 
@@ -63,16 +66,41 @@ def _model_workers(gw: GatewayProcess) -> set[int]:
     return {w["pid"] for svc in gw.services().values() for w in svc.get("workers", []) if w.get("pid")}
 
 
+def _p99(latencies: list[float]) -> float:
+    lat = sorted(latencies)
+    return lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+
+
+def _baseline(gw: GatewayProcess, calls: int = 100) -> float:
+    """The probe's slowest call with no attack, just before one (about a second of calls at
+    the probe's pace): what this machine gives now, loaded or not."""
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+    latencies = []
+    try:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            conn.request("POST", "/api/predict/echo", body=b"ping")
+            resp = conn.getresponse()
+            assert (resp.status, resp.read()) == (200, b"ping")
+            latencies.append(time.perf_counter() - t0)
+            time.sleep(0.01)  # the probe's pace
+    finally:
+        conn.close()
+    return max(latencies)
+
+
 class Probe:
     """Calls echo in a loop on one kept-alive connection and samples the gateway's RSS.
     ``helpers``: with the processes the gateway starts to do its own work (its parser
-    process), every child but the model workers."""
+    process), every child but the model workers. ``check_latency``: first measure the
+    slowest call with no attack, for the p99 gate."""
 
-    def __init__(self, gw: GatewayProcess, helpers: bool = False) -> None:
+    def __init__(self, gw: GatewayProcess, helpers: bool = False, check_latency: bool = True) -> None:
         self.gw = gw
         self.proc = psutil.Process(gw.pid)
         self.workers = _model_workers(gw) if helpers else None
         self.latencies: list[float] = []
+        self.baseline = _baseline(gw) if check_latency else 0.0
         self.rss_peak = self.base_rss = self.rss()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -109,14 +137,19 @@ class Probe:
 
     def check(self, p99_bound_s: float | None = P99_BOUND_S) -> None:
         grown_mb = (self.rss_peak - self.base_rss) / (1 << 20)
-        lat = sorted(self.latencies)
+        lat = self.latencies
         assert len(lat) >= 10, "the other service was not answered during the attack"
-        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-        print(f"RSS growth {grown_mb:.1f} MB, echo p99 {p99 * 1000:.1f} ms over {len(lat)} calls")
-        assert grown_mb <= RSS_BOUND_MB, f"gateway RSS grew {grown_mb:.0f} MB"
-        assert p99_bound_s is None or p99 <= p99_bound_s, (
-            f"echo p99 {p99 * 1000:.1f} ms over {len(lat)} calls"
+        p99 = _p99(lat)
+        print(
+            f"RSS growth {grown_mb:.1f} MB, echo p99 {p99 * 1000:.1f} ms over {len(lat)} calls"
+            f" (slowest with no attack {self.baseline * 1000:.1f} ms)"
         )
+        assert grown_mb <= RSS_BOUND_MB, f"gateway RSS grew {grown_mb:.0f} MB"
+        if p99_bound_s is not None:
+            bound = max(p99_bound_s, BASELINE_FACTOR * self.baseline)
+            assert p99 <= bound, (
+                f"echo p99 {p99 * 1000:.1f} ms over {len(lat)} calls, bound {bound * 1000:.1f} ms"
+            )
 
 
 def _status(sock: socket.socket, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -205,6 +238,13 @@ def test_unauthenticated_bodies_are_capped(gw: GatewayProcess) -> None:
     assert 'easgw_admission_refused_total{reason="unverified_bytes"}' in _metrics(gw)
 
 
+def _connections(gw: GatewayProcess) -> float:
+    """The gateway's count of open client connections (its /metrics; this call's included),
+    or infinity while it refuses this call too (no figures in its answer)."""
+    line = next((ln for ln in _metrics(gw).splitlines() if ln.startswith("easgw_connections ")), None)
+    return float(line.split()[1]) if line else float("inf")
+
+
 def _metrics(gw: GatewayProcess) -> str:
     conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
     try:
@@ -286,7 +326,7 @@ def test_answer_size_is_bounded(gw: GatewayProcess) -> None:
         while not frames and time.monotonic() - started < 10:
             frames = sink.get(request_id=rid, length=1, timeout="2s")
         assert frames and frames[0].tags["status"] == "413", frames
-        assert time.monotonic() - started < 5
+        assert gw.services()["aecho"]["dispatcher"]["retries_total"] == 0  # the first answer stands
     finally:
         q.close()
         sink.close()
@@ -297,18 +337,23 @@ def test_connections_are_capped(gw: GatewayProcess) -> None:
     try:
         for _ in range(120):
             socks.append(socket.create_connection(("127.0.0.1", gw.port)))
-        time.sleep(0.3)
-        refused = 0
         for s in socks:
             s.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                if s.recv(4096).startswith(b"HTTP/1.1 503"):
-                    refused += 1
-        assert refused >= 120 - 96
+        refused: set[int] = set()
+
+        def all_over_the_cap_refused() -> bool:
+            for i, s in enumerate(socks):
+                with contextlib.suppress(BlockingIOError):
+                    if i not in refused and s.recv(4096).startswith(b"HTTP/1.1 503"):
+                        refused.add(i)
+            return len(refused) >= 120 - 96
+
+        wait_until(all_over_the_cap_refused, 10, "a 503 on every connection over the cap")
     finally:
         for s in socks:
             s.close()
-    time.sleep(0.2)
+    # Once the gateway has seen them close, it takes calls again.
+    wait_until(lambda: _connections(gw) < 96, 10, "the closed connections let go")
     assert _post(gw, "/api/predict/echo", b'"ok"') == (200, "ok")
     assert 'easgw_admission_refused_total{reason="connections"}' in _metrics(gw)
 
@@ -436,7 +481,7 @@ def _sampled(gw: GatewayProcess, path: str, body: bytes) -> tuple[tuple[int, dic
     sampled the other service enough; -> (the first answer, the probe). Every answer must
     have the first one's status."""
     auth = {"Authorization": TOKEN}
-    with Probe(gw, helpers=True) as probe:
+    with Probe(gw, helpers=True, check_latency=False) as probe:
         first = _raw_post(gw, path, body, auth)
         deadline = time.monotonic() + 60
         while len(probe.latencies) < 20 and time.monotonic() < deadline:
