@@ -292,7 +292,18 @@ class QueueManager:
         try:
             owner = self._owner(queue_name, req.headers)
             path_qs = req.path + ("?" + urlencode(query) if query else "")
-            return await self.forwarder.call(owner, req.method, path_qs, req.headers, req.body)
+            # In a task of its own: the lean front drives its handlers without one on Python
+            # 3.11, and aiohttp's client refuses to time a request outside a task ("Timeout
+            # context manager should be used inside a task": every call forwarded by a
+            # gateway that had lost the lease answered 500).
+            call = asyncio.ensure_future(
+                self.forwarder.call(owner, req.method, path_qs, req.headers, req.body)
+            )
+            try:
+                return await call
+            except asyncio.CancelledError:
+                call.cancel()  # the client left: the holder sees it leave too
+                raise
         except QueueError as err:
             return error_reply(err)
 
