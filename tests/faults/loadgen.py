@@ -1,0 +1,221 @@
+"""The load of a fault run, through our SDK, recording a history of every operation.
+
+Run inside the client's namespace: ``python -m tests.faults.loadgen SPEC.json``. It keeps
+
+* one producer per gateway in ``put_via``: ``QueueClient.put`` of a unique value each time
+  (the SDK sends one request id per put and repeats it on its retries);
+* one consumer of group ``check`` on ``watch_via``: a watch with a window, committing each
+  record it reads;
+* one caller of the predict service on ``predict_via`` with ``PredictClient``;
+
+until the file ``stop`` names appears. Then the producers and the caller stop and the
+consumer drains: it reads on until it has seen every acknowledged value and nothing new
+came for ``quiet_s``, or ``drain_s`` passed.
+
+Every operation is one JSON line in ``history``, written as it completes (a run killed
+half-way leaves a readable prefix): ``{"p": process, "f": put|read|commit|predict,
+"type": ok|fail|info, "t0": invoke, "t1": completion, ...}`` with monotonic times (one
+clock for the whole machine, so the suite's fault times compare with them). ``info`` is
+an operation whose outcome is unknown (a put that failed after it may have reached the
+server).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from eas_sdk import PredictClient, QueueClient
+from eas_sdk.errors import ClientHTTPError, PredictException, TransportError
+
+
+class History:
+    def __init__(self, path: Path) -> None:
+        self._out = path.open("a", encoding="utf-8", buffering=1)
+        self._lock = threading.Lock()
+
+    def add(self, **event: Any) -> None:
+        line = json.dumps(event, separators=(",", ":"))
+        with self._lock:
+            self._out.write(line + "\n")
+
+    def close(self) -> None:
+        self._out.close()
+
+
+def _status(exc: BaseException) -> int | None:
+    code = getattr(exc, "code", None)
+    return code if isinstance(code, int) else None
+
+
+def _kind(exc: BaseException) -> str:
+    """``fail`` when the server refused the put for sure (a 4xx: nothing stored), ``info``
+    when it may have stored it (a 5xx, a timeout, a dropped connection)."""
+    if isinstance(exc, ClientHTTPError) and _status(exc) not in (408, 429):
+        return "fail"
+    return "info"
+
+
+class Load:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.history = History(Path(spec["history"]))
+        self.stop_file = Path(spec["stop"])
+        self.stopping = threading.Event()
+        self.acked: set[str] = set()
+        self.seen: set[str] = set()
+        self.last_read = time.monotonic()
+        self.lock = threading.Lock()
+        self.watcher: Any = None
+
+    def _queue_client(self, url: str, uid: str) -> QueueClient:
+        q = QueueClient(url, self.spec["queue"])
+        q.set_token(self.spec["token"])
+        q.set_timeout(self.spec.get("timeout_ms", 3000))
+        q.set_retry_count(self.spec.get("retries", 3))
+        q.init(uid=uid, gid="check")
+        return q
+
+    # ------------------------------------------------------------------ producers
+    def produce(self, name: str, url: str) -> None:
+        q = self._queue_client(url, name)
+        n = 0
+        pause = self.spec.get("put_pause_s", 0.02)
+        while not self.stopping.is_set():
+            n += 1
+            value = f"{name}-{n}"
+            t0 = time.monotonic()
+            try:
+                index, rid = q.put(value.encode())
+            except PredictException as exc:
+                self.history.add(
+                    p=name, f="put", type=_kind(exc), t0=t0, t1=time.monotonic(), value=value,
+                    via=url, status=_status(exc), error=f"{type(exc).__name__}: {str(exc)[:160]}",
+                )  # fmt: skip
+            else:
+                with self.lock:
+                    self.acked.add(value)
+                self.history.add(
+                    p=name, f="put", type="ok", t0=t0, t1=time.monotonic(), value=value, via=url,
+                    index=int(index), rid=rid,
+                )  # fmt: skip
+            time.sleep(pause)
+        q.close()
+
+    # ------------------------------------------------------------------ consumer
+    def consume(self, url: str) -> None:
+        q = self._queue_client(url, "consumer")
+        watcher = q.watch(0, window=self.spec.get("window", 16))
+        self.watcher = watcher
+        try:
+            for rec in watcher.run():
+                t = time.monotonic()
+                value = bytes(rec.data).decode(errors="replace")
+                index = int(rec.index)
+                with self.lock:
+                    self.seen.add(value)
+                    self.last_read = t
+                self.history.add(p="consumer", f="read", type="ok", t0=t, t1=t, value=value, index=index)
+                t0 = time.monotonic()
+                try:
+                    q.commit(index)
+                except PredictException as exc:
+                    self.history.add(
+                        p="consumer", f="commit", type=_kind(exc), t0=t0, t1=time.monotonic(), index=index,
+                        status=_status(exc), error=f"{type(exc).__name__}: {str(exc)[:160]}",
+                    )  # fmt: skip
+                else:
+                    self.history.add(
+                        p="consumer", f="commit", type="ok", t0=t0, t1=time.monotonic(), index=index
+                    )
+        except PredictException as exc:
+            self.history.add(
+                p="consumer", f="watch", type="fail", t0=time.monotonic(), t1=time.monotonic(), error=str(exc)
+            )
+        finally:
+            q.close()
+
+    # ------------------------------------------------------------------ predict
+    def predict(self, url: str) -> None:
+        client = PredictClient(url, self.spec["service"])
+        client.set_token(self.spec["token"])
+        client.set_timeout(self.spec.get("predict_timeout_ms", 4000))
+        client.set_retry_count(self.spec.get("predict_retries", 1))
+        client.init()
+        n = 0
+        while not self.stopping.is_set():
+            n += 1
+            body = f"pred-{n}".encode()
+            t0 = time.monotonic()
+            try:
+                got = client.predict(body)
+            except TransportError as exc:
+                self.history.add(
+                    p="predict", f="predict", type="info", t0=t0, t1=time.monotonic(), status=None,
+                    error=f"{type(exc).__name__}: {str(exc)[:160]}",
+                )  # fmt: skip
+            except PredictException as exc:
+                self.history.add(
+                    p="predict", f="predict", type="fail", t0=t0, t1=time.monotonic(), status=_status(exc),
+                    error=f"{type(exc).__name__}: {str(exc)[:160]}",
+                )  # fmt: skip
+            else:
+                ok = bytes(got) == body
+                self.history.add(
+                    p="predict", f="predict", type="ok" if ok else "fail", t0=t0, t1=time.monotonic(),
+                    status=200, error=None if ok else f"answer {bytes(got)[:40]!r} for {body!r}",
+                )  # fmt: skip
+            time.sleep(self.spec.get("predict_pause_s", 0.05))
+        client.close()
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> int:
+        threads = [
+            threading.Thread(target=self.produce, args=(f"p{i}", url), daemon=True)
+            for i, url in enumerate(self.spec["put_via"])
+        ]
+        if self.spec.get("predict_via"):
+            threads.append(
+                threading.Thread(target=self.predict, args=(self.spec["predict_via"],), daemon=True)
+            )
+        consumer = threading.Thread(target=self.consume, args=(self.spec["watch_via"],), daemon=True)
+        for t in [*threads, consumer]:
+            t.start()
+        self.history.add(p="load", f="start", type="ok", t0=time.monotonic(), t1=time.monotonic())
+        while not self.stop_file.exists():
+            time.sleep(0.05)
+        self.stopping.set()
+        for t in threads:
+            t.join(self.spec.get("join_s", 30))
+        # Drain: every acknowledged value read, then quiet (redeliveries have settled).
+        deadline = time.monotonic() + self.spec.get("drain_s", 30)
+        quiet = self.spec.get("quiet_s", 1.5)
+        while time.monotonic() < deadline:
+            with self.lock:
+                done = self.acked <= self.seen and time.monotonic() - self.last_read > quiet
+            if done:
+                break
+            time.sleep(0.05)
+        if self.watcher is not None:
+            self.watcher.close()
+        consumer.join(10)
+        with self.lock:
+            missing = len(self.acked - self.seen)
+        self.history.add(
+            p="load", f="end", type="ok", t0=time.monotonic(), t1=time.monotonic(), unread=missing
+        )
+        self.history.close()
+        return 0
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    return Load(spec).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
