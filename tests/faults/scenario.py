@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ class Step:
     heal: Callable[[Cluster], None]
     hold_s: float
     documented_loss: bool = False
+    # Hosts the fault leaves unable to answer at all (a paused gateway), set by ``inject``.
+    silenced: list[str] = field(default_factory=list)
 
 
 def holder(cluster: Cluster, hosts: tuple[str, ...] = ("gw1", "gw2")) -> str | None:
@@ -144,7 +146,8 @@ def run_schedule(
         time.sleep(step.hold_s)  # the fault's duration is the test
         step.heal(cluster)
         heal = time.monotonic()
-        faults.append(Fault(step.name, start, heal, step.documented_loss))
+        silent = predict_via in step.silenced
+        faults.append(Fault(step.name, start, heal, step.documented_loss, silent))
         # Served again: a bound the report states, not a timing assertion on the way there.
         with contextlib.suppress(AssertionError):
             wait_for(
@@ -180,16 +183,16 @@ def lossy_step(name: str, a: str, b: str, percent: int, hold_s: float) -> Step:
 
 def pause_step(name: str, hold_s: float) -> Step:
     """SIGSTOP the gateway serving the queue for ``hold_s`` (past its lease), then SIGCONT."""
-    chosen: list[str] = []
 
     def inject(c: Cluster) -> None:
-        chosen[:] = [wait_holder(c)]
-        c.procs[chosen[0]].signal(signal.SIGSTOP)
+        step.silenced[:] = [wait_holder(c)]
+        c.procs[step.silenced[0]].signal(signal.SIGSTOP)
 
     def heal(c: Cluster) -> None:
-        c.procs[chosen[0]].signal(signal.SIGCONT)
+        c.procs[step.silenced[0]].signal(signal.SIGCONT)
 
-    return Step(name, inject, heal, hold_s)
+    step = Step(name, inject, heal, hold_s)
+    return step
 
 
 def redis_restart_step(name: str, aof: bool, hold_s: float) -> Step:
