@@ -75,7 +75,7 @@ class ThreadService(RunsInGateway):
     """A ``placement: thread`` service's backend: a ``ServiceBackend`` (gateway.core.backend)
     in full, its sessions in the place of a pool's workers."""
 
-    # The V2 and gRPC adapters hand their arrays over unencoded (DataPlane.infer_tensors).
+    # The V2 and gRPC adapters hand their arrays over unencoded (DataPlane.tensors_call).
     takes_tensors = True
     restarts_total = 0  # a session is never restarted: a model that loaded keeps running
 

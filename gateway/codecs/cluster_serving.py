@@ -335,10 +335,6 @@ def dumps(doc: Any) -> bytes:
     return json.dumps(doc).encode()
 
 
-def error_body(message: str) -> bytes:
-    return json.dumps({"error": message}).encode()
-
-
 __all__ = [
     "DEFAULT_MAX_IMAGE_PIXELS",
     "DEFAULT_MAX_VALUES",
@@ -347,7 +343,6 @@ __all__ = [
     "ClusterServingRequestError",
     "batch_instances",
     "dumps",
-    "error_body",
     "parse_request",
     "predictions_answer",
     "split_outputs",

@@ -47,10 +47,6 @@ def dumps(doc: Any) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def error_body(message: str) -> bytes:
-    return dumps({"error": message})
-
-
 # ----------------------------------------------------------------------------- V2
 
 
@@ -167,7 +163,6 @@ __all__ = [
     "JSON_TYPE",
     "KServeRequestError",
     "dumps",
-    "error_body",
     "flatten",
     "loads",
     "triton_config",

@@ -14,7 +14,8 @@ Either answer is written straight from the output arrays (gateway.core.json_answ
 refused with 413 before it is built when it would pass the response limit.
 
 An error is ``{"err_no": <status>, "err_msg": "..."}`` (and empty ``key``/``value`` in the
-key/value form) with the same HTTP status, so a client can tell the cause from either.
+key/value form) with the same HTTP status, so a client can tell the cause from either
+(written by gateway/codecs/errors.py, the gateway's one error renderer).
 """
 
 from __future__ import annotations
@@ -152,16 +153,9 @@ def answer(req: PaddleRequest, outputs: Mapping[str, np.ndarray], limit: int = 0
     return json_answer.dumps({"result": dict(outputs)}, limit, floats=_FLOATS)
 
 
-def error(form: str, status: int, message: str) -> bytes:
-    doc: dict[str, Any] = {"err_no": status, "err_msg": message}
-    if form == KEY_VALUE:
-        doc.update(key=[], value=[])
-    return dumps(doc)
-
-
 def form_of(body: bytes) -> str:
     """The form a body seems to be in, for an error's shape (the feed form when unsure)."""
     return KEY_VALUE if b'"key"' in body[:4096] and b'"feed"' not in body[:4096] else FEED
 
 
-__all__ = ["FEED", "KEY_VALUE", "PaddleRequest", "PaddleRequestError", "answer", "error", "form_of", "parse"]
+__all__ = ["FEED", "KEY_VALUE", "PaddleRequest", "PaddleRequestError", "answer", "form_of", "parse"]

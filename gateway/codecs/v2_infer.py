@@ -2,7 +2,7 @@
 
 Parsing and answer building only (no I/O). A request's inputs become numpy arrays, whether
 they came as JSON ``data`` or as binary tensors (``gateway.codecs.v2_binary``), mixed
-freely in one request; the route runs them with ``DataPlane.infer_tensors`` (the worker's
+freely in one request; the route runs them with ``DataPlane.tensors_call`` (the worker's
 TF protobuf path, so the worker checks dtypes and shapes as for an EAS call) and this module
 writes the output arrays back, each as JSON ``data`` or binary as the request asks
 (``binary_data`` per output, ``binary_data_output`` for all), or as its top-k classes

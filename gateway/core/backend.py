@@ -29,7 +29,7 @@ class Backend(Protocol):
     @property
     def takes_tensors(self) -> bool:
         """Whether the V2 and gRPC adapters may hand their arrays over unencoded (a backend
-        in the gateway process: ``DataPlane.infer_tensors``); False: the TF wire form."""
+        in the gateway process: ``DataPlane.tensors_call``); False: the TF wire form."""
         ...
 
     @property

@@ -1,18 +1,28 @@
-"""The dataplane: one protocol-neutral path from a decoded call to a worker and back.
+"""The dataplane: one protocol-neutral path from a call to a backend and back.
 
-Every way into a model goes through one :class:`DataPlane`::
+Every way into a model goes through one :class:`DataPlane`, by one call per kind of entry::
 
-    aiohttp predict route ─┐
-    lean HTTP front ───────┤
-    worker's direct port ──┤   find ─> authenticate ─> admit ─> dispatch ─> WorkerResponse
-    queue dispatcher ──────┤     (400/404)  (401/400) (408/429) (450/503/504, 413 answer too large)
-    KServe V1 / V2 ────────┤
-    Cluster Serving ───────┘   any failure: a GatewayError (gateway/core/errors.py), one status table
+    lean HTTP front, aiohttp predict route, worker's direct port ─ predict_call
+    the queue's front door (lean and aiohttp) ──────────────────── queue_call
+    V2 REST (lean and aiohttp, JSON or binary), V2 gRPC ────────── tensors_call
+    KServe V1, Paddle, Cluster Serving REST ────────────────────── arrays_call
+    async dispatcher, a pipeline's step ────────────────────────── record_call
+    Cluster Serving's Redis stream ─────────────────────────────── record_arrays_call
+    metadata, readiness, statistics, discovery ─────────────────── authorize
 
-An entry point only moves bytes: it turns its transport's request into headers, a raw
-path and a body, asks the dataplane, and writes the answer (or the ``GatewayError``) in
-its own protocol's shape. The gateway has one dataplane over its worker pools; a worker
-process has one over its compute queue, so direct calls get the same checks and errors.
+and each call runs its steps in one order, which only this module decides::
+
+    find ─> wrong kind ─> early refusal ─> hold the body ─> deadline ─> read ─> authenticate
+    (400/404)  (400/405)      (401)            (429)        (400/408)  (408/413)  (401/400)
+      ─> budget ─> dispatch ─> the answer's size ─> the answer
+         (408)     (429/450/503/504)   (413)
+
+Any failure is a GatewayError (gateway/core/errors.py): one status table. An adapter only
+moves bytes: it turns its transport's request into headers, a raw path and a body (the
+bytes, or a :class:`BodyReader` when the transport still receives them), makes its call,
+and writes the answer, or the error (gateway/codecs/errors.py), in its protocol's shape.
+The gateway has one dataplane over its backends; a worker process has one over its
+compute queue, so direct calls get the same checks and errors.
 """
 
 from __future__ import annotations
@@ -20,8 +30,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -63,10 +73,42 @@ DROP_HEADERS = frozenset(
 # How the onnx processor is asked for its JSON form (the KServe and Cluster Serving adapters).
 JSON_FORM_HEADERS = {"Content-Type": "application/json", "X-Eas-Request-Format": "json"}
 TF_FORM_HEADERS = {"Content-Type": "application/octet-stream", "X-Eas-Request-Format": "tf"}
-# The JSON form, answered in the TF form: arrays the adapter reads in place (infer_arrays).
+# The JSON form, answered in the TF form: arrays the adapter reads in place (arrays_call).
 JSON_ARRAYS_HEADERS = {**JSON_FORM_HEADERS, RESPONSE_FORMAT_HEADER: "tf"}
 # Raw tokens remembered as verified, per dataplane (a client sends the same token on every call).
 _VERIFIED_MAX = 1024
+
+
+# The protocol's own form of a call, as an adapter's ``decode`` gives it back.
+T = TypeVar("T")
+
+
+class BodyReader(Protocol):
+    """A body the transport still receives (aiohttp: gateway.http.body.RequestBody)."""
+
+    @property
+    def arriving(self) -> bool:
+        """Bytes are still on the way: the call may be refused before them, and they are held
+        against the gateway's admission budget while they arrive."""
+        ...
+
+    @property
+    def hold_bytes(self) -> int:
+        """How many bytes to hold while the body arrives (its length, or a limit if chunked)."""
+        ...
+
+    @property
+    def empty(self) -> bool:
+        """The request has no body at all."""
+        ...
+
+    async def read(self) -> bytes:
+        """The whole body, within the transport's limits (raises GatewayError: 408, 413, ...)."""
+        ...
+
+
+# A call's body: the bytes already in, or a reader for one still arriving.
+Body = bytes | BodyReader
 
 
 class DispatchObserver(Protocol):
@@ -146,11 +188,13 @@ class DataPlane:
         for key in [k for k in self._verified if k[0] == name or k[0].startswith(prefix)]:
             del self._verified[key]
 
-    # ------------------------------------------------------------------ find
+    # ------------------------------------------------------------------ the catalog
     def find(self, raw_name: str) -> ServiceConfig:
         """The service named by a raw (undecoded) path segment: 400 for a malformed name, 404
         for an unknown one. Checking the raw segment means ``..%2F``, ``%00`` or any
-        non-ASCII byte can never match a service."""
+        non-ASCII byte can never match a service. The entry calls below find a service
+        named by a string themselves; an adapter asks only to route by the service's kind
+        or to read its metadata."""
         if not SERVICE_NAME_RE.fullmatch(raw_name):
             raise errors.InvalidServiceName("invalid service name")
         svc = self.services.get(raw_name)
@@ -165,8 +209,233 @@ class DataPlane:
             raise errors.ServiceNotFound(f"service {raw_name!r} not found")
         return svc
 
+    # ------------------------------------------------------------------ entry calls
+    # One per kind of entry. Each runs the steps below in the one order the core keeps:
+    # find -> wrong-kind refusals -> early refusal -> hold the body's bytes -> deadline ->
+    # read the body -> authenticate -> budget -> dispatch -> the answer's size. It returns
+    # the answer or raises a GatewayError (a ``decode`` callback's own request errors pass
+    # through): adapters only translate their transport's request and the answer.
+
+    async def predict_call(
+        self,
+        service: str | ServiceConfig,
+        headers: Mapping[str, str],
+        raw_path: str,
+        body: Body,
+        *,
+        method: str = "POST",
+        subpath: str = "",
+        request_id: str = "",
+        arrived: float,
+    ) -> WorkerResponse:
+        """An EAS predict. ``service``: the raw path segment, or the service an adapter's own
+        route table holds; ``body``: the bytes already in, or a reader for a body the
+        transport still receives; ``arrived``: when the call came (monotonic), which the
+        caller's deadline also pays the upload from."""
+        svc = service if isinstance(service, ServiceConfig) else self.find(service)
+        self._refuse_queue_call(svc, headers)  # before 405: a queue GET says what is wrong
+        if method != "POST":
+            raise errors.MethodNotAllowed(f"method {method} is not allowed; use POST", allow="POST")
+        if subpath and any(ord(c) < 0x21 or ord(c) > 0x7E for c in subpath):
+            raise errors.BadRequest("invalid characters in the request path")
+        tokens = svc.tokens
+        auth = headers.get(HEADER_AUTHORIZATION) if tokens else None
+        if isinstance(body, bytes):  # the hot path: the body is in, nothing held, no read
+            if tokens and not auth:
+                raise errors.Unauthorized("invalid or missing token")
+            deadline = self._caller_deadline(headers)
+            data = body
+        else:
+            received, deadline = await self._receive(svc, headers, body)
+            data = received or b""  # read: always bytes
+        if tokens and (svc.name, auth) not in self._verified:  # a raw token seen before passes
+            self._authenticate(svc, headers, raw_path, data)
+        timeout = self._budget(svc, deadline, arrived)
+        return await self._dispatch(
+            svc, headers, data, subpath=subpath, request_id=request_id, timeout=timeout
+        )
+
+    async def queue_call(
+        self,
+        service: str | ServiceConfig,
+        queue: str,
+        headers: Mapping[str, str],
+        raw_path: str,
+        body: Body,
+        *,
+        method: str,
+    ) -> bytes | None:
+        """The queue's front door (a put, a get, a watch, ...): wrong-kind refusal, early
+        refusal, body hold and read, credentials checked against ``queue`` (the service's
+        queue or its sink). -> the body a POST carries (None otherwise) for the queue's own
+        handlers; the call itself is theirs to serve."""
+        svc = service if isinstance(service, ServiceConfig) else self.find(service)
+        self._refuse_predict_call(svc, headers, method, queue)
+        data: bytes | None
+        if isinstance(body, bytes):
+            if svc.tokens and not headers.get(HEADER_AUTHORIZATION):
+                raise errors.Unauthorized("invalid or missing token")
+            data = body if method == "POST" and body else None
+        else:
+            # Only a POST's body is read and signed over (aiohttp's can_read_body).
+            read = method == "POST" and not body.empty
+            data, _ = await self._receive(svc, headers, body, key=queue, read=read, deadline=False)
+        self._authenticate(svc, headers, raw_path, data, key=queue)
+        return data
+
+    async def tensors_call(
+        self,
+        service: str | ServiceConfig,
+        headers: Mapping[str, str],
+        raw_path: str,
+        body: Body | None,
+        decode: Callable[[bytes], Awaitable[tuple[T, Mapping[str, np.ndarray], Sequence[str]]]],
+        *,
+        runs: ServiceConfig | None = None,
+        request_id: str,
+        arrived: float,
+        deadline: float | None = None,
+        declared: Mapping[str, np.dtype[Any]] | None = None,
+        extra: Mapping[str, str] | None = None,
+        answer_headers: dict[str, str] | None = None,
+    ) -> tuple[T, dict[str, np.ndarray]]:
+        """A call with tensors by name (V2 REST, JSON or binary, and V2 gRPC). ``decode``: the
+        body -> (the protocol's call, its input arrays, the output names asked for), run once
+        the call is authenticated and budgeted; ``body``: None when the transport decoded the
+        call already (gRPC: no bytes to sign); ``runs``: the service whose backend serves the
+        model's version asked for (default ``service``); ``deadline``: the transport's own
+        (gRPC), seconds left, instead of ``X-Eas-Deadline-Ms``. -> (the call, the output
+        arrays; see :meth:`_tensors` for ``declared``, ``extra`` and ``answer_headers``)."""
+        svc = service if isinstance(service, ServiceConfig) else self.find_model(service)
+        data, deadline = await self._take_body(svc, headers, body, deadline)
+        self._authenticate(svc, headers, raw_path, data)
+        timeout = self._budget(svc, deadline, arrived)
+        call, inputs, outputs = await decode(data or b"")
+        arrays = await self._tensors(
+            runs or svc, inputs, outputs, request_id=request_id, timeout=timeout, declared=declared,
+            extra=extra, answer_headers=answer_headers,
+        )  # fmt: skip
+        return call, arrays
+
+    async def arrays_call(
+        self,
+        service: str | ServiceConfig,
+        headers: Mapping[str, str],
+        raw_path: str,
+        body: Body,
+        decode: Callable[[bytes], Awaitable[tuple[T, bytes]]],
+        *,
+        request_id: str,
+        arrived: float,
+        max_values: int = 0,
+        extra: Mapping[str, str] | None = None,
+        answer_headers: dict[str, str] | None = None,
+    ) -> tuple[T, dict[str, np.ndarray]]:
+        """A call the adapter turns into the onnx processor's JSON form and whose outputs it
+        writes in its own protocol (KServe V1, Paddle, Cluster Serving). ``decode``: the body
+        -> (the protocol's call, its JSON form), run once the call is authenticated and
+        budgeted. -> (the call, the output arrays; see :meth:`_arrays`)."""
+        svc = service if isinstance(service, ServiceConfig) else self.find_model(service)
+        received, deadline = await self._take_body(svc, headers, body, None)
+        data = received or b""  # the body is always read
+        self._authenticate(svc, headers, raw_path, data)
+        timeout = self._budget(svc, deadline, arrived)
+        call, form = await decode(data)
+        arrays = await self._arrays(
+            svc, form, request_id=request_id, timeout=timeout, max_values=max_values, extra=extra,
+            answer_headers=answer_headers,
+        )  # fmt: skip
+        return call, arrays
+
+    async def record_call(
+        self,
+        svc: ServiceConfig,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        content_type: str | None = None,
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> WorkerResponse:
+        """A call the gateway makes for a client it already admitted: an asynchronous record
+        (authenticated when it was put), a pipeline's step calling another service. Only the
+        dispatch and the answer's size: ``timeout``, what is left of the caller's budget
+        (default: the service's timeout)."""
+        if timeout is None:
+            timeout = svc.timeout_ms / 1000.0
+        return await self._dispatch(
+            svc, headers, body, request_id=request_id, timeout=timeout, content_type=content_type
+        )
+
+    async def record_arrays_call(
+        self, svc: ServiceConfig, body: bytes, *, request_id: str
+    ) -> dict[str, np.ndarray]:
+        """A batch of records in the onnx processor's JSON form, read from a stream the gateway
+        serves (Cluster Serving's Redis stream: no credentials travel with a record), within
+        the service's timeout. -> the output arrays (see :meth:`_arrays`)."""
+        return await self._arrays(svc, body, request_id=request_id, timeout=svc.timeout_ms / 1000.0)
+
+    def authorize(
+        self, svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None = None
+    ) -> None:
+        """A call that dispatches nothing (a model's metadata, readiness or statistics, the
+        discovery of a service's workers): 401 (or 400 ``BadDigest``) unless it carries a
+        valid token or signature for ``svc``."""
+        if svc.tokens and not headers.get(HEADER_AUTHORIZATION):
+            raise errors.Unauthorized("invalid or missing token")
+        self._authenticate(svc, headers, raw_path, body)
+
+    def body_arriving(
+        self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int, key: str = ""
+    ) -> BodyHold:
+        """A transport that receives a body itself (the lean HTTP protocol) tells the core one
+        is arriving, before any of it is read: 401 when the call fails authentication
+        whatever its body holds, 429 when the gateway already receives too much; else the
+        body's ``nbytes`` are held until the transport releases them (once the body is in).
+        The entry call then gets the bytes."""
+        self._refuse_early(svc, headers, True, key)
+        return self._hold_body(svc, headers, nbytes)
+
+    # ------------------------------------------------------------------ the body
+    async def _take_body(
+        self, svc: ServiceConfig, headers: Mapping[str, str], body: Body | None, deadline: float | None
+    ) -> tuple[bytes | None, float | None]:
+        """Early refusal, hold, deadline and read, for whatever form the body comes in."""
+        if body is None or isinstance(body, bytes):
+            if svc.tokens and not headers.get(HEADER_AUTHORIZATION):
+                raise errors.Unauthorized("invalid or missing token")
+            return body, deadline if deadline is not None else self._caller_deadline(headers)
+        return await self._receive(svc, headers, body, deadline=deadline is None, given=deadline)
+
+    async def _receive(
+        self,
+        svc: ServiceConfig,
+        headers: Mapping[str, str],
+        reader: BodyReader,
+        *,
+        key: str = "",
+        read: bool = True,
+        deadline: bool = True,
+        given: float | None = None,
+    ) -> tuple[bytes | None, float | None]:
+        """A body the transport still reads: refused before it is read (no token at all, or a
+        wrong raw token while it is still arriving: a body already in costs nothing to read,
+        and the token is then looked at once), held while it arrives (429), the caller's
+        deadline read before it (a call already late is refused unread), then read (or not,
+        ``read``: None)."""
+        arriving = reader.arriving
+        self._refuse_early(svc, headers, arriving, key)
+        hold = self._hold_body(svc, headers, reader.hold_bytes) if arriving else None
+        try:
+            left = self._caller_deadline(headers) if deadline else given
+            return (await reader.read() if read else None), left
+        finally:
+            if hold is not None:
+                hold.release()
+
+    # ------------------------------------------------------------------ wrong kind of call
     @staticmethod
-    def refuse_queue_call(svc: ServiceConfig, headers: Mapping[str, str]) -> None:
+    def _refuse_queue_call(svc: ServiceConfig, headers: Mapping[str, str]) -> None:
         """A QueueClient pointed at a predict service: 400 saying so. Queue clients send their
         identity header on every call; a predict call never does."""
         if HEADER_QUEUE_UID in headers:
@@ -176,7 +445,7 @@ class DataPlane:
             )
 
     @staticmethod
-    def refuse_predict_call(svc: ServiceConfig, headers: Mapping[str, str], method: str, queue: str) -> None:
+    def _refuse_predict_call(svc: ServiceConfig, headers: Mapping[str, str], method: str, queue: str) -> None:
         """A PredictClient pointed at a plain queue: 400 saying so, before anything is stored.
         Its calls carry the deadline it waits for an answer (``X-Eas-Deadline-Ms``), which a
         queue put never gives, and no queue identity header."""
@@ -193,23 +462,23 @@ class DataPlane:
             )
 
     # ------------------------------------------------------------------ authenticate
-    def refused_early(self, svc: ServiceConfig, headers: Mapping[str, str], key: str = "") -> bool:
-        """True when a call to ``svc`` fails authentication whatever its body holds, so it can
-        be answered 401 before the body is read: no credentials, or a raw token that matches
-        none of the service's. An ``EAS`` signature covers the body's MD5: it waits for the body."""
+    def _refuse_early(self, svc: ServiceConfig, headers: Mapping[str, str], arriving: bool, key: str) -> None:
+        """401 before the body is read: no credentials; or, while the body is still arriving,
+        a raw token that matches none of the service's. An ``EAS`` signature covers the body's
+        MD5: it waits for the body."""
         if not svc.tokens:
-            return False
+            return
         auth = headers.get(HEADER_AUTHORIZATION)
         if not auth:
-            return True
-        if auth.startswith("EAS ") or (key or svc.name, auth) in self._verified:
-            return False
+            raise errors.Unauthorized("invalid or missing token")
+        if not arriving or auth.startswith("EAS ") or (key or svc.name, auth) in self._verified:
+            return
         if verify(svc.tokens, headers, "", None).ok:
             self._remember(key or svc.name, auth)
-            return False
-        return True
+            return
+        raise errors.Unauthorized("invalid or missing token")
 
-    def authenticate(
+    def _authenticate(
         self, svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None, key: str = ""
     ) -> None:
         """Raise Unauthorized (401) or BadDigest (400) unless the call carries a valid token
@@ -242,16 +511,16 @@ class DataPlane:
         self._verified[(name, auth)] = None
 
     # ------------------------------------------------------------------ admit
-    def hold_body(self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int) -> BodyHold:
-        """Admit a body about to be received (after :meth:`refused_early`): 429 when the
-        gateway already receives too many bytes. A call that can only be authenticated with
-        its body (an ``EAS`` signature) counts against the smaller unverified budget too."""
+    def _hold_body(self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int) -> BodyHold:
+        """Admit a body about to be received: 429 when the gateway already receives too many
+        bytes. A call that can only be authenticated with its body (an ``EAS`` signature)
+        counts against the smaller unverified budget too."""
         auth = headers.get(HEADER_AUTHORIZATION) or ""
         verified = not svc.tokens or not auth.startswith("EAS ")
         return self.admission.hold_body(nbytes, verified=verified)
 
     @staticmethod
-    def caller_deadline(headers: Mapping[str, str]) -> float | None:
+    def _caller_deadline(headers: Mapping[str, str]) -> float | None:
         """The caller's remaining budget (``X-Eas-Deadline-Ms``) in seconds, None without one.
         Checked before the body is read: a call already late is refused at once."""
         raw = headers.get(HEADER_DEADLINE_MS)
@@ -266,7 +535,7 @@ class DataPlane:
         return deadline_ms / 1000.0
 
     @staticmethod
-    def budget(svc: ServiceConfig, deadline: float | None, arrived: float) -> float:
+    def _budget(svc: ServiceConfig, deadline: float | None, arrived: float) -> float:
         """Seconds the call may take: the service's timeout, or less when the caller's deadline
         (which also paid for the upload since ``arrived``, monotonic) leaves less."""
         timeout = svc.timeout_ms / 1000.0
@@ -277,7 +546,7 @@ class DataPlane:
         return timeout
 
     # ------------------------------------------------------------------ dispatch
-    async def infer(
+    async def _dispatch(
         self,
         svc: ServiceConfig,
         headers: Mapping[str, str],
@@ -292,7 +561,7 @@ class DataPlane:
         """Run one call on the service's backend; every failure raises a GatewayError.
         ``content_type``: when ``headers`` is a plain dict, not a case-insensitive one;
         ``tensors``: (inputs, output names) for a backend that ``takes_tensors``, instead of
-        the body (:meth:`infer_tensors`)."""
+        the body (:meth:`_tensors`)."""
         if headers is TF_FORM_HEADERS or headers is JSON_FORM_HEADERS or headers is JSON_ARRAYS_HEADERS:
             sent = dict(headers)  # the adapters' own: nothing to drop, plain str already
         elif type(headers) is Headers:
@@ -356,49 +625,7 @@ class DataPlane:
             self.observer.observe_dispatch(svc.name, elapsed, compute_us)
         return resp
 
-    async def predict(
-        self,
-        svc: ServiceConfig,
-        headers: Mapping[str, str],
-        raw_path: str,
-        body: bytes,
-        *,
-        subpath: str = "",
-        request_id: str = "",
-        arrived: float,
-        deadline: float | None,
-    ) -> WorkerResponse:
-        """A whole predict call once its body is in: authenticate, admit, dispatch.
-        ``deadline``: :meth:`caller_deadline`, which adapters read before the body."""
-        self.refuse_queue_call(svc, headers)
-        self.authenticate(svc, headers, raw_path, body)
-        timeout = self.budget(svc, deadline, arrived)
-        return await self.infer(svc, headers, body, subpath=subpath, request_id=request_id, timeout=timeout)
-
-    async def infer_json(
-        self,
-        svc: ServiceConfig,
-        body: bytes,
-        *,
-        request_id: str,
-        timeout: float,
-        extra: Mapping[str, str] | None = None,
-        answer_headers: dict[str, str] | None = None,
-    ) -> tuple[int, bytes]:
-        """A call in the onnx processor's JSON form (the KServe and Cluster Serving adapters):
-        -> (200, the reply body) or (the processor's status, its error message as UTF-8).
-        ``extra``: caller's headers the backend reads (a pipeline's timings request);
-        ``answer_headers``: filled with the backend's own answer headers (Server-Timing)."""
-        headers = {**JSON_FORM_HEADERS, **extra} if extra else JSON_FORM_HEADERS
-        resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
-        if answer_headers is not None and resp.headers:
-            answer_headers.update(resp.headers)
-        status, reply = int(resp.status), bytes(resp.body)
-        if status == 200:
-            return status, reply
-        return status, errors.message_of(reply).encode()
-
-    async def infer_arrays(
+    async def _arrays(
         self,
         svc: ServiceConfig,
         body: bytes,
@@ -415,14 +642,15 @@ class DataPlane:
         read as arrays over the reply's bytes (``declared``: the model's output dtypes, see
         ``tf_outputs``; default: as the backend's metadata says), never a Python object per
         element. A processor that answers the JSON form anyway (user code) has it parsed when
-        it holds at most ``max_values`` values (413 beyond; 0: no limit). ``extra`` and
-        ``answer_headers`` as for :meth:`infer_json`; a processor's error answer raises
-        ProcessorFailed with its status and message."""
+        it holds at most ``max_values`` values (413 beyond; 0: no limit). ``extra``: the
+        caller's headers the backend reads (a pipeline's timings request); ``answer_headers``:
+        filled with the backend's own answer headers (Server-Timing). A processor's error
+        answer raises ProcessorFailed with its status and message."""
         headers = {**JSON_ARRAYS_HEADERS, **extra} if extra else JSON_ARRAYS_HEADERS
         if declared is None:  # the TF form widens a few dtypes: the model's own, as it declares them
             backend = self.backends.get(svc.name)
             declared = declared_dtypes(backend.metadata if backend is not None else None)
-        resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
+        resp = await self._dispatch(svc, headers, body, request_id=request_id, timeout=timeout)
         if answer_headers is not None and resp.headers:
             answer_headers.update(resp.headers)
         status, reply = int(resp.status), bytes(resp.body)
@@ -440,7 +668,7 @@ class DataPlane:
             message = f"the service's reply is neither a TF PredictResponse nor the JSON form ({exc})"
             raise errors.ProcessorFailed(502, message) from None
 
-    async def infer_tensors(
+    async def _tensors(
         self,
         svc: ServiceConfig,
         inputs: Mapping[str, np.ndarray],
@@ -455,18 +683,18 @@ class DataPlane:
         """A call with tensors by name (the V2 binary and gRPC adapters): it travels in the
         onnx processor's TF protobuf form, so it costs a worker what an EAS TFRequest costs.
         -> the output arrays (``declared``: the model's output dtypes, see ``tf_outputs``;
-        ``extra`` and ``answer_headers`` as for :meth:`infer_json`).
+        ``extra`` and ``answer_headers`` as for :meth:`_arrays`).
         A processor's error answer raises ProcessorFailed with its status and message.
         A backend in the gateway process that ``takes_tensors`` gets the arrays as they are."""
         headers = {**TF_FORM_HEADERS, **extra} if extra else TF_FORM_HEADERS
         backend = self.backends.get(svc.name)
         if backend is not None and backend.takes_tensors:
-            resp = await self.infer(
+            resp = await self._dispatch(
                 svc, headers, b"", request_id=request_id, timeout=timeout, tensors=(inputs, outputs)
             )
         else:
             body = tensors.tf_request(inputs, outputs)
-            resp = await self.infer(svc, headers, body, request_id=request_id, timeout=timeout)
+            resp = await self._dispatch(svc, headers, body, request_id=request_id, timeout=timeout)
         if answer_headers is not None and resp.headers:
             answer_headers.update(resp.headers)
         if isinstance(resp, TensorResponse):
@@ -488,6 +716,8 @@ __all__ = [
     "MIN_DEADLINE_MS",
     "TF_FORM_HEADERS",
     "Backend",
+    "Body",
+    "BodyReader",
     "DataPlane",
     "InferStats",
 ]

@@ -1,8 +1,8 @@
 """Errors the gateway answers with: a stable code, an HTTP status and a message.
 
-Every error response is JSON ``{"code": ..., "message": ..., "request_id": ...}``
-(see gateway.http.middleware). Messages are written for clients: they never carry
-tokens, signatures, file paths or tracebacks.
+Each protocol writes them in its own shape (gateway/codecs/errors.py renders every one).
+Messages are written for clients: they never carry tokens, signatures, file paths or
+tracebacks.
 """
 
 from __future__ import annotations
@@ -187,10 +187,15 @@ def from_exception(exc: BaseException) -> GatewayError:
     return InternalError("internal error")
 
 
-def error_body(code: str, message: str, request_id: str) -> bytes:
-    """The gateway's JSON error body, as every EAS-protocol answer carries it."""
-    doc = {"code": code, "message": message, "request_id": request_id}
-    return json.dumps(doc, ensure_ascii=True).encode()
+def of_status(
+    status: int, message: str, *, headers: Mapping[str, str] | None = None, close: bool = False
+) -> GatewayError:
+    """A GatewayError for a status decided elsewhere (aiohttp's router and parser, a
+    protocol's own request error), with the code of that status."""
+    exc = GatewayError(message, headers=headers, close=close)
+    exc.status = status
+    exc.code = HTTP_STATUS_CODES.get(status, "Error")
+    return exc
 
 
 def message_of(body: bytes) -> str:

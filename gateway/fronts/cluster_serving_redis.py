@@ -170,11 +170,8 @@ class StreamReader:
         try:
             batch = batch_instances([inst for _, _, inst in items])
             # Arrays read over the reply's bytes: no Python object per element.
-            outputs = await self.plane.infer_arrays(
-                self.svc,
-                batch.body,
-                request_id=f"cs-{items[0][1]}"[:128],
-                timeout=self.svc.timeout_ms / 1000.0,
+            outputs = await self.plane.record_arrays_call(
+                self.svc, batch.body, request_id=f"cs-{items[0][1]}"[:128]
             )
         except ClusterServingRequestError as exc:
             log.warning("cluster serving stream %s: %s", self.cfg.stream, exc)

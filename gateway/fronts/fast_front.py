@@ -44,10 +44,12 @@ from eas_sdk._core.constants import (
     PREDICT_PATH_PREFIX,
     SINK_SUFFIX,
 )
-from gateway.codecs import kserve, v2_tensors
+from gateway.codecs import kserve
+from gateway.codecs.errors import Shape, internal, render
 from gateway.codecs.v2_binary import OCTET_STREAM
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.core import errors
+from gateway.core.admission import BodyHold
 from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.fronts import v2_call
 from gateway.fronts.server import Refused
@@ -58,24 +60,11 @@ from gateway.queue.http import Reply, dispatch
 
 log = logging.getLogger("gateway.request")  # the middleware's logger
 
-_JSON = "application/json; charset=utf-8"
 
-
-def _error(exc: errors.GatewayError, rid: str) -> Reply:
-    """The middleware's JSON error shape (middleware.error_response)."""
-    body = errors.error_body(exc.code, exc.message, rid)
-    return Reply(exc.status, body, _JSON, {**exc.headers, HEADER_REQUEST_ID: rid})
-
-
-def _v2_error(exc: Exception, rid: str) -> Reply:
-    """V2's ``{"error"}`` shape (the KServe route's)."""
-    status, body, headers, _ = v2_call.error_reply(exc) or (
-        500,
-        kserve.error_body("internal error"),
-        {},
-        False,
-    )
-    return Reply(status, body, kserve.JSON_TYPE, {**headers, HEADER_REQUEST_ID: rid})
+def _error(exc: Exception, rid: str, shape: Shape = Shape.EAS) -> Reply:
+    """An error in the route's shape (EAS, or V2's ``{"error"}``), as aiohttp's routes answer it."""
+    answer = render(exc, shape, rid)
+    return Reply(answer.status, answer.body, answer.content_type, {**answer.headers, HEADER_REQUEST_ID: rid})
 
 
 class _Route(NamedTuple):
@@ -103,6 +92,9 @@ class Front:
         self.max_body = gw.max_body_bytes if gw.predict_fast_path else 0
         self.refresh()
         self.plane = app[DATAPLANE_KEY]
+        # The body hold ``early`` took, for ``admit`` right after it (one request at a time:
+        # the protocol asks both in one callback).
+        self._arriving: tuple[FastRequest, BodyHold] | None = None
         # Services added, changed or removed at run time (gateway.manage) rebuild the table.
         state = app.get(STATE_KEY)
         if state is not None:
@@ -163,7 +155,7 @@ class Front:
             raise
         except Exception:  # as the middleware: logged with its traceback, a bare 500 answered
             log.exception("unhandled error in %s %s", req.method, req.path, extra={"request_id": rid})
-            reply = _error(errors.GatewayError("internal error"), rid)
+            reply = _error(internal(), rid, Shape.V2 if route.v2 else Shape.EAS)
         finally:
             metrics.inflight.dec()
             elapsed = time.perf_counter() - started
@@ -173,21 +165,26 @@ class Front:
         return reply
 
     def early(self, req: FastRequest) -> Reply | None:
-        """The 401 due before the body is read (FastProtocol's ``early``; the body is still
-        arriving): a token is required and none is sent, or a raw token is wrong."""
+        """The body is still arriving (FastProtocol's ``early``, then ``admit``): the core is
+        told (``body_arriving``), which answers the 401 due before the body (no token, a wrong
+        raw token) or the 429 of a gateway receiving too much, or holds the body's length
+        until it is in; ``admit`` hands that hold to the protocol."""
         route = self.paths[req.path]
-        if not self.plane.refused_early(route.svc, req.headers, route.queue or ""):
-            return None
-        return self._refusal(route, req, errors.Unauthorized("invalid or missing token"), 0.0)
+        nbytes = req.content_length or 0
+        try:
+            hold = self.plane.body_arriving(route.svc, req.headers, nbytes, route.queue or "")
+        except errors.GatewayError as exc:
+            return self._refusal(route, req, exc, 0.0)
+        self._arriving = (req, hold)
+        return None
 
     def admit(self, req: FastRequest) -> Callable[[], None] | None:
-        """The body is still arriving (FastProtocol's ``admit``): hold its length against the
-        gateway's admission budget; None when that is spent (aiohttp then answers the 429)."""
-        try:
-            hold = self.plane.hold_body(self.paths[req.path].svc, req.headers, req.content_length or 0)
-        except errors.TooManyRequests:
-            return None
-        return hold.release
+        """The hold ``early`` took for this body (the protocol asks right after it); released
+        by the protocol once the body is in."""
+        arriving, self._arriving = self._arriving, None
+        if arriving is None or arriving[0] is not req:
+            return None  # not asked about first: aiohttp takes the request over
+        return arriving[1].release
 
     def late(self, req: FastRequest) -> Reply:
         """The 408 for a body not complete within body_timeout_s (FastProtocol's ``late``)."""
@@ -198,21 +195,18 @@ class Front:
     def _refusal(self, route: _Route, req: FastRequest, exc: errors.GatewayError, elapsed: float) -> Reply:
         """An error answered by the protocol itself: counted and logged like ``serve``'s."""
         rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
-        reply = _v2_error(exc, rid) if route.v2 else _error(exc, rid)
+        reply = _error(exc, rid, Shape.V2 if route.v2 else Shape.EAS)
         self.metrics.observe(route.svc.name, exc.status, elapsed)
         if self.access is not None and self.access.isEnabledFor(logging.INFO):
             self._log(req, reply, elapsed, rid)
         return reply
 
     async def _predict(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
-        """The aiohttp route's predict for a POST to the service's own path (the body is in)."""
-        plane = self.plane
+        """An EAS predict to the service's own path (the body is in): one call into the core."""
         try:
-            arrived = time.monotonic()
-            wresp = await plane.predict(
-                svc, req.headers, req.path, req.body,
-                request_id=rid, arrived=arrived, deadline=plane.caller_deadline(req.headers),
-            )  # fmt: skip
+            wresp = await self.plane.predict_call(
+                svc, req.headers, req.path, req.body, request_id=rid, arrived=time.monotonic()
+            )
         except errors.GatewayError as exc:
             return _error(exc, rid)
         ctype = wresp.content_type or DEFAULT_CONTENT_TYPE
@@ -222,18 +216,13 @@ class Front:
 
     async def _v2(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
         """The KServe route's V2 inference for the model's latest version (the body is in)."""
-        plane = self.plane
         try:
-            arrived = time.monotonic()
-            deadline = plane.caller_deadline(req.headers)
-            plane.authenticate(svc, req.headers, req.path, req.body)
             out, header_length = await v2_call.infer(
-                plane, svc, svc, svc.version_names[-1], self.app[BACKENDS_KEY][svc.name].metadata, req.body,
-                req.headers.get(kserve.BINARY_HEADER), request_id=rid,
-                timeout=plane.budget(svc, deadline, arrived),
+                self.plane, svc, svc, svc.version_names[-1], self.app[BACKENDS_KEY][svc.name].metadata,
+                req.headers, req.path, req.body, request_id=rid, arrived=time.monotonic(),
             )  # fmt: skip
-        except (kserve.KServeRequestError, v2_tensors.TensorError, errors.GatewayError) as exc:
-            return _v2_error(exc, rid)
+        except v2_call.ERRORS as exc:
+            return _error(exc, rid, Shape.V2)
         if header_length is None:
             return Reply(200, out, kserve.JSON_TYPE, {HEADER_REQUEST_ID: rid})
         headers = {kserve.BINARY_HEADER: str(header_length), HEADER_REQUEST_ID: rid}
@@ -241,16 +230,9 @@ class Front:
 
     async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
         try:
-            self.plane.refuse_predict_call(svc, req.headers, req.method, name)
+            await self.plane.queue_call(svc, name, req.headers, req.path, req.body, method=req.method)
         except errors.GatewayError as exc:
             return _error(exc, rid)
-        if svc.tokens:
-            # aiohttp's can_read_body: only a POST with a non-empty body hands its bytes to verify.
-            body = req.body if req.method == "POST" and req.body else None
-            try:
-                self.plane.authenticate(svc, req.headers, req.path, body, name)
-            except errors.GatewayError as exc:
-                return _error(exc, rid)
         qm = self.qm
         assert qm is not None  # a queue route exists only with a queue manager
         q = qm.queues.get(name)

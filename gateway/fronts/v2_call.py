@@ -1,12 +1,12 @@
-"""One V2 inference call once its body is in, shared by the aiohttp route
-(gateway/fronts/routes/kserve.py) and the lean front (gateway/fronts/fast_front.py).
+"""One V2 REST inference call, shared by the aiohttp route (gateway/fronts/routes/kserve.py)
+and the lean front (gateway/fronts/fast_front.py).
 
-Parse (JSON, binary or mixed; large bodies off the event loop), find the model's
-signature, run the tensors on the worker's TF protobuf path (``DataPlane.infer_tensors``),
-and build the answer. Authentication and the deadline are the caller's: each reads them
-from its own request. Every failure is raised: a ``KServeRequestError`` or
-``TensorError`` (the client's fault) or a ``GatewayError``; :func:`error_reply` turns any
-of them into the protocol's ``{"error": ...}`` body with its status and headers.
+The call goes into the core as ``DataPlane.tensors_call``, which checks it in the core's
+order and runs the tensors on the worker's TF protobuf path; this module gives it the
+decoding (JSON, binary or mixed; large bodies off the event loop) and builds the answer.
+Every failure is raised (:data:`ERRORS`): a ``KServeRequestError`` or ``TensorError`` (the
+client's fault) or a ``GatewayError``, which the fronts render in V2's ``{"error"}`` shape
+(gateway/codecs/errors.py).
 """
 
 from __future__ import annotations
@@ -16,16 +16,22 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from gateway.codecs import kserve as proto
 from gateway.codecs import v2_infer, v2_tensors
 from gateway.config import ServiceConfig
 from gateway.core import errors, json_answer
-from gateway.core.dataplane import DataPlane
+from gateway.core.dataplane import Body, DataPlane
 from gateway.core.metadata import ModelMetadata
 from gateway.core.parse_pool import parse_off_loop
 
 LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
 ENCODE_ON_LOOP_MAX = 16 << 10  # answers of more elements are written in a thread
+
+
+# What a V2 call raises for a client to read: rendered in V2's shape, everything else is a defect.
+ERRORS = (proto.KServeRequestError, v2_tensors.TensorError, errors.GatewayError)
 
 
 async def infer(
@@ -34,30 +40,37 @@ async def infer(
     runs: ServiceConfig,
     version: str,
     meta: ModelMetadata | None,
-    body: bytes,
-    binary_header: str | None,
+    headers: Mapping[str, str],
+    raw_path: str,
+    body: Body,
     *,
     request_id: str,
-    timeout: float,
+    arrived: float,
     extra: Mapping[str, str] | None = None,
     answer_headers: dict[str, str] | None = None,
 ) -> tuple[bytes | bytearray, int | None]:
     """-> (answer body, JSON header length when binary tensors follow it, else None).
     ``svc``: the model as clients name it; ``runs``: the service whose workers serve
-    ``version``; ``meta``: their signature (None before a worker was ready); ``extra``:
+    ``version``; ``meta``: their signature (None before a worker was ready); ``headers``,
+    ``raw_path``, ``body`` and ``arrived``: the call as the front received it; ``extra``:
     the caller's headers a backend reads, ``answer_headers``: filled with the backend's own
     (a pipeline's timings, see gateway.backends.pipelines.timings)."""
-    if len(body) > LARGE_BODY:
-        # Off the loop, one large parse at a time (its Python objects take 10-20x the body).
-        req = await parse_off_loop(functools.partial(v2_infer.parse_request, body, binary_header))
-    else:
-        req = v2_infer.parse_request(body, binary_header)
+    binary_header = headers.get(proto.BINARY_HEADER)
+
+    async def decode(data: bytes) -> tuple[v2_infer.InferRequest, Mapping[str, np.ndarray], Sequence[str]]:
+        if len(data) > LARGE_BODY:
+            # Off the loop, one large parse at a time (its Python objects take 10-20x the body).
+            req = await parse_off_loop(functools.partial(v2_infer.parse_request, data, binary_header))
+        else:
+            req = v2_infer.parse_request(data, binary_header)
+        return req, req.inputs, req.output_names
+
     # No signature yet (no worker was ever ready): the call goes on, and the pool answers
     # 503 naming why (a model that does not load, workers starting).
     declared, order = _outputs_of(meta)
-    arrays = await plane.infer_tensors(
-        runs, req.inputs, req.output_names, request_id=request_id, timeout=timeout, declared=declared,
-        extra=extra, answer_headers=answer_headers,
+    req, arrays = await plane.tensors_call(
+        svc, headers, raw_path, body, decode, runs=runs, request_id=request_id, arrived=arrived,
+        declared=declared, extra=extra, answer_headers=answer_headers,
     )  # fmt: skip
     # The outputs' size can follow the client's shapes: refused before the answer is built
     # past the limit; a large one written in a thread (it takes the GIL a block at a time).
@@ -95,16 +108,4 @@ def _outputs_of(meta: ModelMetadata | None) -> tuple[Mapping[str, Any], Sequence
     return declared, order
 
 
-def error_reply(exc: Exception) -> tuple[int, bytes, Mapping[str, str], bool] | None:
-    """(status, ``{"error"}`` body, headers, close the connection) for an error a V2 call
-    raised; None for anything else (a defect, which the caller logs and answers 500)."""
-    if isinstance(exc, proto.KServeRequestError):
-        return exc.status, proto.error_body(str(exc)), {}, False
-    if isinstance(exc, v2_tensors.TensorError):
-        return 400, proto.error_body(str(exc)), {}, False
-    if isinstance(exc, errors.GatewayError):
-        return exc.status, proto.error_body(exc.message), exc.headers, exc.close
-    return None
-
-
-__all__ = ["LARGE_BODY", "error_reply", "infer"]
+__all__ = ["ERRORS", "LARGE_BODY", "infer"]

@@ -1,7 +1,9 @@
-"""Reading a request body on aiohttp within the gateway's limits, and refusing before it.
+"""Reading a request body on aiohttp within the gateway's limits.
 
 Shared by every aiohttp adapter over the dataplane: the gateway's routes and the worker's
-direct port (for the calls its lean protocol hands over).
+direct port (for the calls its lean protocol hands over). :class:`RequestBody` is how they
+hand a body still to be read to the dataplane's entry calls, which decide when it is
+refused unread, held against the admission budget and read.
 """
 
 from __future__ import annotations
@@ -12,17 +14,10 @@ import zlib
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from eas_sdk._core.constants import HEADER_AUTHORIZATION
-from gateway.config import ServiceConfig
 from gateway.core import errors
-from gateway.core.admission import BodyHold
-from gateway.core.dataplane import DataPlane
 
 # Inflating more than this much compressed input runs off the event loop.
 _INFLATE_ON_LOOP_MAX = 64 << 10
-# What a body still arriving holds against the gateway's admission budget (routes/body.py
-# holds it before reading, releases it once read; the middleware releases any left over).
-BODY_HOLD_KEY = web.RequestKey("body_hold", BodyHold)
 # A chunked body (no Content-Length) holds this much unless the caller names its limit.
 _CHUNKED_HOLD = 16 << 20
 
@@ -58,27 +53,13 @@ async def read_body(
     Content-Encoding is refused with 415."""
     encoding = request.headers.get("Content-Encoding", "").strip().lower()
     if encoding in ("", "identity"):
-        return await _read_held(request, max_bytes, timeout_s)
+        return await _read_raw(request, max_bytes, timeout_s)
     if not decompress or encoding not in ("gzip", "deflate"):
         raise errors.UnsupportedMediaType(f"Content-Encoding {encoding[:32]!r} is not supported", close=True)
-    raw = await _read_held(request, max_bytes, timeout_s)
+    raw = await _read_raw(request, max_bytes, timeout_s)
     if len(raw) > _INFLATE_ON_LOOP_MAX:
         return await asyncio.to_thread(inflate, raw, encoding, max_bytes)
     return inflate(raw, encoding, max_bytes)
-
-
-async def _read_held(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
-    try:
-        return await _read_raw(request, max_bytes, timeout_s)
-    finally:
-        release_body(request)
-
-
-def release_body(request: web.Request) -> None:
-    """Give back what the request's body held against the admission budget (idempotent)."""
-    hold = request.get(BODY_HOLD_KEY)
-    if hold is not None:
-        hold.release()
 
 
 async def _read_raw(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
@@ -98,21 +79,43 @@ async def _read_raw(request: web.Request, max_bytes: int, timeout_s: float) -> b
         raise errors.BadRequest("malformed request body", close=True) from None
 
 
-def refuse_before_body(
-    plane: DataPlane, svc: ServiceConfig, request: web.Request, key: str = "", max_bytes: int = 0
-) -> None:
-    """401 before the body is read: no token at all; or, while the body is still arriving, a
-    raw token that is wrong (a body already in costs nothing to read, and the dataplane then
-    looks at the token once). A body still arriving is then admitted (429 when the gateway
-    receives too much already): it holds its length, or ``max_bytes`` when chunked."""
-    arriving = request.body_exists and not request.content.is_eof()
-    if svc.tokens and (
-        not request.headers.get(HEADER_AUTHORIZATION)
-        or (arriving and plane.refused_early(svc, request.headers, key))
-    ):
-        raise errors.Unauthorized("invalid or missing token")
-    if arriving and BODY_HOLD_KEY not in request:
+class RequestBody:
+    """An aiohttp request's body as the dataplane's entry calls take it (its ``BodyReader``):
+    read within ``max_bytes`` and ``timeout_s`` (``decompress``: see :func:`read_body`);
+    while it arrives it holds its length, or ``hold_limit`` (the application's body limit
+    when 0) when chunked or longer."""
+
+    __slots__ = ("decompress", "hold_limit", "max_bytes", "request", "timeout_s")
+
+    def __init__(
+        self,
+        request: web.Request,
+        max_bytes: int,
+        timeout_s: float,
+        *,
+        decompress: bool = False,
+        hold_limit: int = 0,
+    ) -> None:
+        self.request = request
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.decompress = decompress
+        self.hold_limit = hold_limit
+
+    @property
+    def arriving(self) -> bool:
+        request = self.request
+        return request.body_exists and not request.content.is_eof()
+
+    @property
+    def hold_bytes(self) -> int:
         # The route's limit, else the application's: a longer body is refused (413) unread.
-        limit = max_bytes or request.client_max_size or _CHUNKED_HOLD
-        nbytes = min(request.content_length or limit, limit)
-        request[BODY_HOLD_KEY] = plane.hold_body(svc, request.headers, nbytes)
+        limit = self.hold_limit or self.request.client_max_size or _CHUNKED_HOLD
+        return min(self.request.content_length or limit, limit)
+
+    @property
+    def empty(self) -> bool:
+        return not self.request.can_read_body
+
+    async def read(self) -> bytes:
+        return await read_body(self.request, self.max_bytes, self.timeout_s, decompress=self.decompress)

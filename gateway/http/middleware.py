@@ -2,9 +2,10 @@
 
 A sane incoming ``X-Request-Id`` (letters, digits, ``._:-``, up to 128 chars)
 is kept so callers can correlate; anything else is replaced by a fresh id from
-``secrets`` (never reflected, so no header injection). Errors become
-``{"code", "message", "request_id"}`` bodies; an unexpected exception is
-logged with its traceback and answered with a bare 500 InternalError.
+``secrets`` (never reflected, so no header injection). Errors are rendered by
+gateway/codecs/errors.py: ``{"code", "message", "request_id"}`` bodies, or ``{"error"}`` on
+KServe and Triton paths; an unexpected exception is logged with its traceback and
+answered with a bare 500 InternalError.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import asyncio
 import logging
 import re
 import secrets
-from collections.abc import Mapping
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
-from gateway.core.errors import HTTP_STATUS_CODES, GatewayError, error_body
-from gateway.http.body import release_body
+from gateway.codecs.errors import ErrorAnswer, Shape, internal, render
+from gateway.core.errors import GatewayError, of_status
 
 log = logging.getLogger("gateway.request")
 
@@ -49,20 +49,11 @@ def request_id(request: web.Request) -> str:
     return request.get(REQUEST_ID_KEY) or "-"
 
 
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    rid: str,
-    headers: dict[str, str] | None = None,
-    close: bool = False,
-) -> web.Response:
-    body = error_body(code, message, rid)
-    resp = web.Response(
-        status=status, body=body, content_type="application/json", charset="utf-8", headers=headers
-    )
-    resp.headers[HEADER_REQUEST_ID] = rid
-    if close:
+def error_response(answer: ErrorAnswer) -> web.Response:
+    """A rendered error (gateway.codecs.errors.render) as an aiohttp response."""
+    headers = {**answer.headers, "Content-Type": answer.content_type}
+    resp = web.Response(status=answer.status, body=answer.body, headers=headers)
+    if answer.close:
         resp.force_close()
     return resp
 
@@ -71,24 +62,13 @@ def _kserve_path(path: str) -> bool:
     return path == "/v2" or path.startswith(("/v1/", "/v2/"))
 
 
-def _error(
-    request: web.Request,
-    status: int,
-    code: str,
-    message: str,
-    rid: str,
-    headers: Mapping[str, str] | None = None,
-    close: bool = False,
-) -> web.Response:
+def _error(request: web.Request, exc: GatewayError, rid: str) -> web.Response:
     """The gateway's error shape; on KServe and Triton paths their ``{"error": ...}`` shape,
     which their clients read (for the errors the gateway and aiohttp raise themselves too:
     an unknown path or method)."""
-    if not _kserve_path(request.path):
-        return error_response(status, code, message, rid, dict(headers or {}), close)
-    resp = web.json_response({"error": message}, status=status, headers=headers)
+    shape = Shape.V2 if _kserve_path(request.path) else Shape.EAS
+    resp = error_response(render(exc, shape, rid))
     resp.headers[HEADER_REQUEST_ID] = rid
-    if close:
-        resp.force_close()
     return resp
 
 
@@ -99,15 +79,15 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         resp = await handler(request)
     except GatewayError as exc:
-        return _error(request, exc.status, exc.code, exc.message, rid, exc.headers, exc.close)
+        return _error(request, exc, rid)
     except web.HTTPException as exc:
-        # Raised by aiohttp (router 404/405, 413 from read(), ...): same JSON shape.
+        # Raised by aiohttp (router 404/405, 413 from read(), ...): same shape.
         if exc.status < 400:
             raise
         headers = {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")}
-        code = HTTP_STATUS_CODES.get(exc.status, "Error")
-        message = exc.reason or code
-        return _error(request, exc.status, code, message, rid, headers, close=exc.status in (408, 413))
+        err = of_status(exc.status, "", headers=headers, close=exc.status in (408, 413))
+        err.message = exc.reason or err.code
+        return _error(request, err, rid)
     except (asyncio.CancelledError, ConnectionError):
         # The client went away: nothing to answer, nothing worth a traceback.
         log.debug("client disconnected", extra={"request_id": rid})
@@ -115,9 +95,7 @@ async def gateway_middleware(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("unhandled error in %s %s", request.method, request.rel_url.raw_path,
                       extra={"request_id": rid})  # fmt: skip
-        return _error(request, 500, "InternalError", "internal error", rid)
-    finally:
-        release_body(request)  # a body held but never read (the handler failed before it)
+        return _error(request, internal(), rid)
     if not resp.prepared:
         resp.headers[HEADER_REQUEST_ID] = rid
     return resp

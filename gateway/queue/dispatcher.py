@@ -5,10 +5,10 @@ queue ``<svc>`` (group ``eas``, uid ``gateway-dispatcher``) with at most ``windo
 at the workers, the service's worker capacity (see ``worker_capacity``), and for each record:
 
 1. sends the record's data to a worker as a synchronous predict of that body would be
-   sent (through the dataplane, gateway/core/dataplane.py), the record's tags as its headers
-   (``requestId`` and
-   ``status`` excepted; only tags that are valid header names and values), so a
-   ``Content-Type`` or ``X-Eas-Request-Format`` tag acts as the header of a sync call;
+   sent (the dataplane's ``record_call``, gateway/core/dataplane.py), the record's tags
+   as its headers (``requestId`` and ``status`` excepted; only tags that are valid header
+   names and values), so a ``Content-Type`` or ``X-Eas-Request-Format`` tag acts as the
+   header of a sync call;
 2. writes the worker's reply to the sink ``<svc>/sink`` under the input's request id
    (the store dedupes puts by request id, so a redelivered record never yields a second
    result), with the input's tags copied and ``status`` = the reply's status code;
@@ -312,7 +312,7 @@ class Dispatcher:
         ctype = next((v for k, v in headers.items() if k.lower() == "content-type"), DEFAULT_CONTENT_TYPE)
         while True:
             try:
-                resp = await self.plane.infer(
+                resp = await self.plane.record_call(
                     svc, headers, data, content_type=ctype, request_id=rid, timeout=timeout
                 )
                 if resp.compute_us > 0 and not self._fixed:

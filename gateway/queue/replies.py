@@ -1,4 +1,5 @@
-"""The queue protocol's plain replies: text bodies and refusals (``QueueError``)."""
+"""The queue protocol's plain replies: text bodies and refusals (``QueueError``, rendered
+in the queue's text shape by gateway/codecs/errors.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
+from gateway.codecs.errors import Shape, render
+from gateway.core.errors import of_status
 from gateway.lean_http import Reply
 from gateway.queue.records import QueueError
 
 JSON = "application/json; charset=utf-8"
-# Refusals a client should retry (full, unavailable, storage trouble) tell it when.
-_RETRY_AFTER = {"Retry-After": "1"}
 
 
 def to_response(reply: Reply) -> web.Response:
@@ -26,7 +27,8 @@ def text(status: int, body: str, headers: Mapping[str, str] | None = None) -> Re
 
 
 def error_reply(err: QueueError) -> Reply:
-    return text(err.status, err.message, _RETRY_AFTER if err.status in (429, 503, 507) else None)
+    answer = render(of_status(err.status, err.message), Shape.QUEUE)
+    return Reply(answer.status, answer.body, answer.content_type, answer.headers or None)
 
 
 def error_response(err: QueueError) -> web.Response:

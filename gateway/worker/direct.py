@@ -15,19 +15,18 @@ from collections.abc import Awaitable
 from typing import Any
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
+from gateway.codecs.errors import Shape, render
 from gateway.config import GatewayConfig, ServiceConfig
 from gateway.core import errors
 from gateway.core.auth import SignaturePolicy, replay_cache
 from gateway.core.calls import WorkerRequest, WorkerResponse
-from gateway.core.dataplane import DataPlane
+from gateway.core.dataplane import Body, DataPlane
 from gateway.core.metadata import ModelMetadata
 from gateway.http.middleware import pick_request_id
 from gateway.lean_http import LINGER_S, FastRequest, Reply
 from gateway.worker.compute import ComputeQueue
 
 log = logging.getLogger("gateway.worker")
-
-_JSON = "application/json; charset=utf-8"
 
 
 class ComputeBackend:
@@ -73,8 +72,9 @@ class ComputeBackend:
 
 
 def _reply(exc: errors.GatewayError, rid: str) -> Reply:
-    headers = {**exc.headers, HEADER_REQUEST_ID: rid}
-    return Reply(exc.status, errors.error_body(exc.code, exc.message, rid), _JSON, headers)
+    """The gateway's EAS error answer, as its lean front writes it."""
+    answer = render(exc, Shape.EAS, rid)
+    return Reply(answer.status, answer.body, answer.content_type, {**answer.headers, HEADER_REQUEST_ID: rid})
 
 
 class DirectHTTP:
@@ -94,14 +94,12 @@ class DirectHTTP:
             max_response_bytes=gateway.max_response_bytes,
         )  # fmt: skip
 
-    async def answer(self, headers: Any, raw_path: str, tail: str, body: bytes, rid: str) -> WorkerResponse:
-        """One predict call whose body is in; a refusal raises a GatewayError."""
-        arrived = time.monotonic()
-        plane = self.plane
-        return await plane.predict(
-            self.service, headers, raw_path, body,
-            subpath=tail, request_id=rid, arrived=arrived, deadline=plane.caller_deadline(headers),
-        )  # fmt: skip
+    async def answer(self, headers: Any, raw_path: str, tail: str, body: Body, rid: str) -> WorkerResponse:
+        """One predict call (``body``: the bytes, or a reader for one still arriving); a
+        refusal raises a GatewayError."""
+        return await self.plane.predict_call(
+            self.service, headers, raw_path, body, subpath=tail, request_id=rid, arrived=time.monotonic()
+        )
 
     # the lean protocol's hooks
     def accept(self, method: str, path: str, headers: Any, clen: int) -> bool:
@@ -122,11 +120,14 @@ class DirectHTTP:
         return Reply(resp.status, resp.body, resp.content_type, {HEADER_REQUEST_ID: rid})
 
     def early(self, req: FastRequest) -> Reply | None:
-        """The lean protocol's ``early``: the 401 due before the body (still arriving)."""
-        if not self.plane.refused_early(self.service, req.headers):
-            return None
-        rid = pick_request_id(req.headers.get(HEADER_REQUEST_ID))
-        return _reply(errors.Unauthorized("invalid or missing token"), rid)
+        """The lean protocol's ``early``: the 401 due before the body (still arriving). This
+        port holds no bytes against an admission budget (no ``admit``): what the core held
+        for the body's arrival is given back at once."""
+        try:
+            self.plane.body_arriving(self.service, req.headers, 0).release()
+        except errors.GatewayError as exc:
+            return _reply(exc, pick_request_id(req.headers.get(HEADER_REQUEST_ID)))
+        return None
 
     def late(self, req: FastRequest) -> Reply:
         """The lean protocol's ``late``: a body not complete within body_timeout_s."""
@@ -137,20 +138,22 @@ class DirectHTTP:
     def app(self) -> Any:
         from aiohttp import web
 
-        from gateway.http.body import read_body, refuse_before_body
+        from gateway.http.body import RequestBody
         from gateway.http.middleware import REQUEST_ID_KEY, gateway_middleware
 
         async def predict(request: web.Request) -> web.StreamResponse:
             rid = request[REQUEST_ID_KEY]
-            refuse_before_body(self.plane, self.service, request, max_bytes=self.gateway.max_body_bytes)
+            gw = self.gateway
+            body = RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, hold_limit=gw.max_body_bytes)
+            # The raw sub-path, as the lean path and the gateway pass it on.
+            raw_path = request.rel_url.raw_path
+            tail = raw_path[len(self.prefix) + 1 :]
             try:
-                body = await read_body(request, self.gateway.max_body_bytes, self.gateway.body_timeout_s)
+                resp = await self.answer(request.headers, raw_path, tail, body, rid)
             except ConnectionError:
                 # The client left mid-body: nobody to answer, nothing worth a traceback.
                 log.debug("client left before its body was complete (request %s)", rid)
                 raise errors.BadRequest("incomplete body", close=True) from None
-            tail = request.match_info.get("tail", "")
-            resp = await self.answer(request.headers, request.rel_url.raw_path, tail, body, rid)
             return web.Response(
                 status=resp.status, body=resp.body, headers={"Content-Type": resp.content_type}
             )

@@ -160,17 +160,17 @@ def test_dataplane_answers_each_refusal() -> None:
     svc = ServiceConfig(name="svc", processor="python", token=TOKEN)
     plane = DataPlane([svc], {}, replay=ReplayCache(900, 100))
     headers = _signed()
-    plane.authenticate(svc, headers, PATH, BODY)
+    plane.authorize(svc, headers, PATH, BODY)
     with pytest.raises(errors.Unauthorized, match="replay"):
-        plane.authenticate(svc, headers, PATH, BODY)
+        plane.authorize(svc, headers, PATH, BODY)
     stale = _signed(formatdate(time.time() - 2 * 86400, usegmt=True))
     with pytest.raises(errors.Unauthorized, match=r"skew -1728\d\d s.*signature_max_skew_s"):
-        plane.authenticate(svc, stale, PATH, BODY)
+        plane.authorize(svc, stale, PATH, BODY)
     # A service's own narrowed window: a client in UTC+8 that sends local time is refused.
     narrow = ServiceConfig(name="narrow", processor="python", token=TOKEN, signature_max_skew_s=900.0)
     plane.set_service(narrow)
     shanghai = signed_headers(TOKEN, BODY, "narrow", date=formatdate(time.time() + 8 * 3600, usegmt=True))
     with pytest.raises(errors.Unauthorized, match=r"services\[narrow\]\.signature_max_skew_s"):
-        plane.authenticate(narrow, shanghai, "/api/predict/narrow", BODY)
+        plane.authorize(narrow, shanghai, "/api/predict/narrow", BODY)
     with pytest.raises(errors.BadDigest):
-        plane.authenticate(svc, _signed(), PATH, b"tampered")
+        plane.authorize(svc, _signed(), PATH, b"tampered")

@@ -43,6 +43,7 @@ from gateway.backends.pipelines.runner import (
 )
 from gateway.backends.pipelines.timings import TIMINGS_HEADER, StepTimings, server_timing, wants_timings
 from gateway.codecs import v2_tensors
+from gateway.codecs.errors import eas_body
 from gateway.codecs.shm import SHM_ENV, ShmArea
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.config.catalog import DTYPES
@@ -51,7 +52,6 @@ from gateway.core import errors, json_answer
 from gateway.core.backend import ServiceBackend
 from gateway.core.calls import RESPONSE_FORMAT_HEADER, WorkerRequest, WorkerResponse
 from gateway.core.dataplane import DataPlane
-from gateway.core.errors import error_body
 from gateway.core.metadata import UNKNOWN, ModelMetadata, TensorSpec
 from gateway.core.services import backend_ready
 from gateway.worker.ops import load_op
@@ -288,7 +288,7 @@ class PipelineBackend(RunsInGateway):
     ) -> WorkerResponse:
         assert self.plane is not None
         svc = self.plane.services[service]
-        return await self.plane.infer(svc, headers, body, request_id=request_id, timeout=timeout)
+        return await self.plane.record_call(svc, headers, body, request_id=request_id, timeout=timeout)
 
     async def wait_ready(self, timeout: float) -> bool:
         results = await asyncio.gather(*(b.wait_ready(timeout) for b in self.model_backends.values()))
@@ -344,7 +344,7 @@ class PipelineBackend(RunsInGateway):
 
     # ------------------------------------------------------------------ calls
     def _error(self, status: int, code: str, message: str, rid: str) -> WorkerResponse:
-        return WorkerResponse(status, error_body(code, message, rid), JSON)
+        return WorkerResponse(status, eas_body(code, message, rid), JSON)
 
     async def dispatch(self, req: WorkerRequest, timeout: float) -> WorkerResponse:
         t0 = time.perf_counter()

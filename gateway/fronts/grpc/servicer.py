@@ -1,12 +1,14 @@
 """``inference.GRPCInferenceService`` over the gateway's dataplane.
 
-Each call only translates: the model name is found by the dataplane (``find_model``), the
-``authorization`` metadata (a plain token or ``Bearer <token>``) is checked by its
-``authenticate``, the call's gRPC deadline bounds its budget, inference runs through
-``DataPlane.infer_tensors`` (the worker's TF protobuf path, as an EAS ``TFRequest``), and
-every failure is a ``GatewayError`` answered with the gRPC code of its status
-(gateway/fronts/grpc/status.py). Metadata, configuration, statistics and the repository index
-are the V2 REST answers (gateway/codecs/kserve.py) in their protobuf form.
+Each call only translates: the model (and version) is found by the dataplane
+(``find_model``), an inference is one call into the core (``DataPlane.tensors_call``: the
+``authorization`` metadata, a plain token or ``Bearer <token>``, checked; the call's gRPC
+deadline as its budget; the tensors on the worker's TF protobuf path, as an EAS
+``TFRequest``), a metadata call is checked by ``DataPlane.authorize``, and every failure
+is the ``GatewayError`` it means (gateway/codecs/errors.py, the status table every front
+reads) answered with the gRPC code of its status (gateway/fronts/grpc/status.py).
+Metadata, configuration, statistics and the repository index are the V2 REST answers
+(gateway/codecs/kserve.py) in their protobuf form.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
+import numpy as np
 from aiohttp import web
 from google.protobuf import json_format
 
@@ -29,7 +32,8 @@ from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.backends.pipelines.timings import timings_asked
 from gateway.codecs import kserve, v2_grpc
-from gateway.codecs.v2_tensors import DATATYPES, TensorError
+from gateway.codecs.errors import gateway_error, internal
+from gateway.codecs.v2_tensors import DATATYPES
 from gateway.config import ServiceConfig
 from gateway.config.versions import version_key
 from gateway.core import errors
@@ -62,12 +66,12 @@ Context = grpc.aio.ServicerContext
 
 
 def _gateway_error(exc: Exception) -> errors.GatewayError:
-    if isinstance(exc, errors.GatewayError):
-        return exc
-    if isinstance(exc, TensorError):
-        return errors.BadRequest(str(exc))
-    log.error("gRPC call failed", exc_info=exc)
-    return errors.InternalError("internal error")
+    """The error a failure means, as over HTTP; a defect is logged and answered INTERNAL."""
+    err = gateway_error(exc)
+    if err is None:
+        log.error("gRPC call failed", exc_info=exc)
+        return internal()
+    return err
 
 
 def _rpc(
@@ -171,7 +175,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, name: str, version: str, context: Context
     ) -> tuple[ServiceConfig, ServiceConfig, str]:
         svc, runs, v = self._model(name, version)
-        self.plane.authenticate(svc, auth_headers(context), "", None)
+        self.plane.authorize(svc, auth_headers(context), "")
         return svc, runs, v
 
     def _metadata(self, svc: ServiceConfig) -> ModelMetadata:
@@ -244,7 +248,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def _allowed(self, svc: ServiceConfig, headers: dict[str, str]) -> bool:
         try:
-            self.plane.authenticate(svc, headers, "", None)
+            self.plane.authorize(svc, headers, "")
         except errors.GatewayError:
             return False
         return True
@@ -299,26 +303,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter()
         svc, runs, version = self._model(request.model_name, request.model_version)
         status = 500
-        try:
-            self.plane.authenticate(svc, auth_headers(context), "", None)
-            timeout = self.plane.budget(svc, context.time_remaining(), arrived)
+
+        async def decode(_: bytes) -> tuple[v2_grpc.InferCall, Mapping[str, np.ndarray], Sequence[str]]:
+            # The call came decoded from protobuf: its tensors are read now, once authenticated.
             if any(t.datatype == "BYTES" and math.prod(t.shape) > _LARGE for t in request.inputs):
                 call = await asyncio.to_thread(v2_grpc.parse_infer, request)  # a Python loop per element
             else:
                 call = v2_grpc.parse_infer(request)  # numeric tensors: views, no loop
+            return call, call.inputs, call.outputs
+
+        try:
             meta: ModelMetadata | None = self.backends[runs.name].metadata
             declared = None
-            order = list(call.outputs)
             if meta is not None:
                 declared = {t.name: DATATYPES[t.datatype] for t in meta.outputs if t.datatype in DATATYPES}
-                order = order or [t.name for t in meta.outputs]
             extra = None
             if answer_headers is not None:
                 extra = timings_asked(dict(context.invocation_metadata() or ()))
-            arrays = await self.plane.infer_tensors(
-                runs, call.inputs, call.outputs, request_id=rid, timeout=timeout, declared=declared,
-                extra=extra, answer_headers=answer_headers,
+            call, arrays = await self.plane.tensors_call(
+                svc, auth_headers(context), "", None, decode, runs=runs, request_id=rid,
+                arrived=arrived, deadline=context.time_remaining(), declared=declared, extra=extra,
+                answer_headers=answer_headers,
             )  # fmt: skip
+            order = list(call.outputs)
+            if meta is not None:
+                order = order or [t.name for t in meta.outputs]
             order += [n for n in arrays if n not in order]
             build = functools.partial(
                 v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed, version=version
@@ -333,13 +342,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             status = 0
             raise
         except Exception as exc:
-            status = (
-                exc.status
-                if isinstance(exc, errors.GatewayError)
-                else 400
-                if isinstance(exc, TensorError)
-                else 500
-            )
+            err = gateway_error(exc)
+            status = err.status if err is not None else 500
             raise
         finally:
             if status:

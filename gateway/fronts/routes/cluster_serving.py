@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import time
 
 from aiohttp import web
 
-from gateway.codecs.cluster_serving import ClusterServingRequestError, parse_request, predictions_answer
-from gateway.config import SERVICE_NAME_RE, Config, ServiceConfig
+from gateway.codecs.cluster_serving import (
+    ClusterServingBatch,
+    ClusterServingRequestError,
+    parse_request,
+    predictions_answer,
+)
+from gateway.codecs.errors import Shape, render
+from gateway.config import Config, ServiceConfig
 from gateway.core import errors, json_answer
 from gateway.core.parse_pool import parse_off_loop
 from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
-from gateway.http.body import read_body, refuse_before_body
+from gateway.http.body import RequestBody
 from gateway.http.middleware import request_id
 
 PATH_PREFIX = "/api/cluster-serving/"
@@ -35,8 +40,14 @@ _PARSE_ON_LOOP_MAX = 64 << 10
 _ENCODE_ON_LOOP_MAX = 16 << 10
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.Response(status=status, text=json.dumps({"error": message}), content_type=JSON_TYPE)
+def _error(exc: BaseException) -> web.Response:
+    """An error in Cluster Serving's ``{"error"}`` shape (gateway.codecs.errors)."""
+    answer = render(exc, Shape.CLUSTER_SERVING)
+    headers = {**answer.headers, "Content-Type": answer.content_type}
+    resp = web.Response(status=answer.status, body=answer.body, headers=headers)
+    if answer.close:
+        resp.force_close()
+    return resp
 
 
 def default_service(config: Config) -> ServiceConfig | None:
@@ -47,76 +58,61 @@ def default_service(config: Config) -> ServiceConfig | None:
     return candidates[0] if len(candidates) == 1 else None
 
 
-async def _serve(request: web.Request, svc: ServiceConfig) -> web.Response:
+async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Response:
+    """One call into the core (``arrays_call``): ``service``, the raw name from the path or
+    the default service."""
+    arrived = time.monotonic()
     app = request.app
     gw = app[CONFIG_KEY].gateway
     plane = app[DATAPLANE_KEY]
-    try:
-        refuse_before_body(plane, svc, request, max_bytes=gw.max_body_bytes)
-        arrived = time.monotonic()
-        deadline = plane.caller_deadline(request.headers)
-        body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
-        plane.authenticate(svc, request.headers, request.rel_url.raw_path, body)
-        timeout = plane.budget(svc, deadline, arrived)
-    except errors.GatewayError as exc:
-        resp = _error(exc.status, exc.message)
-        if exc.close:
-            resp.force_close()
-        return resp
-    try:
+
+    async def decode(body: bytes) -> tuple[ClusterServingBatch, bytes]:
         # Images are decoded while parsing: anything beyond a small body runs off the event loop.
         parse = functools.partial(
             parse_request, body, max_image_pixels=gw.max_image_pixels, max_values=gw.max_json_values
         )
         batch = await parse_off_loop(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
-    except ClusterServingRequestError as exc:
-        return _error(exc.status, str(exc))
+        return batch, batch.body
+
+    body = RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, hold_limit=gw.max_body_bytes)
     try:
-        rid = request_id(request)
-        outputs = await plane.infer_arrays(
-            svc, batch.body, request_id=rid, timeout=timeout, max_values=gw.max_json_values
-        )
-    except errors.GatewayError as exc:
-        return _error(exc.status, exc.message)
-    try:
+        batch, outputs = await plane.arrays_call(
+            service, request.headers, request.rel_url.raw_path, body, decode,
+            request_id=request_id(request), arrived=arrived, max_values=gw.max_json_values,
+        )  # fmt: skip
         # Its size follows the client's shapes: refused before it is built past the limit.
         answer = functools.partial(predictions_answer, outputs, batch.size, plane.max_response_bytes)
         if sum(a.size for a in outputs.values()) > _ENCODE_ON_LOOP_MAX:
             # In a thread: the encoding takes the GIL a block at a time, so the loop goes on
             # between blocks (a helper process would copy the arrays there and the text back).
-            body = await asyncio.to_thread(answer)
+            out = await asyncio.to_thread(answer)
         else:
-            body = answer()
-    except json_answer.AnswerTooLarge as exc:
-        return _error(exc.status, str(exc))
+            out = answer()
+    except (ClusterServingRequestError, errors.GatewayError, json_answer.AnswerTooLarge) as exc:
+        return _error(exc)
     except (ValueError, TypeError) as exc:
-        return _error(502, f"the service's outputs have no JSON form ({exc})")
-    return web.Response(body=body, content_type=JSON_TYPE)
+        return _error(errors.of_status(502, f"the service's outputs have no JSON form ({exc})"))
+    return web.Response(body=out, content_type=JSON_TYPE)
 
 
 async def predict_named(request: web.Request) -> web.Response:
-    name = request.match_info["service"]
-    config = request.app[CONFIG_KEY]
-    if not SERVICE_NAME_RE.fullmatch(name):
-        return _error(400, "invalid service name")
-    svc = config.service(name)
-    if svc is None or svc.processor == "queue" or name not in request.app[BACKENDS_KEY]:
-        return _error(404, f"service {name!r} not found")
-    return await _serve(request, svc)
+    return await _serve(request, request.match_info["service"])
 
 
 async def predict_default(request: web.Request) -> web.Response:
     svc = default_service(request.app[CONFIG_KEY])
     if svc is None or svc.name not in request.app[BACKENDS_KEY]:
         return _error(
-            404, f"no default service: set gateway.cluster_serving_service or use {PATH_PREFIX}<name>/predict"
+            errors.NotFound(
+                f"no default service: set gateway.cluster_serving_service or use {PATH_PREFIX}<name>/predict"
+            )
         )
     return await _serve(request, svc)
 
 
 async def _not_allowed(request: web.Request) -> web.Response:
-    resp = _error(405, f"method {request.method} is not allowed; use POST")
-    resp.headers["Allow"] = "POST"
+    resp = _error(errors.MethodNotAllowed(f"method {request.method} is not allowed; use POST", allow="POST"))
+    resp.headers["Allow"] = "POST"  # the shape carries no headers of its own
     return resp
 
 

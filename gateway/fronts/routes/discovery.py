@@ -32,7 +32,7 @@ def _handler(prefix: str) -> Any:
         svc = plane.find(name)
         if config.gateway.discovery_requires_token:
             # A discovery call has no body to sign: only a raw token can pass.
-            plane.authenticate(svc, request.headers, request.rel_url.raw_path, None)
+            plane.authorize(svc, request.headers, request.rel_url.raw_path)
         items: list[dict[str, Any]] = []
         pool = request.app[BACKENDS_KEY].get(svc.name)
         # Queue, async, pipeline and placement: thread services run in the gateway itself:

@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from aiohttp import web
 
 from gateway import __version__
 from gateway.backends.pipelines.timings import timings_asked
 from gateway.codecs import kserve as proto
-from gateway.codecs import kserve_v1, v2_tensors
+from gateway.codecs import kserve_v1
+from gateway.codecs.errors import Shape, render
 from gateway.codecs.v2_binary import OCTET_STREAM
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.config.versions import version_key
@@ -40,7 +40,7 @@ from gateway.fronts.state import (
     not_ready_reason,
     service_ready,
 )
-from gateway.http.body import read_body, refuse_before_body
+from gateway.http.body import RequestBody, read_body
 from gateway.http.middleware import request_id
 
 # The V2 protocol extensions served, by the names Triton gives them.
@@ -56,8 +56,15 @@ def _json(status: int, body: bytes | bytearray) -> web.Response:
     return web.Response(status=status, body=body, content_type=proto.JSON_TYPE)
 
 
-def _error(status: int, message: str) -> web.Response:
-    return _json(status, proto.error_body(message))
+def _error(exc: BaseException) -> web.Response:
+    """An error in V2's ``{"error"}`` shape (the middleware adds the request id)."""
+    answer = render(exc, Shape.V2)
+    resp = web.Response(status=answer.status, body=answer.body, content_type=proto.JSON_TYPE)
+    for k, v in answer.headers.items():
+        resp.headers[k] = v
+    if answer.close:
+        resp.force_close()
+    return resp
 
 
 def _models(request: web.Request) -> list[ServiceConfig]:
@@ -117,7 +124,7 @@ def _signature(app: web.Application, t: _Target) -> ModelMetadata:
 
 
 def _authorize(request: web.Request, svc: ServiceConfig, body: bytes | None) -> None:
-    request.app[DATAPLANE_KEY].authenticate(svc, request.headers, request.rel_url.raw_path, body)
+    request.app[DATAPLANE_KEY].authorize(svc, request.headers, request.rel_url.raw_path, body)
 
 
 def _handler(fn: Any) -> Any:
@@ -126,14 +133,8 @@ def _handler(fn: Any) -> Any:
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
             return await fn(request)
-        except (proto.KServeRequestError, v2_tensors.TensorError, errors.GatewayError) as exc:
-            status, body, headers, close = v2_call.error_reply(exc) or (500, b"", {}, False)
-            resp = _json(status, body)
-            for k, v in headers.items():
-                resp.headers[k] = v
-            if close:
-                resp.force_close()
-            return resp
+        except v2_call.ERRORS as exc:
+            return _error(exc)
 
     return wrapped
 
@@ -252,27 +253,10 @@ async def v1_model(request: web.Request) -> web.Response:
 # ----------------------------------------------------------------------------- inference
 
 
-async def _run(
-    request: web.Request, svc: ServiceConfig, body: bytes, arrived: float, answer_headers: dict[str, str]
-) -> dict[str, np.ndarray]:
-    """Dispatch a processor JSON request; -> its output arrays (errors raise).
-    ``answer_headers``: filled with the backend's own (a pipeline's Server-Timing)."""
-    plane = request.app[DATAPLANE_KEY]
-    timeout = plane.budget(svc, plane.caller_deadline(request.headers), arrived)
-    return await plane.infer_arrays(
-        svc, body, request_id=request_id(request), timeout=timeout,
-        max_values=request.app[CONFIG_KEY].gateway.max_json_values,
-        extra=timings_asked(request.headers), answer_headers=answer_headers,
-    )  # fmt: skip
-
-
-async def _read(request: web.Request, svc: ServiceConfig) -> bytes:
+def _body(request: web.Request) -> RequestBody:
     gw = request.app[CONFIG_KEY].gateway
-    refuse_before_body(request.app[DATAPLANE_KEY], svc, request)
     # Triton's client compresses request bodies when asked to (gzip or deflate).
-    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s, decompress=True)
-    _authorize(request, svc, body)
-    return body
+    return RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, decompress=True)
 
 
 def _answer(
@@ -320,20 +304,18 @@ async def v2_infer(request: web.Request) -> web.Response:
     """JSON and binary tensors alike run on the worker's TF protobuf path (gateway.fronts.v2_call)."""
     arrived = time.monotonic()
     target = _model(request)
-    svc = target.svc
-    body = await _read(request, svc)
-    plane = request.app[DATAPLANE_KEY]
     extra: dict[str, str] = {}
     out, header_length = await v2_call.infer(
-        plane,
-        svc,
+        request.app[DATAPLANE_KEY],
+        target.svc,
         target.runs,
         target.version,
         request.app[BACKENDS_KEY][target.runs.name].metadata,
-        body,
-        request.headers.get(proto.BINARY_HEADER),
+        request.headers,
+        request.rel_url.raw_path,
+        _body(request),
         request_id=request_id(request),
-        timeout=plane.budget(svc, plane.caller_deadline(request.headers), arrived),
+        arrived=arrived,
         extra=timings_asked(request.headers),
         answer_headers=extra,
     )
@@ -343,22 +325,29 @@ async def v2_infer(request: web.Request) -> web.Response:
 async def v1_predict(request: web.Request) -> web.Response:
     arrived = time.monotonic()
     target = _model(request)  # V1 has no versions: the latest
-    svc = target.svc
-    body = await _read(request, svc)
-    req = await _parse(body, kserve_v1.parse_v1_predict, _signature(request.app, target))
+    app = request.app
+    plane = app[DATAPLANE_KEY]
+
+    async def decode(body: bytes) -> tuple[kserve_v1.V1Request, bytes]:
+        req = await _parse(body, kserve_v1.parse_v1_predict, _signature(app, target))
+        return req, req.body
+
     extra: dict[str, str] = {}
-    outputs = await _run(request, svc, req.body, arrived, extra)
-    limit = request.app[DATAPLANE_KEY].max_response_bytes
+    req, outputs = await plane.arrays_call(
+        target.svc, request.headers, request.rel_url.raw_path, _body(request), decode,
+        request_id=request_id(request), arrived=arrived, max_values=app[CONFIG_KEY].gateway.max_json_values,
+        extra=timings_asked(request.headers), answer_headers=extra,
+    )  # fmt: skip
     try:
         # Refused before it is built past the limit; a large one encoded in a thread, which
         # takes the GIL a block of elements at a time.
-        encode = functools.partial(kserve_v1.v1_predictions, req, outputs, limit)
+        encode = functools.partial(kserve_v1.v1_predictions, req, outputs, plane.max_response_bytes)
         large = sum(a.size for a in outputs.values()) > _ENCODE_ON_LOOP_MAX
         return _answer(request, await asyncio.to_thread(encode) if large else encode(), extra=extra)
     except json_answer.AnswerTooLarge as exc:
-        return _error(exc.status, str(exc))
+        return _error(exc)
     except (ValueError, TypeError) as exc:
-        return _error(502, f"the service's outputs have no JSON form ({exc})")
+        return _error(errors.of_status(502, f"the service's outputs have no JSON form ({exc})"))
 
 
 def setup(app: web.Application) -> None:

@@ -1,13 +1,15 @@
 """POST /api/predict/<service>[/<subpath>]: the EAS predict route (and the queue front door).
 
-An aiohttp adapter over the dataplane (gateway/core/dataplane.py). Order of checks, cheapest
-first, so hostile input costs nothing: service name (400) -> existence (404) -> method
-(405) -> Content-Encoding (415) -> Content-Length (413, before reading) -> missing token,
-or a wrong raw token while the body is still arriving (401, before reading) -> deadline
-header (400 / 408) -> body within body_timeout_s (408) and max_body_bytes (413 while
-reading) -> token / signature (401, 400 BadDigest) -> dispatch (450 / 503 / 504). The
-worker's status, content type and body pass through. Plain predict calls usually never
-get here: the lean front (gateway/fronts/fast_front.py) answers them over the same dataplane.
+An aiohttp adapter over the dataplane (gateway/core/dataplane.py): it finds the service to
+route by its kind, then makes one entry call (``predict_call``, or ``queue_call`` before
+the queue's own handlers), which runs the checks in the core's order, cheapest first, so
+hostile input costs nothing: service name (400) -> existence (404) -> wrong kind (400) ->
+method (405) -> missing token, or a wrong raw token while the body is still arriving (401,
+before reading) -> body hold (429) -> deadline header (400 / 408) -> body within
+body_timeout_s (408) and max_body_bytes (413 before and while reading; a Content-Encoding:
+415) -> token / signature (401, 400 BadDigest) -> dispatch (450 / 503 / 504). The worker's
+status, content type and body pass through. Plain predict calls usually never get here:
+the lean front (gateway/fronts/fast_front.py) makes the same call.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.fronts.routes import raw_tail, split_service
 from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, QUEUES_KEY
-from gateway.http.body import read_body, refuse_before_body
+from gateway.http.body import RequestBody
 from gateway.http.middleware import request_id
 
 log = logging.getLogger("gateway.predict")
@@ -39,14 +41,11 @@ async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.
     if qm is None or subpath not in ("", SINK_SUFFIX) or not qm.has(name):
         raise errors.ServiceNotFound(f"queue {name!r} not found")
     gw = request.app[CONFIG_KEY].gateway
-    plane = request.app[DATAPLANE_KEY]
-    plane.refuse_predict_call(svc, request.headers, request.method, name)
     limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
-    refuse_before_body(plane, svc, request, name, limit)
-    body: bytes | None = None
-    if request.method == "POST" and request.can_read_body:
-        body = await read_body(request, limit, gw.body_timeout_s)
-    plane.authenticate(svc, request.headers, request.rel_url.raw_path, body, name)
+    body = RequestBody(request, limit, gw.body_timeout_s, hold_limit=limit)
+    await request.app[DATAPLANE_KEY].queue_call(
+        svc, name, request.headers, request.rel_url.raw_path, body, method=request.method
+    )
     resp: web.StreamResponse = await qm.handle(request, name)
     return resp
 
@@ -82,21 +81,11 @@ async def predict(request: web.Request) -> web.StreamResponse:
 
 
 async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
-    app = request.app
-    gw = app[CONFIG_KEY].gateway
-    plane = app[DATAPLANE_KEY]
-    plane.refuse_queue_call(svc, request.headers)  # before 405: a queue GET says what is wrong
-    if request.method != "POST":
-        raise errors.MethodNotAllowed(f"method {request.method} is not allowed; use POST", allow="POST")
-    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in subpath):
-        raise errors.BadRequest("invalid characters in the request path")
-    refuse_before_body(plane, svc, request, max_bytes=gw.max_body_bytes)
-    arrived = time.monotonic()
-    deadline = plane.caller_deadline(request.headers)  # a call already late is refused unread
-    body = await read_body(request, gw.max_body_bytes, gw.body_timeout_s)
-    wresp = await plane.predict(
-        svc, request.headers, request.rel_url.raw_path, body,
-        subpath=subpath, request_id=request_id(request), arrived=arrived, deadline=deadline,
+    gw = request.app[CONFIG_KEY].gateway
+    wresp = await request.app[DATAPLANE_KEY].predict_call(
+        svc, request.headers, request.rel_url.raw_path,
+        RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, hold_limit=gw.max_body_bytes),
+        method=request.method, subpath=subpath, request_id=request_id(request), arrived=time.monotonic(),
     )  # fmt: skip
     headers = {"Content-Type": wresp.content_type or DEFAULT_CONTENT_TYPE}
     extra = wresp.headers  # a backend's own answer headers (Server-Timing)

@@ -10,9 +10,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable
 from typing import ClassVar, Generic, Protocol, TypeVar
 
+from gateway.codecs.errors import eas_body
 from gateway.config import ServiceConfig
 from gateway.core.calls import WorkerRequest, WorkerResponse
-from gateway.core.errors import error_body
 from gateway.core.metadata import ModelMetadata
 
 JSON = "application/json"
@@ -33,8 +33,9 @@ class LoadError(Exception):
 
 
 def error_response(status: int, code: str, message: str, request_id: str = "") -> WorkerResponse:
-    """The gateway's error shape: {"code", "message", "request_id"}."""
-    return WorkerResponse(status, error_body(code, message, request_id), JSON)
+    """A processor's error answer, in the EAS shape (gateway.codecs.errors): the gateway
+    passes it through to the client unchanged."""
+    return WorkerResponse(status, eas_body(code, message, request_id), JSON)
 
 
 class Processor(ABC):

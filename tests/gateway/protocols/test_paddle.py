@@ -7,6 +7,8 @@ import json
 import pytest
 
 from gateway.codecs import paddle
+from gateway.codecs.errors import paddle_shape, render
+from gateway.core import errors
 from gateway.core.json_answer import processor_outputs
 
 REPLY = json.dumps(
@@ -81,9 +83,12 @@ def test_malformed_bodies_are_refused(body: bytes, needle: str) -> None:
 
 
 def test_errors_carry_the_status_in_each_form() -> None:
-    assert json.loads(paddle.error(paddle.FEED, 404, "nope")) == {"err_no": 404, "err_msg": "nope"}
-    assert json.loads(paddle.error(paddle.KEY_VALUE, 400, "bad")) == {
-        "err_no": 400, "err_msg": "bad", "key": [], "value": []
-    }  # fmt: skip
+    feed = render(errors.ServiceNotFound("nope"), paddle_shape(paddle.FEED))
+    assert json.loads(feed.body) == {"err_no": 404, "err_msg": "nope"}
+    kv = render(paddle.PaddleRequestError("bad"), paddle_shape(paddle.KEY_VALUE))
+    assert (kv.status, json.loads(kv.body)) == (
+        400,
+        {"err_no": 400, "err_msg": "bad", "key": [], "value": []},
+    )
     assert paddle.form_of(b'{"key": ["x"], "value": ["1"]}') == paddle.KEY_VALUE
     assert paddle.form_of(b'{"feed": [{"key": 1}]}') == paddle.FEED

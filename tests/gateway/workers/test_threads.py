@@ -7,7 +7,8 @@ import asyncio
 import json
 import os
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,39 @@ from gateway.backends.pool import WorkerPool
 from gateway.backends.threads import ThreadService
 from gateway.config import BatchingConfig, ServiceConfig
 from gateway.core import errors
-from gateway.core.dataplane import DataPlane
+from gateway.core.dataplane import JSON_FORM_HEADERS, DataPlane
 from tests.gateway.workers.conftest import fast_gateway
 from tests.waiting import async_wait_until
 
 X = np.arange(64, dtype=np.float32).reshape(1, 64) / 4.0
+
+
+async def _tensors(
+    plane: DataPlane,
+    svc: ServiceConfig,
+    inputs: Mapping[str, np.ndarray],
+    outputs: Sequence[str] = (),
+    *,
+    request_id: str,
+    timeout: float,
+) -> dict[str, np.ndarray]:
+    """A V2 call's arrays into the core, as the gRPC adapter makes it (``timeout``: its deadline)."""
+
+    async def decode(_: bytes) -> tuple[None, Mapping[str, np.ndarray], Sequence[str]]:
+        return None, inputs, outputs
+
+    _, out = await plane.tensors_call(
+        svc, {}, "", None, decode, request_id=request_id, arrived=time.monotonic(), deadline=timeout
+    )
+    return out
+
+
+async def _json_form(
+    plane: DataPlane, svc: ServiceConfig, body: bytes, *, request_id: str
+) -> tuple[int, bytes]:
+    """A call in the onnx processor's JSON form: (status, body)."""
+    resp = await plane.record_call(svc, JSON_FORM_HEADERS, body, request_id=request_id)
+    return resp.status, bytes(resp.body)
 
 
 def _service(model: Path, **kw: Any) -> ServiceConfig:
@@ -63,13 +92,13 @@ def test_the_default_factory_follows_the_placement(models: dict[str, Path]) -> N
 async def test_tensors_go_in_and_come_out_as_arrays(digits: tuple[DataPlane, ThreadService]) -> None:
     plane, backend = digits
     svc = plane.services["digits"]
-    out = await plane.infer_tensors(svc, {"input": X}, ["probabilities"], request_id="r1", timeout=5.0)
+    out = await _tensors(plane, svc, {"input": X}, ["probabilities"], request_id="r1", timeout=5.0)
     assert list(out) == ["probabilities"]
     assert out["probabilities"].shape == (1, 10)
     assert out["probabilities"].dtype == np.float32
     # The same call in the EAS JSON form gives the same numbers.
     body = json.dumps({"inputs": {"input": X.tolist()}, "outputs": ["probabilities"]}).encode()
-    status, reply = await plane.infer_json(svc, body, request_id="r2", timeout=5.0)
+    status, reply = await _json_form(plane, svc, body, request_id="r2")
     assert status == 200
     got = json.loads(reply)["outputs"]["probabilities"]
     np.testing.assert_allclose(np.asarray(got["data"], dtype=np.float32).reshape(1, 10), out["probabilities"])
@@ -85,10 +114,10 @@ async def test_a_bad_input_is_refused_as_the_worker_refuses_it(
     plane, _ = digits
     svc = plane.services["digits"]
     with pytest.raises(errors.ProcessorFailed) as info:
-        await plane.infer_tensors(svc, {"input": X[:, :10]}, request_id="r", timeout=5.0)
+        await _tensors(plane, svc, {"input": X[:, :10]}, request_id="r", timeout=5.0)
     assert info.value.status == 400 and "expected float32[N,64]" in info.value.message
     with pytest.raises(errors.ProcessorFailed, match="unknown output 'nope'"):
-        await plane.infer_tensors(svc, {"input": X}, ["nope"], request_id="r", timeout=5.0)
+        await _tensors(plane, svc, {"input": X}, ["nope"], request_id="r", timeout=5.0)
 
 
 async def test_the_pending_limit_and_a_stopped_service(models: dict[str, Path]) -> None:
@@ -97,7 +126,7 @@ async def test_the_pending_limit_and_a_stopped_service(models: dict[str, Path]) 
     assert await backend.wait_all_ready(30.0)
     plane = DataPlane([svc], {svc.name: backend})
     # Calls beyond the pending limit are refused with 450; those admitted are all answered.
-    calls = [plane.infer_tensors(svc, {"input": X}, request_id=str(i), timeout=5.0) for i in range(8)]
+    calls = [_tensors(plane, svc, {"input": X}, request_id=str(i), timeout=5.0) for i in range(8)]
     results = await asyncio.gather(*calls, return_exceptions=True)
     answered = [r for r in results if isinstance(r, dict)]
     refused = [r for r in results if isinstance(r, errors.GatewayError)]
@@ -106,7 +135,7 @@ async def test_the_pending_limit_and_a_stopped_service(models: dict[str, Path]) 
     await backend.stop(1.0)
     assert not backend.is_ready() and backend.not_ready_reason() == "the service is stopping"
     with pytest.raises(errors.ServiceNotReady):
-        await plane.infer_tensors(svc, {"input": X}, request_id="late", timeout=5.0)
+        await _tensors(plane, svc, {"input": X}, request_id="late", timeout=5.0)
 
 
 async def test_a_model_that_does_not_load_is_not_ready_with_the_reason(tmp_path: Path) -> None:
@@ -121,7 +150,7 @@ async def test_a_model_that_does_not_load_is_not_ready_with_the_reason(tmp_path:
     assert str(tmp_path) not in reason  # directories are not shown to clients
     plane = DataPlane([svc], {svc.name: backend})
     with pytest.raises(errors.ServiceNotReady, match="failed to load"):
-        await plane.infer_tensors(svc, {"input": X}, request_id="r", timeout=5.0)
+        await _tensors(plane, svc, {"input": X}, request_id="r", timeout=5.0)
     await backend.stop(0.0)
 
 
@@ -155,10 +184,10 @@ async def test_a_call_past_its_timeout_is_answered_504_and_never_runs(
 
     queue.inline = False
     session.processor.handle = held  # type: ignore[method-assign]
-    first = asyncio.ensure_future(plane.infer_tensors(svc, {"input": X}, request_id="held", timeout=10.0))
+    first = asyncio.ensure_future(_tensors(plane, svc, {"input": X}, request_id="held", timeout=10.0))
     await async_wait_until(lambda: queue.outstanding, 10, "the held call on the compute thread")
     with pytest.raises(errors.UpstreamTimeout):
-        await plane.infer_tensors(svc, {"input": X}, request_id="late", timeout=0.05)
+        await _tensors(plane, svc, {"input": X}, request_id="late", timeout=0.05)
     release.set()
     assert (await first)["label"].shape == (1,)
     await queue.idle.wait()
@@ -172,7 +201,7 @@ async def _inlined_of_calls(svc: ServiceConfig, calls: int) -> tuple[int, int]:
     assert await backend.wait_ready(30.0)
     plane = DataPlane([svc], {svc.name: backend})
     for _ in range(calls):
-        status, _ = await plane.infer_json(svc, body, request_id="r", timeout=5.0)
+        status, _ = await _json_form(plane, svc, body, request_id="r")
         assert status == 200
     [session] = backend._sessions
     queue = session.queue
@@ -205,12 +234,9 @@ async def test_batched_tensor_calls_each_get_their_own_rows(models: dict[str, Pa
     plane = DataPlane([svc], {svc.name: backend})
     rows = [np.full((1, 64), float(i), dtype=np.float32) for i in range(4)]
     try:
-        alone = [await plane.infer_tensors(svc, {"input": x}, request_id="a", timeout=5.0) for x in rows]
+        alone = [await _tensors(plane, svc, {"input": x}, request_id="a", timeout=5.0) for x in rows]
         together = await asyncio.gather(
-            *(
-                plane.infer_tensors(svc, {"input": x}, request_id=str(i), timeout=5.0)
-                for i, x in enumerate(rows)
-            )
+            *(_tensors(plane, svc, {"input": x}, request_id=str(i), timeout=5.0) for i, x in enumerate(rows))
         )
     finally:
         await backend.stop(1.0)
