@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 from gateway.queue.records import Durable, Record
@@ -12,13 +13,37 @@ class StorageError(Exception):
 
 
 class Backend(Protocol):
-    """What the store needs from durable storage (see sqlite.py, redis_backend.py and
-    MemoryBackend).
+    """What the store and the queue manager need from durable storage (see sqlite.py,
+    redis_backend.py and MemoryBackend). Every backend implements every member."""
 
-    A backend whose I/O is asynchronous (``RedisBackend``) also has
-    ``async recover_async(queues)`` and ``async aclose(next_idx)``, which the manager
-    prefers to ``recover`` and ``close``; ``start(loop)``, when present, is called once
-    the queues are loaded."""
+    # What the service listing and the metrics call it ("sqlite", "redis", "memory").
+    name: str
+    # The durability in force ("normal", "always"; "n/a" for a backend that keeps nothing).
+    fsync: str
+    # Why the last write failed, until one succeeds again (None: writes succeed).
+    failure: str | None
+    # Whether several gateways share it (Redis): its queues are served by the holder of its
+    # owner lease, which recovers them asynchronously (``recover_async``).
+    shared: bool
+    # Whether a record's payload can be read back (``read``): the store then keeps payloads
+    # beyond its memory budget on disk only.
+    reads_back: bool
+
+    def read(self, queue: str, idx: int) -> bytes | None:
+        """A stored record's payload (None: not stored); only called when ``reads_back``."""
+        ...
+
+    def free_bytes(self) -> int | None:
+        """Space left for payloads (None: not known)."""
+        ...
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called once the queues are loaded, on the loop that will write through it."""
+        ...
+
+    async def aclose(self, next_idx: dict[str, int] | None = None) -> None:
+        """Write what is pending and close, off the event loop where closing blocks."""
+        ...
 
     def recover(self) -> dict[str, dict[str, Any]]:
         """Per queue: next_idx, records [(idx, rid, tags, data)], groups [(gid, start, tags)],
@@ -48,6 +73,24 @@ class Backend(Protocol):
 
 class MemoryBackend:
     """Keeps nothing: for property tests and as the reference of the interface."""
+
+    name = "memory"
+    fsync = "n/a"
+    failure: str | None = None
+    shared = False
+    reads_back = False
+
+    def read(self, queue: str, idx: int) -> bytes | None:
+        return None
+
+    def free_bytes(self) -> int | None:
+        return None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        return None
+
+    async def aclose(self, next_idx: dict[str, int] | None = None) -> None:
+        self.close(next_idx)
 
     def recover(self) -> dict[str, dict[str, Any]]:
         return {}

@@ -147,7 +147,7 @@ async def _get(mgr: QueueHost, q: Queue, request: RequestLike, query: dict[str, 
 
 
 def _attributes(mgr: QueueHost, q: Queue, request: RequestLike) -> Reply:
-    attrs = q.attributes(HEADER_NAMES, getattr(q.backend, "name", mgr.backend_name))
+    attrs = q.attributes(HEADER_NAMES, q.backend.name)
     if C.CONTENT_TYPE_PROTOBUF in request.headers.get("Accept", ""):
         msg = AttributesProto()
         msg.attributes.update(attrs)

@@ -103,7 +103,7 @@ class QueueManager:
         self.forwarder = Forwarder()
         # The main store: what the service listing and the store's tests look at.
         self.backend: Backend = next(iter(self.backends.values()), backend or MemoryBackend())
-        self.backend_name = getattr(self.backend, "name", type(self.backend).__name__)
+        self.backend_name = self.backend.name
         self.queues: dict[str, Queue] = {}
         self.watchers: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
         self._visible: dict[str, asyncio.Future[None]] = {}
@@ -122,15 +122,13 @@ class QueueManager:
         if self._started:
             return
         for kind, b in self.backends.items():
-            if kind != "sqlite" and hasattr(b, "recover_async"):
+            if b.shared:  # several gateways on one store: its queues are served by the lease holder
                 self.leases[kind] = await self._lease(b)  # type: ignore[arg-type]
             else:
                 recovered = await asyncio.to_thread(b.recover)
                 for name in self._names_of(b):
                     self._install(name, b, recovered.get(name))
-                start = getattr(b, "start", None)
-                if start is not None:
-                    start(asyncio.get_running_loop())
+                b.start(asyncio.get_running_loop())
         for lease in self.leases.values():
             await lease.claim()  # free (or ours): served here from now on
             lease.start()
@@ -207,11 +205,7 @@ class QueueManager:
             await lease.pause()  # no more rounds; still held while the last writes go out
         for b in self.backends.values():
             next_idx = {name: q.next_idx for name, q in self.queues.items() if q.backend is b}
-            aclose = getattr(b, "aclose", None)
-            if aclose is not None:
-                await aclose(next_idx)
-            else:
-                await asyncio.to_thread(b.close, next_idx)
+            await b.aclose(next_idx)
         for lease in self.leases.values():
             await lease.stop()  # given back: another gateway takes over at once
         await self.forwarder.close()
@@ -309,16 +303,16 @@ class QueueManager:
 
     def storage_failure(self) -> str | None:
         """Why a queue store refuses writes (its last write failed), or None."""
-        failures = [f for b in self.backends.values() if (f := getattr(b, "failure", None))]
+        failures = [f for b in self.backends.values() if (f := b.failure)]
         return f"queue store refuses writes: {'; '.join(failures)}" if failures else None
 
     def snapshot(self) -> dict[str, Any]:
         return {
             "backend": self.backend_name,
-            "backends": sorted({getattr(b, "name", type(b).__name__) for b in self.backends.values()}),
+            "backends": sorted({b.name for b in self.backends.values()}),
             "serving": sorted(self.queues),
             "forwarded_total": self.forwarder.forwarded_total,
-            "fsync": getattr(self.backend, "fsync", "n/a"),
+            "fsync": self.backend.fsync,
             "queues": {name: q.snapshot() for name, q in self.queues.items()},
             "dispatchers": {name: d.snapshot() for name, d in self.dispatchers.items()},
         }

@@ -86,6 +86,9 @@ def _seq(entry_id: bytes | str) -> int:
 
 class RedisBackend:
     name = "redis"
+    shared = True
+    # Payloads stay in the store's memory as well as in Redis: nothing is read back.
+    reads_back = False
 
     def __init__(self, url: str, fsync: str = "normal", prefix: str = PREFIX) -> None:
         if fsync not in ("normal", "always"):
@@ -245,6 +248,12 @@ class RedisBackend:
 
             self._submit(_adding([("XTRIM", key, "MINID", "=", keep_from)]))  # exact, not "~"
         self._stone_total[queue] = total
+
+    def read(self, queue: str, idx: int) -> bytes | None:
+        return None  # never called: reads_back is False
+
+    def free_bytes(self) -> int | None:
+        return None  # Redis's memory is its own to bound (maxmemory)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

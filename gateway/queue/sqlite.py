@@ -106,6 +106,8 @@ def _runs(idxs: list[int]) -> list[tuple[int, int]]:
 
 class SqliteBackend(GroupCommit):
     name = "sqlite"
+    shared = False
+    reads_back = True
 
     def __init__(self, path: str, fsync: str = "normal", writer: str | None = None) -> None:
         if fsync not in ("normal", "always"):
@@ -283,6 +285,10 @@ class SqliteBackend(GroupCommit):
                     log.debug("queue checkpoint skipped: %s", exc)
         finally:
             conn.close()
+
+    async def aclose(self, next_idx: dict[str, int] | None = None) -> None:
+        # The last commit and the checkpoint thread's end block: not on the event loop.
+        await asyncio.to_thread(self.close, next_idx)
 
     def close(self, next_idx: dict[str, int] | None = None) -> None:
         if self._pending:

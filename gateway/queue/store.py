@@ -80,7 +80,10 @@ class Queue:
         self.cfg = cfg
         self.backend = backend
         # A backend that reads one record back (SQLite) lets payloads leave memory.
-        self.log = RecordLog(name, cfg, getattr(backend, "read", None), getattr(backend, "free_bytes", None))
+        reads = backend.reads_back
+        self.log = RecordLog(
+            name, cfg, backend.read if reads else None, backend.free_bytes if reads else None
+        )
         self.consumer_groups = ConsumerGroups(self.log, cfg.grace_s if grace_s is None else grace_s)
         self.retention = Retention(name, cfg)
         self.commits_total = 0

@@ -6,6 +6,7 @@ dispatchers use of it. So no caller ever has to ask whether a member is there.""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any, Generic, Protocol
@@ -19,14 +20,19 @@ from gateway.config import GatewayConfig, ServiceConfig, parse_config
 from gateway.core.backend import Backend, ServiceBackend
 from gateway.core.calls import WorkerResponse
 from gateway.fronts.state import QueueService
+from gateway.queue.backend import Backend as StorageBackend
+from gateway.queue.backend import MemoryBackend
 from gateway.queue.dispatcher import DispatchHost
 from gateway.queue.manager import QueueManager
+from gateway.queue.redis_backend import RedisBackend
+from gateway.queue.sqlite import SqliteBackend
 from gateway.worker.direct import ComputeBackend
 from tests.gateway.doubles import BackendDouble
 from tests.gateway.front.fakes import ECHO_ENTRY, FakePool, FakeQueues
 from tests.gateway.queue.test_dispatcher import BootingPool
 from tests.gateway.queue.test_dispatcher import FakePool as DispatchPool
 from tests.gateway.queue.test_finisher import GatedPool
+from tests.gateway.queue.test_store_model_refusals import RefusingBackend
 from tests.gateway.routes.inproc import InProcPool
 from tests.gateway.routes.test_kserve_metadata import _Pool as MetadataPool
 from tests.gateway.routes.test_kserve_versions import _Pool as VersionsPool
@@ -146,6 +152,27 @@ def test_the_queue_manager_and_its_double_implement_what_their_users_call(
     make: Callable[[], object], proto: type
 ) -> None:
     assert breaches(make(), proto) == []
+
+
+STORAGE: dict[str, Callable[[], Any]] = {
+    "MemoryBackend": MemoryBackend,
+    "SqliteBackend": lambda: SqliteBackend(":memory:"),
+    # Connects lazily: made, never used, here (nothing listens on the port).
+    "RedisBackend": lambda: RedisBackend("redis://127.0.0.1:9/0"),
+    "test_store_model_refusals.RefusingBackend": lambda: RefusingBackend(asyncio.new_event_loop()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STORAGE))
+def test_every_queue_storage_backend_implements_the_whole_contract(name: str) -> None:
+    backend = STORAGE[name]()
+    try:
+        assert breaches(backend, StorageBackend) == []
+    finally:
+        if isinstance(backend, RefusingBackend):
+            backend.loop.close()
+        if isinstance(backend, SqliteBackend):
+            backend.close()
 
 
 def test_a_missing_or_mis_signed_member_is_named() -> None:
