@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,19 +102,6 @@ async def _filled(store: Store, n: int) -> tuple[QueueManager, Queue]:
     for i in range(n):
         await q.put(f"r{i}".encode(), {}, None)[2]
     return m, q
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    redis: RedisServer | None = None
-    if request.param == "redis":
-        redis = request.getfixturevalue("redis_server")
-        with redis.client(REDIS_DB) as c:
-            c.flushdb()
-    yield Store(request.param, tmp_path, redis)
-    if redis is not None:
-        with redis.client() as c:
-            c.config_set("min-replicas-to-write", 0)
 
 
 async def test_backend_is_the_configured_one(store: Store) -> None:

@@ -7,8 +7,7 @@ connections: tests/e2e/queue/test_disconnects.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -16,21 +15,7 @@ from gateway.queue.backend import StorageError
 from gateway.queue.durable import Durable, Write
 from gateway.queue.records import Consumer
 from gateway.queue.store import Queue
-from tests.gateway.queue.test_backend_conformance import REDIS_DB, Store
-from tests.redis_server import RedisServer
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    redis: RedisServer | None = None
-    if request.param == "redis":
-        redis = request.getfixturevalue("redis_server")
-        with redis.client(REDIS_DB) as c:
-            c.flushdb()
-    yield Store(request.param, tmp_path, redis)
-    if redis is not None:
-        with redis.client() as c:
-            c.config_set("min-replicas-to-write", 0)
+from tests.gateway.queue.test_backend_conformance import Store
 
 
 async def _wait(dur: Durable) -> None:
