@@ -114,7 +114,8 @@ class FastProtocol(asyncio.Protocol):
         self._closing = False
         self._read_paused = False
         self._write_paused = False
-        self._task: asyncio.Task[Reply] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._starting = False  # inside _start's eager task start (3.12+)
         # Python < 3.12: the handler coroutine driven by _step and the future it awaits.
         self._coro: Coroutine[Any, Any, Reply] | None = None
         self._waiting: Any = None
@@ -286,14 +287,34 @@ class FastProtocol(asyncio.Protocol):
         self.busy = True
         if _EAGER_TASKS:
             # loop= explicitly: an eager Task made without one fails (AttributeError on 3.12, 3.13).
-            task: asyncio.Task[Reply] = asyncio.Task(coro, loop=self._loop, eager_start=True)  # type: ignore[call-arg]
-            if task.done():
-                self._finish(task, close)
-            else:
+            self._starting = True
+            try:
+                task = asyncio.Task(self._run(coro, close), loop=self._loop, eager_start=True)  # type: ignore[call-arg]
+            finally:
+                self._starting = False
+            if not task.done():
                 self._task = task  # keep it referenced while it waits
-                task.add_done_callback(lambda t: self._finish(t, close, resume=True))
             return
         self._step(coro, close, False)
+
+    async def _run(self, coro: Coroutine[Any, Any, Reply], close: bool) -> None:
+        """Python 3.12+: the handler in an eager task, answered in the task's own step (not
+        from a done callback, a loop hop later). A client that leaves cancels the task, and
+        with it the future the handler awaits: a future other requests share is awaited
+        shielded (the queue's long poll) or refuses to be cancelled (the queue's writes)."""
+        try:
+            reply = await coro
+        except asyncio.CancelledError:
+            self._answer(_ERROR, True)  # the client left (connection_lost): nobody to answer
+            return
+        except Exception:
+            log.exception("request failed")
+            self._answer(_ERROR, True)
+            return
+        resume = not self._starting  # answered later than in the callback that started it
+        self._answer(reply, close, keep=not resume)
+        if resume and not self.busy:
+            self._next()
 
     def _step(
         self,
@@ -340,19 +361,6 @@ class FastProtocol(asyncio.Protocol):
         if self._coro is coro and self._waiting is waited:  # else: cancelled meanwhile
             self._waiting = None
             self._step(coro, close, True)
-
-    def _finish(self, task: asyncio.Task[Reply], close: bool, resume: bool = False) -> None:
-        if task.cancelled():
-            self._answer(_ERROR, True)
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("request failed", exc_info=exc)
-            self._answer(_ERROR, True)
-            return
-        self._answer(task.result(), close, keep=not resume)
-        if resume and not self.busy:
-            self._next()
 
     def _answer(self, reply: Reply, close: bool, keep: bool = False) -> None:
         """Write ``reply``. ``keep``: it was answered at once, while the loop reads what
