@@ -12,6 +12,7 @@ left in its finalizer.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -67,6 +68,29 @@ def token_leaks(started: list[tuple[Path, tuple[str, ...]]]) -> list[str]:
             text = path.read_text(encoding="utf-8", errors="replace")
             leaks += [f"{path}: {t[:3]}..." for t in tokens if len(t) >= 8 and t in text]
     return leaks
+
+
+def raw_post(
+    port: int,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    chunked: bool = False,
+    timeout: float = 10.0,
+) -> tuple[int, dict[str, str], bytes]:
+    """One POST on a connection of its own -> (status, headers by lower-case name, body): what
+    a test needs of an answer whose bytes or headers it checks as they came."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if chunked:
+            conn.request("POST", path, body=iter([body]), headers=dict(headers), encode_chunked=True)
+        else:
+            conn.request("POST", path, body=body, headers=dict(headers))
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
 
 
 class GatewayProcess:

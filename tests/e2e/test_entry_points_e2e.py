@@ -12,7 +12,6 @@ gRPC: the code that means it, gateway/fronts/grpc/status.py).
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import struct
@@ -29,7 +28,7 @@ import yaml
 from eas_sdk import QueueClient
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
+from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess, raw_post
 
 TOKEN = "e2e-entry-points-token-5c1f0e7d"
 AUTH = {"Authorization": TOKEN}
@@ -69,21 +68,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _post(
-    port: int, path: str, body: bytes, headers: dict[str, str], *, chunked: bool = False
-) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        if chunked:
-            conn.request("POST", path, body=iter([body]), headers=headers, encode_chunked=True)
-        else:
-            conn.request("POST", path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
-
-
 def _worker_port(gw: GatewayProcess, service: str) -> int:
     workers = gw.services()[service]["workers"]
     return int(next(w["http_port"] for w in workers if w["state"] == "ready"))
@@ -107,11 +91,11 @@ def _eas_calls(gw: GatewayProcess, service: str, body: bytes, headers: dict[str,
     """One call through the lean front, the aiohttp route and the worker's direct port."""
     path = f"/api/predict/{service}"
     out = {
-        "front": _post(gw.port, path, body, headers),
-        "route": _post(gw.port, path, body, headers, chunked=True),
+        "front": raw_post(gw.port, path, body, headers),
+        "route": raw_post(gw.port, path, body, headers, chunked=True),
     }
     if service in ("digits", "echo"):
-        out["direct"] = _post(_worker_port(gw, service), path, body, headers)
+        out["direct"] = raw_post(_worker_port(gw, service), path, body, headers)
     return out
 
 
@@ -137,15 +121,15 @@ def _json_calls(gw: GatewayProcess, model: str, body: bytes, headers: dict[str, 
     hdrs = {"Content-Type": "application/json", **headers}
     binary, header_length = _as_binary(body)
     return {
-        "v2": _post(gw.port, f"/v2/models/{model}/infer", body, hdrs),
-        "v2_binary": _post(
+        "v2": raw_post(gw.port, f"/v2/models/{model}/infer", body, hdrs),
+        "v2_binary": raw_post(
             gw.port,
             f"/v2/models/{model}/infer",
             binary,
             {**hdrs, "Inference-Header-Content-Length": header_length},
         ),
-        "v1": _post(gw.port, f"/v1/models/{model}:predict", body, hdrs),
-        "cluster_serving": _post(gw.port, f"/api/cluster-serving/{model}/predict", body, hdrs),
+        "v1": raw_post(gw.port, f"/v1/models/{model}:predict", body, hdrs),
+        "cluster_serving": raw_post(gw.port, f"/api/cluster-serving/{model}/predict", body, hdrs),
     }
 
 
@@ -180,7 +164,7 @@ def test_unauthenticated_is_401_everywhere(gw: GatewayProcess, headers: dict[str
         assert status == 401, where
         assert "token" in _error_shape(body), where
     # The queue front door of an asynchronous service.
-    status, _h, body = _post(gw.port, "/api/predict/aecho", b"x", headers)
+    status, _h, body = raw_post(gw.port, "/api/predict/aecho", b"x", headers)
     assert status == 401 and _eas_shape(body)["code"] == "Unauthorized"
 
 
@@ -189,7 +173,7 @@ def test_unknown_service_is_404_everywhere(gw: GatewayProcess) -> None:
         assert status == 404, where
         assert _eas_shape(body)["code"] == "ServiceNotFound", where
     # The worker's port serves its own service only: another name is not found there either.
-    status, _h, body = _post(_worker_port(gw, "echo"), "/api/predict/nope", b"x", AUTH)
+    status, _h, body = raw_post(_worker_port(gw, "echo"), "/api/predict/nope", b"x", AUTH)
     assert status == 404 and _eas_shape(body)["code"] in ("ServiceNotFound", "NotFound")
     for where, (status, _h, body) in _json_calls(gw, "nope", b"{}", AUTH).items():
         assert status == 404, where
@@ -234,11 +218,11 @@ def test_no_ready_worker_is_503_everywhere(gw: GatewayProcess) -> None:
         assert hdrs.get("retry-after") == "1", where
     v2 = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}
     calls = _json_calls(gw, "broken", json.dumps(v2).encode(), AUTH)
-    calls["v1"] = _post(
+    calls["v1"] = raw_post(
         gw.port, "/v1/models/broken:predict", json.dumps({"instances": [[0.0] * 64]}).encode(), AUTH
     )
     cs = {"instances": [{"input": [0.0] * 64}]}
-    calls["cluster_serving"] = _post(
+    calls["cluster_serving"] = raw_post(
         gw.port, "/api/cluster-serving/broken/predict", json.dumps(cs).encode(), AUTH
     )
     for where, (status, _h, body) in calls.items():
@@ -252,7 +236,7 @@ def test_bearer_token_is_accepted_everywhere(gw: GatewayProcess) -> None:
         assert (status, body) == (200, b"hello"), where
     v2 = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}
     calls = _json_calls(gw, "digits", json.dumps(v2).encode(), bearer)
-    calls["v1"] = _post(gw.port, "/v1/models/digits:predict", b'{"instances": [[0.0]]}', bearer)
+    calls["v1"] = raw_post(gw.port, "/v1/models/digits:predict", b'{"instances": [[0.0]]}', bearer)
     del calls["cluster_serving"]
     assert calls["v2"][0] == calls["v2_binary"][0] == 200, calls
     # V1 with a malformed instance: past authentication, refused by the model's signature.
@@ -291,7 +275,7 @@ def _paddle(
 ) -> tuple[int, dict[str, Any]]:
     """A Paddle Serving call; its error shape is checked: ``err_no`` is the HTTP status."""
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-    status, _h, data = _post(
+    status, _h, data = raw_post(
         gw.port, f"/{service}/prediction", body, {"Content-Type": "application/json", **headers}
     )
     answer = json.loads(data)

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from eas_sdk import QueueClient
-from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
+from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess, raw_post
 from tests.waiting import wait_until
 
 TOKEN = "e2e-hostile-token-5f1c0a9e"
@@ -464,28 +464,16 @@ def answers_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProc
         proc.kill()
 
 
-def _raw_post(
-    gw: GatewayProcess, path: str, body: bytes, headers: dict[str, str]
-) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
-    try:
-        conn.request("POST", path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
-
-
 def _sampled(gw: GatewayProcess, path: str, body: bytes) -> tuple[tuple[int, dict[str, str], bytes], Probe]:
     """POST ``body`` to ``path`` while a probe samples the gateway, again until the probe has
     sampled the other service enough; -> (the first answer, the probe). Every answer must
     have the first one's status."""
     auth = {"Authorization": TOKEN}
     with Probe(gw, helpers=True, check_latency=False) as probe:
-        first = _raw_post(gw, path, body, auth)
+        first = raw_post(gw.port, path, body, auth, timeout=60)
         deadline = time.monotonic() + 60
         while len(probe.latencies) < 20 and time.monotonic() < deadline:
-            assert _raw_post(gw, path, body, auth)[0] == first[0]
+            assert raw_post(gw.port, path, body, auth, timeout=60)[0] == first[0]
     return first, probe
 
 
@@ -536,7 +524,9 @@ def test_an_answer_past_the_limit_is_refused_before_it_is_built(
     assert f"over the limit of {LIMIT} bytes" in message and "gateway.max_response_bytes" in message, message
     probe.check(p99_bound_s=None)
     # A smaller one of the same kind is answered, with every value.
-    status, _, answer = _raw_post(answers_gw, *_fill_call(protocol, [30, 20]), {"Authorization": TOKEN})
+    status, _, answer = raw_post(
+        answers_gw.port, *_fill_call(protocol, [30, 20]), {"Authorization": TOKEN}, timeout=60
+    )
     assert status == 200 and answer.count(FILL_TEXT) == 600, answer[:300]
 
 

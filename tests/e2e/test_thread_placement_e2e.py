@@ -21,7 +21,7 @@ import yaml
 from eas_sdk import PredictClient, QueueClient, TFRequest
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.gateway_proc import GatewayProcess, raw_post
 from tests.e2e.reference_load import ReferenceLoad
 from tests.e2e.test_services_e2e import ADMIN_TOKEN, cli
 
@@ -64,13 +64,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
 def _post(
     gw: GatewayProcess, path: str, body: bytes, headers: dict[str, str]
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
-    try:
-        conn.request("POST", path, body=body, headers={**AUTH, **headers})
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
+    return raw_post(gw.port, path, body, {**AUTH, **headers})
 
 
 def _get(gw: GatewayProcess, path: str) -> tuple[int, bytes]:
