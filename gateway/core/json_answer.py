@@ -39,6 +39,10 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 BLOCK = 1 << 16
 # Elements encoded to estimate an array's text (spread evenly over the array).
 SAMPLE = 2048
+# An answer whose arrays hold at most this many numbers in all (a few hundred kilobytes of
+# text at most) is encoded in one call, its size read off the result: estimating and writing
+# it piece by piece would cost more than the encoding (a typical answer of a few outputs).
+SMALL = 4096
 SETTING = "gateway.max_response_bytes"
 _MIB = 1 << 20
 
@@ -130,25 +134,80 @@ def _plain(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _block(arr: np.ndarray, floats: str) -> bytes:
-    """A small array (up to BLOCK elements) as nested JSON lists."""
-    if arr.dtype.kind in "OSU":
-        texts = np.vectorize(_text_of, otypes=[object])(arr) if arr.size else arr.astype(object)
-        return _plain(texts.tolist())
+def _numeric(arr: np.ndarray, floats: str) -> np.ndarray:
+    """A numeric array as the encoder takes it: floats widened to the text they are written
+    in, native byte order, contiguous."""
     if arr.dtype.kind == "f" and (floats == "float64" or arr.dtype.itemsize < 4):
         # float64 text, as Python writes the float64 a float32 equals (the gateway's answers
         # always had it so); float16 has no shortest form of its own in every encoder.
         arr = arr.astype(np.float64 if floats == "float64" else np.float32)
     elif arr.dtype.kind == "c":
         raise TypeError(f"no JSON form for {arr.dtype}")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return np.ascontiguousarray(arr)
+
+
+def _block(arr: np.ndarray, floats: str) -> bytes:
+    """A small array (up to BLOCK elements) as nested JSON lists."""
+    if arr.dtype.kind in "OSU":
+        texts = np.vectorize(_text_of, otypes=[object])(arr) if arr.size else arr.astype(object)
+        return _plain(texts.tolist())
+    arr = _numeric(arr, floats)
     if _orjson is not None:
-        if not arr.dtype.isnative:
-            arr = arr.astype(arr.dtype.newbyteorder("="))
-        return _orjson.dumps(np.ascontiguousarray(arr), option=_orjson.OPT_SERIALIZE_NUMPY)
+        return _orjson.dumps(arr, option=_orjson.OPT_SERIALIZE_NUMPY)
     text = json.dumps(arr.tolist(), separators=(",", ":"))
     if arr.dtype.kind == "f":  # JSON has no NaN or Infinity: null, as orjson writes them
         text = text.replace("-Infinity", "null").replace("Infinity", "null").replace("NaN", "null")
     return text.encode()
+
+
+_LEAVES = (str, int, float, bool, type(None))
+
+
+def _prepared(doc: Any, floats: str, room: list[int]) -> Any:
+    """``doc`` with its arrays ready for one orjson call, written as :func:`dumps` writes
+    them; raises _NotSmall past ``room[0]`` numbers in all, or on an array of strings."""
+    kind = type(doc)
+    if kind in _LEAVES:
+        return doc
+    if kind is dict:
+        return {str(k): _prepared(v, floats, room) for k, v in doc.items()}
+    if kind is list or kind is tuple:
+        return [_prepared(v, floats, room) for v in doc]
+    if isinstance(doc, (np.ndarray, np.generic)):
+        arr = np.asarray(doc)
+        room[0] -= arr.size
+        if room[0] < 0 or arr.dtype.kind in "OSUVc":
+            raise _NotSmall
+        if floats == "float64":
+            # Python's own numbers: a float32 becomes the float64 it equals, as written above.
+            return arr.tolist()
+        if arr.ndim == 0:  # a numpy scalar, which orjson writes in its own dtype's shortest form
+            return _numeric(arr.reshape(1), floats)[0]
+        return _numeric(arr, floats)
+    if isinstance(doc, bytes):
+        return _text_of(doc)
+    if isinstance(doc, Mapping):
+        return {str(k): _prepared(v, floats, room) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [_prepared(v, floats, room) for v in doc]
+    return doc
+
+
+class _NotSmall(Exception):
+    pass
+
+
+def _small(doc: Any, floats: str) -> bytes | None:
+    """``doc`` encoded in one call when it is small (see SMALL), else None."""
+    if _orjson is None:
+        return None
+    try:
+        ready = _prepared(doc, floats, [SMALL])
+    except _NotSmall:
+        return None
+    return _orjson.dumps(ready, option=_orjson.OPT_SERIALIZE_NUMPY)
 
 
 # --- estimating ----------------------------------------------------------------------------
@@ -179,13 +238,21 @@ def array_estimate(arr: np.ndarray, floats: str = "float64") -> int:
 
 
 def estimate(doc: Any, floats: str = "float64") -> int:
-    """About how many bytes :func:`dumps` writes for ``doc`` (arrays estimated, the rest exact)."""
+    """About how many bytes :func:`dumps` writes for ``doc`` (arrays estimated, the rest exact;
+    a small answer exactly)."""
+    small = _small(doc, floats)
+    if small is not None:
+        return len(small)
+    return _estimate(doc, floats)
+
+
+def _estimate(doc: Any, floats: str) -> int:
     if isinstance(doc, (np.ndarray, np.generic)):
         return array_estimate(np.asarray(doc), floats)
     if isinstance(doc, Mapping):
-        return 2 + sum(len(_plain(str(k))) + 2 + estimate(v, floats) for k, v in doc.items())
+        return 2 + sum(len(_plain(str(k))) + 2 + _estimate(v, floats) for k, v in doc.items())
     if isinstance(doc, (list, tuple)):
-        return 2 + sum(estimate(v, floats) + 1 for v in doc)
+        return 2 + sum(_estimate(v, floats) + 1 for v in doc)
     return len(_plain(doc))
 
 
@@ -253,8 +320,13 @@ def dumps(doc: Any, limit: int = 0, *, floats: str = "float64") -> bytes | bytea
     """``doc`` (dicts, lists, plain values and numpy arrays) as JSON bytes; AnswerTooLarge
     when it would pass ``limit`` bytes (0: no limit), raised before it is built when the
     estimate says so. ``floats``: ``"float64"`` (the default) or ``"shortest"``."""
+    small = _small(doc, floats)
+    if small is not None:
+        if limit:
+            check(len(small), limit)
+        return small
     if limit:
-        check(estimate(doc, floats), limit, "about")
+        check(_estimate(doc, floats), limit, "about")
     writer = _Writer(limit, floats)
     writer.value(doc)
     return writer.out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from typing import Any
 
 import numpy as np
 import orjson
@@ -123,3 +124,26 @@ def test_binary_sizes_and_the_plain_check() -> None:
     json_answer.check(10**12, 0)  # no limit
     with pytest.raises(AnswerTooLarge, match="would be 11 bytes"):
         json_answer.check(11, 10)
+
+
+_SMALL_DOCS = [
+    {"a": np.array([0.1, np.nan, -np.inf, 1e-30], dtype=np.float32), "b": b"name", "c": [1, "x", None]},
+    {
+        "s": np.float32(0.1),
+        "h": np.array(1.5, dtype=np.float16),
+        "i": np.array([[1, 2], [3, 4]], dtype=">i4"),
+    },
+    {"t": (np.array([True, False]), np.uint8(7)), "e": np.zeros((0, 3), dtype=np.float64), "n": 2.5},
+    [{"k": np.arange(6, dtype=np.int64).reshape(2, 3)}, np.array(3.25)],
+]
+
+
+@pytest.mark.parametrize("floats", ["float64", "shortest"])
+@pytest.mark.parametrize("doc", _SMALL_DOCS, ids=range(len(_SMALL_DOCS)))
+def test_a_small_answer_encoded_in_one_call_is_what_the_block_writer_writes(doc: Any, floats: str) -> None:
+    # Small answers skip the estimate and the piece-by-piece writer; the text must not change.
+    writer = json_answer._Writer(0, floats)
+    writer.value(doc)
+    one_call = json_answer.dumps(doc, 1 << 20, floats=floats)
+    assert bytes(one_call) == bytes(writer.out)
+    assert json_answer.estimate(doc, floats) == len(writer.out)
