@@ -231,9 +231,14 @@ def answer(
     if req.id is not None:
         doc["id"] = req.id
     raw = sum(e["parameters"]["binary_data_size"] for e in entries if "parameters" in e)
-    if limit:
-        json_answer.check(json_answer.estimate(doc) + raw, limit, "about")
-    header = json_answer.dumps(doc, max(1, limit - raw) if limit else 0)
+    header = json_answer.small(doc)  # most answers: encoded once, measured after
+    if header is not None:
+        if limit:
+            json_answer.check(len(header) + raw, limit)
+    else:
+        if limit:
+            json_answer.check(json_answer.estimate(doc) + raw, limit, "about")
+        header = json_answer.dumps(doc, max(1, limit - raw) if limit else 0)
     return frame(header, [output_bytes(a) for a in binary])
 
 

@@ -199,8 +199,9 @@ class _NotSmall(Exception):
     pass
 
 
-def _small(doc: Any, floats: str) -> bytes | None:
-    """``doc`` encoded in one call when it is small (see SMALL), else None."""
+def small(doc: Any, floats: str = "float64") -> bytes | None:
+    """``doc`` encoded in one call when it is small (see SMALL), as :func:`dumps` writes it;
+    None when it is not small (then estimate it, or let :func:`dumps` bound it)."""
     if _orjson is None:
         return None
     try:
@@ -240,9 +241,9 @@ def array_estimate(arr: np.ndarray, floats: str = "float64") -> int:
 def estimate(doc: Any, floats: str = "float64") -> int:
     """About how many bytes :func:`dumps` writes for ``doc`` (arrays estimated, the rest exact;
     a small answer exactly)."""
-    small = _small(doc, floats)
-    if small is not None:
-        return len(small)
+    encoded = small(doc, floats)
+    if encoded is not None:
+        return len(encoded)
     return _estimate(doc, floats)
 
 
@@ -320,11 +321,11 @@ def dumps(doc: Any, limit: int = 0, *, floats: str = "float64") -> bytes | bytea
     """``doc`` (dicts, lists, plain values and numpy arrays) as JSON bytes; AnswerTooLarge
     when it would pass ``limit`` bytes (0: no limit), raised before it is built when the
     estimate says so. ``floats``: ``"float64"`` (the default) or ``"shortest"``."""
-    small = _small(doc, floats)
-    if small is not None:
+    encoded = small(doc, floats)
+    if encoded is not None:
         if limit:
-            check(len(small), limit)
-        return small
+            check(len(encoded), limit)
+        return encoded
     if limit:
         check(_estimate(doc, floats), limit, "about")
     writer = _Writer(limit, floats)
@@ -342,4 +343,5 @@ __all__ = [
     "estimate",
     "processor_outputs",
     "raw_size",
+    "small",
 ]
