@@ -8,13 +8,14 @@ and queue figures are read from the backends/queue manager at scrape time.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -254,9 +255,24 @@ class _AdmissionCollector(Collector):
         yield refused
 
 
+class _LoopCollector(Collector):
+    """Tasks alive on the event loop that renders the scrape: a count that only grows is a
+    leak (a task per call or per connection never reaped)."""
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # rendered outside a running loop: nothing to count
+            return
+        yield GaugeMetricFamily("easgw_asyncio_tasks", "Tasks alive on the gateway's event loop", value=tasks)
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry, service_names: Iterable[str]) -> None:
         self.registry = registry
+        # Resident memory, open file descriptors and CPU time of the gateway process.
+        ProcessCollector(registry=registry)
+        registry.register(_LoopCollector())
         self.services = frozenset(service_names)
         self.requests = _RequestCounts(registry)
         self.latency = _ServiceHistogram(

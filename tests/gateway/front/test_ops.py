@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from gateway.config import parse_config
-from gateway.fronts.state import STATE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from tests.gateway.front.fakes import TOKEN, close_writer, live_gateway, make_config
 from tests.waiting import async_wait_until
 
@@ -49,7 +49,7 @@ async def test_healthz_readyz_and_services_listing() -> None:
         assert listing["q"]["queues"] == {"q": {"length": 3}, "q/sink": {"length": 3}}
         assert TOKEN not in body.decode()
         # Shutting down: readiness drops at once, liveness stays.
-        gw.app[STATE_KEY].shutting_down = True
+        gw.app[GATEWAY_KEY].state.shutting_down = True
         assert (await _get(gw.url + "/readyz"))[0] == 503
         assert (await _get(gw.url + "/readyz?service=digits"))[0] == 503
         assert (await _get(gw.url + "/healthz"))[0] == 200
@@ -130,6 +130,33 @@ async def test_metrics_counts_known_services_only() -> None:
     assert 'easgw_queue_length{queue="q"} 3.0' in text
     assert "easgw_compute_seconds_count" in text
     assert len(text) < 1_000_000
+
+
+def _gauge(text: str, name: str) -> float:
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+async def test_metrics_count_the_loop_tasks_and_the_process_figures() -> None:
+    """What a soak watches for growth: the loop's tasks follow what it holds, and the
+    process's memory and descriptors are there."""
+    async with live_gateway() as gw, aiohttp.ClientSession() as s:
+
+        async def scrape() -> str:
+            async with s.get(gw.url + "/metrics") as r:
+                assert r.status == 200
+                return await r.text()
+
+        before = _gauge(await scrape(), "easgw_asyncio_tasks")
+        release = asyncio.Event()
+        held = [asyncio.create_task(release.wait()) for _ in range(50)]
+        during = await scrape()
+        release.set()
+        await asyncio.gather(*held)
+        after = _gauge(await scrape(), "easgw_asyncio_tasks")
+    assert _gauge(during, "easgw_asyncio_tasks") >= before + 50
+    assert after < before + 50
+    assert _gauge(during, "process_resident_memory_bytes") > 0
+    assert _gauge(during, "process_open_fds") > 0
 
 
 async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
