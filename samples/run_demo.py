@@ -4,13 +4,16 @@
     python samples/run_demo.py --serve    # build models and leave the gateway running (Ctrl-C stops)
 
 The gateway is started exactly as a user would start it:
-``python -m gateway serve --config samples/services.yaml``.
+``python -m gateway serve --config samples/services.yaml``, in a process group of its own
+with its workers. SIGINT (Ctrl-C) or SIGTERM to this script stops that whole group and
+removes the script's temporary folder; the gateway removes its own (the workers' sockets).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,15 +64,46 @@ def wait_ready(proc: subprocess.Popen[bytes], port_file: Path, timeout: float = 
     raise SystemExit("gateway did not become ready in time")
 
 
+class Stopped(Exception):
+    """SIGTERM (or SIGHUP) arrived: unwind like Ctrl-C, so the gateway is stopped on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame: object) -> None:
+    raise Stopped(signum)
+
+
+def _killpg(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass  # the group is gone already
+
+
 def stop(proc: subprocess.Popen[bytes]) -> int:
+    """SIGTERM to the gateway's process group (the gateway and its workers), SIGKILL to
+    whatever is left of it after 30 s. A signal that comes meanwhile is passed on (the
+    gateway takes a second one as "stop draining now") instead of cutting the stop short."""
+
+    def forward(signum: int, _frame: object) -> None:
+        _killpg(proc.pid, signal.Signals(signum))
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
+    rc = proc.returncode
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        _killpg(proc.pid, signal.SIGTERM)
         try:
-            return proc.wait(30)
+            rc = proc.wait(30)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            return proc.wait(5)
-    return proc.returncode
+            _killpg(proc.pid, signal.SIGKILL)
+            rc = proc.wait(5)
+    # The gateway is gone; a worker it lost track of would still be in its group.
+    _killpg(proc.pid, signal.SIGKILL)
+    return rc if rc is not None else proc.wait()
 
 
 def main() -> int:
@@ -79,9 +113,22 @@ def main() -> int:
         "--port", type=int, default=None, help="listen port (default: services.yaml; demo: free port)"
     )
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGHUP, _raise_stopped)
+    try:
+        build_models()
+        work = Path(tempfile.mkdtemp(prefix="easkit-demo-"))
+        try:
+            return run(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    except (KeyboardInterrupt, Stopped) as exc:
+        if args.serve:
+            return 0  # the documented way to stop the gateway it serves
+        return 128 + (exc.signum if isinstance(exc, Stopped) else signal.SIGINT)
 
-    build_models()
-    work = Path(tempfile.mkdtemp(prefix="easkit-demo-"))
+
+def run(args: argparse.Namespace, work: Path) -> int:
     port_file = work / "address"
     proc = start_gateway(
         args.port if args.serve else (args.port or 0), port_file, None if args.serve else work / "data"
@@ -93,10 +140,7 @@ def main() -> int:
         if args.serve:
             print("   services: digits (token 'secret-token'), echo; Ctrl-C stops the gateway", flush=True)
             print(f"   try: {sys.executable} samples/clients/tf_client.py --endpoint {endpoint}", flush=True)
-            try:
-                proc.wait()
-            except KeyboardInterrupt:
-                pass
+            proc.wait()
             return 0
         failures = []
         for name in CLIENTS:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -68,3 +72,50 @@ def test_run_demo_succeeds() -> None:
         "cluster_serving_client.py",
     ):
         assert f"== {client}" in out
+
+
+def test_run_sh_hands_its_signals_to_the_demo() -> None:
+    """run.sh execs the demo, so a signal to run.sh's process is one to the demo (below)."""
+    last = (ROOT / "scripts" / "run.sh").read_text().strip().splitlines()[-1]
+    assert last == 'exec .venv/bin/python samples/run_demo.py "$@"', last
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_serving_demo_stops_the_gateway_and_its_workers(tmp_path: Path, sig: int) -> None:
+    """``run.sh --serve`` stopped by ``kill`` or Ctrl-C: the gateway's whole group goes, its
+    port is free, and neither the demo's temporary folder nor the workers' sockets stay."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "EASGW_DATA_DIR": str(tmp_path / "data")}
+    env["PYTHONUNBUFFERED"] = "1"
+    demo = subprocess.Popen(
+        [sys.executable, str(ROOT / "samples" / "run_demo.py"), "--serve", "--port", "0"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            seen.append(line)
+            if line.startswith("== gateway ready at http://"):
+                break
+        assert seen and seen[-1].startswith("== gateway ready"), "".join(seen)[-3000:]
+        host, port = seen[-1].rsplit("/", 1)[1].strip().rsplit(":", 1)
+        group = psutil.Process(demo.pid).children(recursive=True)
+        assert len(group) >= 6, group  # the gateway and the five workers of services.yaml
+        os.kill(demo.pid, sig)
+        rest, _ = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
+    assert demo.returncode == 0, "".join(seen) + rest
+    assert "== gateway stopped (exit code 0)" in rest, rest
+    _, alive = psutil.wait_procs(group, timeout=10)
+    assert not alive, alive
+    with pytest.raises(ConnectionRefusedError), socket.create_connection((host, int(port)), timeout=5):
+        pass
+    # ONNX Runtime keeps an id file (.ses) in TMPDIR across runs; nothing else may stay.
+    assert sorted(p.name for p in scratch.iterdir() if p.name != ".ses") == []
