@@ -20,7 +20,9 @@ a slow build's line is printed as it starts, every model's when it is done:
 
 Usage: ``python samples/build_models.py [out_dir]`` (default ``samples/models``): every
 model ``samples/services.yaml`` names. Idempotent: an existing, loadable model is kept
-(``cluster_serving.onnx`` is rewritten only when its bytes differ).
+(``cluster_serving.onnx`` is rewritten only when its bytes differ). The tools come with the
+package's ``samples`` extra; without them the script says which are missing and how to
+install them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,28 @@ DIGITS_INPUT = "input"
 DIGITS_OUTPUTS = ("label", "probabilities")
 MULTI_INPUTS = ("x", "y", "z")
 MULTI_OUTPUTS = ("sum", "yy", "zneg", "mask")
+# What the builds import -> the distribution that brings it (the package's samples extra).
+TOOLS = {"numpy": "numpy", "onnx": "onnx", "skl2onnx": "skl2onnx", "sklearn": "scikit-learn"}
+
+
+def missing_tools() -> list[str]:
+    """The distributions of :data:`TOOLS` this interpreter cannot import."""
+    return [dist for module, dist in TOOLS.items() if importlib.util.find_spec(module) is None]
+
+
+def exit_if_tools_missing(script: str) -> None:
+    """Say what is missing and how to get it, instead of an ImportError's traceback."""
+    missing = missing_tools()
+    if not missing:
+        return
+    wheel = "dist/easkit-0.1.0-py3-none-any.whl"  # what python -m build makes in a checkout
+    sys.exit(
+        f"{script}: the sample models are built with onnx, skl2onnx and scikit-learn; "
+        f"missing here: {', '.join(missing)}.\n"
+        "Install the package's samples extra into this environment:\n"
+        f'  pip install "{wheel}[gateway,samples]"   # the wheel python -m build made\n'
+        '  pip install -e ".[samples]"   # or, in a checkout, the sources themselves'
+    )
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -248,6 +272,7 @@ def build_all(out_dir: str | Path | None = None, progress: Any = None) -> dict[s
 
 
 if __name__ == "__main__":
+    exit_if_tools_missing("build_models.py")
     out_dir = sys.argv[1] if len(sys.argv) > 1 else None
     built = build_all(out_dir, progress=lambda line: print(line, flush=True))
     for name, p in built.items():

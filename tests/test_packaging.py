@@ -1,10 +1,13 @@
 """The package as a user gets it: ``python -m build`` makes an sdist and a wheel, the wheel
-installs with its ``gateway`` extra into a fresh virtual environment, and the installed
-``eas-gateway serve --model`` serves an ONNX model that the installed SDK then calls.
+installs with its ``gateway`` and ``samples`` extras into a fresh virtual environment, and
+from there the README's path works: the installed ``eas-gateway serve --model`` serves an ONNX
+model that the installed SDK then calls, and in the checkout the wheel was built from,
+``python samples/build_models.py`` builds the sample models that ``eas-gateway serve --config
+samples/services.yaml`` serves, called, looked at with ``eas-gateway status`` and stopped.
 
 Nothing here imports the working tree: the build runs on a copy of the sources, and the
 gateway, its workers and the client run from the fresh environment with no ``PYTHONPATH``.
-One test does it all, in order, because each step needs the one before (about 20 s).
+The build and the environment are made once for the module's tests (about 40 s in all).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import tarfile
 import time
 import urllib.request
 import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -102,22 +107,21 @@ def _check_contents(sdist: Path, wheel: Path) -> None:
     assert {"pyproject.toml", "README.md", "eas_sdk/__init__.py", "gateway/cli/__init__.py"} <= members
 
 
-def _serve(venv: Path, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    model = tmp / "digits.onnx"  # served as the service "digits"
-    shutil.copyfile(DIGITS, model)
-    port_file = tmp / "port"
-    log = (tmp / "gateway.log").open("wb")
-    argv = [str(venv / "bin" / "eas-gateway"), "serve", "--model", str(model)]
+def _serve(venv: Path, cwd: Path, *how: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``eas-gateway serve *how`` from the fresh environment, on a free port."""
+    port_file = cwd / "port"
+    log = (cwd / "gateway.log").open("wb")
+    argv = [str(venv / "bin" / "eas-gateway"), "serve", *how]
     argv += ["--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file)]
     proc = subprocess.Popen(
-        argv, cwd=tmp, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        argv, cwd=cwd, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     log.close()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while not port_file.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             _stop(proc)
-            raise AssertionError("installed gateway did not start:\n" + (tmp / "gateway.log").read_text())
+            raise AssertionError("installed gateway did not start:\n" + (cwd / "gateway.log").read_text())
         time.sleep(0.05)
     return proc, "http://" + port_file.read_text().strip()
 
@@ -146,28 +150,52 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(5)
 
 
-@pytest.mark.package
-@pytest.mark.timeout(300)
-def test_the_built_wheel_installs_and_serves(tmp_path: Path) -> None:
-    sdist, wheel = _build(tmp_path)
-    _check_contents(sdist, wheel)
+@dataclass
+class Installed:
+    """The wheel built from a copy of the sources, installed in a fresh environment."""
 
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, 120)
-    py = str(venv / "bin" / "python")
+    sdist: Path
+    wheel: Path
+    checkout: Path  # the copy the wheel was built from, as a user's checkout
+    venv: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    @property
+    def eas_gateway(self) -> str:
+        return str(self.venv / "bin" / "eas-gateway")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    tmp = tmp_path_factory.mktemp("package")
+    sdist, wheel = _build(tmp)
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp, 120)
     constraints = str(ROOT / "requirements" / "constraints.txt")
-    _run([py, "-m", "pip", "install", "-q", "-c", constraints, f"{wheel}[gateway]"], tmp_path, 240)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", constraints]
+    _run([*pip, f"{wheel}[gateway,samples]"], tmp, 300)  # as README.md and docs/quickstart.md say
+    yield Installed(sdist, wheel, tmp / "src", venv)
 
-    helped = _run([str(venv / "bin" / "eas-gateway"), "--help"], tmp_path, 60)
+
+@pytest.mark.package
+@pytest.mark.timeout(420)
+def test_the_built_wheel_installs_and_serves(installed: Installed, tmp_path: Path) -> None:
+    _check_contents(installed.sdist, installed.wheel)
+    helped = _run([installed.eas_gateway, "--help"], tmp_path, 60)
     assert "serve" in helped and "EAS-compatible inference gateway" in helped
     code = "import gateway, eas_sdk; print(gateway.__file__, eas_sdk.__file__)"
-    where = _run([py, "-c", code], tmp_path, 60)
-    assert str(ROOT) not in where and where.count(str(venv)) == 2, where
+    where = _run([installed.python, "-c", code], tmp_path, 60)
+    assert str(ROOT) not in where and where.count(str(installed.venv)) == 2, where
 
-    proc, url = _serve(venv, tmp_path)
+    model = tmp_path / "digits.onnx"  # served as the service "digits"
+    shutil.copyfile(DIGITS, model)
+    proc, url = _serve(installed.venv, tmp_path, "--model", str(model))
     try:
-        out = _run([py, "-c", _CLIENT, url], tmp_path, 60)
-        status = _run([str(venv / "bin" / "eas-gateway"), "status", "--url", url], tmp_path, 60)
+        out = _run([installed.python, "-c", _CLIENT, url], tmp_path, 60)
+        status = _run([installed.eas_gateway, "status", "--url", url], tmp_path, 60)
         with urllib.request.urlopen(url + "/status", timeout=10) as resp:  # the page ships in the wheel
             page = resp.read().decode()
     finally:
@@ -178,3 +206,42 @@ def test_the_built_wheel_installs_and_serves(tmp_path: Path) -> None:
     assert "digits" in status and "worker 0:" in status, status
     assert "<title>easkit gateway status</title>" in page
     assert proc.returncode == 0, (tmp_path / "gateway.log").read_text()
+
+
+# README.md's call, with the token services.yaml gives digits, and the echo service's curl.
+_README_CLIENT = """
+import sys
+import urllib.request
+import numpy as np
+from eas_sdk import PredictClient, TFRequest
+
+with PredictClient(sys.argv[1], "digits", token="secret-token") as client:
+    req = TFRequest("serving_default")
+    req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, np.zeros((1, 64), np.float32))
+    print("labels", client.predict(req).to_numpy("label").tolist())
+with urllib.request.urlopen(sys.argv[1] + "/api/predict/echo", data=b"hello", timeout=10) as resp:
+    print("echo", resp.read().decode())
+"""
+
+
+@pytest.mark.package
+@pytest.mark.timeout(420)
+def test_the_readme_path_builds_the_samples_serves_them_and_stops(installed: Installed) -> None:
+    """In the checkout, with nothing but the fresh environment: build the sample models,
+    serve samples/services.yaml, call it, ``eas-gateway status``, stop with SIGTERM."""
+    checkout = installed.checkout
+    built = _run([installed.python, "samples/build_models.py"], checkout, 240)
+    assert "digits.onnx: built in" in built, built
+    assert (checkout / "samples" / "models" / "cluster_serving.onnx").is_file()
+
+    proc, url = _serve(installed.venv, checkout, "--config", "samples/services.yaml")
+    try:
+        out = _run([installed.python, "-c", _README_CLIENT, url], checkout, 60)
+        status = _run([installed.eas_gateway, "status", "--url", url], checkout, 60)
+    finally:
+        _stop(proc)
+    assert "labels [4]" in out, out  # the answer README.md shows
+    assert "echo hello" in out, out
+    for service in ("digits", "echo", "jobs", "digits-async", "cs"):
+        assert service in status, status
+    assert proc.returncode == 0, (checkout / "gateway.log").read_text()

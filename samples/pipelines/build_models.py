@@ -15,6 +15,7 @@ Usage: ``python samples/pipelines/build_models.py [out_dir]`` (default ``samples
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,5 +121,11 @@ def build_all(out_dir: str | Path | None = None) -> list[Path]:
 
 
 if __name__ == "__main__":
+    # samples/build_models.py, by its path: this file has the same module name.
+    spec = importlib.util.spec_from_file_location("_easkit_sample_models", HERE.parent / "build_models.py")
+    assert spec is not None and spec.loader is not None
+    samples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(samples)
+    samples.exit_if_tools_missing("pipelines/build_models.py")
     for p in build_all(sys.argv[1] if len(sys.argv) > 1 else None):
         print(p)
