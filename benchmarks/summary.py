@@ -2,8 +2,9 @@
 
 Each benchmark writes its targets (``_harness.report_targets``) to
 ``benchmarks/results/<bench>.json``; this prints them as one table (scenario, figure, goal,
-pass/miss), writes it as ``summary.json`` and, when matplotlib is installed, ``summary.png``
-(each figure as a share of its goal, misses in red), and exits 1 if any goal was missed.
+pass/miss), writes it as ``summary.json`` and, when matplotlib is installed, ``summary.png`` (each
+figure over its goal on a log axis with the goal line at 1, grouped by benchmark, misses in
+red and first, every bar labelled with its figure), and exits 1 if any goal was missed.
 
 Usage: ``python benchmarks/summary.py [results_dir]`` (default ``benchmarks/results``).
 """
@@ -35,8 +36,50 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+MISS_COLOUR, PASS_COLOUR, GOAL_COLOUR = "#d1242f", "#2da44e", "#24292f"
+# A figure of 0 against a ">=" goal (or against a "<=" goal) still needs a place on a log axis.
+_FLOOR, _CEILING = 1e-3, 1e6
+
+
+def share_of_goal(row: dict[str, Any]) -> float:
+    """The figure over its goal, turned so that 1 is the goal and more is better, whichever
+    way the goal points (for a "<=" goal, the goal over the figure)."""
+    figure, goal = float(row["figure"]), float(row["goal"])
+    share = figure / goal if row["op"] == ">=" else (goal / figure if figure else _CEILING)
+    return min(max(share, _FLOOR), _CEILING)
+
+
+def plot_order(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The rows with a goal as ``(benchmark, rows)`` groups: every miss before any pass,
+    grouped by benchmark within each, in the order they were measured. A benchmark with
+    misses and passes has a group in both parts."""
+    groups: dict[tuple[bool, str], list[dict[str, Any]]] = {}
+    for met in (False, True):
+        for r in rows:
+            if r["goal"] is not None and bool(r["ok"]) is met:
+                groups.setdefault((met, r["bench"]), []).append(r)
+    return [(bench, group) for (_, bench), group in groups.items()]
+
+
+def _scenario(bench: str, scenario: str) -> str:
+    """The scenario under its benchmark's heading, without the heading's name again."""
+    prefix = bench.removeprefix("bench_") + ": "
+    return scenario.removeprefix(prefix)
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _label(row: dict[str, Any]) -> str:
+    unit = row["unit"]
+    return f"{_number(row['figure'])}{unit}  (goal {row['op']} {row['goal']:g}{unit})"
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> bool:
-    """Each goal's figure as a share of the goal (>= 1 is met, whichever way the goal points)."""
+    """Each goal's figure over the goal on a log axis: a bar from the goal line (1) to the
+    figure, right and green when the goal is met, left and red when missed; the misses
+    first, grouped by benchmark, each bar labelled with its figure and its goal."""
     try:
         import matplotlib
 
@@ -44,21 +87,55 @@ def plot(rows: list[dict[str, Any]], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    goals = [r for r in rows if r["goal"]]
-    if not goals:
+    groups = plot_order(rows)
+    if not groups:
         return False
-    shares = [
-        (r["figure"] / r["goal"]) if r["op"] == ">=" else (r["goal"] / r["figure"] if r["figure"] else 10.0)
-        for r in goals
-    ]
-    fig, ax = plt.subplots(figsize=(9, 0.4 * len(goals) + 1.2))
-    colours = ["#1a7f37" if r["ok"] else "#c62828" for r in goals]
-    ax.barh([r["scenario"] for r in goals], shares, color=colours)
-    ax.axvline(1.0, color="#333", linewidth=1)
-    ax.invert_yaxis()
-    ax.set_xlabel("figure / goal (1 = the goal; right of the line: met)")
+    labels: list[str] = []
+    heads: list[tuple[int, bool]] = []  # the rows that name a benchmark: (row, its rows missed)
+    bars: list[tuple[int, dict[str, Any]]] = []
+    for bench, group in groups:
+        heads.append((len(labels), not group[0]["ok"]))
+        labels.append(f"{bench} ({'missed' if not group[0]['ok'] else 'met'})")
+        for r in group:
+            bars.append((len(labels), r))
+            labels.append(_scenario(bench, str(r["scenario"])))
+    shares = [share_of_goal(r) for _, r in bars]
+    lo, hi = min([*shares, 1.0]), max([*shares, 1.0])
+    fig, ax = plt.subplots(figsize=(11, 0.3 * len(labels) + 1.6))
+    ax.set_xscale("log")
+    for (y, r), share in zip(bars, shares, strict=True):
+        colour = PASS_COLOUR if r["ok"] else MISS_COLOUR
+        ax.barh(y, share - 1.0, left=1.0, height=0.7, color=colour)
+        ax.plot(
+            [share], [y], marker="|", markersize=11, markeredgewidth=2.5, color=colour
+        )  # a near miss shows
+        right = share >= 1.0
+        ax.annotate(
+            _label(r), (share, y), xytext=(6 if right else -6, 0), textcoords="offset points",
+            ha="left" if right else "right", va="center", fontsize=8.5,
+            color=GOAL_COLOUR if r["ok"] else MISS_COLOUR, fontweight="normal" if r["ok"] else "bold",
+        )  # fmt: skip
+    ax.axvline(1.0, color=GOAL_COLOUR, linewidth=1.5)
+    ax.set_yticks(range(len(labels)), labels)
+    ticks = ax.get_yticklabels()
+    for i, missed in heads:
+        ticks[i].set_fontweight("bold")
+        ticks[i].set_color(MISS_COLOUR if missed else GOAL_COLOUR)
+        if i:
+            ax.axhline(i - 0.5, color="#d0d7de", linewidth=0.8)
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xlim(lo / 20, hi * 20)  # room for the labels either side of the bars
+    missed = sum(not r["ok"] for _, r in bars)
+    ax.set_title(
+        f"{missed} of {len(bars)} goals missed" if missed else f"every goal met ({len(bars)})",
+        loc="left", fontsize=12, fontweight="bold", color=MISS_COLOUR if missed else PASS_COLOUR,
+    )  # fmt: skip
+    ax.set_xlabel("figure / goal, log scale: the line at 1 is the goal; right of it met, left missed")
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
 

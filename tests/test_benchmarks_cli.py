@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +115,46 @@ def test_bench_sh_exits_zero_when_every_target_is_met(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.rstrip().endswith("bench.sh: every target met")
+
+
+def _summary_module() -> Any:
+    spec = importlib.util.spec_from_file_location("_bench_summary", ROOT / "benchmarks" / "summary.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(bench: str, scenario: str, figure: float, op: str, goal: float | None) -> dict[str, Any]:
+    ok = goal is None or (figure >= goal if op == ">=" else figure <= goal)
+    return {
+        "bench": bench,
+        "scenario": scenario,
+        "figure": figure,
+        "op": op,
+        "goal": goal,
+        "unit": "x",
+        "ok": ok,
+    }
+
+
+def test_summary_plot_puts_every_miss_first_grouped_by_benchmark(tmp_path: Path) -> None:
+    summary = _summary_module()
+    rows = [
+        _row("bench_codec", "codec: encode", 157.0, ">=", 100),
+        _row("bench_codec", "codec: time", 2.0, "<=", 1),
+        _row("bench_gateway", "gateway: ratio", 0.67, ">=", 0.9),
+        _row("bench_gateway", "gateway: floor", 0.8, "", None),
+        _row("bench_queue", "queue: stream", 1.07, ">=", 0.5),
+    ]
+    order = [(bench, [r["scenario"] for r in group]) for bench, group in summary.plot_order(rows)]
+    assert order == [
+        ("bench_codec", ["codec: time"]),
+        ("bench_gateway", ["gateway: ratio"]),
+        ("bench_codec", ["codec: encode"]),
+        ("bench_queue", ["queue: stream"]),
+    ]
+    # Over the goal, whichever way it points: more than 1 is met, less is missed.
+    assert [round(summary.share_of_goal(r), 3) for r in rows if r["goal"]] == [1.57, 0.5, 0.744, 2.14]
+    assert summary.plot(rows, tmp_path / "summary.png")
+    assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
