@@ -17,6 +17,16 @@ from tests.redis_server import RedisServer
 
 os.environ.setdefault("EASGW_LOOPBACK_ONLY", "1")
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-minutes",
+        type=float,
+        default=None,
+        help="length of the long soak (tests/soak, -m soak); else EASKIT_SOAK_MINUTES, else 30",
+    )
+
+
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 # This machine's own non-loopback addresses a test listens on (allow_own_address): calls to
