@@ -24,18 +24,11 @@ from gateway.core.backend import ServiceBackend
 from gateway.core.calls import WorkerRequest
 from gateway.core.dataplane import DataPlane
 from gateway.core.services import GatewayState
-from gateway.fronts.state import (
-    BACKENDS_KEY,
-    CONFIG_KEY,
-    DATAPLANE_KEY,
-    METRICS_KEY,
-    QUEUES_KEY,
-    STATE_KEY,
-    QueueService,
-)
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.middleware import gateway_middleware
-from gateway.manage.manager import MANAGER_KEY, GatewayParts, ServiceManager
+from gateway.manage.manager import GatewayParts, ServiceManager
 from gateway.observability.metrics import GatewayMetrics
+from gateway.queue.interfaces import QueueService
 
 if TYPE_CHECKING:  # imported on use: only a gateway with pipelines loads them
     from gateway.backends.pipelines.backend import PipelineBackend
@@ -107,14 +100,11 @@ def create_app(
             "lingering_time": LINGERING_S,
         },
     )
-    app[CONFIG_KEY] = config
-    app[STATE_KEY] = GatewayState()
     registry = registry or CollectorRegistry(auto_describe=True)
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
-    app[METRICS_KEY] = metrics
     make_pool = pool_factory or _default_pool_factory
     older = older_versions(config)
-    app[BACKENDS_KEY] = {
+    backends: dict[str, ServiceBackend] = {
         s.name: make_pool(s, gw) for s in [*predict_services(config), *older] if s.pipeline is None
     }
     pipelines: dict[str, PipelineBackend] = {}
@@ -124,15 +114,14 @@ def create_app(
         from gateway.backends.pipelines.timings import StepTimings
 
         timings = StepTimings(registry)
-        pipelines = pipeline_backends(list(config.services), gw, app[BACKENDS_KEY], make_pool, timings)
-        app[BACKENDS_KEY].update(pipelines)
+        pipelines = pipeline_backends(list(config.services), gw, backends, make_pool, timings)
+        backends.update(pipelines)
     qm: QueueService | None = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
-    app[QUEUES_KEY] = qm
-    app[DATAPLANE_KEY] = DataPlane(
+    plane = DataPlane(
         [*config.services, *older],
-        app[BACKENDS_KEY],
+        backends,
         make_request=worker_request or WorkerRequest,
         observer=metrics,
         admission=Admission(AdmissionLimits.of(gw)),
@@ -141,13 +130,15 @@ def create_app(
         replay=replay_cache(gw),
     )
     for pipeline in pipelines.values():  # their model steps call other services through it
-        pipeline.attach(app[DATAPLANE_KEY])
-    metrics.attach(lambda: app[BACKENDS_KEY], lambda: app[QUEUES_KEY])
-    metrics.attach_admission(app[DATAPLANE_KEY].admission)
+        pipeline.attach(plane)
+    metrics.attach(lambda: backends, lambda: qm)
+    metrics.attach_admission(plane.admission)
 
-    # Services created, updated, scaled and deleted at run time (the admin API, SIGHUP).
-    parts = GatewayParts(config, app[DATAPLANE_KEY], app[BACKENDS_KEY], qm, metrics, app[STATE_KEY])
-    app[MANAGER_KEY] = ServiceManager(parts, make_pool, managed_store)
+    # The composition root every front reads; services created, updated, scaled and deleted
+    # at run time (the admin API, SIGHUP) change it in place through its manager.
+    parts = GatewayParts(config, plane, backends, qm, metrics, GatewayState())
+    parts.manager = ServiceManager(parts, make_pool, managed_store)
+    app[GATEWAY_KEY] = parts
 
     from gateway.fronts.routes import (
         admin,
@@ -187,7 +178,7 @@ def create_app(
         # _lifecycle so they start after pools/queues and stop before them.
         from gateway.queue import dispatcher
 
-        app.cleanup_ctx.append(dispatcher.dispatchers(config, qm, app[BACKENDS_KEY], app[DATAPLANE_KEY]))
+        app.cleanup_ctx.append(dispatcher.dispatchers(config, qm, backends, plane))
     if any(s.cluster_serving is not None for s in config.services):
         # Cluster Serving's own Redis stream, read like the dispatchers read their queues.
         from gateway.fronts import cluster_serving_redis
@@ -199,16 +190,15 @@ def create_app(
 async def _end_queue_streams(app: web.Application) -> None:
     """Answer pending long polls and close watches (1001) so SIGTERM is not held up by them:
     aiohttp waits for open handlers before it runs the cleanup contexts."""
-    qm = app[QUEUES_KEY]
+    qm = app[GATEWAY_KEY].queues
     if qm is not None:
         await qm.shutdown()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     """Start queues and backends (they return at once; workers boot in the background)."""
-    backends = app[BACKENDS_KEY]
-    qm = app[QUEUES_KEY]
-    gw = app[CONFIG_KEY].gateway
+    parts = app[GATEWAY_KEY]
+    backends, qm, gw = parts.backends, parts.queues, parts.config.gateway
     started: list[ServiceBackend] = []
     try:
         if qm is not None:
@@ -222,13 +212,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         if qm is not None:
             await qm.stop()
         raise
-    app[STATE_KEY].started = True
+    parts.state.started = True
     yield
-    app[STATE_KEY].shutting_down = True
+    parts.state.shutting_down = True
     # Backends drain in parallel; the queue store closes last (async services feed it).
     # The backends served now (services changed at run time included) and any the service
     # manager is still starting or draining; stopping one twice is harmless.
-    current = {id(b): b for b in (*started, *backends.values(), *app[MANAGER_KEY].started)}
+    current = {id(b): b for b in (*started, *backends.values(), *parts.manager.started)}
     await asyncio.gather(*(p.stop(gw.shutdown_timeout_s) for p in current.values()), return_exceptions=True)
     if qm is not None:
         await qm.stop()

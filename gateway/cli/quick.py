@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SERVICE_NAME_RE, Config, ConfigError, parse_config
-from gateway.fronts.state import STATE_KEY
-from gateway.manage.manager import MANAGER_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.manage.repository import scan
 
 log = logging.getLogger("gateway")
@@ -85,7 +84,7 @@ def usage(url: str, cfg: Config, metadata: dict[str, Any]) -> str:
 
 async def poll_repository(app: Any, every: float) -> None:
     """Scan the repository every ``every`` seconds and apply what changed."""
-    reload = app[STATE_KEY].reload
+    reload = app[GATEWAY_KEY].state.reload
     while True:
         await asyncio.sleep(every)
         try:
@@ -105,7 +104,7 @@ def repository_reloader(app: Any, root: Path, args: argparse.Namespace) -> Any:
         except ConfigError as exc:
             log.error("model repository %s: %s", root, exc)
             raise
-        done: dict[str, Any] = await app[MANAGER_KEY].reload(new)
+        done: dict[str, Any] = await app[GATEWAY_KEY].manager.reload(new)
         changes = {k: v for k, v in done.items() if v}
         if changes and changes != (last[0] if last else None):
             log.info(

@@ -114,7 +114,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     from gateway.core.backend import ServiceBackend
     from gateway.fronts.admin.api import admin_url, start_admin
     from gateway.fronts.server import GatewayRunner, bound_port
-    from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, QUEUES_KEY, STATE_KEY
+    from gateway.fronts.state import GATEWAY_KEY
     from gateway.manage.store import ManagedStore
     from gateway.queue.datadir import StoreUnusable
 
@@ -129,7 +129,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             again.set()
             return
         log.info("%s received: stopping (in-flight requests get up to %g s)", signame, gw.shutdown_timeout_s)
-        app[STATE_KEY].shutting_down = True  # /readyz turns 503 at once
+        app[GATEWAY_KEY].state.shutting_down = True  # /readyz turns 503 at once
         stop.set()
 
     # Services changed through the admin API (data_dir) on top of the config file's.
@@ -142,17 +142,18 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     cfg = replace(cfg, services=store.apply(cfg.services))
     try:
         app = create_app(cfg, cluster_serving=True, managed_store=store)
+        parts = app[GATEWAY_KEY]
     except StoreUnusable as exc:  # locked by another gateway, missing, corrupt, unwritable
         log.error("start-up failed: %s", exc)
         return 1
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig.name)
     if cfg.source is not None:
-        app[STATE_KEY].reload = reloader(app, cfg)
+        parts.state.reload = reloader(app, cfg)
     elif quick is not None and quick.model_repository:
         from gateway.cli.quick import repository_reloader
 
-        app[STATE_KEY].reload = repository_reloader(app, Path(quick.model_repository), quick)
+        parts.state.reload = repository_reloader(app, Path(quick.model_repository), quick)
     # Never the default action (which ends the process, mid-request).
     loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
     poller: asyncio.Task[None] | None = None
@@ -167,7 +168,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         return 1
     try:
         site: web.BaseSite
-        if gw.predict_fast_path or (gw.queue_fast_path and app[QUEUES_KEY] is not None):
+        if gw.predict_fast_path or (gw.queue_fast_path and parts.queues is not None):
             from gateway.fronts.fast_front import FastSite
 
             site = FastSite(runner, gw.host, gw.port, conns=runner.fast_conns, backlog=1024)
@@ -179,7 +180,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             log.error("cannot listen on %s:%s: %s", gw.host, gw.port, exc.strerror or exc)
             return 1
         port = bound_port(runner)
-        qm = app[QUEUES_KEY]
+        qm = parts.queues
         if qm is not None:  # where gateways sharing a Redis forward to
             qm.advertise(gw.advertise_host or gw.host, port)
         url = f"http://{_url_host(gw.host)}:{port}"
@@ -197,7 +198,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         for warning in open_service_warnings(cfg):
             log.warning("%s", warning)
 
-        backends = list(app[BACKENDS_KEY].items())
+        backends = list(parts.backends.items())
         waited_from = time.monotonic()
 
         async def wait_ready(backend: ServiceBackend) -> tuple[bool, float]:
@@ -218,8 +219,8 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             if quick is not None:
                 from gateway.cli.quick import poll_repository, usage
 
-                metadata = {n: b.metadata for n, b in app[BACKENDS_KEY].items()}
-                print(usage(url, app[CONFIG_KEY], metadata), flush=True)
+                metadata = {n: b.metadata for n, b in parts.backends.items()}
+                print(usage(url, parts.config, metadata), flush=True)
                 if quick.poll:
                     poller = asyncio.create_task(poll_repository(app, quick.poll))
             if gw.port_file:
@@ -234,7 +235,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(again.wait(), gw.drain_delay_s)
     finally:
-        app[STATE_KEY].shutting_down = True
+        parts.state.shutting_down = True
         if poller is not None:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
@@ -251,7 +252,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
 def reloader(app: Any, cfg: Config) -> Callable[[], Awaitable[dict[str, Any]]]:
     """Re-read the config file and apply its services through the service manager. Settings
     outside ``services:`` take effect at the next start (logged when they changed)."""
-    from gateway.manage.manager import MANAGER_KEY
+    from gateway.fronts.state import GATEWAY_KEY
 
     lock = asyncio.Lock()
 
@@ -259,7 +260,7 @@ def reloader(app: Any, cfg: Config) -> Callable[[], Awaitable[dict[str, Any]]]:
         async with lock:
             t0 = time.monotonic()
             new = load_config(cfg.source or "")
-            done = await app[MANAGER_KEY].reload(new)
+            done = await app[GATEWAY_KEY].manager.reload(new)
             took = time.monotonic() - t0
             log.info(
                 "config reloaded in %.1f s: added %s, changed %s, removed %s%s",
@@ -275,9 +276,9 @@ def reloader(app: Any, cfg: Config) -> Callable[[], Awaitable[dict[str, Any]]]:
 
 
 def on_sighup(app: Any) -> None:
-    from gateway.fronts.state import STATE_KEY
+    from gateway.fronts.state import GATEWAY_KEY
 
-    reload = app[STATE_KEY].reload
+    reload = app[GATEWAY_KEY].state.reload
     if reload is None:
         log.info("SIGHUP received: nothing to reload (no config file or model repository)")
         return

@@ -37,7 +37,7 @@ from gateway.codecs.cluster_serving_arrow import FAILED, decode_record, encode_r
 from gateway.config import ClusterServingConfig, ServiceConfig
 from gateway.core import errors, json_answer
 from gateway.core.dataplane import DataPlane
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 
 log = logging.getLogger(__name__)
 
@@ -227,11 +227,12 @@ def setup(app: web.Application) -> None:
     app[READERS_KEY] = {}
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
+        parts = app[GATEWAY_KEY]
         readers: dict[str, StreamReader] = app[READERS_KEY]
-        for svc in app[CONFIG_KEY].services:
-            if svc.cluster_serving is None or svc.name not in app[BACKENDS_KEY]:
+        for svc in parts.config.services:
+            if svc.cluster_serving is None or svc.name not in parts.backends:
                 continue
-            reader = StreamReader(svc, svc.cluster_serving, app[DATAPLANE_KEY])
+            reader = StreamReader(svc, svc.cluster_serving, parts.dataplane)
             await reader.start()
             readers[svc.name] = reader
         yield

@@ -53,7 +53,7 @@ from gateway.core.admission import BodyHold
 from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.fronts import v2_call
 from gateway.fronts.server import Refused
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.middleware import pick_request_id
 from gateway.lean_http import FastProtocol, FastRequest, Headers, Limits, Query, protocol_factory
 from gateway.queue.http import Reply, dispatch
@@ -78,11 +78,12 @@ class Front:
     """``accept`` and ``serve`` for FastProtocol, built from the gateway application."""
 
     def __init__(self, app: web.Application) -> None:
+        self.parts = parts = app[GATEWAY_KEY]
         self.app = app
-        config = app[CONFIG_KEY]
+        config = parts.config
         gw = config.gateway
-        self.qm = app[QUEUES_KEY]
-        self.metrics = app[METRICS_KEY]
+        self.qm = parts.queues
+        self.metrics = parts.metrics
         self.access = logging.getLogger(ACCESS_LOGGER) if gw.access_log else None
         # raw path -> route: only exact paths of configured services, so everything the
         # predict route would refuse or route elsewhere goes to aiohttp.
@@ -91,22 +92,20 @@ class Front:
         # takes bodies up to max_body_bytes (accept() still checks each route's own limit).
         self.max_body = gw.max_body_bytes if gw.predict_fast_path else 0
         self.refresh()
-        self.plane = app[DATAPLANE_KEY]
+        self.plane = parts.dataplane
         # The body hold ``early`` took, for ``admit`` right after it (one request at a time:
         # the protocol asks both in one callback).
         self._arriving: tuple[FastRequest, BodyHold] | None = None
         # Services added, changed or removed at run time (gateway.manage) rebuild the table.
-        state = app.get(STATE_KEY)
-        if state is not None:
-            state.on_services_changed.append(self.refresh)
+        parts.state.on_services_changed.append(self.refresh)
 
     def refresh(self) -> None:
         """(Re)build the path table from the application's current services."""
-        config = self.app[CONFIG_KEY]
+        config = self.parts.config
         gw = config.gateway
         paths: dict[str, _Route] = {}
         qm = self.qm
-        backends = self.app[BACKENDS_KEY]
+        backends = self.parts.backends
         for svc in config.services:
             if not SERVICE_NAME_RE.fullmatch(svc.name) or config.service(svc.name) is not svc:
                 continue  # a duplicate name: the first one wins in the predict route
@@ -188,7 +187,7 @@ class Front:
 
     def late(self, req: FastRequest) -> Reply:
         """The 408 for a body not complete within body_timeout_s (FastProtocol's ``late``)."""
-        timeout = self.app[CONFIG_KEY].gateway.body_timeout_s
+        timeout = self.parts.config.gateway.body_timeout_s
         exc = errors.RequestTimeout(f"request body not received within {timeout:g} s", close=True)
         return self._refusal(self.paths[req.path], req, exc, timeout)
 
@@ -218,7 +217,7 @@ class Front:
         """The KServe route's V2 inference for the model's latest version (the body is in)."""
         try:
             out, header_length = await v2_call.infer(
-                self.plane, svc, svc, svc.version_names[-1], self.app[BACKENDS_KEY][svc.name].metadata,
+                self.plane, svc, svc, svc.version_names[-1], self.parts.backends[svc.name].metadata,
                 req.headers, req.path, req.body, request_id=rid, arrived=time.monotonic(),
             )  # fmt: skip
         except v2_call.ERRORS as exc:
@@ -282,7 +281,7 @@ class FastSite(web.BaseSite):
         assert server is not None
         front = Front(app)
         # cancel_on_lost: as aiohttp's handler_cancellation=True (server.py)
-        limits = Limits.of(app[CONFIG_KEY].gateway, front.max_body, cancel_on_lost=True)
+        limits = Limits.of(app[GATEWAY_KEY].config.gateway, front.max_body, cancel_on_lost=True)
         factory = protocol_factory(front, server, self.conns, limits)
         admission = front.plane.admission  # counts the open connections (GatewayRunner.server)
 

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
 from gateway.core.logs import ACCESS_LOGGER, GatewayAccessLogger
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.middleware import new_request_id
 from gateway.lean_http import Reply, close_all, encode_reply
 from gateway.lean_http.watch import HeadWatch
@@ -85,7 +85,7 @@ class GatewayRunner(web.AppRunner):
     """AppRunner with the gateway's connection settings taken from the app's config."""
 
     def __init__(self, app: web.Application, **kwargs: Any) -> None:
-        gw = app[CONFIG_KEY].gateway
+        gw = app[GATEWAY_KEY].config.gateway
         kwargs.setdefault("shutdown_timeout", gw.shutdown_timeout_s)
         # Cancel the handler (and so the upstream call) when the client goes away.
         kwargs.setdefault("handler_cancellation", True)
@@ -104,7 +104,9 @@ class GatewayRunner(web.AppRunner):
         server = super().server
         if server is None:
             return None
-        admission = self.app[DATAPLANE_KEY].admission if isinstance(self.app, web.Application) else None
+        admission = (
+            self.app[GATEWAY_KEY].dataplane.admission if isinstance(self.app, web.Application) else None
+        )
         if admission is not None:
             # Every connection: those on the fast path and those aiohttp serves.
             fast = self.fast_conns

@@ -1,78 +1,44 @@
-"""What the application shares with its routes: the aiohttp app keys, the queue manager's
-contract as they use it (``QueueService``), and the readiness checks read through them
-(gateway.core.services decides them).
+"""What the application shares with its fronts: the composition root (``GatewayParts``,
+under one typed key) and the readiness checks read through it (gateway.core.services
+decides them).
 
 Kept apart from ``gateway.app`` (which imports every route to mount it) so that routes,
-the fast front and the CLI read the keys without importing the factory.
+the fast front and the CLI reach the root without importing the factory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
-
 from aiohttp import web
 
-from gateway.config import Config, QueueConfig
 from gateway.core import services
 from gateway.core.backend import ServiceBackend
-from gateway.core.dataplane import DataPlane
 from gateway.core.services import GatewayState
-from gateway.lean_http import FastRequest, Query, Reply
-from gateway.observability.metrics import GatewayMetrics
-from gateway.queue.dispatcher import DispatchHost
-from gateway.queue.interfaces import QueueHost
+from gateway.manage.manager import GatewayParts
+from gateway.queue.interfaces import QueueService
+
+__all__ = [
+    "GATEWAY_KEY",
+    "GatewayParts",
+    "QueueService",
+    "all_ready",
+    "gateway_of",
+    "not_ready_reason",
+    "service_ready",
+]
 
 
-class QueueService(QueueHost, DispatchHost, Protocol):
-    """The queue manager (``gateway.queue.QueueManager``) as the application, the fronts and
-    the CLI use it. The lean front also hands it to the queue's own handlers (``QueueHost``),
-    and the application to the async dispatchers (``DispatchHost``: the queues served here,
-    the dispatchers' registry, the callbacks run when the queues served here change)."""
-
-    @property
-    def configs(self) -> Mapping[str, QueueConfig]:
-        """Every configured queue, whether this gateway serves it now or not."""
-        ...
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-
-    async def shutdown(self) -> None:
-        """End long polls and watches, so that the gateway's stop is not held up by them."""
-        ...
-
-    def advertise(self, host: str, port: int) -> None:
-        """Where other gateways sharing a Redis store forward this one's queue calls."""
-        ...
-
-    def has(self, name: str) -> bool: ...
-    async def handle(self, request: web.Request, queue_name: str) -> web.StreamResponse: ...
-
-    async def forward(self, queue_name: str, req: FastRequest, query: Query) -> Reply:
-        """A plain call from the lean front for a queue another gateway serves."""
-        ...
-
-    def storage_failure(self) -> str | None:
-        """Why a queue store refuses writes (its last write failed), or None."""
-        ...
-
-    def snapshot(self) -> dict[str, Any]: ...
+# The one thing the application shares with its fronts: every route, the lean front, the
+# gRPC servicer and the admin app read the gateway's parts through it.
+GATEWAY_KEY = web.AppKey("gateway", GatewayParts)
 
 
-CONFIG_KEY = web.AppKey("config", Config)
-# Service name -> what runs it: worker pools, thread services, pipelines, older model versions.
-BACKENDS_KEY = web.AppKey[dict[str, ServiceBackend]]("backends")
-QUEUES_KEY = web.AppKey[QueueService | None]("queues")  # None: no queue is configured
-METRICS_KEY = web.AppKey("metrics", GatewayMetrics)
-STATE_KEY = web.AppKey("state", GatewayState)
-# The protocol-neutral path from every entry point to the backends (gateway/core/dataplane.py).
-DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
+def gateway_of(app: web.Application) -> GatewayParts:
+    return app[GATEWAY_KEY]
 
 
 def _inputs(app: web.Application) -> tuple[dict[str, ServiceBackend], GatewayState, bool]:
-    # An application a test builds with backends only has no run state: nothing has started.
-    return app[BACKENDS_KEY], app.get(STATE_KEY) or GatewayState(), app.get(QUEUES_KEY) is not None
+    gw = app[GATEWAY_KEY]
+    return gw.backends, gw.state, gw.queues is not None
 
 
 def service_ready(app: web.Application, name: str) -> bool:
@@ -84,7 +50,7 @@ def not_ready_reason(app: web.Application, name: str) -> str | None:
 
 
 def all_ready(app: web.Application) -> bool:
-    state = app[STATE_KEY]
-    if state.shutting_down or not state.started:
+    gw = app[GATEWAY_KEY]
+    if gw.state.shutting_down or not gw.state.started:
         return False
-    return all(service_ready(app, s.name) for s in app[CONFIG_KEY].services)
+    return all(service_ready(app, s.name) for s in gw.config.services)

@@ -35,7 +35,7 @@ from aiohttp import web
 
 from gateway.core import errors
 from gateway.fronts.admin.api import token_matches
-from gateway.fronts.state import CONFIG_KEY
+from gateway.fronts.state import GATEWAY_KEY
 
 COOKIE = "eas_status"
 COOKIE_PATH = "/status"
@@ -70,13 +70,13 @@ _throttles: weakref.WeakKeyDictionary[web.Application, _Throttle] = weakref.Weak
 def _throttle(request: web.Request) -> _Throttle:
     t = _throttles.get(request.app)
     if t is None:
-        admin = request.app[CONFIG_KEY].admin
+        admin = request.app[GATEWAY_KEY].config.admin
         t = _throttles[request.app] = _Throttle(admin.failed_token_pause_s if admin is not None else 1.0)
     return t
 
 
 def admin_token(app: web.Application) -> str | None:
-    admin = app[CONFIG_KEY].admin
+    admin = app[GATEWAY_KEY].config.admin
     return admin.token if admin is not None and admin.token else None
 
 

@@ -23,10 +23,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
-
-from aiohttp import web
 
 from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
 from gateway.config.versions import version_services
@@ -38,24 +36,29 @@ from gateway.manage.rollout import Rollout
 from gateway.manage.spec import IN_PLACE_FIELDS, changed_fields, parse_spec, spec_of
 from gateway.manage.store import ManagedStore
 from gateway.observability.metrics import GatewayMetrics
+from gateway.queue.interfaces import QueueService
 
 log = logging.getLogger("gateway.manage")
 
 PoolFactory = Callable[[ServiceConfig, Any], ServiceBackend]
 
 
-@dataclass
+@dataclass(eq=False)
 class GatewayParts:
-    """The live objects a running gateway serves from, which the manager changes in place:
-    the fronts read the same ones, so a change is seen by the next call."""
+    """The composition root: the live objects a running gateway serves from, made once by
+    ``gateway.app.create_app`` and handed to every front. The manager changes them in place
+    (the config's services, the backends, the dataplane's table), so a change is seen by
+    the next call whichever front it arrives on."""
 
     config: Config
     dataplane: DataPlane
-    # Service name -> its backend (worker pool, thread service, pipeline).
+    # Service name -> its backend (worker pool, thread service, pipeline, older version).
     backends: dict[str, ServiceBackend]
-    queues: Any  # the QueueManager, or None when no queue is configured
+    queues: QueueService | None  # None when no queue or asynchronous service is configured
     metrics: GatewayMetrics
     state: GatewayState
+    # Set right after: the manager is made from the parts it changes.
+    manager: ServiceManager = field(init=False)
 
 
 class ServiceManager:
@@ -360,6 +363,4 @@ def _refuse_queue(svc: ServiceConfig) -> None:
         )
 
 
-MANAGER_KEY = web.AppKey("manager", ServiceManager)
-
-__all__ = ["MANAGER_KEY", "GatewayParts", "ServiceManager"]
+__all__ = ["GatewayParts", "ServiceManager"]

@@ -160,7 +160,7 @@ def _search(q: Queue, request: RequestLike, query: dict[str, str]) -> Reply:
     _, gid = identity(request)
     found = q.search(gid, idx)
     if found is None:
-        return Reply(404, json.dumps({"error": f"index {idx} is not in the queue"}).encode(), JSON)
+        raise QueueError(404, f"index {idx} is not in the queue")
     return Reply(200, json.dumps(found).encode(), JSON)
 
 

@@ -7,10 +7,13 @@ The handlers are written against these protocols rather than against ``QueueMana
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableSet
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
+from gateway.config import QueueConfig
+from gateway.lean_http import FastRequest, Query, Reply
+from gateway.queue.dispatcher import DispatchHost
 from gateway.queue.records import Consumer
 from gateway.queue.store import Queue
 
@@ -49,3 +52,39 @@ class QueueHost(Protocol):
     def schedule_release(self, q: Queue, c: Consumer) -> None:
         """Give a gone consumer's records back to its group once its grace period ends."""
         ...
+
+
+class QueueService(QueueHost, DispatchHost, Protocol):
+    """The queue manager (``gateway.queue.QueueManager``) as the application, the fronts and
+    the CLI use it. The lean front also hands it to the queue's own handlers (``QueueHost``),
+    and the application to the async dispatchers (``DispatchHost``: the queues served here,
+    the dispatchers' registry, the callbacks run when the queues served here change)."""
+
+    @property
+    def configs(self) -> Mapping[str, QueueConfig]:
+        """Every configured queue, whether this gateway serves it now or not."""
+        ...
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+    async def shutdown(self) -> None:
+        """End long polls and watches, so that the gateway's stop is not held up by them."""
+        ...
+
+    def advertise(self, host: str, port: int) -> None:
+        """Where other gateways sharing a Redis store forward this one's queue calls."""
+        ...
+
+    def has(self, name: str) -> bool: ...
+    async def handle(self, request: web.Request, queue_name: str) -> web.StreamResponse: ...
+
+    async def forward(self, queue_name: str, req: FastRequest, query: Query) -> Reply:
+        """A plain call from the lean front for a queue another gateway serves."""
+        ...
+
+    def storage_failure(self) -> str | None:
+        """Why a queue store refuses writes (its last write failed), or None."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]: ...

@@ -14,7 +14,8 @@ from aiohttp.test_utils import make_mocked_request
 from gateway.config import parse_config
 from gateway.core import errors
 from gateway.fronts import status_access
-from gateway.fronts.state import CONFIG_KEY
+from gateway.fronts.state import GATEWAY_KEY
+from tests.gateway.parts import gateway_parts
 
 TOKEN = "admin-token-0123456789"
 
@@ -32,7 +33,7 @@ def _request(peer: str, token: str | None, headers: dict[str, str] | None = None
     if token is not None:
         raw["admin"] = {"token": token}
     app = web.Application()
-    app[CONFIG_KEY] = parse_config(raw)
+    app[GATEWAY_KEY] = gateway_parts(parse_config(raw))
     return make_mocked_request(
         "GET", "/status", headers=headers, app=app, transport=_Transport((peer, 40000))
     )

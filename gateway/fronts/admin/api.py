@@ -24,14 +24,13 @@ from gateway.config import SERVICE_NAME_RE, ConfigError
 from gateway.core import errors
 from gateway.fronts.admin.openapi import OPENAPI
 from gateway.fronts.admin.queues import add_routes as add_queue_routes
-from gateway.fronts.state import CONFIG_KEY, STATE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.middleware import gateway_middleware
-from gateway.manage.manager import MANAGER_KEY, ServiceManager
+from gateway.manage.manager import ServiceManager
 from gateway.manage.spec import parse_body
 
 log = logging.getLogger("gateway.manage")
 
-MAIN_KEY = web.AppKey("main", web.Application)
 MAX_BODY = 1 << 20
 
 
@@ -55,7 +54,7 @@ def _auth(token: str | None) -> Any:
 
 
 def _manager(request: web.Request) -> ServiceManager:
-    return request.app[MAIN_KEY][MANAGER_KEY]
+    return request.app[GATEWAY_KEY].manager
 
 
 def _name(request: web.Request) -> str:
@@ -107,8 +106,7 @@ async def delete_service(request: web.Request) -> web.Response:
 
 
 async def status(request: web.Request) -> web.Response:
-    main = request.app[MAIN_KEY]
-    state = main[STATE_KEY]
+    state = request.app[GATEWAY_KEY].state
     return _json(
         {
             "gateway": {"version": __version__, "pid": os.getpid()},
@@ -120,7 +118,7 @@ async def status(request: web.Request) -> web.Response:
 
 
 async def reload(request: web.Request) -> web.Response:
-    reloader = request.app[MAIN_KEY][STATE_KEY].reload
+    reloader = request.app[GATEWAY_KEY].state.reload
     if reloader is None:
         raise errors.BadRequest("this gateway has no config file to reload")
     return _json(await reloader())
@@ -131,10 +129,10 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def create_admin_app(main: web.Application) -> web.Application:
-    admin = main[CONFIG_KEY].admin
+    admin = main[GATEWAY_KEY].config.admin
     token = admin.token if admin is not None else None
     app = web.Application(middlewares=[gateway_middleware, _auth(token)], client_max_size=MAX_BODY)
-    app[MAIN_KEY] = main
+    app[GATEWAY_KEY] = main[GATEWAY_KEY]  # the same parts as the main application's
     r = app.router
     r.add_get("/admin/services", list_services)
     r.add_post("/admin/services", create_service)
@@ -145,13 +143,13 @@ def create_admin_app(main: web.Application) -> web.Application:
     r.add_get("/admin/status", status)
     r.add_post("/admin/reload", reload)
     r.add_get("/admin/openapi.json", openapi)
-    add_queue_routes(app, MAIN_KEY)
+    add_queue_routes(app)
     return app
 
 
 async def start_admin(main: web.Application) -> web.AppRunner | None:
     """Listen for the admin API when ``admin:`` is configured; the runner to clean up."""
-    admin = main[CONFIG_KEY].admin
+    admin = main[GATEWAY_KEY].config.admin
     if admin is None:
         return None
     runner = web.AppRunner(create_admin_app(main), access_log=None)
@@ -173,4 +171,4 @@ def admin_url(runner: web.AppRunner) -> str:
     raise RuntimeError("the admin API is not listening")
 
 
-__all__ = ["MAIN_KEY", "admin_url", "create_admin_app", "start_admin", "token_matches"]
+__all__ = ["admin_url", "create_admin_app", "start_admin", "token_matches"]

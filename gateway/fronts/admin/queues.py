@@ -18,7 +18,7 @@ from aiohttp import web
 
 from gateway.config import SERVICE_NAME_RE
 from gateway.core import errors
-from gateway.fronts.state import QUEUES_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.queue.backend import StorageError
 from gateway.queue.groups_admin import delete_group, list_groups
 from gateway.queue.records import QueueError
@@ -31,12 +31,12 @@ class StorageUnavailable(errors.GatewayError):
     status, code = 507, "InsufficientStorage"
 
 
-def _queues(request: web.Request, main: web.Application) -> tuple[str, dict[str, Queue | None]]:
+def _queues(request: web.Request) -> tuple[str, dict[str, Queue | None]]:
     """The service's queue names -> the queue when this gateway serves it."""
     name = request.match_info["name"]
     if not SERVICE_NAME_RE.fullmatch(name):
         raise errors.InvalidServiceName("invalid service name")
-    qm: Any = main[QUEUES_KEY]
+    qm = request.app[GATEWAY_KEY].queues
     names = [] if qm is None else [n for n in qm.configs if n == name or n.startswith(name + "/")]
     if not names:
         raise errors.ServiceNotFound(f"service {name!r} has no queue")
@@ -63,37 +63,32 @@ def _gateway_error(err: QueueError) -> errors.GatewayError:
     return errors.BadRequest(err.message)
 
 
-def handlers(main_key: web.AppKey[web.Application]) -> tuple[Any, Any]:
-    """The two handlers, reading the main application under ``main_key``."""
-
-    async def get_groups(request: web.Request) -> web.Response:
-        name, queues = _queues(request, request.app[main_key])
-        return _json({"service": name, "queues": {n: list_groups(_served(n, q)) for n, q in queues.items()}})
-
-    async def remove_group(request: web.Request) -> web.Response:
-        name, queues = _queues(request, request.app[main_key])
-        which = request.query.get("queue", name)
-        qname = f"{name}/{which}" if which != name and "/" not in which else which
-        if qname not in queues:
-            have = ", ".join(queues)
-            raise errors.BadRequest(f"queue: service {name!r} has no queue {which!r} (it has {have})")
-        q = _served(qname, queues[qname])
-        gid = request.match_info["group"]
-        try:
-            released, dur = delete_group(q, gid)
-            if dur is not None:
-                await dur
-        except QueueError as err:
-            raise _gateway_error(err) from None
-        except StorageError as exc:
-            raise StorageUnavailable(f"queue storage unavailable: {exc}") from None
-        return _json({"deleted": gid, "queue": qname, "records_deleted": released})
-
-    return get_groups, remove_group
+async def get_groups(request: web.Request) -> web.Response:
+    name, queues = _queues(request)
+    return _json({"service": name, "queues": {n: list_groups(_served(n, q)) for n, q in queues.items()}})
 
 
-def add_routes(app: web.Application, main_key: web.AppKey[web.Application]) -> None:
-    get_groups, remove_group = handlers(main_key)
+async def remove_group(request: web.Request) -> web.Response:
+    name, queues = _queues(request)
+    which = request.query.get("queue", name)
+    qname = f"{name}/{which}" if which != name and "/" not in which else which
+    if qname not in queues:
+        have = ", ".join(queues)
+        raise errors.BadRequest(f"queue: service {name!r} has no queue {which!r} (it has {have})")
+    q = _served(qname, queues[qname])
+    gid = request.match_info["group"]
+    try:
+        released, dur = delete_group(q, gid)
+        if dur is not None:
+            await dur
+    except QueueError as err:
+        raise _gateway_error(err) from None
+    except StorageError as exc:
+        raise StorageUnavailable(f"queue storage unavailable: {exc}") from None
+    return _json({"deleted": gid, "queue": qname, "records_deleted": released})
+
+
+def add_routes(app: web.Application) -> None:
     app.router.add_get("/admin/services/{name}/groups", get_groups)
     app.router.add_delete("/admin/services/{name}/groups/{group}", remove_group)
 

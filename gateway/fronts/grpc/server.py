@@ -18,7 +18,7 @@ from aiohttp import web
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.config import GatewayConfig
 from gateway.fronts.grpc.servicer import InferenceServicer
-from gateway.fronts.state import CONFIG_KEY
+from gateway.fronts.state import GATEWAY_KEY
 
 log = logging.getLogger("gateway.grpc")
 
@@ -39,7 +39,7 @@ def listen_address(host: str, port: int) -> str:
 
 async def start_server(app: web.Application) -> grpc.aio.Server:
     """A started server for ``app`` on ``gateway.host:gateway.grpc_port``; OSError if it cannot listen."""
-    gw = app[CONFIG_KEY].gateway
+    gw = app[GATEWAY_KEY].config.gateway
     server = grpc.aio.server(options=server_options(gw))
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(app), server)
     address = listen_address(gw.host, gw.grpc_port)
@@ -57,7 +57,7 @@ async def grpc_lifecycle(app: web.Application) -> AsyncIterator[None]:
     try:
         yield
     finally:
-        await server.stop(app[CONFIG_KEY].gateway.shutdown_timeout_s)
+        await server.stop(app[GATEWAY_KEY].config.gateway.shutdown_timeout_s)
 
 
 __all__ = ["grpc_lifecycle", "listen_address", "server_options", "start_server"]

@@ -41,17 +41,8 @@ from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts.grpc.status import grpc_code, trailers
 from gateway.fronts.routes.repository import authorize_model_control
-from gateway.fronts.state import (
-    BACKENDS_KEY,
-    CONFIG_KEY,
-    DATAPLANE_KEY,
-    METRICS_KEY,
-    all_ready,
-    not_ready_reason,
-    service_ready,
-)
+from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.middleware import new_request_id
-from gateway.manage.manager import MANAGER_KEY
 
 log = logging.getLogger("gateway.grpc")
 
@@ -122,11 +113,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """The service's calls, answered from the application's backends, config and dataplane."""
 
     def __init__(self, app: web.Application) -> None:
+        self.parts = parts = app[GATEWAY_KEY]
         self.app = app
-        self.config = app[CONFIG_KEY]
-        self.plane = app[DATAPLANE_KEY]
-        self.backends = app[BACKENDS_KEY]
-        self.metrics = app[METRICS_KEY]
+        self.config = parts.config
+        self.plane = parts.dataplane
+        self.backends = parts.backends
+        self.metrics = parts.metrics
         # Disabled unless access logs are on (gateway.access_log), as for HTTP calls.
         self.access_log = logging.getLogger(ACCESS_LOGGER) if self.config.gateway.access_log else None
 
@@ -275,7 +267,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         name = authorize_model_control(
             self.app, auth_headers(context).get("Authorization"), request.model_name
         )
-        await self.app[MANAGER_KEY].load(name)
+        await self.parts.manager.load(name)
         return pb.RepositoryModelLoadResponse()
 
     @_rpc
@@ -285,7 +277,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         name = authorize_model_control(
             self.app, auth_headers(context).get("Authorization"), request.model_name
         )
-        await self.app[MANAGER_KEY].unload(name)
+        await self.parts.manager.unload(name)
         return pb.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ inference

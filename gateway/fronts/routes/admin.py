@@ -10,16 +10,7 @@ from aiohttp import web
 
 from gateway import __version__
 from gateway.core.errors import ServiceNotFound
-from gateway.fronts.state import (
-    BACKENDS_KEY,
-    CONFIG_KEY,
-    METRICS_KEY,
-    QUEUES_KEY,
-    STATE_KEY,
-    all_ready,
-    not_ready_reason,
-    service_ready,
-)
+from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.observability.metrics import CONTENT_TYPE
 
 
@@ -32,7 +23,7 @@ async def healthz(request: web.Request) -> web.Response:
 def _storage_failure(app: web.Application, name: str | None = None) -> str | None:
     """Why the queue store refuses writes (its last write failed: disk full, read-only), for
     the whole gateway or for service ``name`` if it has a queue; None while it writes."""
-    qm = app[QUEUES_KEY]
+    qm = app[GATEWAY_KEY].queues
     if qm is None or (name is not None and not qm.has(name)):
         return None
     return qm.storage_failure()
@@ -40,12 +31,13 @@ def _storage_failure(app: web.Application, name: str | None = None) -> str | Non
 
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
+    parts = app[GATEWAY_KEY]
     name = request.query.get("service")
     if name is not None:
-        if app[CONFIG_KEY].service(name) is None:
+        if parts.config.service(name) is None:
             raise ServiceNotFound(f"service {name!r} not found")
         storage = _storage_failure(app, name)
-        ok = not app[STATE_KEY].shutting_down and app[STATE_KEY].started and service_ready(app, name)
+        ok = not parts.state.shutting_down and parts.state.started and service_ready(app, name)
         ok = ok and not storage
         doc: dict[str, Any] = {"ready": ok, "service": name}
         reason = storage or (None if ok else not_ready_reason(app, name))
@@ -57,10 +49,10 @@ async def readyz(request: web.Request) -> web.Response:
     body: dict[str, Any] = {"ready": ok}
     if storage:
         body["storage"] = storage
-    if app[STATE_KEY].shutting_down:
+    if parts.state.shutting_down:
         body["shutting_down"] = True
     else:
-        names = [s.name for s in app[CONFIG_KEY].services]
+        names = [s.name for s in parts.config.services]
         body["services"] = {n: service_ready(app, n) for n in names}
         # Why each service that is not ready is not (a model that failed to load, ...).
         reasons = {n: r for n, ok_ in body["services"].items() if not ok_ and (r := not_ready_reason(app, n))}
@@ -78,8 +70,9 @@ def _queue_figures(snapshot: Any, names: list[str]) -> dict[str, Any]:
 
 async def services(request: web.Request) -> web.Response:
     app = request.app
-    backends = app[BACKENDS_KEY]
-    qm = app[QUEUES_KEY]
+    parts = app[GATEWAY_KEY]
+    backends = parts.backends
+    qm = parts.queues
     qsnap: Any = None
     if qm is not None:
         try:
@@ -87,7 +80,7 @@ async def services(request: web.Request) -> web.Response:
         except Exception:
             qsnap = None
     out = []
-    for svc in app[CONFIG_KEY].services:
+    for svc in parts.config.services:
         entry: dict[str, Any] = {
             "name": svc.name,
             "processor": svc.processor,
@@ -110,7 +103,7 @@ async def services(request: web.Request) -> web.Response:
             if isinstance(dispatchers, dict) and svc.name in dispatchers:
                 entry["dispatcher"] = dispatchers[svc.name]
         out.append(entry)
-    state = app[STATE_KEY]
+    state = parts.state
     return web.json_response(
         {
             "gateway": {"version": __version__, "pid": os.getpid()},
@@ -122,7 +115,7 @@ async def services(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    payload = request.app[METRICS_KEY].render()
+    payload = request.app[GATEWAY_KEY].metrics.render()
     return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE})
 
 

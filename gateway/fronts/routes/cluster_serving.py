@@ -27,7 +27,7 @@ from gateway.codecs.errors import Shape, render
 from gateway.config import Config, ServiceConfig
 from gateway.core import errors, json_answer
 from gateway.core.parse_pool import parse_off_loop
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.body import RequestBody
 from gateway.http.middleware import request_id
 
@@ -63,8 +63,9 @@ async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Resp
     the default service."""
     arrived = time.monotonic()
     app = request.app
-    gw = app[CONFIG_KEY].gateway
-    plane = app[DATAPLANE_KEY]
+    parts = app[GATEWAY_KEY]
+    gw = parts.config.gateway
+    plane = parts.dataplane
 
     async def decode(body: bytes) -> tuple[ClusterServingBatch, bytes]:
         # Images are decoded while parsing: anything beyond a small body runs off the event loop.
@@ -100,8 +101,9 @@ async def predict_named(request: web.Request) -> web.Response:
 
 
 async def predict_default(request: web.Request) -> web.Response:
-    svc = default_service(request.app[CONFIG_KEY])
-    if svc is None or svc.name not in request.app[BACKENDS_KEY]:
+    parts = request.app[GATEWAY_KEY]
+    svc = default_service(parts.config)
+    if svc is None or svc.name not in parts.backends:
         return _error(
             errors.NotFound(
                 f"no default service: set gateway.cluster_serving_service or use {PATH_PREFIX}<name>/predict"

@@ -19,22 +19,23 @@ from aiohttp import web
 
 from eas_sdk._core.constants import DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX
 from gateway.fronts.routes import raw_tail, split_service
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 
 WEIGHT = 100
 
 
 def _handler(prefix: str) -> Any:
     async def upstreams(request: web.Request) -> web.Response:
-        config = request.app[CONFIG_KEY]
-        plane = request.app[DATAPLANE_KEY]
+        parts = request.app[GATEWAY_KEY]
+        config = parts.config
+        plane = parts.dataplane
         name, _ = split_service(raw_tail(request, prefix))
         svc = plane.find(name)
         if config.gateway.discovery_requires_token:
             # A discovery call has no body to sign: only a raw token can pass.
             plane.authorize(svc, request.headers, request.rel_url.raw_path)
         items: list[dict[str, Any]] = []
-        pool = request.app[BACKENDS_KEY].get(svc.name)
+        pool = parts.backends.get(svc.name)
         # Queue, async, pipeline and placement: thread services run in the gateway itself:
         # their direct endpoint is the gateway's own address (no hop to skip).
         if pool is not None and not svc.async_ and svc.pipeline is None and svc.placement != "thread":

@@ -31,15 +31,7 @@ from gateway.config.versions import version_key
 from gateway.core import errors, json_answer
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts import v2_call
-from gateway.fronts.state import (
-    BACKENDS_KEY,
-    CONFIG_KEY,
-    DATAPLANE_KEY,
-    METRICS_KEY,
-    all_ready,
-    not_ready_reason,
-    service_ready,
-)
+from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.body import RequestBody, read_body
 from gateway.http.middleware import request_id
 
@@ -68,9 +60,10 @@ def _error(exc: BaseException) -> web.Response:
 
 
 def _models(request: web.Request) -> list[ServiceConfig]:
-    pools = request.app[BACKENDS_KEY]
+    parts = request.app[GATEWAY_KEY]
+    pools = parts.backends
     return [
-        s for s in request.app[CONFIG_KEY].services if s.processor in ("onnx", "pipeline") and s.name in pools
+        s for s in parts.config.services if s.processor in ("onnx", "pipeline") and s.name in pools
     ]
 
 
@@ -86,7 +79,8 @@ class _Target:
 
 def _versions(request: web.Request, svc: ServiceConfig) -> list[_Target]:
     """Every version of ``svc`` that has a worker pool, ascending; the last is the latest."""
-    plane, pools = request.app[DATAPLANE_KEY], request.app[BACKENDS_KEY]
+    parts = request.app[GATEWAY_KEY]
+    plane, pools = parts.dataplane, parts.backends
     names = svc.version_names
     out = []
     for v in names:
@@ -116,7 +110,7 @@ def _model(request: web.Request) -> _Target:
 def _signature(app: web.Application, t: _Target) -> ModelMetadata:
     """The model's inputs and outputs, as its workers' processor reported them. Before any
     worker has been ready there is none: 503, as KServe answers a model that is not ready."""
-    meta: ModelMetadata | None = app[BACKENDS_KEY][t.runs.name].metadata
+    meta: ModelMetadata | None = app[GATEWAY_KEY].backends[t.runs.name].metadata
     if meta is None:
         reason = not_ready_reason(app, t.runs.name)
         raise errors.ServiceNotReady(f"model {t.svc.name!r} is not ready" + (f": {reason}" if reason else ""))
@@ -124,7 +118,7 @@ def _signature(app: web.Application, t: _Target) -> ModelMetadata:
 
 
 def _authorize(request: web.Request, svc: ServiceConfig, body: bytes | None) -> None:
-    request.app[DATAPLANE_KEY].authorize(svc, request.headers, request.rel_url.raw_path, body)
+    request.app[GATEWAY_KEY].dataplane.authorize(svc, request.headers, request.rel_url.raw_path, body)
 
 
 def _handler(fn: Any) -> Any:
@@ -207,7 +201,7 @@ def _allowed(request: web.Request, svc: ServiceConfig) -> bool:
 
 
 async def model_stats(request: web.Request) -> web.Response:
-    plane = request.app[DATAPLANE_KEY]
+    plane = request.app[GATEWAY_KEY].dataplane
     if "version" in request.match_info:
         t = _model(request)
         _authorize(request, t.svc, b"")
@@ -227,7 +221,7 @@ async def repository_index(request: web.Request) -> web.Response:
     body lists only the ready ones."""
     ready_only = False
     if request.can_read_body:
-        gw = request.app[CONFIG_KEY].gateway
+        gw = request.app[GATEWAY_KEY].config.gateway
         doc = await _parse(
             await read_body(request, min(gw.max_body_bytes, 1 << 16), gw.body_timeout_s), proto.loads
         )
@@ -254,7 +248,7 @@ async def v1_model(request: web.Request) -> web.Response:
 
 
 def _body(request: web.Request) -> RequestBody:
-    gw = request.app[CONFIG_KEY].gateway
+    gw = request.app[GATEWAY_KEY].config.gateway
     # Triton's client compresses request bodies when asked to (gzip or deflate).
     return RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, decompress=True)
 
@@ -290,11 +284,12 @@ def _observed(fn: Any) -> Any:
     """Count inference calls in the gateway's per-service metrics."""
 
     async def wrapped(request: web.Request) -> web.StreamResponse:
+        parts = request.app[GATEWAY_KEY]
         started = time.perf_counter()
         resp = await fn(request)
         svc_name = request.match_info.get("model", "")
-        if svc_name in request.app[BACKENDS_KEY]:  # a configured service, never a client's string
-            request.app[METRICS_KEY].observe(svc_name, resp.status, time.perf_counter() - started)
+        if svc_name in parts.backends:  # a configured service, never a client's string
+            parts.metrics.observe(svc_name, resp.status, time.perf_counter() - started)
         return resp
 
     return wrapped
@@ -302,15 +297,16 @@ def _observed(fn: Any) -> Any:
 
 async def v2_infer(request: web.Request) -> web.Response:
     """JSON and binary tensors alike run on the worker's TF protobuf path (gateway.fronts.v2_call)."""
+    parts = request.app[GATEWAY_KEY]
     arrived = time.monotonic()
     target = _model(request)
     extra: dict[str, str] = {}
     out, header_length = await v2_call.infer(
-        request.app[DATAPLANE_KEY],
+        parts.dataplane,
         target.svc,
         target.runs,
         target.version,
-        request.app[BACKENDS_KEY][target.runs.name].metadata,
+        parts.backends[target.runs.name].metadata,
         request.headers,
         request.rel_url.raw_path,
         _body(request),
@@ -326,7 +322,8 @@ async def v1_predict(request: web.Request) -> web.Response:
     arrived = time.monotonic()
     target = _model(request)  # V1 has no versions: the latest
     app = request.app
-    plane = app[DATAPLANE_KEY]
+    parts = app[GATEWAY_KEY]
+    plane = parts.dataplane
 
     async def decode(body: bytes) -> tuple[kserve_v1.V1Request, bytes]:
         req = await _parse(body, kserve_v1.parse_v1_predict, _signature(app, target))
@@ -335,7 +332,7 @@ async def v1_predict(request: web.Request) -> web.Response:
     extra: dict[str, str] = {}
     req, outputs = await plane.arrays_call(
         target.svc, request.headers, request.rel_url.raw_path, _body(request), decode,
-        request_id=request_id(request), arrived=arrived, max_values=app[CONFIG_KEY].gateway.max_json_values,
+        request_id=request_id(request), arrived=arrived, max_values=parts.config.gateway.max_json_values,
         extra=timings_asked(request.headers), answer_headers=extra,
     )  # fmt: skip
     try:

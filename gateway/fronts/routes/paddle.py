@@ -20,7 +20,7 @@ from gateway.backends.pipelines.timings import TIMINGS_HEADER
 from gateway.codecs import paddle
 from gateway.codecs.errors import paddle_shape, render
 from gateway.core import errors, json_answer
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.body import RequestBody
 from gateway.http.middleware import request_id
 
@@ -52,9 +52,10 @@ class _FormBody(RequestBody):
 
 
 async def prediction(request: web.Request) -> web.Response:
+    parts = request.app[GATEWAY_KEY]
     started = time.perf_counter()
     name = request.match_info["service"]
-    gw = request.app[CONFIG_KEY].gateway
+    gw = parts.config.gateway
     body = _FormBody(request, gw.max_body_bytes, gw.body_timeout_s)
     try:
         resp = await _predict(request, name, body)
@@ -63,8 +64,8 @@ async def prediction(request: web.Request) -> web.Response:
         resp = _reply(answer.status, answer.body, answer.headers)
         if answer.close:
             resp.force_close()
-    if name in request.app[BACKENDS_KEY]:  # a configured service, never a client's string
-        request.app[METRICS_KEY].observe(name, resp.status, time.perf_counter() - started)
+    if name in parts.backends:  # a configured service, never a client's string
+        parts.metrics.observe(name, resp.status, time.perf_counter() - started)
     return resp
 
 
@@ -76,8 +77,9 @@ async def _decode(body: bytes) -> tuple[paddle.PaddleRequest, bytes]:
 async def _predict(request: web.Request, name: str, body: _FormBody) -> web.Response:
     arrived = time.monotonic()
     app = request.app
-    plane = app[DATAPLANE_KEY]
-    gw = app[CONFIG_KEY].gateway
+    parts = app[GATEWAY_KEY]
+    plane = parts.dataplane
+    gw = parts.config.gateway
     extra = {TIMINGS_HEADER: request.headers[TIMINGS_HEADER]} if TIMINGS_HEADER in request.headers else None
     answer_headers: dict[str, str] = {}
     preq, outputs = await plane.arrays_call(

@@ -28,7 +28,7 @@ from eas_sdk._core.constants import (
 from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.fronts.routes import raw_tail, split_service
-from gateway.fronts.state import CONFIG_KEY, DATAPLANE_KEY, METRICS_KEY, QUEUES_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.body import RequestBody
 from gateway.http.middleware import request_id
 
@@ -36,14 +36,15 @@ log = logging.getLogger("gateway.predict")
 
 
 async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
-    qm = request.app[QUEUES_KEY]
+    parts = request.app[GATEWAY_KEY]
+    qm = parts.queues
     name = svc.name if not subpath else f"{svc.name}/{subpath}"
     if qm is None or subpath not in ("", SINK_SUFFIX) or not qm.has(name):
         raise errors.ServiceNotFound(f"queue {name!r} not found")
-    gw = request.app[CONFIG_KEY].gateway
+    gw = parts.config.gateway
     limit = min(gw.max_body_bytes, max(svc.queue.max_payload_bytes, 1))
     body = RequestBody(request, limit, gw.body_timeout_s, hold_limit=limit)
-    await request.app[DATAPLANE_KEY].queue_call(
+    await parts.dataplane.queue_call(
         svc, name, request.headers, request.rel_url.raw_path, body, method=request.method
     )
     resp: web.StreamResponse = await qm.handle(request, name)
@@ -52,10 +53,11 @@ async def _queue(request: web.Request, svc: ServiceConfig, subpath: str) -> web.
 
 async def predict(request: web.Request) -> web.StreamResponse:
     app = request.app
-    metrics = app[METRICS_KEY]
+    parts = app[GATEWAY_KEY]
+    metrics = parts.metrics
     name, subpath = split_service(raw_tail(request, PREDICT_PATH_PREFIX))
     try:
-        svc = app[DATAPLANE_KEY].find(name)
+        svc = parts.dataplane.find(name)
     except (errors.InvalidServiceName, errors.ServiceNotFound):
         metrics.unknown_service.inc()
         raise
@@ -81,8 +83,9 @@ async def predict(request: web.Request) -> web.StreamResponse:
 
 
 async def _predict(request: web.Request, svc: ServiceConfig, subpath: str) -> web.StreamResponse:
-    gw = request.app[CONFIG_KEY].gateway
-    wresp = await request.app[DATAPLANE_KEY].predict_call(
+    parts = request.app[GATEWAY_KEY]
+    gw = parts.config.gateway
+    wresp = await parts.dataplane.predict_call(
         svc, request.headers, request.rel_url.raw_path,
         RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, hold_limit=gw.max_body_bytes),
         method=request.method, subpath=subpath, request_id=request_id(request), arrived=time.monotonic(),

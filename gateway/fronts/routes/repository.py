@@ -16,8 +16,7 @@ from aiohttp import web
 from gateway.config import SERVICE_NAME_RE
 from gateway.core import errors
 from gateway.fronts.admin.api import token_matches
-from gateway.fronts.state import CONFIG_KEY
-from gateway.manage.manager import MANAGER_KEY
+from gateway.fronts.state import GATEWAY_KEY
 
 PREFIX = "/v2/repository/models/{model}"
 
@@ -25,7 +24,7 @@ PREFIX = "/v2/repository/models/{model}"
 def authorize_model_control(app: web.Application, authorization: str | None, name: str) -> str:
     """The checks before a load or unload, over REST or gRPC: model control on (an admin
     token configured, else 403), that token presented (else 401), a valid model name (400)."""
-    admin = app[CONFIG_KEY].admin
+    admin = app[GATEWAY_KEY].config.admin
     if admin is None or not admin.token:
         raise errors.Forbidden("model control is off: it needs admin.token in the gateway's config")
     if not token_matches(authorization, admin.token):
@@ -43,13 +42,13 @@ def _authorize(request: web.Request) -> str:
 
 async def load(request: web.Request) -> web.Response:
     name = _authorize(request)
-    await request.app[MANAGER_KEY].load(name)
+    await request.app[GATEWAY_KEY].manager.load(name)
     return web.json_response({})
 
 
 async def unload(request: web.Request) -> web.Response:
     name = _authorize(request)
-    await request.app[MANAGER_KEY].unload(name)
+    await request.app[GATEWAY_KEY].manager.unload(name)
     return web.json_response({})
 
 

@@ -18,7 +18,7 @@ from importlib import resources
 from aiohttp import web
 
 from gateway.fronts import status_access
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, METRICS_KEY, QUEUES_KEY, STATE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.observability.status import SAMPLE_INTERVAL_S, StatusSampler
 
 PAGE = "status.html"
@@ -77,8 +77,13 @@ async def sampler_context(app: web.Application) -> AsyncIterator[None]:
 
 
 def setup(app: web.Application) -> None:
+    parts = app[GATEWAY_KEY]
     app[SAMPLER_KEY] = StatusSampler(
-        app[CONFIG_KEY], app[METRICS_KEY], app[STATE_KEY], app[BACKENDS_KEY], app[QUEUES_KEY]
+        parts.config,
+        parts.metrics,
+        parts.state,
+        parts.backends,
+        parts.queues,
     )
     app.cleanup_ctx.append(sampler_context)
     app.on_shutdown.append(_end_streams)

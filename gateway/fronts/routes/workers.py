@@ -25,7 +25,7 @@ from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
 from gateway.core.metadata import ModelMetadata
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.body import read_body
 from gateway.manage.spec import spec_of
 
@@ -35,8 +35,9 @@ _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def _service(request: web.Request) -> tuple[ServiceConfig, ServiceBackend]:
-    svc = request.app[DATAPLANE_KEY].find(request.match_info["service"])
-    pool = request.app[BACKENDS_KEY].get(svc.name)
+    parts = request.app[GATEWAY_KEY]
+    svc = parts.dataplane.find(request.match_info["service"])
+    pool = parts.backends.get(svc.name)
     if svc.remote_workers is None or pool is None:
         raise errors.Forbidden(f"service {svc.name!r} does not take remote workers")
     auth = request.headers.get("Authorization", "")
@@ -57,7 +58,7 @@ def _host_port(value: Any, where: str) -> tuple[str, int]:
 
 async def register(request: web.Request) -> web.Response:
     svc, pool = _service(request)
-    gw = request.app[CONFIG_KEY].gateway
+    gw = request.app[GATEWAY_KEY].config.gateway
     body = await read_body(request, MAX_REGISTRATION_BYTES, gw.body_timeout_s)
     try:
         raw = json.loads(body)

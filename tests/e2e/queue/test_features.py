@@ -169,3 +169,17 @@ def test_size_caps_and_truncate(store_client: Callable[..., QueueClient]) -> Non
     assert [int(g.index) for g in got] == indexes[1:]
     q.truncate(1_000_000)
     assert q.attributes()["stream.length"] == "0"
+
+
+def test_search_for_an_index_not_in_the_queue_answers_404_as_every_queue_error(
+    queue_server: QueueServer, queue_name: str
+) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", queue_server.port, timeout=5)
+    path = f"/api/predict/{queue_name}?_search_=true&_index_=10000"
+    conn.request("GET", path, headers={"Authorization": TOKEN})
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    assert resp.status == 404
+    assert resp.getheader("Content-Type", "").startswith("text/plain")
+    assert body == b"index 10000 is not in the queue"

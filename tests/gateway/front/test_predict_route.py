@@ -13,7 +13,7 @@ import pytest
 from multidict import CIMultiDict
 
 from eas_sdk._core.auth import signed_headers
-from gateway.fronts.state import METRICS_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from tests.gateway.front.fakes import (
     OTHER_TOKEN,
     TOKEN,
@@ -174,7 +174,7 @@ async def test_slow_body_is_408_and_closed() -> None:
             assert 0.9 < elapsed < 2.0, elapsed
         assert not gw.pools["echo"].calls
         assert not gw.queues.handled
-        rendered = gw.app[METRICS_KEY].render()
+        rendered = gw.app[GATEWAY_KEY].metrics.render()
         assert b'easgw_requests_total{service="echo",status="408"} 1.0' in rendered
 
 
@@ -341,13 +341,13 @@ async def test_client_disconnect_cancels_dispatch() -> None:
                 )
         answered_499 = b'easgw_requests_total{service="echo",status="499"} 1.0'
         await async_wait_until(
-            lambda: pool.cancelled and answered_499 in gw.app[METRICS_KEY].render(),
+            lambda: pool.cancelled and answered_499 in gw.app[GATEWAY_KEY].metrics.render(),
             10,
             "the dispatch cancelled and the call counted as 499",
         )
         assert len(pool.calls) == 1
         assert pool.completed == 0
-        assert b"\neasgw_inflight_requests 0.0\n" in gw.app[METRICS_KEY].render()
+        assert b"\neasgw_inflight_requests 0.0\n" in gw.app[GATEWAY_KEY].metrics.render()
 
 
 async def test_queue_services_go_to_queue_manager_after_auth() -> None:

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from gateway.fronts.server import GatewayRunner, WatchedServer
-from gateway.fronts.state import DATAPLANE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.lean_http.watch import HeadWatch
 from tests.gateway.front.fakes import close_writer, live_gateway, raw_request
 
@@ -86,7 +86,7 @@ async def test_connections_past_the_limit_are_refused_with_503() -> None:
             refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
             assert len(refused) == 2, answers
             assert b'"code": "ServiceNotReady"' in refused[0] and b"Retry-After: 1" in refused[0]
-            snap = gw.app[DATAPLANE_KEY].admission.snapshot()
+            snap = gw.app[GATEWAY_KEY].dataplane.admission.snapshot()
             assert snap["connections"] == 3 and snap["refused"]["connections"] == 2
         finally:
             for _reader, writer in conns:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.fronts.fast_front import Front
-from gateway.fronts.state import CONFIG_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from gateway.lean_http import Headers
 from tests.gateway.front.fakes import live_gateway
 
@@ -20,5 +20,5 @@ async def test_the_lean_front_takes_plain_v2_infer_calls_of_onnx_models() -> Non
         assert not front.accept("POST", "/v2/models/echo/infer", plain, 100)
         assert not front.accept("POST", "/v2/models/digits/infer", Headers({"accept-encoding": "gzip"}), 100)
         assert not front.accept("POST", "/v2/models/digits/infer", Headers({"content-encoding": "gzip"}), 100)
-        limit = gw.app[CONFIG_KEY].gateway.max_body_bytes
+        limit = gw.app[GATEWAY_KEY].config.gateway.max_body_bytes
         assert not front.accept("POST", "/v2/models/digits/infer", plain, limit + 1)

@@ -16,7 +16,7 @@ import pytest
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.core.metadata import ModelMetadata, TensorSpec
-from gateway.fronts.state import METRICS_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from tests.gateway.front.fakes import TOKEN, Live, live_gateway
 
 META = ModelMetadata(
@@ -124,7 +124,7 @@ async def test_dispatch_failures_map_to_grpc_codes(
     assert trailing.get("retry-after") == retry_after
     # The call counts in the gateway's metrics under the service's name.
     status = {"overloaded": 450, "noready": 503, "timeout": 504, "crash": 500}[mode]
-    assert gw.app[METRICS_KEY].requests.counts[("digits", status)] == 1
+    assert gw.app[GATEWAY_KEY].metrics.requests.counts[("digits", status)] == 1
 
 
 async def test_deadline_bounds_the_dispatch_and_body_limit(

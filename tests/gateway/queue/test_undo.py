@@ -15,7 +15,7 @@ from eas_sdk.errors import HTTPStatusError
 from eas_sdk.queue import AsyncQueueClient
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.fronts.state import QUEUES_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from tests.e2e.queue.server_proc import TOKEN
 
 N = 600  # records both groups hold
@@ -35,7 +35,7 @@ async def test_a_full_database_answers_507_changes_nothing_and_shows_in_readyz(t
     )
     app = create_app(cfg)
     async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as http:
-        qm: Any = app[QUEUES_KEY]
+        qm: Any = app[GATEWAY_KEY].queues
         q = qm.queue("jobs")
         async with AsyncQueueClient(f"127.0.0.1:{http.port}", "jobs") as client:
             client.set_token(TOKEN)

@@ -11,11 +11,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
-from gateway.core.dataplane import DataPlane
 from gateway.core.metadata import ModelMetadata, TensorSpec
 from gateway.fronts.routes import kserve
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY
+from gateway.fronts.state import GATEWAY_KEY
 from tests.gateway.doubles import BackendDouble, double_service
+from tests.gateway.parts import gateway_parts
 
 TOKEN = "kserve-meta-token-5c1d2e"
 META = ModelMetadata(
@@ -39,10 +39,8 @@ async def served() -> AsyncIterator[tuple[TestClient, dict[str, _Pool]]]:
         ServiceConfig(name="locked", processor="onnx", model="m.onnx", token=TOKEN),
     )
     app = web.Application()
-    app[CONFIG_KEY] = Config(GatewayConfig(), services)
     pools = {"m": _Pool(), "locked": _Pool()}
-    app[BACKENDS_KEY] = pools
-    app[DATAPLANE_KEY] = DataPlane(services, pools)
+    app[GATEWAY_KEY] = gateway_parts(Config(GatewayConfig(), services), pools)
     kserve.setup(app)
     async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as client:
         yield client, pools

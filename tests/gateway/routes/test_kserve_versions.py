@@ -13,11 +13,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.config.versions import version_services
-from gateway.core.dataplane import DataPlane
 from gateway.core.metadata import ModelMetadata, TensorSpec
 from gateway.fronts.routes import kserve
-from gateway.fronts.state import BACKENDS_KEY, CONFIG_KEY, DATAPLANE_KEY, STATE_KEY, GatewayState
+from gateway.fronts.state import GATEWAY_KEY
 from tests.gateway.doubles import BackendDouble, double_service
+from tests.gateway.parts import gateway_parts
 
 OLD = ModelMetadata(
     (TensorSpec("x", "FP32", (-1, 4)),), (TensorSpec("y", "FP32", (-1, 4)),), "onnxruntime_onnx"
@@ -44,10 +44,9 @@ async def _serve(with_old_pool: bool) -> TestClient:
     if with_old_pool:
         pools["m@1"] = _Pool(OLD)
     app = web.Application()
-    app[CONFIG_KEY] = Config(GatewayConfig(), (svc,))
-    app[BACKENDS_KEY] = pools
-    app[STATE_KEY] = GatewayState(started=True)
-    app[DATAPLANE_KEY] = DataPlane([svc, *older], pools)
+    app[GATEWAY_KEY] = gateway_parts(
+        Config(GatewayConfig(), (svc,)), pools, served=[svc, *older], started=True
+    )
     kserve.setup(app)
     client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await client.start_server()
