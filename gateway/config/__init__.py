@@ -4,9 +4,9 @@ Strings may reference environment variables as ``${NAME}`` (an unset variable
 is an error naming the field). A few top-level settings can be overridden by
 environment variables: EASGW_HOST, EASGW_PORT, EASGW_DATA_DIR, EASGW_LOG_LEVEL.
 Relative file paths (model, entry file) are resolved against the working
-directory first and then against the config file's directory; an onnx service's
-``model`` and a python service's ``entry`` file (the ``path/to/file.py:Class`` form)
-must exist.
+directory first and then against the config file's directory; a model service's
+``model`` (onnx, sklearn, xgboost, lightgbm) and a python service's ``entry`` file (the
+``path/to/file.py:Class`` form) must exist.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.config.pipelines import PipelineSpec, check_pipelines, pipeline_of
+from gateway.config.catalog import DECLARED_INPUTS, MODEL_PROCESSORS
+from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
 from gateway.config.sections import (
     AdminConfig,
     BatchingConfig,
@@ -52,7 +53,7 @@ from gateway.config.values import tokens_of as _tokens_of
 
 _UNSET = object()  # an entry that could not be expanded
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-PROCESSORS = ("onnx", "python", "queue", "pipeline")
+PROCESSORS = (*MODEL_PROCESSORS, "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
 PLACEMENTS = ("process", "thread")
 # Listen addresses meaning "every interface": compared against, never bound here.
@@ -80,8 +81,8 @@ class ServiceConfig:
     # ONNX Runtime: the execution providers to try, in order, and threads between operators.
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     inter_op_threads: int = 1
-    # onnx: where the model runs: ``process`` (worker processes) or ``thread`` (ONNX Runtime
-    # sessions in the gateway process, ``workers`` of them; gateway.backends.threads).
+    # A model service: where the model runs: ``process`` (worker processes) or ``thread`` (the
+    # model loaded in the gateway process, ``workers`` times; gateway.backends.threads).
     placement: str = "process"
     request_format: str = "auto"
     batching: BatchingConfig = field(default_factory=BatchingConfig)
@@ -98,8 +99,11 @@ class ServiceConfig:
     # Names passed through from the gateway's environment (``env: {NAME: null}`` or a list of
     # names); a worker has no other variable of the gateway's but the basics (process.py).
     env_pass: tuple[str, ...] = ()
-    # onnx: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
+    # A model service: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
     versions: tuple[tuple[str, str], ...] = ()
+    # sklearn, xgboost, lightgbm: the model's input as the service declares it (name, dtype,
+    # shape), where the model file does not say it (gateway.worker.processors.estimator).
+    inputs: tuple[TensorDecl, ...] = ()
     pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
     # None: only the gateway's own worker processes serve the service.
     remote_workers: RemoteWorkersConfig | None = None
@@ -237,7 +241,7 @@ _SERVICE_KEYS = {
     "name", "processor", "token", "tokens", "model", "entry", "workers", "max_pending",
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
-    "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s",
+    "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
 }  # fmt: skip
 
 
@@ -277,10 +281,13 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         _choice, raw.get("placement", "process"), PLACEMENTS, f"{where}.placement", default="process"
     )
     if placement == "thread":
-        # Only ONNX Runtime releases the GIL while it computes and can be interrupted; user
-        # code, a pipeline or a queue has no model to run in the gateway's threads.
-        if processor and processor != "onnx":
-            errs.add(f"{where}.placement: only an onnx service can run in the gateway's threads (thread)")
+        # Model runtimes release the GIL while they compute; user code, a pipeline or a queue
+        # has no model to run in the gateway's threads.
+        if processor and processor not in MODEL_PROCESSORS:
+            errs.add(
+                f"{where}.placement: only a model service ({', '.join(MODEL_PROCESSORS)}) "
+                "can run in the gateway's threads (thread)"
+            )
         elif remote is not None:
             errs.add(f"{where}.placement: a service run in the gateway's threads has no remote workers")
     # A queue service has no workers; one served by remote workers may have no local ones.
@@ -316,6 +323,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         errs.check(_check_queue_backend, queue, f"{where}.queue")
     cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
     pipeline = errs.check(pipeline_of, raw, processor, where, base)
+    inputs = errs.check(_declared_inputs, raw.get("inputs"), processor, f"{where}.inputs", default=())
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -335,8 +343,21 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         pipeline=pipeline,
         remote_workers=remote,
         placement=placement,
+        inputs=inputs,
         **values,
     )
+
+
+def _declared_inputs(raw: Any, processor: str, where: str) -> tuple[TensorDecl, ...]:
+    """``inputs: {name: {dtype, shape}}``: the one feature matrix an estimator takes."""
+    if raw is None:
+        return ()
+    if processor not in DECLARED_INPUTS:
+        raise ConfigError(f"{where}: only a {', '.join(DECLARED_INPUTS)} service declares its inputs")
+    decls = tensor_decls(raw, where)
+    if len(decls) != 1:
+        raise ConfigError(f"{where}: the model takes one input (its feature matrix); {len(decls)} given")
+    return decls
 
 
 def _remote_workers(raw: Any, where: str) -> RemoteWorkersConfig | None:

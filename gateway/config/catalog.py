@@ -28,12 +28,32 @@ TRANSFORM_DTYPES: dict[tuple[str, str], str] = {
     ("label_map", "label"): "BYTES",
 }
 
+# The processors that run a model file over named tensors (gateway.worker.processors.model): the
+# model protocols (KServe V1/V2, gRPC) serve them, they may run in the gateway's threads, have
+# model versions and be pipeline steps.
+MODEL_PROCESSORS = ("onnx", "sklearn", "xgboost", "lightgbm")
+# Model runtimes whose file is a pickle: loading one runs code, so such a service's model must
+# be in one of the operator's gateway.model_dirs.
+PICKLE_PROCESSORS = ("sklearn",)
+# Model runtimes whose files do not say everything about their input (a dtype, a width):
+# a service may declare it (``inputs:``).
+DECLARED_INPUTS = ("sklearn", "xgboost", "lightgbm")
+
 # The processors of the services a model step may call (gateway.backends.pipelines.forms speaks each),
 # and why the others cannot be one.
-STEP_PROCESSORS = ("onnx", "python")
+STEP_PROCESSORS = (*MODEL_PROCESSORS, "python")
 NOT_A_STEP = {
     "queue": "a queue only holds requests for others to take; it runs nothing",
     "pipeline": "a step cannot be a whole pipeline; name the service its model step calls",
 }
 
-__all__ = ["DTYPES", "NOT_A_STEP", "STEP_PROCESSORS", "TRANSFORMS", "TRANSFORM_DTYPES"]
+__all__ = [
+    "DECLARED_INPUTS",
+    "DTYPES",
+    "MODEL_PROCESSORS",
+    "NOT_A_STEP",
+    "PICKLE_PROCESSORS",
+    "STEP_PROCESSORS",
+    "TRANSFORMS",
+    "TRANSFORM_DTYPES",
+]

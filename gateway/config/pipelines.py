@@ -173,7 +173,7 @@ def _tensor_decl(name: Any, value: Any, where: str) -> TensorDecl:
     return TensorDecl(name, _dtype(value, f"{where}.{name}"))
 
 
-def _decls(raw: Any, where: str) -> tuple[TensorDecl, ...]:
+def tensor_decls(raw: Any, where: str) -> tuple[TensorDecl, ...]:
     """``[a, b]`` or ``{a: dtype, b: {dtype, shape}}``."""
     if isinstance(raw, list):
         out = tuple(_tensor_decl(n, None, where) for n in raw)
@@ -250,7 +250,7 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
     inputs = _step_inputs(raw.get("inputs"), f"{where}.inputs")
     if "outputs" not in raw:
         raise _fail(f"{where}.outputs", "required: the names this step produces")
-    outputs = _decls(raw.get("outputs"), f"{where}.outputs")
+    outputs = tensor_decls(raw.get("outputs"), f"{where}.outputs")
     if not outputs:
         raise _fail(f"{where}.outputs", "a step must produce at least one output")
     args = raw.get("args") or {}
@@ -346,7 +346,7 @@ def _parse(raw: Any, base: Path | None) -> PipelineSpec:
         raise _fail("pipeline", f"unknown key(s) {', '.join(unknown)}; allowed: inputs, outputs, steps")
     if not raw.get("inputs"):
         raise _fail("inputs", "required: the request's tensors, by name")
-    inputs = _decls(raw["inputs"], "inputs")
+    inputs = tensor_decls(raw["inputs"], "inputs")
     steps_raw = raw.get("steps")
     if not isinstance(steps_raw, list) or not steps_raw:
         raise _fail("steps", "expected a non-empty list of steps")
@@ -457,7 +457,7 @@ def check_services(spec: PipelineSpec, where: str, processors: Mapping[str, str]
             why = NOT_A_STEP.get(processor, "it runs no model")
             raise PipelineConfigError(
                 f"{field_}: service {s.service!r} is a {processor} service ({why}); "
-                f"a model step calls a service whose processor is {' or '.join(STEP_PROCESSORS)}"
+                f"a model step calls a service whose processor is one of {', '.join(STEP_PROCESSORS)}"
             )
 
 
@@ -484,4 +484,5 @@ __all__ = [
     "check_services",
     "parse_pipeline",
     "pipeline_of",
+    "tensor_decls",
 ]

@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from gateway.config.catalog import MODEL_PROCESSORS, PICKLE_PROCESSORS
 from gateway.config.files import ConfigError, check_file, resolve_path
 from gateway.config.user_code import ENTRY_FORMS
 
@@ -242,8 +243,8 @@ def as_versions(
     if raw is None:
         return ()
     w = f"{where}.versions"
-    if kind != "onnx":
-        raise ConfigError(f"{w}: only an onnx service has model versions")
+    if kind not in MODEL_PROCESSORS:
+        raise ConfigError(f"{w}: only a model service ({', '.join(MODEL_PROCESSORS)}) has model versions")
     if model is not None:
         raise ConfigError(f"{w}: give either model or versions, not both")
     if not isinstance(raw, dict) or not raw:
@@ -268,11 +269,17 @@ def check_queue_backend(cfg: Any, where: str) -> None:
 
 def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str) -> None:
     """Refuse a model or entry file outside the configured model directories (links and
-    ``..`` resolved first, so neither can lead out of them)."""
+    ``..`` resolved first, so neither can lead out of them). A service whose model is a
+    pickle (loading it runs code) needs model directories: it loads only from them."""
     if not dirs:
+        if svc.processor in PICKLE_PROCESSORS:
+            raise ConfigError(
+                f"{where}.model: a {svc.processor} model is a pickle, and loading a pickle runs its code: "
+                "list the folders such models may be loaded from in gateway.model_dirs"
+            )
         return
     roots = [Path(d).resolve() for d in dirs]
-    files = [("model", svc.model)]
+    files = [("model", svc.model), *((f"versions.{v}", path) for v, path in svc.versions[:-1])]
     if svc.entry and svc.entry.rpartition(":")[0].endswith(".py"):
         files.append(("entry", svc.entry.rpartition(":")[0]))
     errs = Errors()
@@ -327,7 +334,7 @@ def coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, Errors]:
 
 def model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
     model = raw.get("model")
-    if processor == "onnx":
+    if processor in MODEL_PROCESSORS:
         model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
         # Served only by remote workers: the file is on their hosts, not necessarily here.
         if not (raw.get("remote_workers") is not None and raw.get("workers") == 0):

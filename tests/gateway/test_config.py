@@ -139,7 +139,9 @@ def test_placement_thread_is_for_onnx_services_only() -> None:
         parse_config({"services": [{**onnx, "placement": "inline"}]})
     echo = {"name": "e", "processor": "python", "entry": "x:Y", "public": True, "placement": "thread"}
     for service in (echo, {"name": "q", "processor": "queue", "public": True, "placement": "thread"}):
-        with pytest.raises(ConfigError, match=r"\.placement: only an onnx service") as info:
+        with pytest.raises(
+            ConfigError, match=r"\.placement: only a model service \(onnx, sklearn, xgboost, lightgbm\)"
+        ) as info:
             parse_config({"services": [service]})
         assert f"({service['name']}).placement" in str(info.value)
     remote = {**onnx, "placement": "thread", "remote_workers": {"token": "r" * 16}}

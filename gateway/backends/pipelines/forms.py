@@ -1,12 +1,13 @@
 """The forms a model step speaks to another service's workers, by the service's processor.
 
-An ``onnx`` service gets the TF ``PredictRequest`` (its cheapest form: raw tensor bytes,
-see gateway.codecs.v2_tensors). A ``python`` service runs user code that reads the raw
-body, so it gets the gateway's self-describing JSON form (docs/processors.md, the form the
-Paddle and KServe adapters hand a processor): ``{"inputs": {name: {"shape", "dtype",
-"data"}}, "outputs": [...]}`` with the header ``X-Eas-Request-Format: json``; it answers
-``{"outputs": {name: {"dtype", "shape", "data"}}}``, as the ``onnx`` processor does. Plain
-JSON, so a predictor needs nothing of the gateway to read it.
+A model service (``onnx``, ``sklearn``, ``xgboost``, ``lightgbm``) gets the TF
+``PredictRequest`` (its cheapest form: raw tensor bytes, see gateway.codecs.v2_tensors). A
+``python`` service runs user code that reads the raw body, so it gets the gateway's self-
+describing JSON form (docs/processors.md, the form the Paddle and KServe adapters hand a
+processor): ``{"inputs": {name: {"shape", "dtype", "data"}}, "outputs": [...]}`` with the
+header ``X-Eas-Request-Format: json``; it answers ``{"outputs": {name: {"dtype", "shape",
+"data"}}}``, as the ``onnx`` processor does. Plain JSON, so a predictor needs nothing of the
+gateway to read it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import numpy as np
 
 from eas_sdk.codecs.eas.decoded import dtype_name
 from gateway.codecs import pipeline_values as values
+from gateway.config.catalog import MODEL_PROCESSORS
 from gateway.core.dataplane import JSON_FORM_HEADERS, TF_FORM_HEADERS
 
 # The processors a model step can call, and the form each one gets.
-STEP_FORMS = {"onnx": "tf", "python": "json"}
+STEP_FORMS = {**dict.fromkeys(MODEL_PROCESSORS, "tf"), "python": "json"}
 FORM_HEADERS = {
     "tf": TF_FORM_HEADERS,
     "json": JSON_FORM_HEADERS,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.config.catalog import MODEL_PROCESSORS
+
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _SERVICE_BODY = {
@@ -49,7 +51,7 @@ OPENAPI: dict[str, Any] = {
                 "required": ["name", "processor"],
                 "properties": {
                     "name": {"type": "string"},
-                    "processor": {"type": "string", "enum": ["onnx", "python"]},
+                    "processor": {"type": "string", "enum": [*MODEL_PROCESSORS, "python"]},
                     "model": {"type": "string"},
                     "entry": {"type": "string"},
                     "workers": {"type": "integer", "minimum": 1, "maximum": 64},

@@ -7,13 +7,9 @@ share a small machine without oversubscribing its cores, on the service's ``prov
 logged, the ones really used are logged and shown in the worker's snapshot). Inputs are checked against the
 model's declared dtypes and shapes before running; see docs/processors.md.
 
-Dynamic batching (``batching.max_batch_size > 1``, opt-in) through the
-:class:`~gateway.worker.processors.base.Batchable` interface: the worker's compute thread
-calls :meth:`OnnxProcessor.prepare` on each queued request (decode + checks, so a bad
-request fails alone), groups prepared requests with equal :attr:`Prepared.key`, and runs
-them with :meth:`OnnxProcessor.process_batch`: inputs concatenated along axis 0, one
-session run, outputs split by each request's row count and encoded in each request's own
-format. Models whose inputs or outputs lack a dynamic first dimension are never batched.
+Decoding, the checks, output selection, the answer in each request's own form and dynamic
+batching are every model runtime's (gateway.worker.processors.model): models whose inputs or
+outputs lack a dynamic first dimension are never batched.
 
 Metadata (:meth:`OnnxProcessor.metadata`) comes from the loaded session: the inputs it
 needs (initializers excluded) and its outputs, with KServe V2 datatype names.
@@ -22,22 +18,14 @@ needs (initializers excluded) and its outputs, with KServe V2 datatype names.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from eas_sdk.codecs import eas
-from gateway.core.calls import (
-    RESPONSE_FORMAT_HEADER,
-    TENSORS,
-    TensorRequest,
-    TensorResponse,
-    WorkerRequest,
-    WorkerResponse,
-)
 from gateway.core.metadata import UNKNOWN, ModelMetadata, TensorSpec
-from gateway.worker.processors.base import Batchable, LoadError, ProcessorError
+from gateway.worker.processors.base import LoadError, ProcessorError
+from gateway.worker.processors.model import ModelProcessor, Signature
 
 log = logging.getLogger("gateway.worker")
 
@@ -85,30 +73,6 @@ def _tensor_spec(arg: Any) -> TensorSpec:
 def _spec(arg: Any) -> eas.TensorSpec:
     shape = None if arg.shape is None else tuple(arg.shape)
     return eas.TensorSpec(arg.name, ORT_DTYPES.get(arg.type), shape)
-
-
-def _dynamic_first(shape: tuple[Any, ...] | None) -> Any:
-    """The first dimension's symbol when it is dynamic (a name, or "" when unnamed);
-    None when the rank is unknown, zero, or the first dimension is fixed."""
-    if not shape:
-        return None
-    first = shape[0]
-    if isinstance(first, int) and first >= 0:
-        return None
-    return first if isinstance(first, str) else ""
-
-
-@dataclass(slots=True)
-class Prepared:
-    """One decoded, validated request, ready to run alone or in a batch."""
-
-    decoded: eas.DecodedRequest
-    feeds: dict[str, np.ndarray]
-    indices: list[int]
-    wanted: list[str]
-    rows: int
-    # Requests with equal keys can share one session run; None: always runs alone.
-    key: tuple[Any, ...] | None
 
 
 def choose_providers(service: str, wanted: tuple[str, ...], available: list[str]) -> list[str]:
@@ -163,88 +127,37 @@ def open_session(
     return session
 
 
-class OnnxProcessor(Batchable[Prepared]):
+class OnnxProcessor(ModelProcessor):
     # cancel_running() interrupts a run (ONNX Runtime's terminate flag).
     interruptible = True
 
-    def load(self) -> None:
+    def open(self) -> Signature:
         import onnxruntime as ort
 
-        if not self.service.model:
-            raise ValueError("the onnx processor needs a model path")
         svc = self.service
+        assert svc.model is not None  # ModelProcessor.load checked it
         self.session = open_session(
             svc.model, svc.intra_op_threads, svc.inter_op_threads, svc.providers, svc.name
         )
         # What ONNX Runtime really uses (a provider can also fail to initialise, e.g. no GPU).
         self.providers_used = list(self.session.get_providers())
-        self.inputs = [_spec(a) for a in self.session.get_inputs()]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        # (indices, names) of every output; shared by the calls that ask for all (read only).
-        self._every = (list(range(len(self.output_names))), list(self.output_names))
-        self._strings = {s.name for s in self.inputs if s.dtype == np.dtype(object)}
         self._ort = ort
         self._run_options: Any = None
-        self._batchable = self.service.batching.max_batch_size > 1 and self._batch_dims_ok()
-
-    @property
-    def supports_batching(self) -> bool:
-        return self._batchable
+        return Signature(
+            tuple(_spec(a) for a in self.session.get_inputs()),
+            tuple(_spec(o) for o in self.session.get_outputs()),
+            "onnxruntime_onnx",
+        )
 
     def metadata(self) -> ModelMetadata:
+        # From the session's own type strings: they name types numpy has not (bfloat16).
         return ModelMetadata(
             tuple(_tensor_spec(a) for a in self.session.get_inputs()),
             tuple(_tensor_spec(o) for o in self.session.get_outputs()),
             platform="onnxruntime_onnx",
         )
 
-    def _batch_dims_ok(self) -> bool:
-        """Batch only models whose every input and output has a dynamic first dimension,
-        all with the same name when named (two named batch axes may differ in size)."""
-        specs = list(self.inputs) + [_spec(o) for o in self.session.get_outputs()]
-        firsts = [_dynamic_first(s.shape) for s in specs]
-        if any(f is None for f in firsts):
-            return False
-        named = {f for f in firsts if f}
-        return len(named) <= 1
-
-    def handle(self, req: WorkerRequest) -> WorkerResponse:
-        return self._run_one(self.prepare(req))
-
-    def prepare(self, req: WorkerRequest) -> Prepared:
-        """Decode and check one request (raises ProcessorError); no model run."""
-        try:
-            if isinstance(req, TensorRequest):  # arrays from a V2 or gRPC adapter in the gateway
-                named = {n: eas.InputTensor(np.asarray(a)) for n, a in req.inputs.items()}
-                decoded = eas.DecodedRequest(TENSORS, named, output_names=list(req.outputs))
-            else:
-                decoded = eas.decode_request(
-                    req.body, self.service.request_format, req.header("X-Eas-Request-Format")
-                )
-            feeds = eas.bind_inputs(decoded, self.inputs)
-            if not decoded.output_names and not decoded.output_indices:
-                indices, wanted = self._every  # every output, as most calls ask
-            else:
-                indices = eas.select_outputs(decoded, self.output_names)
-                wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
-        except eas.InvalidInput as exc:
-            raise ProcessorError(exc.message) from None
-        if decoded.kind != TENSORS and req.header(RESPONSE_FORMAT_HEADER) == "tf":
-            decoded = replace(decoded, kind="tf")  # bound already: only the answer's form changes
-        for name in self._strings:
-            arr = feeds[name]
-            feeds[name] = np.vectorize(
-                lambda v: v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v), otypes=[object]
-            )(arr)
-        rows, key = 0, None
-        if self._batchable:
-            arrays = [feeds[s.name] for s in self.inputs]
-            rows = arrays[0].shape[0] if arrays and arrays[0].ndim else 0
-            if rows > 0 and all(a.ndim and a.shape[0] == rows for a in arrays):
-                key = (decoded.kind, tuple(wanted), tuple((a.dtype.str, a.shape[1:]) for a in arrays))
-        return Prepared(decoded, feeds, indices, wanted, rows, key)
-
-    def _run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         ro = self._ort.RunOptions()
         ro.log_severity_level = 4  # a terminated run is not an error worth logging
         self._run_options = ro
@@ -257,61 +170,6 @@ class OnnxProcessor(Batchable[Prepared]):
         finally:
             self._run_options = None
         return list(results)
-
-    def _encode(self, p: Prepared, results: list[np.ndarray]) -> WorkerResponse:
-        if p.decoded.kind == TENSORS:
-            return TensorResponse(200, b"", arrays=dict(zip(p.wanted, results, strict=True)))
-        if p.wanted == self.output_names:
-            arrays: list[np.ndarray | None] = results  # every output, in the model's order
-        else:
-            by_name = dict(zip(p.wanted, results, strict=True))
-            arrays = [by_name.get(n) for n in self.output_names]
-        try:
-            body, ctype = eas.encode_response(p.decoded, self.output_names, arrays, p.indices)  # type: ignore[arg-type]
-        except eas.InvalidInput as exc:
-            raise ProcessorError(exc.message, status=500, code="InternalError") from None
-        return WorkerResponse(200, body, ctype)
-
-    def _run_one(self, p: Prepared) -> WorkerResponse:
-        return self._encode(p, self._run(p.wanted, p.feeds))
-
-    def _answer_each(self, batch: list[Prepared]) -> list[WorkerResponse | ProcessorError]:
-        out: list[WorkerResponse | ProcessorError] = []
-        for p in batch:
-            try:
-                out.append(self._run_one(p))
-            except ProcessorError as exc:
-                out.append(exc)
-        return out
-
-    def process_batch(self, batch: list[Prepared]) -> list[WorkerResponse | ProcessorError]:
-        """Run prepared requests with equal keys as one session run; one answer (or error)
-        per request, in order. If the joint run fails, or an output is not split along
-        the batch axis, every request is run on its own so one cannot fail the others."""
-        if len(batch) == 1:
-            return self._answer_each(batch)
-        first = batch[0]
-        names = list(first.feeds)
-        feeds = {n: np.concatenate([p.feeds[n] for p in batch]) for n in names}
-        total = sum(p.rows for p in batch)
-        try:
-            results = self._run(first.wanted, feeds)
-        except ProcessorError as exc:
-            if exc.code == "UpstreamTimeout":  # every member was cancelled
-                return [exc] * len(batch)
-            return self._answer_each(batch)
-        if any(r.ndim == 0 or r.shape[0] != total for r in results):
-            return self._answer_each(batch)
-        out: list[WorkerResponse | ProcessorError] = []
-        start = 0
-        for p in batch:
-            end = start + p.rows
-            try:
-                out.append(self._encode(p, [r[start:end] for r in results]))
-            except ProcessorError as exc:
-                out.append(exc)
-            start = end
-        return out
 
     def cancel_running(self) -> None:
         # ONNX Runtime checks this flag between nodes (and Loop iterations) and aborts the run.

@@ -7,11 +7,24 @@ from gateway.worker.processors.base import Processor
 
 
 def create_processor(service: ServiceConfig) -> Processor:
-    # Imported on use: a python service's worker need not load numpy or ONNX Runtime.
+    # Imported on use: a worker loads only its own runtime's library (a python service's
+    # needs neither numpy nor ONNX Runtime).
     if service.processor == "onnx":
         from gateway.worker.processors.onnx import OnnxProcessor
 
         return OnnxProcessor(service)
+    if service.processor == "sklearn":
+        from gateway.worker.processors.sklearn import SklearnProcessor
+
+        return SklearnProcessor(service)
+    if service.processor == "xgboost":
+        from gateway.worker.processors.xgboost import XGBoostProcessor
+
+        return XGBoostProcessor(service)
+    if service.processor == "lightgbm":
+        from gateway.worker.processors.lightgbm import LightGBMProcessor
+
+        return LightGBMProcessor(service)
     if service.processor == "python":
         from gateway.worker.processors.python import PythonProcessor
 

@@ -49,7 +49,8 @@ def test_every_error_is_listed_with_its_place(tmp_path: Path, capsys: pytest.Cap
         "services[1] (digits).model: file not found: ",
         "services[1] (digits).workers: must be >= 1, got 0",
         "services[2].name: 'bad name!' must match ",
-        "services[2] (bad name!).processor: must be one of onnx, python, queue, pipeline, got 'tensorflow'",
+        "services[2] (bad name!).processor: must be one of onnx, sklearn, xgboost, lightgbm, python, queue, "
+        "pipeline, got 'tensorflow'",
         "services[2] (bad name!).timeout_ms: expected an integer, got 'soon'",
         "services: duplicate service name 'ok'",
         "12 error(s)",

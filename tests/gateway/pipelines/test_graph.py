@@ -146,7 +146,9 @@ def test_a_model_step_calls_an_onnx_or_a_python_service(tmp_path: Path) -> None:
     steps[0] = {"name": "a", "service": "q", "inputs": {"x": "request.x"}, "outputs": ["y"]}
     msg = _error(_with(steps=steps), [{"name": "q", "processor": "queue", "public": True}])
     assert "services (p).pipeline.steps (a).service: service 'q' is a queue service (a queue" in msg
-    assert msg.endswith("a model step calls a service whose processor is onnx or python")
+    assert msg.endswith(
+        "a model step calls a service whose processor is one of onnx, sklearn, xgboost, lightgbm, python"
+    )
     # Another pipeline is no model step either ...
     other = {"name": "q", "processor": "pipeline", "public": True, "pipeline": copy.deepcopy(BASE)}
     msg = _error(_with(steps=steps), [other])
