@@ -112,7 +112,18 @@ Body = bytes | BodyReader
 
 
 class DispatchObserver(Protocol):
-    def observe_dispatch(self, service: str, seconds: float, compute_us: int) -> None: ...
+    """Told of every call a backend ran (the gateway's metrics): ``svc`` is the service that
+    ran it, an older model version's own (``name@version``) included."""
+
+    def observe_dispatch(
+        self, svc: ServiceConfig, status: int, seconds: float, compute_us: int, body: bytes
+    ) -> None:
+        """The backend answered (``status``, ``body``: its answer, read only when it failed)."""
+        ...
+
+    def observe_failure(self, svc: ServiceConfig, error: errors.GatewayError, seconds: float) -> None:
+        """The backend did not answer: refused, timed out, lost its worker; or too large."""
+        ...
 
 
 class InferStats:
@@ -603,9 +614,13 @@ class DataPlane:
         try:
             resp = await backend.dispatch(req, timeout)
         except Exception as exc:
+            elapsed = time.perf_counter() - t0
             if stats is not None:
-                stats.record(False, time.perf_counter() - t0, 0)
-            raise errors.from_exception(exc) from None
+                stats.record(False, elapsed, 0)
+            error = errors.from_exception(exc)
+            if self.observer is not None:
+                self.observer.observe_failure(svc, error, elapsed)
+            raise error from None
         finally:
             self.admission.leave(svc.name)
         elapsed = time.perf_counter() - t0
@@ -617,12 +632,16 @@ class DataPlane:
             if size > limit:
                 if stats is not None:
                     stats.record(False, elapsed, int(resp.compute_us))
-                raise errors.ResponseTooLarge(str(json_answer.AnswerTooLarge(size, limit)))
+                error = errors.ResponseTooLarge(str(json_answer.AnswerTooLarge(size, limit)))
+                if self.observer is not None:
+                    self.observer.observe_failure(svc, error, elapsed)
+                raise error
         compute_us = int(resp.compute_us)
+        status = int(resp.status)
         if stats is not None:
-            stats.record(resp.status < 400, elapsed, compute_us)
+            stats.record(status < 400, elapsed, compute_us)
         if self.observer is not None:
-            self.observer.observe_dispatch(svc.name, elapsed, compute_us)
+            self.observer.observe_dispatch(svc, status, elapsed, compute_us, resp.body)
         return resp
 
     async def _arrays(

@@ -12,14 +12,17 @@ import asyncio
 import bisect
 import itertools
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from gateway.config import ServiceConfig
+from gateway.core import errors
 from gateway.core.backend import ServiceBackend
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -202,6 +205,78 @@ class _RequestCounts(Collector):
         yield family
 
 
+class _VersionCalls(Collector):
+    """Calls dispatched to each version of a service's model, by status, and their dispatch
+    time: ``easgw_version_requests_total{service, version, status}`` and
+    ``easgw_version_dispatch_seconds{service, version}``. Kept as plain counts on the event
+    loop, exposed at scrape time. Label values come from the configuration only."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.counts: dict[tuple[str, str, int], int] = {}
+        self._bounds = list(_LATENCY_BUCKETS)
+        self._les = [floatToGoString(b) for b in (*_LATENCY_BUCKETS, math.inf)]
+        self.buckets: dict[tuple[str, str], list[int]] = {}
+        self._sums: dict[tuple[str, str], float] = {}
+        registry.register(self)
+
+    def observe(self, service: str, version: str, status: int, seconds: float) -> None:
+        key = (service, version, status)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        pair = (service, version)
+        buckets = self.buckets.get(pair)
+        if buckets is None:
+            buckets = self.buckets[pair] = [0] * len(self._les)
+            self._sums[pair] = 0.0
+        buckets[bisect.bisect_left(self._bounds, seconds)] += 1
+        self._sums[pair] += seconds
+
+    def collect(self) -> Iterable[Metric]:
+        requests = CounterMetricFamily(
+            "easgw_version_requests",
+            "Calls dispatched to a version of a service's model, by status",
+            labels=["service", "version", "status"],
+        )
+        for (service, version, status), n in sorted(self.counts.items()):
+            requests.add_metric([service, version, str(status)], float(n))
+        yield requests
+        seconds = HistogramMetricFamily(
+            "easgw_version_dispatch_seconds",
+            "Time from dispatch to a version's answer (the worker's queue and compute included)",
+            labels=["service", "version"],
+        )
+        for (service, version), counts in sorted(self.buckets.items()):
+            buckets = list(zip(self._les, itertools.accumulate(counts), strict=True))
+            seconds.add_metric([service, version], buckets, self._sums[(service, version)])
+        yield seconds
+
+
+class _Count(Collector):
+    """A counter without labels, kept as a plain integer (event loop only), read at scrape time."""
+
+    def __init__(self, name: str, doc: str, registry: CollectorRegistry) -> None:
+        self.name = name
+        self.doc = doc
+        self.value = 0
+        registry.register(self)
+
+    def inc(self, n: int = 1) -> None:
+        self.value += n
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(self.name, self.doc, value=float(self.value))
+
+
+def _processor_error(body: bytes) -> str:
+    return errors.message_of(bytes(body[:2048]))[:300]
+
+
+def version_of(svc: ServiceConfig) -> tuple[str, str]:
+    """(service, version) of the service a call ran on: an older version's ``name@version``,
+    or the service itself, which serves its latest."""
+    name, _, version = svc.name.partition("@")
+    return name, version or svc.version_names[-1]
+
+
 class _Inflight:
     """The in-flight gauge as a plain counter (event loop only), read at scrape time:
     no lock per request."""
@@ -290,11 +365,14 @@ class GatewayMetrics:
         self.compute_time = _ServiceHistogram(
             "easgw_compute_seconds", "Worker compute time reported by the worker", self.services, registry
         )
-        self.unknown_service = Counter(
+        self.unknown_service = _Count(
             "easgw_unknown_service_requests",
             "Requests naming a service that is not configured or not a valid name (never labelled)",
-            registry=registry,
+            registry,
         )
+        self.versions = _VersionCalls(registry)
+        # Service -> its last failed call: (wall-clock time, status, message), for the status page.
+        self.last_error: dict[str, tuple[float, int, str]] = {}
         self.inflight = _Inflight(
             Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
         )
@@ -325,12 +403,27 @@ class GatewayMetrics:
         counts[key] = counts.get(key, 0) + 1
         self.latency.observe(service, seconds)
 
-    def observe_dispatch(self, service: str, dispatch_s: float, compute_us: int) -> None:
+    def observe_dispatch(
+        self, svc: ServiceConfig, status: int, dispatch_s: float, compute_us: int, body: bytes = b""
+    ) -> None:
+        """A call its backend answered (the dataplane's observer): any version of any service."""
+        service, version = version_of(svc)
         if service not in self.services:
             return
+        self.versions.observe(service, version, status, dispatch_s)
         compute_s = max(0.0, compute_us / 1e6)
         self.compute_time.observe(service, compute_s)
         self.queue_time.observe(service, max(0.0, dispatch_s - compute_s))
+        if status >= 500:
+            self.last_error[service] = (time.time(), status, _processor_error(body))
+
+    def observe_failure(self, svc: ServiceConfig, error: errors.GatewayError, dispatch_s: float) -> None:
+        """A call its backend did not answer (refused, timed out, a worker lost, too large)."""
+        service, version = version_of(svc)
+        if service not in self.services:
+            return
+        self.versions.observe(service, version, error.status, dispatch_s)
+        self.last_error[service] = (time.time(), error.status, error.message)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

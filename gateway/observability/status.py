@@ -1,10 +1,13 @@
 """The live status of a running gateway, as one JSON-able snapshot.
 
-Per service: its workers and their states, restarts, request rate, error rate and the
-p50/p99 of the gateway's time per request over the last few seconds, and for queues and
-asynchronous services each queue's depth, the records delivered but not yet committed and
-the lag (records no consumer has taken yet). The status page (``/status``), its live
-stream and ``eas-gateway status`` all show this one snapshot.
+Per service: its workers and their states, restarts, request rate, error rate, refused
+calls (401, 403, 429) and the p50/p99 of the gateway's time per request over the last few
+seconds, why it is not ready and its last failed call, and for queues and asynchronous
+services each queue's depth, the records delivered but not yet committed and the lag
+(records no consumer has taken yet); for the gateway, the calls naming no configured
+service. The status page (``/status``), its live stream and ``eas-gateway status`` all show
+this one snapshot. The same sampler feeds the last hour's history
+(``gateway.observability.history``) the page's charts draw.
 
 Rates and percentiles are windowed: a sampler copies the request counters and the
 latency histogram (``gateway.observability.metrics``) once a second and keeps the last
@@ -25,7 +28,8 @@ from typing import Any
 from gateway import __version__
 from gateway.config import Config
 from gateway.core.backend import ServiceBackend
-from gateway.core.services import GatewayState, service_ready
+from gateway.core.services import GatewayState, not_ready_reason, service_ready
+from gateway.observability.history import HISTORY_INTERVAL_S, REFUSED, StatusHistory, quantile
 from gateway.observability.metrics import GatewayMetrics
 
 SAMPLE_INTERVAL_S = 1.0
@@ -37,36 +41,23 @@ class _Sample:
     at: float
     requests: dict[str, int]  # service -> answered requests
     errors: dict[str, int]  # service -> answers with a status >= 500
+    refused: dict[str, int]  # service -> answers 401, 403 or 429
     latency: dict[str, list[int]]  # service -> histogram bucket counts
 
 
 def take_sample(metrics: GatewayMetrics, services: list[str], now: float) -> _Sample:
     requests = dict.fromkeys(services, 0)
     errors = dict.fromkeys(services, 0)
+    refused = dict.fromkeys(services, 0)
     for (service, status), n in list(metrics.requests.counts.items()):
         if service in requests:
             requests[service] += n
             if status >= 500:
                 errors[service] += n
+            elif status in REFUSED:
+                refused[service] += n
     latency = {s: metrics.latency.counts(s) for s in services}
-    return _Sample(now, requests, errors, latency)
-
-
-def quantile(q: float, bounds: list[float], counts: list[int]) -> float | None:
-    """The ``q`` quantile of a histogram (per-bucket counts, the last bucket unbounded)."""
-    total = sum(counts)
-    if total <= 0:
-        return None
-    rank = q * total
-    seen = 0
-    for i, n in enumerate(counts):
-        if n and seen + n >= rank:
-            low = bounds[i - 1] if i > 0 else 0.0
-            if i >= len(bounds):  # beyond the last bound: all that is known is "more than"
-                return bounds[-1]
-            return low + (bounds[i] - low) * ((rank - seen) / n)
-        seen += n
-    return bounds[-1]
+    return _Sample(now, requests, errors, refused, latency)
 
 
 class StatusSampler:
@@ -79,6 +70,7 @@ class StatusSampler:
         state: GatewayState,
         backends: Mapping[str, ServiceBackend],
         queues: Any,
+        history_interval_s: float = HISTORY_INTERVAL_S,
     ) -> None:
         # The live objects the gateway runs with (the service manager changes ``backends``
         # and ``config.services`` in place), read at every sample and snapshot.
@@ -88,6 +80,8 @@ class StatusSampler:
         self.backends = backends
         self.queues = queues
         self.samples: deque[_Sample] = deque(maxlen=WINDOW_SAMPLES)
+        self.history = StatusHistory(metrics, history_interval_s)
+        self._history_due = 0.0
         self.stopping = asyncio.Event()  # set at shutdown: the live streams end
 
     @property
@@ -95,7 +89,36 @@ class StatusSampler:
         return [s.name for s in self.config.services]
 
     def sample(self) -> None:
-        self.samples.append(take_sample(self.metrics, self.services, time.monotonic()))
+        now = time.monotonic()
+        self.samples.append(take_sample(self.metrics, self.services, now))
+        if now >= self._history_due:
+            self._history_due = now + self.history.interval_s
+            self.record_history(now)
+
+    def record_history(self, now: float) -> None:
+        """Add the history's point for the interval ending ``now`` (monotonic)."""
+        queues = _queue_snapshot(self.queues)
+        gauges: dict[str, dict[str, Any]] = {}
+        for svc in self.config.services:
+            figures: dict[str, Any] = {}
+            backend = self.backends.get(svc.name)
+            if backend is not None:
+                try:
+                    workers = backend.snapshot()
+                    figures["workers"] = len(workers)
+                    figures["ready_workers"] = sum(1 for w in workers if w.get("state") == "ready")
+                    figures["in_flight"] = sum(int(w.get("outstanding", 0) or 0) for w in workers)
+                    figures["restarts"] = int(backend.restarts_total)
+                except Exception:  # noqa: S110 - a backend being torn down: no figure this time
+                    pass
+            if svc.processor == "queue" or svc.async_:
+                figures["queues"] = {
+                    q: {"depth": queues[q]["length"], "lag": queues[q]["lag"]}
+                    for q in (svc.name, f"{svc.name}/sink")
+                    if q in queues
+                }
+            gauges[svc.name] = figures
+        self.history.record(self.services, gauges, at=now, wall=time.time())
 
     async def run(self) -> None:
         while True:
@@ -117,13 +140,18 @@ class StatusSampler:
             before = old.latency.get(name) or [0] * len(now.latency[name])
             buckets = [a - b for a, b in zip(now.latency[name], before, strict=True)]
             p50, p99 = quantile(0.5, bounds, buckets), quantile(0.99, bounds, buckets)
+            queues_open = self.queues is not None
+            ready = service_ready(self.backends, state, queues_open, name)
             entry: dict[str, Any] = {
                 "name": name,
                 "processor": svc.processor,
                 "async": svc.async_,
-                "ready": service_ready(self.backends, state, self.queues is not None, name),
+                "ready": ready,
+                "reason": None if ready else not_ready_reason(self.backends, state, queues_open, name),
+                "last_error": _last_error(self.metrics.last_error.get(name)),
                 "requests_total": now.requests[name],
                 "errors_total": now.errors[name],
+                "refused_total": now.refused[name],
                 "rate_rps": round(done / window, 2) if old is not now else 0.0,
                 "error_rate": round(failed / done, 4) if done else 0.0,
                 "p50_ms": None if p50 is None else round(p50 * 1000, 3),
@@ -141,8 +169,17 @@ class StatusSampler:
             "uptime_s": round(time.monotonic() - state.started_at, 1),
             "window_s": round(window, 1),
             "shutting_down": state.shutting_down,
+            # Calls naming no configured service (never labelled by the name they gave).
+            "unknown_service_total": self.metrics.unknown_service.value,
             "services": out,
         }
+
+
+def _last_error(error: tuple[float, int, str] | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    at, status, message = error
+    return {"at": round(at, 3), "status": status, "message": message}
 
 
 def _worker(w: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,4 +212,4 @@ def _queue_snapshot(qm: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-__all__ = ["StatusSampler", "quantile", "take_sample"]
+__all__ = ["StatusSampler", "quantile", "take_sample"]  # quantile: gateway.observability.history

@@ -48,9 +48,15 @@ class Backend(BackendDouble):
 @dataclass
 class Observer:
     seen: list[tuple[str, float, int]] = field(default_factory=list)
+    failed: list[tuple[str, int]] = field(default_factory=list)
 
-    def observe_dispatch(self, service: str, seconds: float, compute_us: int) -> None:
-        self.seen.append((service, seconds, compute_us))
+    def observe_dispatch(
+        self, svc: ServiceConfig, status: int, seconds: float, compute_us: int, body: bytes
+    ) -> None:
+        self.seen.append((svc.name, seconds, compute_us))
+
+    def observe_failure(self, svc: ServiceConfig, error: errors.GatewayError, seconds: float) -> None:
+        self.failed.append((svc.name, error.status))
 
 
 def _svc(name: str = "m", token: str | None = TOKEN) -> ServiceConfig:
@@ -410,11 +416,14 @@ async def test_record_calls_carry_no_credentials() -> None:
     ],
 )
 async def test_one_error_table(failure: BaseException, status: int, code: str) -> None:
-    plane, _ = _plane(Backend(fail=failure))
+    observer = Observer()
+    plane, _ = _plane(Backend(fail=failure), observer=observer)
     with pytest.raises(errors.GatewayError) as info:
         await plane.record_call(plane.find("m"), {}, b"x")
     assert (info.value.status, info.value.code) == (status, code)
     assert "secret" not in info.value.message
+    # The observer hears of the failure with the status the client gets (the status page's last error).
+    assert observer.failed == [("m", status)] and not observer.seen
 
 
 async def test_a_processors_error_answer_passes_through_a_record_call() -> None:
