@@ -24,7 +24,7 @@ class DocsGateway:
         """The addresses the pages show -> where this gateway answers."""
         http, grpc = self.process.endpoint, f"127.0.0.1:{self.grpc_port}"
         shown = {"127.0.0.1:8080": http, "localhost:8080": http}
-        return {**shown, "127.0.0.1:8081": grpc, "localhost:8081": grpc}
+        return {**shown, "127.0.0.1:8001": grpc, "localhost:8001": grpc}
 
 
 def _free_port() -> int:
@@ -37,7 +37,7 @@ def _free_port() -> int:
 def docs_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsGateway]:
     config = yaml.safe_load((ROOT / "samples" / "services.yaml").read_text())
     grpc_port = _free_port()
-    config.setdefault("gateway", {})["grpc_port"] = grpc_port  # the pages show it on 8081
+    config.setdefault("gateway", {})["grpc_port"] = grpc_port  # the pages show it on 8001
     workdir: Path = tmp_path_factory.mktemp("docs-gateway")
     gw = GatewayProcess.start(config, workdir)
     try:

@@ -20,9 +20,9 @@ reader would type them. Sybil finds the examples; the rules:
 * ``<!-- skip: next -->`` (or ``<!-- skip: next "why" -->``) before a block leaves it out:
   API outlines, and examples that need what the test gateway has not (a Redis server).
 
-The pages show the gateway's default addresses, ``127.0.0.1:8080`` (and ``127.0.0.1:8081``
-for gRPC); each example is pointed at the test gateway (samples/services.yaml on free
-ports) before it runs.
+The pages show the gateway's default addresses, ``127.0.0.1:8080`` (and ``127.0.0.1:8001``
+for gRPC, Triton's port for it; 8081 is the admin API's, which no run example calls); each
+example is pointed at the test gateway (samples/services.yaml on free ports) before it runs.
 """
 
 from __future__ import annotations
