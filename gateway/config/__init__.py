@@ -146,6 +146,8 @@ class GatewayConfig:
     # Restarts of a failing worker back off exponentially up to this many seconds.
     restart_backoff_max_s: float = 30.0
     health_interval_s: float = 1.0
+    # How often the status page's history (the last hour, kept by the gateway) takes a point.
+    status_history_interval_s: float = 5.0
     access_log: bool = True
     # Plain queue calls / plain predict calls answered by the lean HTTP/1.1 front
     # (gateway/fronts/fast_front.py); everything else still goes to aiohttp on the same
@@ -414,6 +416,8 @@ def _gateway(raw: Any) -> GatewayConfig:
         errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
     if gw.grpc_port > 65535:
         errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
+    if gw.status_history_interval_s <= 0:
+        errs.add("gateway.status_history_interval_s: must be > 0")
     if gw.log_format not in ("text", "json"):
         errs.add("gateway.log_format: must be 'text' or 'json'")
     if gw.worker_scheduling not in SCHEDULING_POLICIES:

@@ -1,8 +1,11 @@
 """The status page: ``GET /status`` (the page), ``GET /status/events`` (its live stream,
-server-sent events, one snapshot a second) and ``GET /api/status`` (one snapshot, JSON; what
-``eas-gateway status`` prints). The snapshot is ``gateway.observability.status``'s.
+server-sent events, one snapshot a second), ``GET /api/status`` (one snapshot, JSON; what
+``eas-gateway status`` prints) and ``GET /api/status/history`` (the last hour, JSON, column
+by column; ``?since=<unix seconds>`` for the points after a time). The snapshot is
+``gateway.observability.status``'s, the history ``gateway.observability.history``'s.
 
-Everything the page needs is served from here (no external script, style or font), and
+Everything the page needs is served from here (no external script, style or font: its
+charts are drawn by uPlot, vendored in ``gateway/static`` with its licence), and
 only to loopback callers or with the admin token (gateway.fronts.status_access: a bearer header,
 or the cookie the page's sign-in form, ``POST /status/login``, sets). A browser elsewhere
 asking for the page gets the sign-in form.
@@ -17,11 +20,18 @@ from importlib import resources
 
 from aiohttp import web
 
+from gateway.core import errors
 from gateway.fronts import status_access
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.observability.status import SAMPLE_INTERVAL_S, StatusSampler
 
 PAGE = "status.html"
+# The files the page loads besides itself, and their types: nothing else is served.
+ASSETS = {
+    "uPlot.iife.min.js": "text/javascript",
+    "uPlot.min.css": "text/css",
+    "uPlot.LICENSE": "text/plain",
+}
 
 
 async def page(request: web.Request) -> web.Response:
@@ -34,6 +44,26 @@ async def page(request: web.Request) -> web.Response:
 async def snapshot(request: web.Request) -> web.Response:
     status_access.check(request)
     return web.json_response(request.app[SAMPLER_KEY].snapshot())
+
+
+async def history(request: web.Request) -> web.Response:
+    status_access.check(request)
+    raw = request.query.get("since")
+    try:
+        since = float(raw) if raw else None
+    except ValueError:
+        raise errors.BadRequest("since must be a number of seconds since the epoch") from None
+    return web.json_response(request.app[SAMPLER_KEY].history.to_json(since))
+
+
+async def asset(request: web.Request) -> web.Response:
+    status_access.check(request)
+    name = request.match_info["name"]
+    ctype = ASSETS.get(name)
+    if ctype is None:
+        raise web.HTTPNotFound()
+    data = resources.files("gateway").joinpath("static", name).read_bytes()
+    return web.Response(body=data, content_type=ctype, headers={"Cache-Control": "max-age=3600"})
 
 
 async def events(request: web.Request) -> web.StreamResponse:
@@ -84,10 +114,13 @@ def setup(app: web.Application) -> None:
         parts.state,
         parts.backends,
         parts.queues,
+        parts.config.gateway.status_history_interval_s,
     )
     app.cleanup_ctx.append(sampler_context)
     app.on_shutdown.append(_end_streams)
     app.router.add_get("/status", page)
     app.router.add_get("/status/events", events)
     app.router.add_post(status_access.LOGIN_PATH, status_access.login)
+    app.router.add_get("/status/assets/{name}", asset)
     app.router.add_get("/api/status", snapshot)
+    app.router.add_get("/api/status/history", history)
