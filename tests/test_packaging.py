@@ -62,8 +62,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], cwd: Path, timeout: float) -> str:
-    out = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+def _run(argv: list[str], cwd: Path, timeout: float, **env: str) -> str:
+    out = subprocess.run(
+        argv, cwd=cwd, env={**_env(), **env}, capture_output=True, text=True, timeout=timeout
+    )
     tail = f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     assert out.returncode == 0, f"{argv[:4]} exited {out.returncode}:\n{tail}"
     return out.stdout
@@ -237,11 +239,16 @@ def test_the_readme_path_builds_the_samples_serves_them_and_stops(installed: Ins
     proc, url = _serve(installed.venv, checkout, "--config", "samples/services.yaml")
     try:
         out = _run([installed.python, "-c", _README_CLIENT, url], checkout, 60)
+        # Sample clients that need the samples extra: scikit-learn's digits, Pillow's images.
+        for client in ("tf_client.py", "cluster_serving_client.py"):
+            argv = [installed.python, f"samples/clients/{client}", "--endpoint", url]
+            out += _run(argv, checkout, 60, TMPDIR=str(checkout))
         status = _run([installed.eas_gateway, "status", "--url", url], checkout, 60)
     finally:
         _stop(proc)
     assert "labels [4]" in out, out  # the answer README.md shows
     assert "echo hello" in out, out
+    assert "instance-2 tensor_x2 =" in out, out
     for service in ("digits", "echo", "jobs", "digits-async", "cs"):
         assert service in status, status
     assert proc.returncode == 0, (checkout / "gateway.log").read_text()
