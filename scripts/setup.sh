@@ -102,9 +102,11 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 # The fault suite across hosts (tests/faults) makes network namespaces, nft rules and tc
-# qdiscs: iproute2 and nftables from the distribution's packages, when missing.
-if ! command -v nft >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1; then
-  echo "setup: installing iproute2 and nftables" >&2
+# qdiscs, and steps a gateway's clock with libfaketime: iproute2, nftables and faketime
+# from the distribution's packages, when missing.
+if ! command -v nft >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1 \
+  || ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
+  echo "setup: installing iproute2, nftables and faketime" >&2
   sudo_cmd=""; [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq iproute2 nftables >/dev/null
+  $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq iproute2 nftables faketime >/dev/null
 fi

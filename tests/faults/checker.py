@@ -13,6 +13,15 @@ Queue, from the puts and the group consumer's reads:
   acknowledged before another began got the larger index), which is what two gateways
   allocating at once from their own counters leave behind.
 
+Asynchronous inference, from the inputs put to an asynchronous service and the results its
+sink's watcher read: every acknowledged input has exactly one result, under its request id,
+holding what that input's processing gives (the echo: the input itself). ``async_lost``: an
+input without a result; ``async_stored_twice``: one request id at two sink indexes (the
+sink must refuse the second); ``async_mismatched``: a result that is not its input's;
+``async_phantoms``: a result for a request id no put was sent with. The same result read
+again at its index (an unacknowledged commit, a watch that reconnected) is counted as
+``async_redelivered``.
+
 Predict: during a fault (from its injection to its heal) a call fails only with a
 documented status (450, 503, 504, 408: reliability.md D6); outside every fault none
 fails; every call begun later than ``recovery_bound_s`` after a heal succeeds. The time
@@ -46,6 +55,14 @@ class Fault:
     # The gateway the predict calls go to cannot answer at all (it is paused): a call then
     # ends in the client's own timeout, with no status.
     silent: bool = False
+    # The gateways (base URLs) that cannot answer at all during the fault.
+    silenced: list[str] = field(default_factory=list)
+    # Statuses this fault documents beyond the usual ones (a gateway whose clock jumped past
+    # the signature window answers signed calls 401 naming the skew).
+    allowed: list[int] = field(default_factory=list)
+
+    def silences(self, via: str | None) -> bool:
+        return self.silent or (via is not None and via in self.silenced)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +71,8 @@ class Fault:
             "heal": self.heal,
             "documented_loss": self.documented_loss,
             "silent": self.silent,
+            "silenced": list(self.silenced),
+            "allowed": list(self.allowed),
         }
 
 
@@ -83,11 +102,23 @@ class Report:
     predict_statuses_in_faults: dict[str, int] = field(default_factory=dict)
     recovery_s: dict[str, float] = field(default_factory=dict)
     queue_recovery_s: dict[str, float] = field(default_factory=dict)
+    async_acked: int = 0
+    async_matched: int = 0
+    async_error_results: dict[str, int] = field(default_factory=dict)
+    async_lost: list[str] = field(default_factory=list)
+    async_stored_twice: list[str] = field(default_factory=list)
+    async_mismatched: list[str] = field(default_factory=list)
+    async_phantoms: list[str] = field(default_factory=list)
+    async_redelivered: int = 0
 
     @property
     def ok(self) -> bool:
         return not (
-            self.lost
+            self.async_lost
+            or self.async_stored_twice
+            or self.async_mismatched
+            or self.async_phantoms
+            or self.lost
             or self.stored_twice
             or self.split_brain
             or self.phantoms
@@ -130,6 +161,15 @@ class Report:
             f"; violations: {len(self.put_violations)}{few(self.put_violations, 3)}",
             f"  time to recover (predict / queue puts): {recover}",
         ]
+        if self.async_acked:
+            lines.append(
+                f"  asynchronous: {self.async_acked} acknowledged inputs, {self.async_matched} matched to "
+                f"one result each (error results {dict(self.async_error_results) or '-'}); lost "
+                f"{len(self.async_lost)}{few(self.async_lost)}, stored twice {len(self.async_stored_twice)}"
+                f"{few(self.async_stored_twice)}, mismatched {len(self.async_mismatched)}"
+                f"{few(self.async_mismatched)}, phantoms {len(self.async_phantoms)}; read again at "
+                f"their index {self.async_redelivered}"
+            )
         return "\n".join(lines)
 
 
@@ -242,9 +282,10 @@ def check(
             )
             continue
         statuses[what] += 1
-        if e.get("status") is None and any(f.silent for f in during):
+        allowed = DOCUMENTED_PREDICT_STATUSES.union(*(f.allowed for f in during))
+        if e.get("status") is None and any(f.silences(e.get("via")) for f in during):
             pass  # the called gateway was paused: only the client's timeout can end the call
-        elif e.get("status") not in DOCUMENTED_PREDICT_STATUSES:
+        elif e.get("status") not in allowed:
             rep.predict_violations.append(f"{rel(e['t0']):.2f}s: undocumented {what}: {e.get('error')}")
         elif all(e["t0"] > f.heal + recovery_bound_s for f in during):
             rep.predict_violations.append(f"{rel(e['t0']):.2f}s: failed {recovery_bound_s} s after the heal")
@@ -263,9 +304,11 @@ def check(
             )
             continue
         put_statuses[what] += 1
-        if e.get("status") not in DOCUMENTED_QUEUE_STATUSES:
+        if e.get("status") not in DOCUMENTED_QUEUE_STATUSES.union(*(f.allowed for f in during)):
             rep.put_violations.append(f"{rel(e['t0']):.2f}s {e['p']}: undocumented {what}: {e.get('error')}")
     rep.put_statuses_in_faults = dict(put_statuses)
+
+    _check_async(events, rep)
 
     ordered = sorted(faults, key=lambda f: f.start)
     for n, f in enumerate(ordered):
@@ -287,6 +330,42 @@ def check(
                 f"puts not acknowledged again within {recovery_bound_s} s of healing {f.name}"
             )
     return rep
+
+
+def _check_async(events: Sequence[Mapping[str, Any]], rep: Report) -> None:
+    """Asynchronous results against their inputs, one to one (see the module's doc)."""
+    aputs = [e for e in events if e["f"] == "aput"]
+    areads = [e for e in events if e["f"] == "aread"]
+    acked = {e["rid"]: e for e in aputs if e["type"] == "ok"}
+    sent = {e["rid"] for e in aputs if e.get("rid")} | set(acked)
+    # A put whose answer was lost has no request id in the history; its value names it.
+    unknown_values = {e["value"] for e in aputs if e["type"] != "ok"}
+    rep.async_acked = len(acked)
+    results: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in areads:
+        results[r["rid"]].append(r)
+    errors: dict[str, int] = defaultdict(int)
+    for rid, put in acked.items():
+        got = results.get(rid, [])
+        if not got:
+            rep.async_lost.append(f"{put['value']} ({rid})")
+            continue
+        indexes = sorted({r["index"] for r in got})
+        rep.async_redelivered += len(got) - len(indexes)
+        if len(indexes) > 1:
+            rep.async_stored_twice.append(f"{put['value']} ({rid}) at sink indexes {indexes}")
+            continue
+        status = str(got[0].get("status") or "200")
+        if status != "200":
+            errors[status] += 1  # a result all the same: the processing's outcome, once
+        elif got[0]["value"] != put["value"]:
+            rep.async_mismatched.append(f"{put['value']} ({rid}) answered {got[0]['value']!r}")
+            continue
+        rep.async_matched += 1
+    rep.async_error_results = dict(errors)
+    for rid, got in results.items():
+        if rid not in sent and got[0]["value"] not in unknown_values:
+            rep.async_phantoms.append(f"{rid}: {got[0]['value']!r}")
 
 
 def dump(path: Path, events: Sequence[Mapping[str, Any]], faults: Sequence[Fault], note: str) -> None:

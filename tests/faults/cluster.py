@@ -7,6 +7,13 @@ Every program starts in a session of its own, so a signal reaches its whole grou
 group it started; the namespaces' own cleanup (netns.py) kills anything left inside them.
 The programs listen on their namespace's address only: traffic never leaves the suite's
 namespaces, so they run with ``EASGW_LOOPBACK_ONLY=0``.
+
+A gateway started with ``clock=True`` runs under libfaketime (Debian's ``faketime``
+package) with its wall clock read from a file the suite rewrites (``step_clock``), so the
+running process sees its clock jump as an NTP step would make it: only the wall clock
+(``FAKETIME_DONT_FAKE_MONOTONIC``; the kernel's monotonic clock never steps). libfaketime
+0.9.10 then fails ``time.sleep`` with EINVAL (its ``clock_nanosleep`` wrapper); the
+gateway's own waits are the event loop's and locks', which it leaves alone.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ TOKEN = "fault-suite-token-0123456789"
 WORKER_TOKEN = "fault-suite-worker-0123456789abcdef"
 QUEUE = "jobs"
 SERVICE = "echo"
+ASYNC_SERVICE = "aecho"  # asynchronous: its input queue and sink live in each gateway's own store
+GATEWAYS_NAME = "gateways"  # resolves, in the worker's namespace, to every gateway
+FAKETIME_LIBS = sorted(Path("/usr/lib").glob("*/faketime/libfaketimeMT.so.1"))
 REDIS_PORT = 6379
 GATEWAY_PORT = 8080
 
@@ -150,6 +160,14 @@ class Cluster:
             "services": [
                 {"name": QUEUE, "processor": "queue", "token": TOKEN, "queue": dict(queue)},
                 {
+                    "name": ASYNC_SERVICE,
+                    "processor": "python",
+                    "entry": ECHO_ENTRY,
+                    "token": TOKEN,
+                    "workers": 1,
+                    "async": True,
+                },
+                {
                     "name": SERVICE,
                     "processor": "python",
                     "entry": ECHO_ENTRY,
@@ -165,16 +183,40 @@ class Cluster:
         path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
         return path
 
-    def start_gateway(self, host: str, queue: Mapping[str, Any], data_dir: Path | None = None) -> Proc:
+    def clock_file(self, host: str) -> Path:
+        return self.workdir / f"{host}.clock"
+
+    def step_clock(self, host: str, offset: str) -> None:
+        """Set the wall clock of ``host``'s gateway to the real one plus ``offset`` (libfaketime's
+        relative form: ``+0``, ``+2h``, ``-1d``); the process sees it at its next reading."""
+        path = self.clock_file(host)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(offset + "\n", encoding="utf-8")
+        tmp.replace(path)  # never a half-written file
+
+    def start_gateway(
+        self, host: str, queue: Mapping[str, Any], data_dir: Path | None = None, clock: bool = False
+    ) -> Proc:
         data_dir = data_dir or self.workdir / f"{host}-data"
         config = self.gateway_config(host, queue, data_dir)
+        env: dict[str, str] = {}
+        if clock:
+            if not FAKETIME_LIBS:
+                raise RuntimeError("libfaketime is not installed: run scripts/setup.sh")
+            self.step_clock(host, "+0")
+            env = {
+                "LD_PRELOAD": str(FAKETIME_LIBS[0]),
+                "FAKETIME_TIMESTAMP_FILE": str(self.clock_file(host)),
+                "FAKETIME_NO_CACHE": "1",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            }
         port_file = self.workdir / f"{host}.port"
         port_file.unlink(missing_ok=True)
         argv = [
             sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", self.net.ip(host),
             "--port", str(GATEWAY_PORT), "--port-file", str(port_file), "--log-level", "INFO",
         ]  # fmt: skip
-        proc = self.start(host, host, argv)
+        proc = self.start(host, host, argv, env=env)
 
         def ready() -> bool:
             if not proc.alive():
@@ -204,11 +246,19 @@ class Cluster:
         svc = self.services(host).get(SERVICE, {})
         return sum(1 for w in svc.get("workers", []) if w.get("remote") and w.get("state") == "ready")
 
-    def start_worker(self, gateway_host: str, host: str = "worker") -> Proc:
+    def start_worker(self, gateways: Sequence[str], host: str = "worker") -> Proc:
+        """One remote worker joining every gateway of ``gateways``: its ``--gateway`` is a
+        name that resolves to all of them (as a headless Service does, docs/deploy.md)."""
+        if len(gateways) == 1:
+            url = self.url(gateways[0])
+        else:
+            self.net.resolve(host, GATEWAYS_NAME, gateways)
+            url = f"http://{GATEWAYS_NAME}:{GATEWAY_PORT}"
         argv = [
-            sys.executable, "-m", "gateway", "worker", "--gateway", self.url(gateway_host),
+            sys.executable, "-m", "gateway", "worker", "--gateway", url,
             "--service", SERVICE, "--entry", ECHO_ENTRY, "--host", self.net.ip(host), "--heartbeat", "0.5",
         ]  # fmt: skip
         proc = self.start(host, host, argv, env={"EAS_WORKER_TOKEN": WORKER_TOKEN})
-        wait_for(lambda: self.ready_workers(gateway_host) >= 1, "the remote worker ready", 60, every=0.3)
+        for gw in gateways:
+            wait_for(lambda gw=gw: self.ready_workers(gw) >= 1, f"the remote worker ready on {gw}", 60, 0.3)  # type: ignore[misc]
         return proc

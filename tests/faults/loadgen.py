@@ -6,7 +6,10 @@ Run inside the client's namespace: ``python -m tests.faults.loadgen SPEC.json``.
   (the SDK sends one request id per put and repeats it on its retries);
 * one consumer of group ``check`` on ``watch_via``: a watch with a window, committing each
   record it reads;
-* one caller of the predict service on ``predict_via`` with ``PredictClient``;
+* one caller of the predict service per gateway in ``predict_via`` with ``PredictClient``;
+* with ``async_via``: one producer of inputs to the asynchronous service there (a put of a
+  unique value, its request id recorded) and one watcher of its sink, so the checker can
+  match every result to its input by request id and content;
 
 until the file ``stop`` names appears. Then the producers and the caller stop and the
 consumer drains: it reads on until it has seen every acknowledged value and nothing new
@@ -14,7 +17,8 @@ came for ``quiet_s``, or ``drain_s`` passed.
 
 Every operation is one JSON line in ``history``, written as it completes (a run killed
 half-way leaves a readable prefix): ``{"p": process, "f": put|read|commit|predict,
-"type": ok|fail|info, "t0": invoke, "t1": completion, ...}`` with monotonic times (one
+"type": ok|fail|info, "t0": invoke, "t1": completion, ...}`` (``aput`` and ``aread`` for the
+asynchronous service's inputs and results) with monotonic times (one
 clock for the whole machine, so the suite's fault times compare with them). ``info`` is
 an operation whose outcome is unknown (a put that failed after it may have reached the
 server).
@@ -22,6 +26,7 @@ server).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -68,12 +73,16 @@ class Load:
         self.stopping = threading.Event()
         self.acked: set[str] = set()
         self.seen: set[str] = set()
+        self.async_acked: set[str] = set()  # request ids of inputs acknowledged
+        self.async_seen: set[str] = set()  # request ids of results read
         self.last_read = time.monotonic()
         self.lock = threading.Lock()
         self.watcher: Any = None
+        self.result_watcher: Any = None
+        self.drained = threading.Event()
 
-    def _queue_client(self, url: str, uid: str) -> QueueClient:
-        q = QueueClient(url, self.spec["queue"])
+    def _queue_client(self, url: str, uid: str, queue: str | None = None) -> QueueClient:
+        q = QueueClient(url, queue or self.spec["queue"])
         q.set_token(self.spec["token"])
         q.set_timeout(self.spec.get("timeout_ms", 3000))
         q.set_retry_count(self.spec.get("retries", 3))
@@ -139,8 +148,64 @@ class Load:
         finally:
             q.close()
 
+    # ------------------------------------------------------------------ asynchronous inference
+    def produce_async(self, url: str) -> None:
+        q = self._queue_client(url, "async", self.spec["async_service"])
+        n = 0
+        while not self.stopping.is_set():
+            n += 1
+            value = f"a-{n}"
+            t0 = time.monotonic()
+            try:
+                index, rid = q.put(value.encode())
+            except PredictException as exc:
+                self.history.add(
+                    p="async", f="aput", type=_kind(exc), t0=t0, t1=time.monotonic(), value=value,
+                    via=url, status=_status(exc), error=f"{type(exc).__name__}: {str(exc)[:160]}",
+                )  # fmt: skip
+            else:
+                with self.lock:
+                    self.async_acked.add(rid)
+                self.history.add(
+                    p="async", f="aput", type="ok", t0=t0, t1=time.monotonic(), value=value, via=url,
+                    index=int(index), rid=rid,
+                )  # fmt: skip
+            time.sleep(self.spec.get("put_pause_s", 0.02))
+        q.close()
+
+    def read_results(self, url: str) -> None:
+        """The sink, watched and committed: one ``aread`` per result delivered."""
+        q = self._queue_client(url, "results", f"{self.spec['async_service']}/sink")
+        while not self.drained.is_set():
+            watcher = q.watch(0, window=self.spec.get("window", 16))
+            self.result_watcher = watcher
+            try:
+                for rec in watcher.run():
+                    t = time.monotonic()
+                    tags = dict(rec.tags)
+                    rid = tags.get("requestId", "")
+                    with self.lock:
+                        self.async_seen.add(rid)
+                        self.last_read = t
+                    self.history.add(
+                        p="results", f="aread", type="ok", t0=t, t1=t, index=int(rec.index), rid=rid,
+                        status=tags.get("status"), value=bytes(rec.data).decode(errors="replace"),
+                    )  # fmt: skip
+                    with contextlib.suppress(PredictException):
+                        q.commit(int(rec.index))  # an uncommitted result comes again: counted
+            except PredictException as exc:
+                # A cut watch (the gateway paused, its link down): watched again.
+                self.history.add(
+                    p="results", f="watch", type="info", t0=time.monotonic(), t1=time.monotonic(),
+                    error=str(exc)[:160],
+                )  # fmt: skip
+                time.sleep(0.3)
+            finally:
+                watcher.close()
+        q.close()
+
     # ------------------------------------------------------------------ predict
-    def predict(self, url: str) -> None:
+    def predict(self, url: str, name: str = "predict") -> None:
         client = PredictClient(url, self.spec["service"])
         client.set_token(self.spec["token"])
         client.set_timeout(self.spec.get("predict_timeout_ms", 4000))
@@ -155,19 +220,19 @@ class Load:
                 got = client.predict(body)
             except TransportError as exc:
                 self.history.add(
-                    p="predict", f="predict", type="info", t0=t0, t1=time.monotonic(), status=None,
+                    p=name, f="predict", type="info", t0=t0, t1=time.monotonic(), status=None, via=url,
                     error=f"{type(exc).__name__}: {str(exc)[:160]}",
                 )  # fmt: skip
             except PredictException as exc:
                 self.history.add(
-                    p="predict", f="predict", type="fail", t0=t0, t1=time.monotonic(), status=_status(exc),
-                    error=f"{type(exc).__name__}: {str(exc)[:160]}",
+                    p=name, f="predict", type="fail", t0=t0, t1=time.monotonic(), status=_status(exc),
+                    via=url, error=f"{type(exc).__name__}: {str(exc)[:160]}",
                 )  # fmt: skip
             else:
                 ok = bytes(got) == body
                 self.history.add(
-                    p="predict", f="predict", type="ok" if ok else "fail", t0=t0, t1=time.monotonic(),
-                    status=200, error=None if ok else f"answer {bytes(got)[:40]!r} for {body!r}",
+                    p=name, f="predict", type="ok" if ok else "fail", t0=t0, t1=time.monotonic(),
+                    status=200, via=url, error=None if ok else f"answer {bytes(got)[:40]!r} for {body!r}",
                 )  # fmt: skip
             time.sleep(self.spec.get("predict_pause_s", 0.05))
         client.close()
@@ -178,12 +243,19 @@ class Load:
             threading.Thread(target=self.produce, args=(f"p{i}", url), daemon=True)
             for i, url in enumerate(self.spec["put_via"])
         ]
-        if self.spec.get("predict_via"):
+        predict_via = self.spec.get("predict_via") or []
+        for i, url in enumerate([predict_via] if isinstance(predict_via, str) else predict_via):
+            name = "predict" if i == 0 else f"predict{i}"
+            threads.append(threading.Thread(target=self.predict, args=(url, name), daemon=True))
+        readers = [threading.Thread(target=self.consume, args=(self.spec["watch_via"],), daemon=True)]
+        if self.spec.get("async_via"):
             threads.append(
-                threading.Thread(target=self.predict, args=(self.spec["predict_via"],), daemon=True)
+                threading.Thread(target=self.produce_async, args=(self.spec["async_via"],), daemon=True)
             )
-        consumer = threading.Thread(target=self.consume, args=(self.spec["watch_via"],), daemon=True)
-        for t in [*threads, consumer]:
+            readers.append(
+                threading.Thread(target=self.read_results, args=(self.spec["async_via"],), daemon=True)
+            )
+        for t in [*threads, *readers]:
             t.start()
         self.history.add(p="load", f="start", type="ok", t0=time.monotonic(), t1=time.monotonic())
         while not self.stop_file.exists():
@@ -196,15 +268,19 @@ class Load:
         quiet = self.spec.get("quiet_s", 1.5)
         while time.monotonic() < deadline:
             with self.lock:
-                done = self.acked <= self.seen and time.monotonic() - self.last_read > quiet
+                read = self.acked <= self.seen and self.async_acked <= self.async_seen
+                done = read and time.monotonic() - self.last_read > quiet
             if done:
                 break
             time.sleep(0.05)
-        if self.watcher is not None:
-            self.watcher.close()
-        consumer.join(10)
+        self.drained.set()
+        for w in (self.watcher, self.result_watcher):
+            if w is not None:
+                w.close()
+        for t in readers:
+            t.join(10)
         with self.lock:
-            missing = len(self.acked - self.seen)
+            missing = len(self.acked - self.seen) + len(self.async_acked - self.async_seen)
         self.history.add(
             p="load", f="end", type="ok", t0=time.monotonic(), t1=time.monotonic(), unread=missing
         )

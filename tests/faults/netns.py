@@ -13,6 +13,10 @@ Faults are applied inside the hosts' namespaces:
 * a host cut off entirely has its veth set down;
 * a slow link is a ``tbf`` rate limit (the kernel here has no ``netem``: a fixed delay is
   not available, a rate limit gives queueing delay under load instead).
+
+A name that resolves to several hosts (the remote worker's ``--gateway``, as a Kubernetes
+headless Service does) is a hosts file in ``/etc/netns/<namespace>/``, which ``ip netns
+exec`` mounts over ``/etc/hosts`` for the programs it starts; ``close()`` removes it.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 PREFIX = "fzt"
+ETC = Path("/etc/netns")
 SUBNET = "10.231.0"
 _NAME = re.compile(rf"^{PREFIX}(\d+)-\S+$")
 
@@ -95,7 +101,18 @@ def remove_stale() -> list[str]:
         kill_inside(ns)
         _run(["ip", "netns", "del", ns], check=False)
         removed.append(ns)
+    for etc in ETC.glob(f"{PREFIX}*") if ETC.is_dir() else []:
+        m = _NAME.match(etc.name)
+        if m is not None and (int(m.group(1)) == os.getpid() or not _pid_alive(int(m.group(1)))):
+            _remove_etc(etc)
     return removed
+
+
+def _remove_etc(path: Path) -> None:
+    """A namespace's /etc overlay, and /etc/netns itself once no namespace has one."""
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        ETC.rmdir()  # only when empty: another program's overlays stay
 
 
 @dataclass
@@ -158,6 +175,15 @@ class Network:
 
     def ip(self, host: str) -> str:
         return self.hosts[host].ip
+
+    def resolve(self, host: str, name: str, targets: Sequence[str]) -> None:
+        """Make ``name`` resolve to every host of ``targets`` for programs started in ``host``."""
+        etc = ETC / self.hosts[host].ns
+        etc.mkdir(parents=True, exist_ok=True)
+        lines = ["127.0.0.1 localhost", *(f"{self.ip(t)} {name}" for t in targets)]
+        (etc / "hosts").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        # glibc answers one address per name from a hosts file unless told otherwise.
+        (etc / "host.conf").write_text("multi on\n", encoding="utf-8")
 
     def curl(self, host: str, url: str, timeout: float = 2.0) -> tuple[int, str]:
         """One GET from inside ``host``: (status, body), status 0 when no answer came."""
@@ -222,3 +248,5 @@ class Network:
             if ns in list_namespaces():
                 kill_inside(ns)
                 _run(["ip", "netns", "del", ns], check=False)
+            if (ETC / ns).exists():
+                _remove_etc(ETC / ns)

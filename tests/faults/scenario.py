@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.checker import Fault, Report, check, load_history
-from tests.faults.cluster import QUEUE, SERVICE, TOKEN, Cluster, wait_for
+from tests.faults.cluster import ASYNC_SERVICE, QUEUE, SERVICE, TOKEN, Cluster, wait_for
 
 # Every predict call begun this long after a heal must succeed, and every producer must
 # have a put acknowledged again within it (the stated recovery bound).
@@ -38,6 +38,8 @@ class Step:
     documented_loss: bool = False
     # Hosts the fault leaves unable to answer at all (a paused gateway), set by ``inject``.
     silenced: list[str] = field(default_factory=list)
+    # Statuses the fault documents beyond the usual ones (checker.Fault.allowed).
+    allowed: list[int] = field(default_factory=list)
 
 
 def holder(cluster: Cluster, hosts: tuple[str, ...] = ("gw1", "gw2")) -> str | None:
@@ -62,7 +64,14 @@ def wait_holder(cluster: Cluster, timeout: float = 20.0) -> str:
 
 
 class LoadRun:
-    def __init__(self, cluster: Cluster, put_via: list[str], watch_via: str, predict_via: str | None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        put_via: list[str],
+        watch_via: str,
+        predict_via: list[str],
+        async_via: str | None = None,
+    ) -> None:
         self.cluster = cluster
         wd = cluster.workdir
         self.history = wd / "history.jsonl"
@@ -77,7 +86,9 @@ class LoadRun:
             "token": TOKEN,
             "put_via": [cluster.url(h) for h in put_via],
             "watch_via": cluster.url(watch_via),
-            "predict_via": cluster.url(predict_via) if predict_via else None,
+            "predict_via": [cluster.url(h) for h in predict_via],
+            "async_via": cluster.url(async_via) if async_via else None,
+            "async_service": ASYNC_SERVICE,
             "drain_s": 30,
         }
         spec_path = wd / "load.json"
@@ -107,9 +118,10 @@ class LoadRun:
         evs = self.events()
         producers = {e["p"] for e in evs if e["f"] == "put"} or {"p0"}
         ok_puts = {e["p"] for e in evs if e["f"] == "put" and e["type"] == "ok" and e["t0"] >= t}
-        predict_ok = self.spec["predict_via"] is None or any(
-            e["f"] == "predict" and e["type"] == "ok" and e["t0"] >= t for e in evs
-        )
+        callers = {"predict" if i == 0 else f"predict{i}" for i in range(len(self.spec["predict_via"]))}
+        predict_ok = callers <= {
+            e["p"] for e in evs if e["f"] == "predict" and e["type"] == "ok" and e["t0"] >= t
+        }
         if not self.proc.alive():
             raise RuntimeError(f"the load generator exited:\n{self.proc.tail()}")
         return producers <= ok_puts and predict_ok
@@ -133,10 +145,12 @@ def run_schedule(
     steps: list[Step],
     put_via: list[str],
     watch_via: str,
-    predict_via: str | None,
+    predict_via: str | list[str] | None,
     gap_s: float = 2.0,
+    async_via: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[Fault], Report]:
-    load = LoadRun(cluster, put_via, watch_via, predict_via)
+    callers = [predict_via] if isinstance(predict_via, str) else list(predict_via or [])
+    load = LoadRun(cluster, put_via, watch_via, callers, async_via)
     faults: list[Fault] = []
     wait_for(lambda: load.flowing_since(0.0), "load flowing before the first fault", 30, every=0.2)
     time.sleep(gap_s)  # steady load before the first fault: part of the schedule
@@ -146,8 +160,10 @@ def run_schedule(
         time.sleep(step.hold_s)  # the fault's duration is the test
         step.heal(cluster)
         heal = time.monotonic()
-        silent = predict_via in step.silenced
-        faults.append(Fault(step.name, start, heal, step.documented_loss, silent))
+        silenced = [cluster.url(h) for h in step.silenced]
+        faults.append(
+            Fault(step.name, start, heal, step.documented_loss, False, silenced, list(step.allowed))
+        )
         # Served again: a bound the report states, not a timing assertion on the way there.
         with contextlib.suppress(AssertionError):
             wait_for(
@@ -205,6 +221,24 @@ def redis_restart_step(name: str, aof: bool, hold_s: float) -> Step:
         c.start_redis(aof=aof)
 
     return Step(name, inject, heal, hold_s, documented_loss=not aof)
+
+
+def clock_step(name: str, host: str | Callable[[Cluster], str], offset: str, hold_s: float) -> Step:
+    """Step the wall clock of one gateway (started with ``clock=True``) by ``offset``, and
+    back after ``hold_s`` (a step backwards, as an NTP correction of a clock that ran ahead).
+    A step past the signature's Date window makes that gateway refuse signed calls with 401
+    naming the skew (docs/security.md): documented for this fault, and only while it lasts."""
+    chosen: list[str] = []
+
+    def inject(c: Cluster) -> None:
+        chosen[:] = [host(c) if callable(host) else host]
+        c.step_clock(chosen[0], offset)
+
+    def heal(c: Cluster) -> None:
+        c.step_clock(chosen[0], "+0")
+
+    days = offset.endswith("d") and abs(int(offset[:-1])) >= 1
+    return Step(name, inject, heal, hold_s, allowed=[401] if days else [])
 
 
 # ---------------------------------------------------------------------- a full disk

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from tests.faults.checker import Fault, Report
-from tests.faults.cluster import Cluster
+from tests.faults.cluster import FAKETIME_LIBS, Cluster
 from tests.faults.scenario import (
     RECOVERY_BOUND_S,
     Step,
+    clock_step,
     disk_full_step,
     lossy_step,
     partition_step,
@@ -37,11 +38,19 @@ def _queue(cluster: Cluster) -> dict[str, Any]:
     return {"backend": cluster.redis_url, "owner_lease_s": LEASE_S, "heartbeat_s": 1.0}
 
 
-def _two_gateways(cluster: Cluster, aof: bool = True) -> None:
+def _two_gateways(cluster: Cluster, aof: bool = True, clock: bool = False) -> None:
     cluster.start_redis(aof=aof)
-    cluster.start_gateway("gw1", _queue(cluster))  # the first takes the owner lease
-    cluster.start_gateway("gw2", _queue(cluster))  # and this one forwards to it
-    cluster.start_worker("gw1")
+    cluster.start_gateway("gw1", _queue(cluster), clock=clock)  # the first takes the owner lease
+    cluster.start_gateway("gw2", _queue(cluster), clock=clock)  # and this one forwards to it
+    cluster.start_worker(("gw1", "gw2"))  # one remote worker in both gateways' pools
+
+
+def _run(
+    cluster: Cluster, steps: list[Step], gap_s: float = 2.0
+) -> tuple[list[dict[str, Any]], list[Fault], Report]:
+    """The load of the two-gateway runs: puts through both, the group consumer on gw2,
+    predict calls through both (to the one remote worker), asynchronous inference on gw1."""
+    return run_schedule(cluster, steps, ["gw1", "gw2"], "gw2", ["gw1", "gw2"], gap_s=gap_s, async_via="gw1")
 
 
 def _report(title: str, rep: Report, faults: list[Fault]) -> None:
@@ -56,6 +65,8 @@ def _assert_sound(rep: Report) -> None:
     assert not rep.put_violations, rep.put_violations[:10]
     assert not rep.predict_violations, rep.predict_violations[:10]
     assert rep.acked_checked > 0
+    for finding in ("async_lost", "async_stored_twice", "async_mismatched", "async_phantoms"):
+        assert not getattr(rep, finding), (finding, getattr(rep, finding)[:10])
 
 
 def _serving(cluster: Cluster) -> str:
@@ -77,9 +88,10 @@ def short_schedule() -> list[Step]:
 def test_short_fault_schedule_across_hosts(make_cluster: Callable[..., Cluster]) -> None:
     cluster = make_cluster()
     _two_gateways(cluster)
-    _events, faults, rep = run_schedule(cluster, short_schedule(), ["gw1", "gw2"], "gw2", "gw1")
+    _events, faults, rep = _run(cluster, short_schedule())
     _report(f"short schedule (recovery bound {RECOVERY_BOUND_S} s)", rep, faults)
     _assert_sound(rep)
+    assert rep.async_acked > 0 and rep.async_matched > 0
     assert rep.lost_documented == []  # Redis kept its append-only file
     assert all(f.name in rep.recovery_s for f in faults)
 
@@ -97,7 +109,7 @@ def test_full_disk_under_the_embedded_store(
     cluster.start_gateway(
         "gw1", {"backend": "sqlite", "heartbeat_s": 1.0, "max_bytes": 4 * 1024 * 1024}, data_dir=disk
     )
-    cluster.start_worker("gw1")
+    cluster.start_worker(("gw1",))
     steps = [disk_full_step("disk full under SQLite", disk, hold_s=3.0)]
     _events, faults, rep = run_schedule(cluster, steps, ["gw1"], "gw1", "gw1")
     _report("full disk (single gateway, SQLite on tmpfs)", rep, faults)
@@ -121,7 +133,7 @@ def test_long_fault_schedule_across_hosts(make_cluster: Callable[..., Cluster]) 
         redis_restart_step("redis kill -9, restart with AOF, again", aof=True, hold_s=4.0),
         *short_schedule(),
     ]
-    _events, faults, rep = run_schedule(cluster, steps, ["gw1", "gw2"], "gw2", "gw1", gap_s=4.0)
+    _events, faults, rep = _run(cluster, steps, gap_s=4.0)
     _report(f"long schedule (recovery bound {RECOVERY_BOUND_S} s)", rep, faults)
     _assert_sound(rep)
 
@@ -134,6 +146,34 @@ def test_redis_restarted_without_its_data(make_cluster: Callable[..., Cluster]) 
     cluster = make_cluster()
     _two_gateways(cluster, aof=False)
     steps = [redis_restart_step("redis kill -9, restart without AOF", aof=False, hold_s=1.5)]
-    _events, faults, rep = run_schedule(cluster, steps, ["gw1", "gw2"], "gw2", "gw1")
+    _events, faults, rep = _run(cluster, steps)
     _report("redis without persistence", rep, faults)
     _assert_sound(rep)
+
+
+@pytest.mark.fault
+@pytest.mark.timeout(150)
+def test_clock_steps_on_a_gateway(make_cluster: Callable[..., Cluster]) -> None:
+    """The serving gateway's wall clock jumps (libfaketime, read at run time) forward and back
+    while it holds the owner lease: the lease and the queue run on monotonic time and on
+    Redis's own expiry, so nothing is lost or written twice and no second gateway serves.
+    A step within the signature's Date window (every real time zone's offset) refuses
+    nothing; a step of two days makes that gateway refuse signed calls with 401 naming the
+    skew, until its clock is right again."""
+    if not FAKETIME_LIBS:
+        pytest.skip("libfaketime is not installed (scripts/setup.sh installs it)")
+    cluster = make_cluster()
+    _two_gateways(cluster, clock=True)
+    steps = [
+        clock_step("serving gateway clock +3 h, then back", _serving, "+3h", hold_s=3 * LEASE_S),
+        clock_step("serving gateway clock -5 h, then back", _serving, "-5h", hold_s=3 * LEASE_S),
+        clock_step("gw1 clock +2 days, then back", "gw1", "+2d", hold_s=3.0),
+    ]
+    events, faults, rep = _run(cluster, steps)
+    _report("clock steps on a gateway", rep, faults)
+    _assert_sound(rep)
+    refused = [e for e in events if e.get("status") == 401]
+    assert refused, "no signed call was refused while gw1's clock was two days ahead"
+    window = (faults[2].start, faults[2].heal + RECOVERY_BOUND_S)
+    assert all(window[0] <= e["t1"] and e["t0"] <= window[1] for e in refused), refused[:3]
+    assert any("skew" in str(e.get("error")) for e in refused), refused[:3]

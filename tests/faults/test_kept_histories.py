@@ -84,3 +84,38 @@ def test_the_checker_finds_a_loss_a_double_store_and_a_split_brain() -> None:
     assert rep.stored_twice == ["v3 at indexes [3, 4]"]
     assert any("index 3 holds" in s for s in rep.split_brain)
     assert any("v4 got index 3" in s for s in rep.split_brain)
+
+
+def test_the_checker_matches_asynchronous_results_to_inputs_one_to_one() -> None:
+    def aput(n: int) -> dict[str, object]:
+        t = n * 0.1
+        return {
+            "p": "async",
+            "f": "aput",
+            "type": "ok",
+            "t0": t,
+            "t1": t + 0.01,
+            "value": f"a-{n}",
+            "rid": f"r{n}",
+        }
+
+    def aread(rid: str, value: str, index: int) -> dict[str, object]:
+        return {"p": "results", "f": "aread", "type": "ok", "t0": 1.0, "t1": 1.0, "rid": rid, "value": value,
+                "index": index, "status": "200"}  # fmt: skip
+
+    events = [
+        *(aput(n) for n in range(1, 7)),
+        aread("r1", "a-1", 1), aread("r1", "a-1", 1),  # read again at its index: counted, fine
+        aread("r2", "a-2", 2),
+        aread("r3", "a-3", 3), aread("r3", "a-3", 4),  # one request id at two sink indexes
+        aread("r4", "a-5", 5),  # another input's result
+        aread("r9", "a-9", 6),  # a result no input had
+        aread("r6", "a-6", 7),
+    ]  # fmt: skip
+    rep = check(events, [])
+    assert rep.async_acked == 6 and rep.async_matched == 3 and rep.async_redelivered == 1
+    assert rep.async_lost == ["a-5 (r5)"]
+    assert rep.async_stored_twice == ["a-3 (r3) at sink indexes [3, 4]"]
+    assert rep.async_mismatched == ["a-4 (r4) answered 'a-5'"]
+    assert rep.async_phantoms == ["r9: 'a-9'"]
+    assert not rep.ok
