@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.config.catalog import DECLARED_INPUTS, MODEL_PROCESSORS
+from gateway.config.catalog import DECLARED_INPUTS, DEVICE_PROCESSORS, MODEL_PROCESSORS, ONE_INPUT
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
 from gateway.config.sections import (
     AdminConfig,
@@ -104,6 +104,8 @@ class ServiceConfig:
     # sklearn, xgboost, lightgbm: the model's input as the service declares it (name, dtype,
     # shape), where the model file does not say it (gateway.worker.processors.estimator).
     inputs: tuple[TensorDecl, ...] = ()
+    # torch: the device the module runs on (``cpu``, ``cuda``, ``cuda:1``).
+    device: str = "cpu"
     pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
     # None: only the gateway's own worker processes serve the service.
     remote_workers: RemoteWorkersConfig | None = None
@@ -244,6 +246,7 @@ _SERVICE_KEYS = {
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
+    "device",
 }  # fmt: skip
 
 
@@ -326,6 +329,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
     pipeline = errs.check(pipeline_of, raw, processor, where, base)
     inputs = errs.check(_declared_inputs, raw.get("inputs"), processor, f"{where}.inputs", default=())
+    device = errs.check(_device, raw.get("device"), processor, f"{where}.device", default="cpu")
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -346,6 +350,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         remote_workers=remote,
         placement=placement,
         inputs=inputs,
+        device=device,
         **values,
     )
 
@@ -357,9 +362,23 @@ def _declared_inputs(raw: Any, processor: str, where: str) -> tuple[TensorDecl, 
     if processor not in DECLARED_INPUTS:
         raise ConfigError(f"{where}: only a {', '.join(DECLARED_INPUTS)} service declares its inputs")
     decls = tensor_decls(raw, where)
-    if len(decls) != 1:
+    if processor in ONE_INPUT and len(decls) != 1:
         raise ConfigError(f"{where}: the model takes one input (its feature matrix); {len(decls)} given")
     return decls
+
+
+DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]{1,3})?)$")
+
+
+def _device(raw: Any, processor: str, where: str) -> str:
+    """``device: cuda:0``: where a runtime that can use a GPU runs the model."""
+    if raw is None:
+        return "cpu"
+    if processor not in DEVICE_PROCESSORS:
+        raise ConfigError(f"{where}: only a {', '.join(DEVICE_PROCESSORS)} service runs on a device it names")
+    if not isinstance(raw, str) or not DEVICE_RE.match(raw):
+        raise ConfigError(f"{where}: expected cpu, cuda or cuda:N, got {str(raw)[:32]!r}")
+    return raw
 
 
 def _remote_workers(raw: Any, where: str) -> RemoteWorkersConfig | None:

@@ -31,13 +31,19 @@ TRANSFORM_DTYPES: dict[tuple[str, str], str] = {
 # The processors that run a model file over named tensors (gateway.worker.processors.model): the
 # model protocols (KServe V1/V2, gRPC) serve them, they may run in the gateway's threads, have
 # model versions and be pipeline steps.
-MODEL_PROCESSORS = ("onnx", "sklearn", "xgboost", "lightgbm")
+MODEL_PROCESSORS = ("onnx", "sklearn", "xgboost", "lightgbm", "torch", "tensorflow", "pmml")
 # Model runtimes whose file is a pickle: loading one runs code, so such a service's model must
 # be in one of the operator's gateway.model_dirs.
 PICKLE_PROCESSORS = ("sklearn",)
 # Model runtimes whose files do not say everything about their input (a dtype, a width):
 # a service may declare it (``inputs:``).
-DECLARED_INPUTS = ("sklearn", "xgboost", "lightgbm")
+DECLARED_INPUTS = ("sklearn", "xgboost", "lightgbm", "torch")
+# Of those, the ones whose model takes one input, a feature matrix (TorchScript takes several).
+ONE_INPUT = ("sklearn", "xgboost", "lightgbm")
+# Model runtimes whose model is a folder, by the file that marks one (others' are a file).
+FOLDER_MODELS = {"tensorflow": "saved_model.pb"}
+# Model runtimes that run on a device the service names (``device: cuda:0``); others on the CPU.
+DEVICE_PROCESSORS = ("torch",)
 
 # The processors of the services a model step may call (gateway.backends.pipelines.forms speaks each),
 # and why the others cannot be one.
@@ -49,9 +55,12 @@ NOT_A_STEP = {
 
 __all__ = [
     "DECLARED_INPUTS",
+    "DEVICE_PROCESSORS",
     "DTYPES",
+    "FOLDER_MODELS",
     "MODEL_PROCESSORS",
     "NOT_A_STEP",
+    "ONE_INPUT",
     "PICKLE_PROCESSORS",
     "STEP_PROCESSORS",
     "TRANSFORMS",

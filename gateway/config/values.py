@@ -12,7 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from gateway.config.catalog import MODEL_PROCESSORS, PICKLE_PROCESSORS
+from gateway.config.catalog import FOLDER_MODELS, MODEL_PROCESSORS, PICKLE_PROCESSORS
 from gateway.config.files import ConfigError, check_file, resolve_path
 from gateway.config.user_code import ENTRY_FORMS
 
@@ -236,6 +236,18 @@ def as_tokens(value: Any, where: str) -> tuple[str, ...]:
 QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
+def check_model(path: str, processor: str, where: str) -> None:
+    """A model service's model: a file, or for a runtime whose model is a folder (a
+    TensorFlow SavedModel) that folder, holding the file that marks one."""
+    if processor not in FOLDER_MODELS:
+        check_file(path, where)
+        return
+    marker = FOLDER_MODELS[processor]
+    if not (Path(path) / marker).is_file():
+        what = "folder not found" if not Path(path).exists() else f"not a folder holding {marker}"
+        raise ConfigError(f"{where}: {what}: {path}")
+
+
 def as_versions(
     raw: Any, kind: str, model: Any, base: Path | None, where: str
 ) -> tuple[tuple[str, str], ...]:
@@ -255,7 +267,7 @@ def as_versions(
         if number in out:
             raise ConfigError(f"{w}: version {number} given twice")
         resolved = resolve_path(as_str(path, f"{w}.{key}"), base, f"{w}.{key}")
-        check_file(resolved, f"{w}.{key}")
+        check_model(resolved, kind, f"{w}.{key}")
         out[number] = resolved
     return tuple((str(n), out[n]) for n in sorted(out))
 
@@ -338,7 +350,7 @@ def model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where:
         model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
         # Served only by remote workers: the file is on their hosts, not necessarily here.
         if not (raw.get("remote_workers") is not None and raw.get("workers") == 0):
-            check_file(model, f"{where}.model")
+            check_model(model, processor, f"{where}.model")
     elif model is not None:
         model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
     return model
@@ -415,6 +427,7 @@ __all__ = [
     "as_tokens",
     "as_versions",
     "check_file",
+    "check_model",
     "check_keys",
     "check_model_dirs",
     "check_queue_backend",

@@ -25,6 +25,18 @@ def create_processor(service: ServiceConfig) -> Processor:
         from gateway.worker.processors.lightgbm import LightGBMProcessor
 
         return LightGBMProcessor(service)
+    if service.processor == "torch":
+        from gateway.worker.processors.torch import TorchProcessor
+
+        return TorchProcessor(service)
+    if service.processor == "tensorflow":
+        from gateway.worker.processors.tensorflow import TensorFlowProcessor
+
+        return TensorFlowProcessor(service)
+    if service.processor == "pmml":
+        from gateway.worker.processors.pmml import PmmlProcessor
+
+        return PmmlProcessor(service)
     if service.processor == "python":
         from gateway.worker.processors.python import PythonProcessor
 
