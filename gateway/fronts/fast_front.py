@@ -48,6 +48,7 @@ from gateway.codecs import kserve
 from gateway.codecs.errors import Shape, internal, render
 from gateway.codecs.v2_binary import OCTET_STREAM
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.config.catalog import MODEL_PROCESSORS
 from gateway.core import errors
 from gateway.core.admission import BodyHold
 from gateway.core.logs import ACCESS_LOGGER, log_access
@@ -118,7 +119,7 @@ class Front:
                         paths[PREDICT_PATH_PREFIX + name] = _Route(svc, name, limit)
             elif gw.predict_fast_path and svc.name in backends:
                 paths[PREDICT_PATH_PREFIX + svc.name] = _Route(svc, None, gw.max_body_bytes)
-                if svc.processor == "onnx":
+                if svc.processor in MODEL_PROCESSORS:
                     paths[f"/v2/models/{svc.name}/infer"] = _Route(svc, None, gw.max_body_bytes, True)
         self.paths = paths
         self.max_body = max(self.max_body, max((r.limit for r in paths.values()), default=0))

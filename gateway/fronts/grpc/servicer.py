@@ -40,6 +40,7 @@ from gateway.core import errors
 from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts.grpc.status import grpc_code, trailers
+from gateway.fronts.model_kinds import check_served, is_model
 from gateway.fronts.routes.repository import authorize_model_control
 from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.middleware import new_request_id
@@ -105,10 +106,6 @@ def auth_headers(context: Context) -> dict[str, str]:
     return {}
 
 
-# What V2 serves as a model: an onnx service, or a pipeline (its signature is its graph's).
-MODELS = ("onnx", "pipeline")
-
-
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """The service's calls, answered from the application's backends, config and dataplane."""
 
@@ -132,7 +129,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # ------------------------------------------------------------------ lookups
     def _models(self) -> list[ServiceConfig]:
-        return [s for s in self.config.services if s.processor in MODELS and s.name in self.backends]
+        return [s for s in self.config.services if is_model(s, self.backends)]
 
     def _model(self, name: str, version: str) -> tuple[ServiceConfig, ServiceConfig, str]:
         """(the model as clients name it, the service whose workers serve ``version``, that
@@ -142,7 +139,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
         except errors.ServiceNotFound:
             svc = None
-        if svc is None or svc.processor not in MODELS:
+        if svc is not None:
+            check_served(svc, self.backends, name)  # user code that declares no tensors: what to add
+        if svc is None or not is_model(svc, self.backends):
             raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
         latest = svc.version_names[-1]
         if version in ("", latest):
@@ -189,8 +188,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelReady(self, request: Any, context: Context, rid: str) -> pb.ModelReadyResponse:
         try:
             _, runs, _ = self._authorized(request.name, request.version, context)
-        except (errors.ServiceNotFound, errors.NotFound):
-            # A model (or version) not served, or unloaded: not ready, as Triton answers.
+        except (errors.ServiceNotFound, errors.NotFound, errors.ServiceNotReady):
+            # A model (or version) not served, or unloaded, or user code whose workers have not
+            # said what it declares yet: not ready, as Triton answers.
             return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=service_ready(self.app, runs.name))
 

@@ -1,12 +1,12 @@
-"""KServe REST endpoints: the V2 Open Inference Protocol and V1, for onnx services.
+"""KServe REST endpoints: the V2 Open Inference Protocol and V1, for model services.
 
 V2: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models``,
 ``/v2/models/<name>[/versions/<v>]`` (metadata), ``.../ready``, ``.../config``, ``.../stats``
 and ``POST .../infer``; ``/v2/models/stats`` and ``POST /v2/repository/index``.
 V1: ``GET /v1/models``, ``/v1/models/<name>`` and ``POST /v1/models/<name>:predict``.
-A model is an onnx service (the service name is the model name); its calls run on the
-service's workers like an EAS predict, with the service's token checked (plain or
-``EAS`` signature over the request path). Errors are ``{"error": "..."}`` with a
+A model is a model service (onnx, sklearn, xgboost, lightgbm; the service name is the model
+name); its calls run on the service's workers like an EAS predict, with the service's token
+checked (plain or ``EAS`` signature over the request path). Errors are ``{"error": "..."}`` with a
 4xx/5xx status and the gateway's ``X-Request-Id``. See gateway.codecs.kserve.
 """
 
@@ -29,8 +29,10 @@ from gateway.codecs.v2_binary import OCTET_STREAM
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.config.versions import version_key
 from gateway.core import errors, json_answer
+from gateway.core.calls import EXPLAIN, VERB_HEADER
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts import v2_call
+from gateway.fronts.model_kinds import check_served, is_model
 from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.body import RequestBody, read_body
 from gateway.http.middleware import request_id
@@ -62,9 +64,7 @@ def _error(exc: BaseException) -> web.Response:
 def _models(request: web.Request) -> list[ServiceConfig]:
     parts = request.app[GATEWAY_KEY]
     pools = parts.backends
-    return [
-        s for s in parts.config.services if s.processor in ("onnx", "pipeline") and s.name in pools
-    ]
+    return [s for s in parts.config.services if is_model(s, pools)]
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,10 @@ def _model(request: web.Request) -> _Target:
                 if target.version == version:
                     return target
             raise proto.KServeRequestError(f"model {name!r} has no version {version[:32]!r}", 404)
+    parts = request.app[GATEWAY_KEY]
+    svc = parts.config.service(name)
+    if svc is not None:
+        check_served(svc, parts.backends, name)  # user code that declares no tensors: what to add
     raise proto.KServeRequestError(f"model {name!r} not found", 404)
 
 
@@ -318,9 +322,59 @@ async def v2_infer(request: web.Request) -> web.Response:
     return _answer(request, out, header_length, extra)
 
 
-async def v1_predict(request: web.Request) -> web.Response:
+def _explainer(request: web.Request, t: _Target) -> tuple[_Target, dict[str, str]]:
+    """What explains the model's calls, and the headers that ask it to: the service named as
+    the model's ``explainer``, else the model's own processor when it explains (its
+    ``explain`` method). Neither: 404 naming what is missing."""
+    parts = request.app[GATEWAY_KEY]
+    name = t.svc.explainer
+    if name is not None:
+        runs = parts.dataplane.services.get(name)
+        if runs is None or name not in parts.backends:
+            raise errors.NotFound(f"model {t.svc.name!r}: its explainer {name!r} is not a service here")
+        return _Target(t.svc, runs.version_names[-1], runs), {}
+    if not _signature(request.app, t).explains:
+        raise errors.NotFound(
+            f"model {t.svc.name!r} has no explainer: give its processor an explain(inputs) method, "
+            "or name an explainer service (explainer: <service>)"
+        )
+    return t, {VERB_HEADER: EXPLAIN}
+
+
+def _asks(request: web.Request, verb: dict[str, str]) -> dict[str, str] | None:
+    """The headers the backend reads: a pipeline's timings when the caller asks, the verb."""
+    timings = timings_asked(request.headers)
+    return {**timings, **verb} if timings else verb or None
+
+
+async def v2_explain(request: web.Request) -> web.Response:
+    """KServe's explain: the model's call, answered by its explainer in the infer answer's form."""
+    parts = request.app[GATEWAY_KEY]
     arrived = time.monotonic()
-    target = _model(request)  # V1 has no versions: the latest
+    model = _model(request)
+    target, verb = _explainer(request, model)
+    extra: dict[str, str] = {}
+    out, header_length = await v2_call.infer(
+        parts.dataplane, model.svc, target.runs, model.version, parts.backends[target.runs.name].metadata,
+        request.headers, request.rel_url.raw_path, _body(request), request_id=request_id(request),
+        arrived=arrived, extra=_asks(request, verb), answer_headers=extra,
+    )  # fmt: skip
+    return _answer(request, out, header_length, extra)
+
+
+async def v1_predict(request: web.Request) -> web.Response:
+    return await _v1_call(request, explain=False)
+
+
+async def v1_explain(request: web.Request) -> web.Response:
+    """KServe V1's ``:explain``: the instances, answered by the explainer as a predict is."""
+    return await _v1_call(request, explain=True)
+
+
+async def _v1_call(request: web.Request, *, explain: bool) -> web.Response:
+    arrived = time.monotonic()
+    model = _model(request)  # V1 has no versions: the latest
+    target, verb = _explainer(request, model) if explain else (model, {})
     app = request.app
     parts = app[GATEWAY_KEY]
     plane = parts.dataplane
@@ -331,9 +385,9 @@ async def v1_predict(request: web.Request) -> web.Response:
 
     extra: dict[str, str] = {}
     req, outputs = await plane.arrays_call(
-        target.svc, request.headers, request.rel_url.raw_path, _body(request), decode,
+        model.svc, request.headers, request.rel_url.raw_path, _body(request), decode, runs=target.runs,
         request_id=request_id(request), arrived=arrived, max_values=parts.config.gateway.max_json_values,
-        extra=timings_asked(request.headers), answer_headers=extra,
+        extra=_asks(request, verb), answer_headers=extra,
     )  # fmt: skip
     try:
         # Refused before it is built past the limit; a large one encoded in a thread, which
@@ -364,9 +418,12 @@ def setup(app: web.Application) -> None:
         r.add_get(base + "/config", _handler(model_config))
         r.add_get(base + "/stats", _handler(model_stats))
         r.add_post(base + "/infer", _observed(_handler(v2_infer)))
+        r.add_post(base + "/explain", _observed(_handler(v2_explain)))
+        r.add_get(base + "/status", _handler(model_ready))  # KServe's older name for ready
     r.add_get("/v1/models", _handler(list_models))
     r.add_get("/v1/models/{model:[^/:]+}", _handler(v1_model))
     r.add_post("/v1/models/{model:[^/:]+}:predict", _observed(_handler(v1_predict)))
+    r.add_post("/v1/models/{model:[^/:]+}:explain", _observed(_handler(v1_explain)))
 
 
 __all__ = ["setup"]
