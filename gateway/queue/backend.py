@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from gateway.queue.records import Durable, Record
+from gateway.queue.durable import Written
+from gateway.queue.records import Record
 
 
 class StorageError(Exception):
@@ -50,21 +51,21 @@ class Backend(Protocol):
         acks [(gid, idx)], removed [(idx, rid)] (the most recently removed records, by index)."""
         ...
 
-    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable: ...
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Written: ...
     def delete(
         self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
-    ) -> Durable:
+    ) -> Written:
         """Remove records; the backend remembers their (index, request id) durably. No record
         below ``floor`` is kept any more (removed now or before): a backend may drop all of
         them in one step. ``size``: the removed records' payload bytes (-1: not known)."""
         ...
 
-    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable: ...
-    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Written: ...
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Written:
         """Register a group, or record its new tag filter (its start never changes)."""
         ...
 
-    def drop_group(self, queue: str, gid: str) -> Durable:
+    def drop_group(self, queue: str, gid: str) -> Written:
         """Forget a group: its registration and what it committed."""
         ...
 
@@ -95,21 +96,21 @@ class MemoryBackend:
     def recover(self) -> dict[str, dict[str, Any]]:
         return {}
 
-    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Written:
         return None
 
     def delete(
         self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
-    ) -> Durable:
+    ) -> Written:
         return None
 
-    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Written:
         return None
 
-    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Written:
         return None
 
-    def drop_group(self, queue: str, gid: str) -> Durable:
+    def drop_group(self, queue: str, gid: str) -> Written:
         return None
 
     def close(self, next_idx: dict[str, int] | None = None) -> None:

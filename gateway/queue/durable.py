@@ -27,6 +27,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any
 
+# What a caller awaits before answering: one write, several (``every_durable``), or None
+# when the change needed no write.
 Durable = Awaitable[Any] | None
 
 
@@ -60,6 +62,11 @@ class Write(asyncio.Future[None]):
         for undo in undos or ():
             undo()
         self.set_exception(error)
+
+
+# What a storage engine hands back for one write: the write, or None when it was written
+# at once (a store not started, offline use).
+Written = Write | None
 
 
 def on_failure(dur: Durable, undo: Callable[[], None]) -> None:
@@ -99,4 +106,4 @@ def every_durable(durs: Iterable[Durable]) -> Durable:
     return _Every(real)
 
 
-__all__ = ["Durable", "Write", "every_durable", "last_durable", "on_failure"]
+__all__ = ["Durable", "Write", "Written", "every_durable", "last_durable", "on_failure"]

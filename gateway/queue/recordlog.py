@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config import QueueConfig
-from gateway.queue.durable import Durable
+from gateway.queue.durable import Durable, Written
 from gateway.queue.records import RECENT_LIMIT, QueueError, Record, matches
 
 
@@ -202,16 +202,14 @@ class RecordLog:
         self.bytes += rec.size
         return rec
 
-    def journalled(self, recs: list[Record], dur: Durable) -> None:
+    def journalled(self, recs: list[Record], dur: Written) -> None:
         """The records' put was handed to the store: they become visible once ``dur`` completes."""
         if dur is None:
             self._puts_done(recs, True)
             return
         for rec in recs:
             self.inflight_rids[rec.rid] = (rec.idx, dur)
-        add_done = getattr(dur, "add_done_callback", None)
-        if add_done is not None:
-            add_done(lambda f: self._puts_done(recs, not f.cancelled() and f.exception() is None))
+        dur.add_done_callback(lambda f: self._puts_done(recs, not f.cancelled() and f.exception() is None))
 
     def _puts_done(self, recs: list[Record], ok: bool) -> None:
         """A put's write committed (or was refused: its records never become visible)."""

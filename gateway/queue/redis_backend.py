@@ -43,7 +43,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from gateway.queue.backend import StorageError
-from gateway.queue.durable import Durable, Write
+from gateway.queue.durable import Write, Written
 from gateway.queue.records import RECENT_LIMIT, Record
 from gateway.queue.redis_script import FENCED, SOURCE, Cmd, chunks, pack
 
@@ -276,7 +276,7 @@ class RedisBackend:
             await self.client.aclose()
 
     # ------------------------------------------------------------------ group commit
-    def _submit(self, op: _Op, done: _Done = None) -> Durable:
+    def _submit(self, op: _Op, done: _Done = None) -> Written:
         loop = self._loop
         if loop is None:
             raise RuntimeError("RedisBackend.start(loop) was not called")
@@ -358,7 +358,7 @@ class RedisBackend:
         return list(results), spans
 
     # ------------------------------------------------------------------ journal ops
-    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Written:
         key = self.key(queue, "records")
         cmds: list[Cmd] = [
             ("XADD", key, f"{r.idx}-0", "r", r.rid, "t", json.dumps(r.tags), "d", r.data) for r in records
@@ -367,7 +367,7 @@ class RedisBackend:
 
     def delete(
         self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
-    ) -> Durable:
+    ) -> Written:
         """Remove records and leave their tombstones in the same batch. Records taken from
         the front of the queue (nothing kept below ``floor``) go in one trim of the stream,
         a third of what deleting 100 entries one by one costs Redis."""
@@ -391,16 +391,16 @@ class RedisBackend:
 
         return self._submit(_adding(cmds), done)
 
-    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Written:
         key = self.key(queue, f"acks:{gid}")
         self._groups.setdefault(queue, set()).add(gid)
         return self._submit(_adding([("SADD", key, *part) for part in chunks(idxs)]))
 
-    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Written:
         """Register a group, or record its new tag filter (its start never changes)."""
         return self._submit(_adding([("HSET", self.key(queue, "groups"), gid, json.dumps([start, tags]))]))
 
-    def drop_group(self, queue: str, gid: str) -> Durable:
+    def drop_group(self, queue: str, gid: str) -> Written:
         """Forget a group: its registration and what it committed."""
         groups, acks = self.key(queue, "groups"), self.key(queue, f"acks:{gid}")
         self._groups.get(queue, set()).discard(gid)

@@ -45,8 +45,9 @@ from typing import Any
 
 from gateway.queue import sqlite_layout as layout
 from gateway.queue.backend import StorageError
+from gateway.queue.durable import Written
 from gateway.queue.private_files import private_file
-from gateway.queue.records import RECENT_LIMIT, Durable, Record
+from gateway.queue.records import RECENT_LIMIT, Record
 from gateway.queue.sqlite_commit import GroupCommit, Op
 from gateway.queue.sqlite_read import PayloadReader
 
@@ -240,13 +241,13 @@ class SqliteBackend(GroupCommit):
             setup.append(create)
         return qid
 
-    def _created(self, queue: str, dur: Durable) -> Durable:
+    def _created(self, queue: str, dur: Written) -> Written:
         """A write that creates the queue's tables was submitted: later ones need not, once it succeeded."""
         if dur is None:
             self._uncreated.discard(queue)
         else:
             # (A refused or cancelled write leaves them to the next one.)
-            dur.add_done_callback(lambda f: f.cancelled() or f.exception() or self._uncreated.discard(queue))  # type: ignore[attr-defined]
+            dur.add_done_callback(lambda f: f.cancelled() or f.exception() or self._uncreated.discard(queue))
         return dur
 
     def final_indexes(self, next_idx: dict[str, int]) -> None:
@@ -310,7 +311,7 @@ class SqliteBackend(GroupCommit):
             pass
 
     # ------------------------------------------------------------------ journal ops
-    def put(self, queue: str, records: list[Record], next_idx: int) -> Durable:
+    def put(self, queue: str, records: list[Record], next_idx: int) -> Written:
         setup: list[Op] = []
         qid = self._qid(queue, setup)
         reserve: int | None = None
@@ -347,7 +348,7 @@ class SqliteBackend(GroupCommit):
 
     def delete(
         self, queue: str, idxs: list[int], rids: list[str] | None = None, floor: int = 0, size: int = -1
-    ) -> Durable:
+    ) -> Written:
         """Remove records and leave their tombstones (``rids``: their request ids, in the
         order of ``idxs``) in the same transaction; runs of indexes are ranges already.
 
@@ -403,7 +404,7 @@ class SqliteBackend(GroupCommit):
         dur = self._submit(op)
         return self._created(queue, dur) if setup else dur
 
-    def ack(self, queue: str, gid: str, idxs: list[int]) -> Durable:
+    def ack(self, queue: str, gid: str, idxs: list[int]) -> Written:
         rows = [(queue, gid, i) for i in idxs]
         self._acked.add(queue)
 
@@ -412,7 +413,7 @@ class SqliteBackend(GroupCommit):
 
         return self._submit(op)
 
-    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Durable:
+    def add_group(self, queue: str, gid: str, start: int, tags: dict[str, str]) -> Written:
         """Register a group, or record its new tag filter (its start never changes)."""
         row = (queue, gid, start, json.dumps(tags))
 
@@ -425,7 +426,7 @@ class SqliteBackend(GroupCommit):
 
         return self._submit(op)
 
-    def drop_group(self, queue: str, gid: str) -> Durable:
+    def drop_group(self, queue: str, gid: str) -> Written:
         """Forget a group: its registration and what it committed."""
         row = (queue, gid)
 

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 
 from gateway.queue.backend import StorageError
-from gateway.queue.durable import Durable, Write
+from gateway.queue.durable import Write, Written
 
 log = logging.getLogger("gateway.queue.sqlite")
 
@@ -82,7 +82,7 @@ class GroupCommit:
             except RuntimeError:  # loop closed during shutdown
                 break
 
-    def _submit(self, op: Op, single: bool = False) -> Durable:
+    def _submit(self, op: Op, single: bool = False) -> Written:
         if self._loop is None:
             # Not started (offline use, tests): write synchronously.
             conn = self._conn

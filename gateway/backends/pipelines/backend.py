@@ -161,7 +161,7 @@ class PipelineBackend(RunsInGateway):
         self.spec: PipelineSpec = service.pipeline
         self.gateway = gateway
         # The largest answer (gateway.max_response_bytes; 0: none).
-        self.max_answer = int(getattr(gateway, "max_response_bytes", 0))
+        self.max_answer = gateway.max_response_bytes
         self.timings = timings or StepTimings()
         self.timings.declare(service.name, [s.name for s in self.spec.steps])
         # Shared memory for the large arrays of ops on worker processes of their own.
