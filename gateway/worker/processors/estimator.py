@@ -101,7 +101,7 @@ class EstimatorProcessor(ModelProcessor):
                     f"inputs.{decl.name}.shape: the model takes {width} features (shape [-1, {width}]), "
                     f"the service declares {list(declared)}"
                 )
-            shape = (declared[0], width if width is not None and declared[1] == -1 else declared[1])
+            shape = declared if width is None else (declared[0], width)
         name = decl.name if decl is not None else DEFAULT_INPUT
         dtype = DATATYPES[decl.dtype if decl is not None and decl.dtype else self.default_dtype]
         return eas.TensorSpec(name, dtype, shape)

@@ -1,0 +1,145 @@
+"""The estimator runtimes (sklearn, xgboost, lightgbm) in-process: their config (a pickle only
+from gateway.model_dirs, declared inputs), a file of another format refused with a message
+naming the format expected, metadata from the model or the declaration, and one request
+checked and answered. The protocols end to end: tests/e2e/test_estimators_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gateway.config import ConfigError, ServiceConfig, parse_config
+from gateway.config.pipelines import TensorDecl
+from gateway.core.calls import WorkerRequest
+from gateway.worker.processors.base import LoadError, ProcessorError
+from gateway.worker.processors.registry import create_processor
+from tests.e2e.estimator_models import MODELS, build, expected, features
+
+JSON_FORM = {"X-Eas-Request-Format": "json"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build(tmp_path_factory.mktemp("estimators"))
+
+
+def _service(name: str, path: Path, **extra: object) -> ServiceConfig:
+    return ServiceConfig(name="m", processor=MODELS[name][0], model=str(path), **extra)  # type: ignore[arg-type]
+
+
+def _config(model: Path, dirs: list[str] | None, **extra: object) -> object:
+    gateway = {"model_dirs": dirs} if dirs is not None else {}
+    service = {"name": "m", "processor": "sklearn", "model": str(model), "public": True, **extra}
+    return parse_config({"gateway": gateway, "services": [service]})
+
+
+def test_a_pickle_loads_only_from_the_model_dirs(models: dict[str, Path], tmp_path: Path) -> None:
+    path = models["sklearn"]
+    with pytest.raises(ConfigError, match=r"\(m\)\.model: a sklearn model is a pickle.*gateway\.model_dirs"):
+        _config(path, None)
+    with pytest.raises(ConfigError, match=r"iris\.joblib is outside the model directories"):
+        _config(path, [str(tmp_path)])
+    _config(path, [str(path.parent)])
+    # The other runtimes' files are data: no model_dirs needed.
+    parse_config({"services": [{"name": "x", "processor": "xgboost", "model": str(models["xgboost"]),
+                                "public": True}]})  # fmt: skip
+
+
+def test_declared_inputs(models: dict[str, Path]) -> None:
+    dirs = [str(models["sklearn"].parent)]
+    svc = _config(models["sklearn"], dirs, inputs={"features": {"dtype": "float32", "shape": [-1, 4]}})
+    assert svc.services[0].inputs == (TensorDecl("features", "FP32", (-1, 4)),)  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"\.inputs: the model takes one input .*2 given"):
+        _config(models["sklearn"], dirs, inputs={"a": "float32", "b": "float32"})
+    with pytest.raises(
+        ConfigError, match=r"\(o\)\.inputs: only a sklearn, xgboost, lightgbm\b.* service declares its inputs"
+    ):
+        parse_config({"services": [{"name": "o", "processor": "python", "entry": "x:Y", "public": True,
+                                    "inputs": {"a": "float32"}}]})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "wrong", "message"),
+    [
+        (
+            "sklearn",
+            "lightgbm",
+            r"cannot load iris-lgb\.txt as a scikit-learn model \(a joblib or pickle file\)",
+        ),
+        ("xgboost", "sklearn", r"cannot load iris\.joblib as an XGBoost model \(a JSON or UBJSON file"),
+        ("lightgbm", "xgboost", r"cannot load iris-xgb\.json as a LightGBM model \(a text file"),
+    ],
+)
+def test_a_file_of_another_format_is_refused(
+    models: dict[str, Path], name: str, wrong: str, message: str
+) -> None:
+    with pytest.raises(LoadError, match=message):
+        create_processor(_service(name, models[wrong])).load()
+
+
+def test_a_pickle_that_is_no_estimator_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "settings.pkl"
+    path.write_bytes(pickle.dumps({"threshold": 0.5}))
+    with pytest.raises(LoadError, match=r"settings\.pkl holds a dict, not a scikit-learn estimator"):
+        create_processor(_service("sklearn", path)).load()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_one_request_against_the_library(models: dict[str, Path], name: str) -> None:
+    proc = create_processor(_service(name, models[name]))
+    proc.load()
+    x = features(name)
+    resp = proc.handle(
+        WorkerRequest(json.dumps({"inputs": {"input": x.tolist()}}).encode(), headers=JSON_FORM)
+    )
+    outs = json.loads(resp.body)["outputs"]
+    for out, want in expected(name, models[name], x).items():
+        t = outs[out]
+        np.testing.assert_array_equal(np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"]), want)
+    narrow = {"inputs": {"input": x[:, :3].tolist()}}
+    with pytest.raises(ProcessorError, match=r"input 'input': expected float(32|64)\[-1,4\], got"):
+        proc.handle(WorkerRequest(json.dumps(narrow).encode(), headers=JSON_FORM))
+
+
+def test_a_declared_input_names_and_types_it(models: dict[str, Path]) -> None:
+    svc = _service("lightgbm", models["lightgbm"], inputs=(TensorDecl("features", "FP32", (-1, -1)),))
+    proc = create_processor(svc)
+    proc.load()
+    meta = proc.metadata()
+    assert [t.as_json() for t in meta.inputs] == [{"name": "features", "datatype": "FP32", "shape": [-1, 4]}]
+    x = features("lightgbm").astype(np.float32)
+    resp = proc.handle(
+        WorkerRequest(json.dumps({"inputs": {"features": x.tolist()}}).encode(), headers=JSON_FORM)
+    )
+    got = np.array(json.loads(resp.body)["outputs"]["predict"]["data"]).reshape(len(x), 3)
+    np.testing.assert_array_equal(got, expected("lightgbm", models["lightgbm"], x)["predict"])
+    wrong = _service("lightgbm", models["lightgbm"], inputs=(TensorDecl("features", "FP32", (-1, 7)),))
+    with pytest.raises(LoadError, match=r"the model takes 4 features .*declares \[-1, 7\]"):
+        create_processor(wrong).load()
+
+
+def test_a_text_pipeline_takes_a_declared_string_input(tmp_path: Path) -> None:
+    """A model whose file does not say its input (a vectorizer first) is served as declared."""
+    import joblib
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.naive_bayes import MultinomialNB
+    from sklearn.pipeline import make_pipeline
+
+    texts, labels = (
+        ["good fine great", "bad awful poor", "great good", "poor bad"],
+        ["pos", "neg", "pos", "neg"],
+    )
+    model = make_pipeline(CountVectorizer(), MultinomialNB()).fit(texts, labels)
+    path = tmp_path / "reviews.joblib"
+    joblib.dump(model, path)
+    proc = create_processor(_service("sklearn", path, inputs=(TensorDecl("text", "BYTES", (-1,)),)))
+    proc.load()
+    meta = proc.metadata()
+    assert meta.outputs[0].as_json() == {"name": "predict", "datatype": "BYTES", "shape": [-1]}
+    body = json.dumps({"inputs": {"text": ["great fine", "awful"]}, "outputs": ["predict"]}).encode()
+    outs = json.loads(proc.handle(WorkerRequest(body, headers=JSON_FORM)).body)["outputs"]
+    assert outs["predict"]["data"] == model.predict(["great fine", "awful"]).tolist() == ["pos", "neg"]
