@@ -150,7 +150,7 @@ class Supervisor:
                 if ready:
                     self._set_state(w, WorkerState.READY)
                     await self._watch(w)
-                else:
+                elif not (self._stopping or w.retiring):  # a start cut short by a stop is no failure
                     self._report_start_failure(w, time.monotonic() - started)
             except asyncio.CancelledError:
                 raise

@@ -12,6 +12,8 @@ import argparse
 import asyncio
 import json
 import logging
+import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -58,27 +60,60 @@ def quick_config(args: argparse.Namespace) -> Config:
     return parse_config({"services": quick_services(args)})
 
 
+# A zero tensor longer than this is made by a Python one-liner piped into curl, not written out.
+INLINE_ELEMENTS = 256
+
+
+def _zero(datatype: str) -> Any:
+    if datatype == "BOOL":
+        return False
+    if datatype == "BYTES":
+        return ""
+    return 0.0 if datatype.startswith(("FP", "BF")) else 0
+
+
+def _curl_infer(url: str, name: str, auth: str, inputs: list[Any]) -> str:
+    """A curl call of the model with zeros of its inputs' shapes (any-size dimensions as 1),
+    runnable as printed."""
+    target = f"{url}/v2/models/{name}/infer"
+    shapes = [(t, [max(d, 1) for d in t.shape]) for t in inputs]
+    if max(math.prod(shape) for _, shape in shapes) <= INLINE_ELEMENTS:
+        tensors = [
+            {"name": t.name, "shape": shape, "datatype": t.datatype}
+            | {"data": [_zero(t.datatype)] * math.prod(shape)}
+            for t, shape in shapes
+        ]
+        return f"curl{auth} {target} -d {shlex.quote(json.dumps({'inputs': tensors}))}"
+    # Too long to write out: the same body, made by Python.
+    made = [
+        f"dict(name={t.name!r}, shape={shape!r}, datatype={t.datatype!r}, "
+        f"data=[{_zero(t.datatype)!r}] * {math.prod(shape)})"
+        for t, shape in shapes
+    ]
+    script = f"import json; print(json.dumps(dict(inputs=[{', '.join(made)}])))"
+    return f"python3 -c {shlex.quote(script)} | curl{auth} {target} -d @-"
+
+
 def usage(url: str, cfg: Config, metadata: dict[str, Any]) -> str:
-    """How to call each service: printed once the gateway is ready."""
+    """How to call each service, each line runnable as printed (a zero tensor of each input's
+    shape): printed once the gateway is ready."""
     endpoint = url.removeprefix("http://")
     lines = []
     for svc in cfg.services:
         meta = metadata.get(svc.name)
         inputs = [] if meta is None else list(meta.inputs)
-        sample = [
-            {"name": t.name, "shape": [max(d, 1) for d in t.shape], "datatype": t.datatype, "data": "..."}
-            for t in inputs
-        ]
         auth = ' -H "Authorization: $EAS_TOKEN"' if svc.tokens else ""
         token = "; client.set_token(os.environ['EAS_TOKEN'])" if svc.tokens else ""
-        body = json.dumps({"inputs": sample})
+        imports = "import os; " if svc.tokens else ""
         lines += [
             f"service {svc.name}: {svc.model}",
-            "  python (this SDK or eas-prediction):"
-            f" client = PredictClient({endpoint!r}, {svc.name!r}){token}; client.init()",
-            f"  curl (KServe V2): curl{auth} {url}/v2/models/{svc.name}/infer -d '{body}'",
-            f"  metadata: curl{auth} {url}/v2/models/{svc.name}",
+            f"  python (this SDK; eas-prediction: from eas_prediction import PredictClient): {imports}"
+            f"from eas_sdk import PredictClient; client = PredictClient({endpoint!r}, {svc.name!r}){token}; "
+            "client.init()",
         ]
+        if inputs:
+            lines.append(f"  curl (KServe V2): {_curl_infer(url, svc.name, auth, inputs)}")
+        lines.append(f"  metadata: curl{auth} {url}/v2/models/{svc.name}")
     return "\n".join(lines)
 
 
@@ -89,8 +124,8 @@ async def poll_repository(app: Any, every: float) -> None:
         await asyncio.sleep(every)
         try:
             await reload()
-        except ConfigError:
-            pass  # logged by the reloader; the next scan may find the repository right
+        except ConfigError as exc:
+            log.error("%s", exc)  # the next scan may find the repository right
         except Exception:
             log.exception("model repository scan failed")
 
@@ -101,9 +136,8 @@ def repository_reloader(app: Any, root: Path, args: argparse.Namespace) -> Any:
     async def reload() -> dict[str, Any]:
         try:
             new = parse_config({"services": quick_services(args)})
-        except ConfigError as exc:
-            log.error("model repository %s: %s", root, exc)
-            raise
+        except ConfigError as exc:  # logged by SIGHUP's handler or the poller, answered by the admin API
+            raise ConfigError(f"model repository {root}: {exc}") from None
         done: dict[str, Any] = await app[GATEWAY_KEY].manager.reload(new)
         changes = {k: v for k, v in done.items() if v}
         if changes and changes != (last[0] if last else None):

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import Config, ConfigError, is_loopback, load_config, open_service_warnings
+from gateway.config.ports import port_clashes
+from gateway.config.values import ConfigErrors
 
 log = logging.getLogger("gateway")
 
@@ -69,6 +71,11 @@ def build_config(args: argparse.Namespace) -> Config:
         changes["log_format"] = args.log_format
     if changes:
         cfg = replace(cfg, gateway=replace(cfg.gateway, **changes))
+        flags = {"gateway.port": "--port", "gateway.grpc_port": "--grpc-port"}
+        named = {key: f"{flag} (over {key})" for key, flag in flags.items() if key.split(".")[1] in changes}
+        clashes = port_clashes(cfg.gateway, cfg.admin, named)
+        if clashes:
+            raise ConfigErrors(clashes)
     gw = cfg.gateway
     if gw.log_level.upper() not in LOG_LEVELS:
         raise ConfigError(f"gateway.log_level: must be one of {', '.join(LOG_LEVELS)}, got {gw.log_level!r}")
@@ -111,6 +118,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     from aiohttp import web
 
     from gateway.app import create_app
+    from gateway.cli.listeners import first_unavailable, listeners
     from gateway.core.backend import ServiceBackend
     from gateway.fronts.admin.api import admin_url, start_admin
     from gateway.fronts.server import GatewayRunner, bound_port
@@ -157,12 +165,21 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     # Never the default action (which ends the process, mid-request).
     loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
     poller: asyncio.Task[None] | None = None
+    # Every listener's port is checked before a worker starts: a taken port is one line
+    # naming it and the setting to change, with no workers started only to be stopped.
+    unavailable = first_unavailable(cfg)
+    if unavailable is not None:
+        log.error("start-up failed: %s", unavailable)
+        return 1
+    named = {listener.what: listener for listener in listeners(cfg)}
     runner = GatewayRunner(app)
     admin_runner: web.AppRunner | None = None
     try:
-        await runner.setup()  # starts worker pools and queues (cleanup context)
+        await runner.setup()  # starts worker pools and queues, and gRPC (cleanup context)
     except Exception as exc:
-        log.error("start-up failed: %s", exc)
+        grpc = named.get("V2 gRPC endpoint")
+        failed = grpc.failed(exc) if isinstance(exc, OSError) and grpc is not None else exc
+        log.error("start-up failed: %s", failed)
         with contextlib.suppress(Exception):
             await runner.cleanup()
         return 1
@@ -177,24 +194,27 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         try:
             await site.start()
         except OSError as exc:
-            log.error("cannot listen on %s:%s: %s", gw.host, gw.port, exc.strerror or exc)
+            log.error("start-up failed: %s", named["HTTP endpoint"].failed(exc))
             return 1
+        if cfg.admin is not None:
+            from gateway.fronts.routes.status import SAMPLER_KEY
+
+            try:
+                admin_runner = await start_admin(app, app[SAMPLER_KEY].snapshot)
+            except OSError as exc:
+                log.error("start-up failed: %s", named["admin API"].failed(exc))
+                return 1
         port = bound_port(runner)
         qm = parts.queues
         if qm is not None:  # where gateways sharing a Redis forward to
             qm.advertise(gw.advertise_host or gw.host, port)
         url = f"http://{_url_host(gw.host)}:{port}"
         log.info(
-            "listening on %s (%d service(s), event loop %s)", url, len(cfg.services), type(loop).__module__
-        )
-        if cfg.admin is not None:
-            try:
-                admin_runner = await start_admin(app)
-            except OSError as exc:
-                log.error("cannot listen on %s:%s: %s", cfg.admin.host, cfg.admin.port, exc.strerror or exc)
-                return 1
-            if admin_runner is not None:
-                print(f"admin API listening on {admin_url(admin_runner)}", flush=True)
+            "listening on %s (%d service(s), event loop %s); starting the services",
+            url, len(cfg.services), type(loop).__module__,
+        )  # fmt: skip
+        if admin_runner is not None:
+            print(f"admin API listening on {admin_url(admin_runner)}", flush=True)
         for warning in open_service_warnings(cfg):
             log.warning("%s", warning)
 
@@ -209,12 +229,22 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         stop_task = asyncio.create_task(stop.wait())
         await asyncio.wait({ready_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if ready_task.done() and not stop.is_set():
-            results = ready_task.result()
-            for (name, backend), result in zip(backends, results, strict=True):
+            not_ready = []
+            for (name, backend), result in zip(backends, ready_task.result(), strict=True):
                 if isinstance(result, BaseException) or not result[0]:
                     took = result[1] if isinstance(result, tuple) else time.monotonic() - waited_from
                     reason = backend.not_ready_reason() or "it has no ready worker"
-                    log.warning("service %s is not ready after %.1f s: %s", name, took, reason)
+                    not_ready.append((name, took, reason))
+            if quick is not None and not_ready:
+                # A model named on the command line that does not load is the whole answer:
+                # say why and stop, as Triton does for a model that fails at start.
+                for name, _, reason in not_ready:
+                    log.error("start-up failed: service %s cannot serve: %s", name, reason)
+                stop_task.cancel()
+                await asyncio.gather(stop_task, return_exceptions=True)
+                return 1
+            for name, took, reason in not_ready:
+                log.warning("service %s is not ready after %.1f s: %s", name, took, reason)
             print(f"gateway listening on {url}", flush=True)
             if quick is not None:
                 from gateway.cli.quick import poll_repository, usage
@@ -225,7 +255,11 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
                     poller = asyncio.create_task(poll_repository(app, quick.poll))
             if gw.port_file:
                 write_port_file(gw.port_file, gw.host, port)
-            log.info("ready")
+            if not_ready:
+                names = ", ".join(name for name, _, _ in not_ready)
+                log.warning("serving, but not ready: %s (503 until a worker is ready; why: above)", names)
+            else:
+                log.info("ready")
         else:
             ready_task.cancel()
         await stop_task
@@ -259,7 +293,11 @@ def reloader(app: Any, cfg: Config) -> Callable[[], Awaitable[dict[str, Any]]]:
     async def reload() -> dict[str, Any]:
         async with lock:
             t0 = time.monotonic()
-            new = load_config(cfg.source or "")
+            try:
+                new = load_config(cfg.source or "")
+            except ConfigError as exc:
+                # What SIGHUP logs and POST /admin/reload answers (400), word for word.
+                raise ConfigError(f"reload refused, the running services stay: {exc}") from None
             done = await app[GATEWAY_KEY].manager.reload(new)
             took = time.monotonic() - t0
             log.info(
@@ -288,7 +326,7 @@ def on_sighup(app: Any) -> None:
         try:
             await reload()
         except ConfigError as exc:
-            log.error("reload refused, the running services stay: %s", exc)
+            log.error("%s", exc)
         except Exception:
             log.exception("reload failed")
 

@@ -3,11 +3,18 @@
 ``create``, ``update`` and ``scale`` print their progress to stderr while the gateway carries
 them out (gateway.cli.progress; ``--quiet``: the result only).
 
+``create`` and ``update`` wait for the service to be ready and exit 1 with the reason when it
+is not (``--no-wait``: exit 0 once the gateway has carried the change out, ready or not).
+
 The admin API is found at ``--admin URL`` or ``EAS_ADMIN_URL`` (default
 http://127.0.0.1:8081), its token in ``--token`` or ``EAS_ADMIN_TOKEN``. Service files are
 YAML or JSON: one ``services:`` entry, a list of them, or a config file's ``services:``;
 relative ``model`` and ``entry`` paths are resolved against the file's directory.
 Failures print the gateway's code and message and exit 1.
+
+``status`` reads the gateway's main port (``--url``, default http://127.0.0.1:8080: its status
+snapshot, served to this machine without a token), or the admin API when ``--admin`` or
+``EAS_ADMIN_URL`` is given; both print the same table (gateway.cli.status_text).
 """
 
 from __future__ import annotations
@@ -16,13 +23,13 @@ import argparse
 import json
 import os
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 DEFAULT_ADMIN = "http://127.0.0.1:8081"
+DEFAULT_GATEWAY = "http://127.0.0.1:8080"
 
 
 class AdminError(Exception):
@@ -52,6 +59,10 @@ def add_parsers(sub: Any) -> None:
         p = ops.add_parser(op, help=f"{what} from a YAML or JSON file", parents=[common])
         p.add_argument("-f", "--file", required=True, help="service description file ('-': stdin)")
         p.add_argument("-q", "--quiet", action="store_true", help=quiet)
+        p.add_argument(
+            "--no-wait", action="store_true",
+            help="exit 0 once the gateway has carried the change out, whether the service is ready or not",
+        )  # fmt: skip
     scale = ops.add_parser("scale", help="set a service's worker count", parents=[common])
     scale.add_argument("name")
     scale.add_argument("workers", type=int)
@@ -60,13 +71,14 @@ def add_parsers(sub: Any) -> None:
     delete.add_argument("name")
     st = sub.add_parser(
         "status",
-        help="a table of services, workers, rates and latency (the admin API's), or with --url "
-        "the gateway's status page figures",
+        help="a table of services, workers, rates and latency, read from the gateway's main port "
+        f"(--url, default {DEFAULT_GATEWAY}) or from its admin API (--admin, $EAS_ADMIN_URL)",
         parents=[common],
     )
-    st.add_argument("--interval", type=float, default=1.0, help="seconds over which rates are measured")
     st.add_argument(
-        "--url", help="a gateway's own URL: print what its /status page shows (from elsewhere: with --token)"
+        "--url",
+        help=f"the gateway's own URL (default {DEFAULT_GATEWAY}); from another machine with --token, "
+        "the admin token",
     )
 
 
@@ -97,7 +109,10 @@ class Admin:
                 message = f"{exc.code}: {raw.decode(errors='replace')[:500]}"
             raise AdminError(message) from None
         except urllib.error.URLError as exc:
-            raise AdminError(f"cannot reach the admin API at {self.url}: {exc.reason}") from None
+            raise AdminError(
+                f"cannot reach the admin API at {self.url}: {exc.reason} (the gateway serves it when its "
+                "config file has an admin: section, see docs/operations.md; --admin URL names another)"
+            ) from None
 
 
 def read_services(path: str) -> list[dict[str, Any]]:
@@ -152,31 +167,29 @@ def list_table(services: list[dict[str, Any]]) -> str:
     return _table(rows)
 
 
-def status_table(before: dict[str, Any], after: dict[str, Any], seconds: float) -> str:
-    prev = {s["name"]: s for s in before["services"]}
-    rows = [["SERVICE", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REQ/S", "MEAN MS"]]
-    for s in after["services"]:
-        p = prev.get(s["name"], {"requests": 0, "latency_sum_s": 0.0})
-        calls = s["requests"] - p["requests"]
-        rate = calls / seconds if seconds > 0 else 0.0
-        mean = (s["latency_sum_s"] - p["latency_sum_s"]) / calls * 1000 if calls > 0 else None
-        rows.append([
-            s["name"], "yes" if s["ready"] else "no", _workers(s), str(s.get("restarts", "-")),
-            str(s.get("in_flight", "-")), f"{rate:.1f}", "-" if mean is None else f"{mean:.2f}",
-        ])  # fmt: skip
-    g = after["gateway"]
-    head = f"eas-gateway {g['version']} (pid {g['pid']}), up {after['uptime_s']:.0f} s"
-    return head + "\n" + _table(rows)
-
-
-def page_status(url: str, token: str | None) -> int:
-    """``eas-gateway status --url``: the status page's figures, once, as text."""
+def status(args: argparse.Namespace, token: str | None) -> int:
+    """``eas-gateway status``: the gateway's status snapshot, once, as text: from its admin API
+    when one is named (``--admin``, ``$EAS_ADMIN_URL``), else from its main port."""
     from gateway.cli.status_text import fetch, render
 
+    admin = None if args.url else getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL")
+    if admin:
+        try:
+            doc = Admin(admin, token).call("GET", "/admin/status")
+        except AdminError as exc:
+            print(f"eas-gateway: {exc}", file=sys.stderr)
+            return 1
+        print(render(doc))
+        return 0
+    url = args.url or DEFAULT_GATEWAY
     try:
         print(render(fetch(url, token)))
     except (OSError, ValueError) as exc:
-        print(f"eas-gateway: cannot read the status of {url}: {exc}", file=sys.stderr)
+        reason = getattr(exc, "reason", None) or exc
+        # Only the default address was tried: say how to name another.
+        other = "; give the gateway's address (--url http://HOST:PORT) or its admin API (--admin URL)"
+        hint = "" if args.url else other
+        print(f"eas-gateway: cannot read the status of the gateway at {url}: {reason}{hint}", file=sys.stderr)
         return 1
     return 0
 
@@ -195,15 +208,9 @@ def _change(
     )  # fmt: skip
 
 
-def _execute(args: argparse.Namespace, admin: Admin) -> None:
-    if args.command == "status":
-        t0 = time.monotonic()
-        before = admin.call("GET", "/admin/status")
-        time.sleep(max(0.0, args.interval))
-        after = admin.call("GET", "/admin/status")
-        print(status_table(before, after, time.monotonic() - t0))
-        return
+def _execute(args: argparse.Namespace, admin: Admin) -> int:
     op = args.op
+    failed = 0
     if op == "list":
         print(list_table(admin.call("GET", "/admin/services")["services"]))
     elif op == "get":
@@ -217,6 +224,12 @@ def _execute(args: argparse.Namespace, admin: Admin) -> None:
                 doc = _change(args, admin, name, "updating", "PUT", f"/admin/services/{name}", item)
             state = "ready" if doc["ready"] else f"not ready: {doc.get('reason', '')}"
             print(f"service {doc['name']} {op}d ({_workers(doc)} workers ready; {state})")
+            if not doc["ready"] and not args.no_wait:
+                # The gateway answers once the workers are ready, or have failed to start, or
+                # its worker_start_timeout_s is over: not ready now means it did not come.
+                reason = doc.get("reason") or "it has no ready worker"
+                print(f"eas-gateway: service {doc['name']} is not ready: {reason}", file=sys.stderr)
+                failed = 1
     elif op == "scale":
         path, body = f"/admin/services/{args.name}/scale", {"workers": args.workers}
         doc = _change(args, admin, args.name, "scaling", "POST", path, body)
@@ -224,19 +237,19 @@ def _execute(args: argparse.Namespace, admin: Admin) -> None:
     elif op == "delete":
         admin.call("DELETE", f"/admin/services/{args.name}")
         print(f"service {args.name} deleted")
+    return failed
 
 
 def run(args: argparse.Namespace) -> int:
     token = getattr(args, "token", None) or os.environ.get("EAS_ADMIN_TOKEN") or None
-    if args.command == "status" and getattr(args, "url", None):
-        return page_status(args.url, token)
+    if args.command == "status":
+        return status(args, token)
     url = getattr(args, "admin", None) or os.environ.get("EAS_ADMIN_URL") or DEFAULT_ADMIN
     try:
-        _execute(args, Admin(url, token))
+        return _execute(args, Admin(url, token))
     except (AdminError, OSError) as exc:
         print(f"eas-gateway: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
-__all__ = ["Admin", "AdminError", "add_parsers", "list_table", "read_services", "run", "status_table"]
+__all__ = ["Admin", "AdminError", "add_parsers", "list_table", "read_services", "run", "status"]

@@ -1,4 +1,6 @@
-"""``eas-gateway status``: the status page's snapshot (``GET /api/status``) as text."""
+"""``eas-gateway status``: the gateway's status snapshot as text, one table whether it came from
+the main port (``GET /api/status``, the status page's) or the admin API (``GET /admin/status``,
+the same snapshot)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ def render(status: dict[str, Any]) -> str:
             f"{_num(s['p50_ms'], 2):>9}{_num(s['p99_ms'], 2):>9}{_num(100 * s['error_rate'], 1):>7}"
             f"{s['requests_total']:>10}{s.get('restarts', '-'):>10}"
         )
+        if not s["ready"] and s.get("reason"):
+            lines.append(f"    not ready: {s['reason']}")
         for w in s.get("workers", []):
             lines.append(
                 f"    worker {w.get('id')}: pid {w.get('pid', '-')}, {w.get('state')},"

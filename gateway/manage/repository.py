@@ -1,11 +1,11 @@
 """A model repository folder as services, in the layout Triton uses.
 
 ``DIR/NAME.onnx`` is served as NAME. ``DIR/NAME/`` is served as NAME from its highest
-numbered version folder (``DIR/NAME/3/model.onnx``), or from the folder itself when it
-has no version folders; in a folder the model is ``model.onnx`` or its only ``.onnx``
-file. Other files (``config.pbtxt``, labels) are left alone. Each service carries its
-version and its model file's modification time and size in ``config``, so a new version
-or a replaced file reads as a changed service and is rolled.
+numbered version folder (``DIR/NAME/3/model.onnx``, reported as version "3"), or from the
+folder itself (version "1") when it has no version folders; in a folder the model is
+``model.onnx`` or its only ``.onnx`` file. Other files (``config.pbtxt``, labels) are left
+alone. Each service carries its version and its model file's modification time and size in
+``config``, so a new version or a replaced file reads as a changed service and is rolled.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def _locate(entry: Path) -> tuple[str, Path | None, str]:
     """(service name, model file or None, version) of one repository entry."""
     if entry.is_file():
         return entry.stem, entry, "1"
-    versions = sorted((int(p.name), p) for p in entry.iterdir() if p.is_dir() and p.name.isdigit())
+    versions = sorted(
+        (int(p.name), p) for p in entry.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name)
+    )
     if versions:
         number, folder = versions[-1]
         return entry.name, _model_in(folder), str(number)
@@ -53,12 +55,15 @@ def scan(root: Path, defaults: dict[str, Any] | None = None) -> list[dict[str, A
             continue
         st = model.stat()
         fingerprint = f"{st.st_mtime_ns}:{st.st_size}"
+        path = str(model.resolve())
+        # Served as the version its folder names (``NAME/2/`` is version "2", as Triton reports it).
+        where = {"model": path} if version == "1" else {"versions": {version: path}}
         out.append(
             {
                 **(defaults or {}),
                 "name": name,
                 "processor": "onnx",
-                "model": str(model.resolve()),
+                **where,
                 "config": {"version": version, "fingerprint": fingerprint},
             }
         )

@@ -107,7 +107,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
             "services[1] (p).entry: file not found: ",
         ),
         ({"services": [{"name": "bad/name", "processor": "queue", "public": True}]}, "services[0].name"),
-        ({"gateway": {"colour": "blue"}}, "gateway: unknown key(s) colour"),
+        ({"gateway": {"colour": "blue"}}, "gateway: unknown key 'colour' (line 2); allowed: "),
         ({"gateway": {"worker_host": "0.0.0.0"}}, "gateway.worker_advertise_host: required"),
         ({"gateway": {"worker_host": "10.1.2.3"}}, "gateway.worker_host: '10.1.2.3' is not a loopback"),
     ],

@@ -24,6 +24,7 @@ import yaml
 
 from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
 from tests.e2e.reference_load import ReferenceLoad
+from tests.waiting import wait_until
 
 ADMIN_TOKEN = "admin-token-e0d4b7a9c3f21865"
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
@@ -156,23 +157,55 @@ def test_sighup_applies_the_changed_file_under_load(env: dict[str, Any]) -> None
     assert gw.proc.poll() is None  # SIGHUP no longer ends the gateway
 
 
-def test_status_table(env: dict[str, Any]) -> None:
-    gw = env["gw"]
-    admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
-    argv = ["status", "--admin", admin, "--token", ADMIN_TOKEN, "--interval", "0.2"]
+def _status(*argv: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "gateway", *argv],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "gateway", "status", *argv],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "EAS_ADMIN_URL": ""},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("eas-gateway ") and f"(pid {gw.pid})" in lines[0]
-    assert lines[1].split() == ["SERVICE", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REQ/S", "MEAN", "MS"]
-    rows = {line.split()[0]: line.split() for line in lines[2:]}
-    # However many workers earlier tests of this module left it (scaled to 2 when run in
-    # order), every one of them is ready.
-    ready, total = rows["digits"][2].split("/")
-    assert rows["digits"][:2] == ["digits", "yes"] and ready == total and int(total) >= 1
+    return out.stdout.splitlines()
+
+
+def test_status_is_one_table_from_the_admin_api_or_the_main_port(env: dict[str, Any]) -> None:
+    gw = env["gw"]
+    admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
+    tables = [_status("--admin", admin, "--token", ADMIN_TOKEN), _status("--url", gw.url)]
+    for lines in tables:
+        assert re.fullmatch(r"gateway \S+, up \d+ s; rates over the last \d+ s", lines[0]), lines
+        assert lines[2].split() == ["service", "kind", "ready", "req/s", "p50", "ms", "p99", "ms", "5xx", "%",
+                                    "requests", "restarts"]  # fmt: skip
+    rows = [
+        {line.split()[0]: line.split()[1:3] for line in lines[3:] if not line.startswith(" ")}
+        for lines in tables
+    ]
+    assert rows[0] == rows[1] and rows[0]["digits"] == ["onnx", "yes"], rows
+    workers = [sum(line.startswith("    worker ") for line in lines) for lines in tables]
+    assert workers[0] == workers[1] >= 2, tables
+
+
+def test_reload_of_a_broken_file_is_400_with_the_message_sighup_logs(env: dict[str, Any]) -> None:
+    gw = env["gw"]
+    admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
+    path = gw.workdir / "services.yaml"
+    good = path.read_text()
+    broken = yaml.safe_load(good)
+    broken["services"][0]["wokers"] = 2
+    path.write_text(yaml.safe_dump(broken))
+    try:
+        req = urllib.request.Request(
+            admin + "/admin/reload", method="POST", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as info, urllib.request.urlopen(req, timeout=30):
+            pass
+        with info.value as answer:
+            assert answer.code == 400
+            message = json.loads(answer.read())["message"]
+        assert message.startswith("reload refused, the running services stay: services[0] "), message
+        assert "unknown key 'wokers' (line " in message and "did you mean 'workers'?" in message, message
+        os.kill(gw.pid, signal.SIGHUP)
+        wait_until(lambda: message in gw.output(), 10, "the same message logged on SIGHUP")
+    finally:
+        path.write_text(good)
 
 
 def test_triton_model_control(env: dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ def test_top_level_queue_is_every_service_default_and_a_service_overrides_it() -
     ("raw", "message"),
     [
         ({"queue": {"backend": "postgres://x"}}, "services[0] (a).queue.backend: expected 'sqlite' or"),
-        ({"queue": {"bakend": "sqlite"}}, "queue: unknown key(s) bakend"),
+        ({"queue": {"bakend": "sqlite"}}, "queue: unknown key 'bakend'; did you mean 'backend'?"),
         ({"queue": ["redis://x"]}, "queue: expected a mapping"),
     ],
 )

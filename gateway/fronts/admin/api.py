@@ -4,7 +4,10 @@ Configured by ``admin: {host, port, token}`` (off without it; a non-loopback hos
 token). Every call carries ``Authorization: Bearer <token>`` (or the bare token) when a
 token is set. Bodies are service descriptions in JSON or YAML, the schema of the config
 file's ``services:`` entries; answers are JSON, errors the gateway's
-``{"code", "message", "request_id"}``. The OpenAPI description is at ``/admin/openapi.json``.
+``{"code", "message", "request_id"}``. A body the call cannot use (not JSON or YAML, not a
+service description, a body on a call that takes none) and a config file that does not load
+(``POST /admin/reload``) are 400, with the message saying what is wrong. The OpenAPI
+description is at ``/admin/openapi.json``.
 """
 
 from __future__ import annotations
@@ -13,13 +16,12 @@ import hmac
 import json
 import logging
 import os
-import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway import __version__
 from gateway.config import SERVICE_NAME_RE, ConfigError
 from gateway.core import errors
 from gateway.fronts.admin.openapi import OPENAPI
@@ -64,6 +66,17 @@ def _name(request: web.Request) -> str:
     return name
 
 
+def no_body(handler: Handler) -> Handler:
+    """A call that takes no body refuses one, rather than leave the caller believing it was read."""
+
+    async def checked(request: web.Request) -> web.StreamResponse:
+        if request.body_exists and (await request.read()).strip():
+            raise errors.BadRequest(f"{request.method} {request.path} takes no body")
+        return await handler(request)
+
+    return checked
+
+
 async def _body(request: web.Request) -> Any:
     body = await request.read()
     try:
@@ -105,54 +118,66 @@ async def delete_service(request: web.Request) -> web.Response:
     return _json({"deleted": name})
 
 
+# The snapshot the status page shows (gateway.observability.status), as the admin app reads it.
+SnapshotFn = Callable[[], dict[str, Any]]
+SNAPSHOT_KEY = web.AppKey("status_snapshot", SnapshotFn)
+
+
 async def status(request: web.Request) -> web.Response:
-    state = request.app[GATEWAY_KEY].state
-    return _json(
-        {
-            "gateway": {"version": __version__, "pid": os.getpid()},
-            "uptime_s": round(time.monotonic() - state.started_at, 3),
-            "shutting_down": state.shutting_down,
-            "services": _manager(request).list(),
-        }
-    )
+    """The status page's snapshot (what ``eas-gateway status`` prints, from here or from the main
+    port), with the gateway's pid and each not-ready service's reason."""
+    doc = request.app[SNAPSHOT_KEY]()
+    doc["gateway"]["pid"] = os.getpid()
+    described = {s["name"]: s for s in _manager(request).list()}
+    for svc in doc["services"]:
+        live = described.get(svc["name"], {})
+        for key in ("reason", "in_flight"):
+            if key in live:
+                svc.setdefault(key, live[key])
+    return _json(doc)
 
 
 async def reload(request: web.Request) -> web.Response:
     reloader = request.app[GATEWAY_KEY].state.reload
     if reloader is None:
         raise errors.BadRequest("this gateway has no config file to reload")
-    return _json(await reloader())
+    try:
+        return _json(await reloader())
+    except ConfigError as exc:  # the file does not load: the message SIGHUP logs
+        raise errors.BadRequest(str(exc)) from None
 
 
 async def openapi(request: web.Request) -> web.Response:
     return _json(OPENAPI)
 
 
-def create_admin_app(main: web.Application) -> web.Application:
+def create_admin_app(main: web.Application, snapshot: SnapshotFn) -> web.Application:
+    """The admin application over ``main``'s parts; ``snapshot``: the status page's snapshot."""
     admin = main[GATEWAY_KEY].config.admin
     token = admin.token if admin is not None else None
     app = web.Application(middlewares=[gateway_middleware, _auth(token)], client_max_size=MAX_BODY)
     app[GATEWAY_KEY] = main[GATEWAY_KEY]  # the same parts as the main application's
+    app[SNAPSHOT_KEY] = snapshot
     r = app.router
-    r.add_get("/admin/services", list_services)
+    r.add_get("/admin/services", no_body(list_services))
     r.add_post("/admin/services", create_service)
-    r.add_get("/admin/services/{name}", get_service)
+    r.add_get("/admin/services/{name}", no_body(get_service))
     r.add_put("/admin/services/{name}", update_service)
-    r.add_delete("/admin/services/{name}", delete_service)
+    r.add_delete("/admin/services/{name}", no_body(delete_service))
     r.add_post("/admin/services/{name}/scale", scale_service)
-    r.add_get("/admin/status", status)
-    r.add_post("/admin/reload", reload)
-    r.add_get("/admin/openapi.json", openapi)
-    add_queue_routes(app)
+    r.add_get("/admin/status", no_body(status))
+    r.add_post("/admin/reload", no_body(reload))
+    r.add_get("/admin/openapi.json", no_body(openapi))
+    add_queue_routes(app, no_body)
     return app
 
 
-async def start_admin(main: web.Application) -> web.AppRunner | None:
+async def start_admin(main: web.Application, snapshot: SnapshotFn) -> web.AppRunner | None:
     """Listen for the admin API when ``admin:`` is configured; the runner to clean up."""
     admin = main[GATEWAY_KEY].config.admin
     if admin is None:
         return None
-    runner = web.AppRunner(create_admin_app(main), access_log=None)
+    runner = web.AppRunner(create_admin_app(main, snapshot), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, admin.host, admin.port)
     try:
@@ -171,4 +196,4 @@ def admin_url(runner: web.AppRunner) -> str:
     raise RuntimeError("the admin API is not listening")
 
 
-__all__ = ["admin_url", "create_admin_app", "start_admin", "token_matches"]
+__all__ = ["SNAPSHOT_KEY", "admin_url", "create_admin_app", "no_body", "start_admin", "token_matches"]

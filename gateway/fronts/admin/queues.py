@@ -12,9 +12,11 @@ The rules (and the automatic deletion of idle groups) are in ``gateway.queue.ret
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gateway.config import SERVICE_NAME_RE
 from gateway.core import errors
@@ -88,9 +90,10 @@ async def remove_group(request: web.Request) -> web.Response:
     return _json({"deleted": gid, "queue": qname, "records_deleted": released})
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_get("/admin/services/{name}/groups", get_groups)
-    app.router.add_delete("/admin/services/{name}/groups/{group}", remove_group)
+def add_routes(app: web.Application, no_body: Callable[[Handler], Handler]) -> None:
+    """The routes, each wrapped in ``no_body`` (neither call takes a body)."""
+    app.router.add_get("/admin/services/{name}/groups", no_body(get_groups))
+    app.router.add_delete("/admin/services/{name}/groups/{group}", no_body(remove_group))
 
 
 __all__ = ["StorageUnavailable", "add_routes"]

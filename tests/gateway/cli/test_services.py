@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from gateway.cli import _parser
-from gateway.cli.services import read_services, status_table
+from gateway.cli.services import read_services
+from gateway.cli.status_text import render
 
 
 @pytest.mark.parametrize(
@@ -47,12 +48,45 @@ def test_service_files_resolve_relative_paths_against_their_folder(tmp_path: Pat
     ]
 
 
-def test_status_rates_and_latency_come_from_two_samples() -> None:
-    def sample(requests: int, latency: float) -> dict[str, object]:
-        svc = {"name": "d", "ready": True, "workers": [{"state": "ready"}, {"state": "starting"}],
-               "restarts": 1, "in_flight": 2, "requests": requests, "latency_sum_s": latency}  # fmt: skip
-        return {"gateway": {"version": "1.0", "pid": 7}, "uptime_s": 12.0, "services": [svc]}
+def _snapshot(**extra: object) -> dict[str, object]:
+    svc = {"name": "d", "processor": "onnx", "async": False, "ready": False, "requests_total": 300,
+           "errors_total": 3, "rate_rps": 40.0, "error_rate": 0.01, "p50_ms": 1.5, "p99_ms": 9.25,
+           "restarts": 1, **extra}  # fmt: skip
+    svc["workers"] = [{"id": 0, "pid": 9, "state": "starting", "outstanding": 0, "restarts": 1}]
+    return {"gateway": {"version": "1.0"}, "uptime_s": 12.0, "window_s": 5.0, "shutting_down": False,
+            "services": [svc]}  # fmt: skip
 
-    table = status_table(sample(100, 1.0), sample(300, 1.5), 2.0).splitlines()
-    assert table[0] == "eas-gateway 1.0 (pid 7), up 12 s"
-    assert table[2].split() == ["d", "yes", "1/2", "1", "2", "100.0", "2.50"]
+
+def test_status_prints_one_table_from_the_main_port_or_the_admin_api() -> None:
+    main_port = render(_snapshot(reason="its workers failed to start: InvalidProtobuf"))
+    admin = _snapshot(reason="its workers failed to start: InvalidProtobuf", in_flight=0)
+    admin["gateway"] = {"version": "1.0", "pid": 7}  # what the admin API adds
+    assert render(admin) == main_port
+    lines = main_port.splitlines()
+    assert lines[0] == "gateway 1.0, up 12 s; rates over the last 5 s"
+    assert lines[3].split() == ["d", "onnx", "NO", "40.0", "1.50", "9.25", "1.0", "300", "1"]
+    assert lines[4] == "    not ready: its workers failed to start: InvalidProtobuf"
+    assert lines[5].split() == [
+        "worker",
+        "0:",
+        "pid",
+        "9,",
+        "starting,",
+        "0",
+        "in",
+        "flight,",
+        "1",
+        "restarts",
+    ]
+
+
+def test_status_reads_the_main_port_unless_an_admin_api_is_named() -> None:
+    assert _parser().parse_args(["status"]).url is None  # then http://127.0.0.1:8080
+    args = _parser().parse_args(["status", "--admin", "http://h:1"])
+    assert args.admin == "http://h:1"
+
+
+def test_create_and_update_wait_unless_told_not_to() -> None:
+    args = _parser().parse_args(["services", "create", "-f", "x.yaml"])
+    assert args.no_wait is False
+    assert _parser().parse_args(["services", "update", "-f", "x.yaml", "--no-wait"]).no_wait is True

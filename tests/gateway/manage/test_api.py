@@ -10,7 +10,7 @@ from gateway.fronts.admin.openapi import OPENAPI
 
 def test_the_openapi_description_lists_exactly_the_routes() -> None:
     main = create_app(Config(GatewayConfig(), (), admin=AdminConfig(token="t")))
-    admin = create_admin_app(main)
+    admin = create_admin_app(main, dict)
     routes = {
         (r.method.lower(), r.resource.canonical)
         for r in admin.router.routes()
