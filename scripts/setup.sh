@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or refresh) the project's virtual environments from pinned versions.
-#   .venv          the project: eas_sdk + gateway + dev tools      (requirements/constraints.txt)
+#   .venv          the project: eas_sdk + gateway + dev tools      (requirements/constraints.txt),
+#                  and the model runtimes' extras (torch, tensorflow, pmml)
 #   .venv-py312    the same on Python 3.12, and .venv-py313 on 3.13 (the suite runs on each
 #                  Python that requires-python allows; same constraints file)
 #   .venv-eas      the public eas-prediction 0.36 client, for compatibility tests
@@ -82,6 +83,19 @@ for minor in ${EXTRA_PYTHONS-3.12 3.13}; do
     "$(stamp_of requirements/constraints.txt pyproject.toml <("$extra_py" -VV))" \
     -c requirements/constraints.txt -e ".[dev]"
 done
+# The model runtimes' extras (torch, tensorflow, pmml) in .venv only: torch's pinned CPU build
+# is a wheel for Python 3.11 on this machine's wheel store (on another Python pip would fetch a
+# CUDA build of several GB), and tensorflow-cpu is about 1.3 GB. Their tests skip where absent.
+runtimes_stamp="$(stamp_of requirements/constraints.txt pyproject.toml)"
+if [[ "$(cat .venv/.stamp-runtimes 2>/dev/null)" != "$runtimes_stamp" ]]; then
+  echo "setup: installing the model runtimes (torch, tensorflow, pmml) in .venv" >&2
+  started=$SECONDS
+  .venv/bin/python -m pip install -q -c requirements/constraints.txt -e ".[torch,tensorflow,pmml]" \
+    2> >(grep -v "^WARNING: Location" >&2)
+  echo "$runtimes_stamp" > .venv/.stamp-runtimes
+  echo "setup: installed the model runtimes in $((SECONDS - started)) s" >&2
+fi
+
 build_venv .venv-eas "$(stamp_of requirements/eas-reference.txt)" \
   -r requirements/eas-reference.txt
 build_venv .venv-codegen "$(stamp_of requirements/codegen.txt)" \
