@@ -3,6 +3,7 @@ collector that lets one pass over a file report every error at once."""
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import os
@@ -14,6 +15,7 @@ from typing import Any
 
 from gateway.config.catalog import FOLDER_MODELS, MODEL_PROCESSORS, PICKLE_PROCESSORS
 from gateway.config.files import ConfigError, check_file, resolve_path
+from gateway.config.located import line_of, relocated
 from gateway.config.user_code import ENTRY_FORMS
 
 # signature_max_skew_s: accept the Date of a client in any time zone (gateway.core.auth).
@@ -84,7 +86,7 @@ def expand(value: Any, where: str) -> Any:
     if isinstance(value, list):
         return [expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: expand(v, f"{where}.{k}") for k, v in value.items()}
+        return relocated(value, {k: expand(v, f"{where}.{k}") for k, v in value.items()})
     return value
 
 
@@ -154,12 +156,38 @@ def _key_text(key: Any) -> str:
     return key if isinstance(key, str) else repr(key)
 
 
+def _close(key: Any, allowed: set[str]) -> str | None:
+    if not isinstance(key, str):
+        return None
+    found = difflib.get_close_matches(key, sorted(allowed), n=1)
+    return found[0] if found else None
+
+
 def check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(map(_key_text, set(raw) - allowed))  # YAML keys may be null or numbers
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
-        )
+    """One error per unknown key, with its line in the file where it was read from one, and
+    the allowed key it is closest to (or the allowed keys when none is close)."""
+    errs = Errors()
+    for key in sorted(set(raw) - allowed, key=_key_text):  # YAML keys may be null or numbers
+        line = line_of(raw, key)
+        at = f" (line {line})" if line is not None else ""
+        close = _close(key, allowed)
+        hint = f"did you mean {close!r}?" if close else f"allowed: {', '.join(sorted(allowed))}"
+        errs.add(f"{where}: unknown key {_key_text(key)!r}{at}; {hint}")
+    errs.raise_any()
+
+
+def respelt(raw: Mapping[str, Any], allowed: set[str]) -> Mapping[str, Any]:
+    """``raw`` with each unknown key that is close to an allowed one (and not given as well)
+    read as that key: its misspelling is then the only error it causes (check_keys reports
+    it), not also a missing or wrong value under the key that was meant."""
+    renames = {}
+    for key in set(raw) - allowed:
+        close = _close(key, allowed)
+        if close is not None and close not in raw and close not in renames.values():
+            renames[key] = close
+    if not renames:
+        return raw
+    return relocated(raw, {renames.get(k, k): v for k, v in raw.items()})
 
 
 def is_loopback(host: str) -> bool:
@@ -439,6 +467,7 @@ __all__ = [
     "model_path",
     "open_service_warnings",
     "resolve_path",
+    "respelt",
     "tokens_of",
     "yaml_hint",
 ]  # fmt: skip
