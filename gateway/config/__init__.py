@@ -14,14 +14,13 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gateway.config.catalog import DECLARED_INPUTS, DEVICE_PROCESSORS, MODEL_PROCESSORS, ONE_INPUT
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
-from gateway.config.ports import port_clashes
 from gateway.config.sections import (
     AdminConfig,
     BatchingConfig,
@@ -50,7 +49,6 @@ from gateway.config.values import entry_path as _entry
 from gateway.config.values import expand as _expand
 from gateway.config.values import model_path as _model_path
 from gateway.config.values import open_service_warnings as open_service_warnings
-from gateway.config.values import respelt as _respelt
 from gateway.config.values import tokens_of as _tokens_of
 
 _UNSET = object()  # an entry that could not be expanded
@@ -113,6 +111,9 @@ class ServiceConfig:
     remote_workers: RemoteWorkersConfig | None = None
     # The service's own EAS signature Date window (see GatewayConfig); None: the gateway's.
     signature_max_skew_s: float | str | None = None
+    # Another service that explains this model's calls (KServe's ``:explain``), given the same
+    # inputs; None: the model's own processor explains them, when it can.
+    explainer: str | None = None
 
     # Cached: read on every call (a frozen config never changes; a changed service is a new one).
     @functools.cached_property
@@ -248,7 +249,7 @@ _SERVICE_KEYS = {
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
-    "device",
+    "device", "explainer",
 }  # fmt: skip
 
 
@@ -258,13 +259,11 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix}: expected a mapping, got {type(raw).__name__}")
     errs = _Errors()
-    # A misspelt key is read as the key it is close to: the misspelling is its one error.
-    given, raw = raw, _respelt(raw, _SERVICE_KEYS)
     name = errs.check(_str, raw.get("name"), f"{prefix}.name", default="")
     if name and not SERVICE_NAME_RE.match(name):
         errs.add(f"{prefix}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
     where = f"{prefix} ({name})" if name else prefix
-    errs.check(_check_keys, given, _SERVICE_KEYS, where)
+    errs.check(_check_keys, raw, _SERVICE_KEYS, where)
     processor = errs.check(_str, raw.get("processor"), f"{where}.processor", default="")
     if processor and processor not in PROCESSORS:
         errs.add(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
@@ -334,6 +333,9 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     pipeline = errs.check(pipeline_of, raw, processor, where, base)
     inputs = errs.check(_declared_inputs, raw.get("inputs"), processor, f"{where}.inputs", default=())
     device = errs.check(_device, raw.get("device"), processor, f"{where}.device", default="cpu")
+    explainer = raw.get("explainer")
+    if explainer is not None and (not isinstance(explainer, str) or not SERVICE_NAME_RE.fullmatch(explainer)):
+        errs.add(f"{where}.explainer: expected the name of another service")
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -354,6 +356,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         remote_workers=remote,
         placement=placement,
         inputs=inputs,
+        explainer=explainer,
         device=device,
         **values,
     )
@@ -508,11 +511,25 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
             errs.add(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
     errs.check(check_pipelines, services)
-    cfg = apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
-    for clash in port_clashes(cfg.gateway, admin):
-        errs.add(clash)
+    _check_explainers(services, errs)
     errs.raise_any()
-    return cfg
+    return apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
+
+
+def _check_explainers(services: Sequence[ServiceConfig], errs: _Errors) -> None:
+    """An explainer names another service that runs on workers (not a queue, not itself)."""
+    by_name = {s.name: s for s in services}
+    for i, svc in enumerate(services):
+        if svc.explainer is None:
+            continue
+        target = by_name.get(svc.explainer)
+        where = f"services[{i}].explainer"
+        if target is None:
+            errs.add(f"{where}: no service named {svc.explainer!r}")
+        elif target is svc:
+            errs.add(f"{where}: a model is not its own explainer; give its processor an explain() method")
+        elif target.processor == "queue":
+            errs.add(f"{where}: {svc.explainer!r} is a queue; an explainer runs a model or user code")
 
 
 def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:
@@ -536,15 +553,13 @@ def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -
 def load_config(path: str | os.PathLike[str]) -> Config:
     import yaml
 
-    from gateway.config.located import load_yaml
-
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
     try:
-        raw = load_yaml(text)  # safe_load, keeping each key's line for the errors that name one
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config: {p} is not valid YAML: {exc}") from None
     return parse_config(raw, source=str(p))

@@ -62,6 +62,11 @@ TENSORS = "tensors"
 # casting, and its answer is read as arrays over the reply's bytes instead of one Python
 # object per element. Processors that know no such form (user code) answer as they do.
 RESPONSE_FORMAT_HEADER = "X-Eas-Response-Format"
+# A request header with which the gateway's model protocols ask a model to explain the call
+# instead of predicting it (``explain``: KServe's ``:explain``), for a model whose metadata
+# says it explains.
+VERB_HEADER = "X-Eas-Verb"
+EXPLAIN = "explain"
 
 
 @dataclass(slots=True)
@@ -81,8 +86,10 @@ class TensorResponse(WorkerResponse):
 
 
 __all__ = [
+    "EXPLAIN",
     "RESPONSE_FORMAT_HEADER",
     "TENSORS",
+    "VERB_HEADER",
     "TensorRequest",
     "TensorResponse",
     "WorkerRequest",

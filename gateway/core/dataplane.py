@@ -341,11 +341,13 @@ class DataPlane:
         max_values: int = 0,
         extra: Mapping[str, str] | None = None,
         answer_headers: dict[str, str] | None = None,
+        runs: ServiceConfig | None = None,
     ) -> tuple[T, dict[str, np.ndarray]]:
         """A call the adapter turns into the onnx processor's JSON form and whose outputs it
         writes in its own protocol (KServe V1, Paddle, Cluster Serving). ``decode``: the body
         -> (the protocol's call, its JSON form), run once the call is authenticated and
-        budgeted. -> (the call, the output arrays; see :meth:`_arrays`)."""
+        budgeted; ``runs``: the service whose backend answers it (default ``service``: a
+        model's explainer is another). -> (the call, the output arrays; see :meth:`_arrays`)."""
         svc = service if isinstance(service, ServiceConfig) else self.find_model(service)
         received, deadline = await self._take_body(svc, headers, body, None)
         data = received or b""  # the body is always read
@@ -353,7 +355,7 @@ class DataPlane:
         timeout = self._budget(svc, deadline, arrived)
         call, form = await decode(data)
         arrays = await self._arrays(
-            svc, form, request_id=request_id, timeout=timeout, max_values=max_values, extra=extra,
+            runs or svc, form, request_id=request_id, timeout=timeout, max_values=max_values, extra=extra,
             answer_headers=answer_headers,
         )  # fmt: skip
         return call, arrays

@@ -69,6 +69,14 @@ class ModelMetadata:
     outputs: tuple[TensorSpec, ...] = ()
     platform: str = ""  # e.g. "onnxruntime_onnx"; empty when the processor does not say
     versions: tuple[str, ...] = ("1",)  # a service serves one version of its model
+    # Whether the model answers an explain call (KServe's ``:explain``) itself: user code
+    # with an ``explain`` method (gateway.worker.processors.python).
+    explains: bool = False
+
+    @property
+    def tensors(self) -> bool:
+        """Whether the model declares its inputs: what the model protocols need to call it."""
+        return bool(self.inputs)
 
     @classmethod
     def from_json(cls, doc: Any) -> ModelMetadata:
@@ -87,7 +95,10 @@ class ModelMetadata:
                 raise TypeError(f"metadata(): {key} must be a list")
             where = f"metadata(): {key}"
             tensors[key] = tuple(TensorSpec.from_json(t, f"{where}[{i}]") for i, t in enumerate(items))
-        return cls(tensors["inputs"], tensors["outputs"], platform)
+        explains = doc.get("explains", False)
+        if not isinstance(explains, bool):
+            raise TypeError("metadata(): explains must be true or false")
+        return cls(tensors["inputs"], tensors["outputs"], platform, explains=explains)
 
 
 # V2 datatype -> numpy dtype (little-endian, as on the wire). BYTES elements are bytes objects.

@@ -85,6 +85,7 @@ def metadata_json(meta: ModelMetadata | None) -> dict[str, Any] | None:
         "inputs": [t.as_json() for t in meta.inputs],
         "outputs": [t.as_json() for t in meta.outputs],
         "platform": meta.platform,
+        "explains": meta.explains,
     }
 
 

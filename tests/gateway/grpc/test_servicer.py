@@ -36,6 +36,7 @@ async def live() -> AsyncIterator[tuple[Live, pb_grpc.GRPCInferenceServiceStub]]
     port = free_port()
     async with live_gateway(grpc_port=port, max_body_bytes=1 << 16) as gw:
         gw.pools["digits"].metadata = META  # type: ignore[attr-defined]
+        gw.pools["echo"].metadata = ModelMetadata()  # type: ignore[attr-defined]  # declares no tensors
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             yield gw, pb_grpc.GRPCInferenceServiceStub(channel)
 
@@ -75,7 +76,7 @@ async def test_lookups_and_tokens(live: tuple[Live, pb_grpc.GRPCInferenceService
         (stub.ModelReady(pb.ModelReadyRequest(name="digits"), metadata=(("authorization", "Bearer nope"),)),
          grpc.StatusCode.UNAUTHENTICATED),
         (stub.ModelMetadata(pb.ModelMetadataRequest(name="nosuch")), grpc.StatusCode.NOT_FOUND),
-        (stub.ModelMetadata(pb.ModelMetadataRequest(name="echo")), grpc.StatusCode.NOT_FOUND),  # not onnx
+        (stub.ModelMetadata(pb.ModelMetadataRequest(name="echo")), grpc.StatusCode.NOT_FOUND),  # no tensors
         (stub.ModelMetadata(pb.ModelMetadataRequest(name="../x")), grpc.StatusCode.INVALID_ARGUMENT),
         (stub.ModelConfig(pb.ModelConfigRequest(name="digits", version="2"), metadata=AUTH),
          grpc.StatusCode.NOT_FOUND),

@@ -1,0 +1,54 @@
+"""Which services the model protocols (KServe V1/V2 REST, V2 gRPC, Triton's clients) serve
+as models, and which of them explain.
+
+A model service (onnx and the other runtimes) and a pipeline always are. A ``python`` service
+is one once its workers said it declares its inputs (docs/processors.md); until a worker has
+been ready nothing is known, so it is named like a model that is not ready yet (503) but not
+listed, and one that declares nothing is refused with what to add. One place for the REST routes, the
+gRPC servicer and the lean front alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.config import ServiceConfig
+from gateway.config.catalog import MODEL_PROCESSORS
+from gateway.core import errors
+from gateway.core.backend import ServiceBackend
+
+# Kinds whose calls are tensors by nature.
+TENSOR_KINDS = (*MODEL_PROCESSORS, "pipeline")
+# User code: a model when it declares its tensors.
+USER_CODE = "python"
+
+
+def is_model(svc: ServiceConfig, backends: Mapping[str, ServiceBackend]) -> bool:
+    """Whether the model protocols list and name ``svc``: user code once its workers said it
+    declares its tensors."""
+    backend = backends.get(svc.name)
+    if backend is None:
+        return False
+    if svc.processor in TENSOR_KINDS:
+        return True
+    meta = backend.metadata
+    return svc.processor == USER_CODE and meta is not None and meta.tensors
+
+
+def check_served(svc: ServiceConfig, backends: Mapping[str, ServiceBackend], name: str) -> None:
+    """For user code that is not (yet) a model: 503 while no worker of it has said what it
+    declares, 404 naming what is missing when it declares no tensors; else nothing."""
+    backend = backends.get(svc.name)
+    if svc.processor != USER_CODE or backend is None:
+        return
+    meta = backend.metadata
+    if meta is None:
+        raise errors.ServiceNotReady(f"model {name!r} is not ready: no worker of it has been ready yet")
+    if not meta.tensors:
+        raise errors.NotFound(
+            f"model {name!r} is not served over V2: declare inputs/outputs (a metadata() method, "
+            "or inputs and outputs beside predict(inputs); docs/processors.md)"
+        )
+
+
+__all__ = ["TENSOR_KINDS", "USER_CODE", "check_served", "is_model"]
