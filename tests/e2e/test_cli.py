@@ -6,9 +6,11 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -197,3 +199,65 @@ def test_token_scan_finds_a_token_in_a_log(tmp_path: Path) -> None:
     assert token_leaks([(tmp_path, tokens)]) == []
     (tmp_path / "stdout.log").write_text("DEBUG Authorization: leaky-token-123\n")
     assert token_leaks([(tmp_path, tokens)]) == [f"{tmp_path / 'stdout.log'}: lea..."]
+
+
+@pytest.mark.parametrize(
+    ("where", "setting"),
+    [
+        ("port", "--port or gateway.port"),
+        ("grpc_port", "--grpc-port or gateway.grpc_port"),
+        ("admin", "admin.port"),
+    ],
+)
+def test_a_taken_port_is_named_with_its_setting_before_any_worker_starts(
+    tmp_path: Path, where: str, setting: str
+) -> None:
+    """One line naming the address and what to change; no worker started only to be stopped."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        taken = holder.getsockname()[1]
+        gateway: dict[str, Any] = {"port": 0, "data_dir": str(tmp_path / "data")}
+        config: dict[str, Any] = {
+            "gateway": gateway,
+            "services": [
+                {"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY, "workers": 2}
+            ],
+        }
+        if where == "admin":
+            config["admin"] = {"port": taken}
+        else:
+            gateway[where] = taken
+        path = tmp_path / "services.yaml"
+        path.write_text(yaml.safe_dump(config))
+        proc = _run_cli("serve", "--config", str(path))
+    assert proc.returncode == 1, proc.stderr
+    what = {"port": "the HTTP endpoint", "grpc_port": "the V2 gRPC endpoint", "admin": "the admin API"}[where]
+    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, proc.stderr
+    assert f"cannot listen on 127.0.0.1:{taken} for {what}: " in errors[0], errors
+    assert (
+        f"the port is in use by another process: stop that process, or choose another port with {setting}"
+        in errors[0]
+    )
+    assert "worker" not in proc.stderr and proc.stdout == "", proc.stderr
+
+
+def test_a_v2_call_to_a_queue_says_it_is_not_served_over_v2(gateway_factory: Any) -> None:
+    gw = gateway_factory(QUEUE_ONLY)
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [0]}]}).encode()
+    req = urllib.request.Request(gw.url + "/v2/models/q/infer", data=body, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as info, urllib.request.urlopen(req, timeout=10):
+        pass
+    with info.value as answer:
+        assert answer.code == 404
+        message = json.loads(answer.read())["error"]
+    said = "model 'q' is not served over V2: it is a queue service; call it over its queue: "
+    assert message == said + "POST /api/predict/q"
+    with (
+        pytest.raises(urllib.error.HTTPError) as info,
+        urllib.request.urlopen(gw.url + "/v2/models/nothing", timeout=10),
+    ):
+        pass
+    with info.value as answer:
+        assert answer.code == 404 and json.loads(answer.read())["error"] == "model 'nothing' not found"

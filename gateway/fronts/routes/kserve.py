@@ -108,6 +108,12 @@ def _model(request: web.Request) -> _Target:
     svc = parts.config.service(name)
     if svc is not None:
         check_served(svc, parts.backends, name)  # user code that declares no tensors: what to add
+        # A kind with no V2 form: say so and what reaches it, rather than that it does not exist.
+        use = "its queue: POST /api/predict/" if svc.processor == "queue" else "EAS: POST /api/predict/"
+        raise proto.KServeRequestError(
+            f"model {name!r} is not served over V2: it is a {svc.processor} service; call it over {use}{name}",
+            404,
+        )
     raise proto.KServeRequestError(f"model {name!r} not found", 404)
 
 
