@@ -21,6 +21,7 @@ from typing import Any
 
 from gateway.config.catalog import DECLARED_INPUTS, DEVICE_PROCESSORS, MODEL_PROCESSORS, ONE_INPUT
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
+from gateway.config.ports import port_clashes
 from gateway.config.sections import (
     AdminConfig,
     BatchingConfig,
@@ -49,6 +50,7 @@ from gateway.config.values import entry_path as _entry
 from gateway.config.values import expand as _expand
 from gateway.config.values import model_path as _model_path
 from gateway.config.values import open_service_warnings as open_service_warnings
+from gateway.config.values import respelt as _respelt
 from gateway.config.values import tokens_of as _tokens_of
 
 _UNSET = object()  # an entry that could not be expanded
@@ -259,11 +261,13 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix}: expected a mapping, got {type(raw).__name__}")
     errs = _Errors()
+    # A misspelt key is read as the key it is close to: the misspelling is its one error.
+    given, raw = raw, _respelt(raw, _SERVICE_KEYS)
     name = errs.check(_str, raw.get("name"), f"{prefix}.name", default="")
     if name and not SERVICE_NAME_RE.match(name):
         errs.add(f"{prefix}.name: {name!r} must match {SERVICE_NAME_RE.pattern}")
     where = f"{prefix} ({name})" if name else prefix
-    errs.check(_check_keys, raw, _SERVICE_KEYS, where)
+    errs.check(_check_keys, given, _SERVICE_KEYS, where)
     processor = errs.check(_str, raw.get("processor"), f"{where}.processor", default="")
     if processor and processor not in PROCESSORS:
         errs.add(f"{where}.processor: must be one of {', '.join(PROCESSORS)}, got {processor!r}")
@@ -512,8 +516,11 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         seen.add(svc.name)
     errs.check(check_pipelines, services)
     _check_explainers(services, errs)
+    cfg = apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
+    for clash in port_clashes(cfg.gateway, admin):
+        errs.add(clash)
     errs.raise_any()
-    return apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
+    return cfg
 
 
 def _check_explainers(services: Sequence[ServiceConfig], errs: _Errors) -> None:
@@ -553,13 +560,15 @@ def apply_env_overrides(cfg: Config, environ: Mapping[str, str] | None = None) -
 def load_config(path: str | os.PathLike[str]) -> Config:
     import yaml
 
+    from gateway.config.located import load_yaml
+
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"config: cannot read {p}: {exc.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)  # safe_load, keeping each key's line for the errors that name one
     except yaml.YAMLError as exc:
         raise ConfigError(f"config: {p} is not valid YAML: {exc}") from None
     return parse_config(raw, source=str(p))
