@@ -88,7 +88,7 @@ def _check_contents(sdist: Path, wheel: Path) -> None:
         (meta,) = (n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = zf.read(meta).decode()
         (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
-        assert "eas-gateway = gateway.cli:main" in zf.read(entry_points).decode()
+        assert "eas-gateway = gateway.__main__:run" in zf.read(entry_points).decode()
     for path in (
         "eas_sdk/py.typed",
         "gateway/py.typed",
@@ -253,3 +253,24 @@ def test_the_readme_path_builds_the_samples_serves_them_and_stops(installed: Ins
     for service in ("digits", "echo", "jobs", "digits-async", "cs"):
         assert service in status, status
     assert proc.returncode == 0, (checkout / "gateway.log").read_text()
+
+
+@pytest.mark.package
+@pytest.mark.timeout(300)
+def test_the_sdk_alone_installs_without_server_packages(installed: Installed, tmp_path: Path) -> None:
+    """``pip install dist/...whl``: the SDK imports, and ``eas-gateway`` says which extra it
+    needs instead of an ImportError's traceback."""
+    venv = tmp_path / "sdk-only"
+    _run([sys.executable, "-m", "venv", str(venv)], tmp_path, 120)
+    py = str(venv / "bin" / "python")
+    constraints = str(ROOT / "requirements" / "constraints.txt")
+    _run([py, "-m", "pip", "install", "-q", "-c", constraints, str(installed.wheel)], tmp_path, 240)
+    _run([py, "-c", "from eas_sdk import PredictClient, TFRequest"], tmp_path, 60)
+    out = subprocess.run(
+        [str(venv / "bin" / "eas-gateway"), "serve", "--model", "model.onnx"],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert "missing here: aiohttp, onnxruntime, PyYAML" in out.stderr, out.stderr
+    assert '.whl[gateway]"' in out.stderr, out.stderr
