@@ -107,7 +107,7 @@ def usage(url: str, cfg: Config, metadata: dict[str, Any]) -> str:
         imports = "import os; " if svc.tokens else ""
         lines += [
             f"service {svc.name}: {svc.model}",
-            f"  python (this SDK; eas-prediction: from eas_prediction import PredictClient): {imports}"
+            f"  python (this SDK; eas-prediction the same, from eas_prediction): {imports}"
             f"from eas_sdk import PredictClient; client = PredictClient({endpoint!r}, {svc.name!r}){token}; "
             "client.init()",
         ]

@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -92,8 +93,43 @@ def _status(gw: GatewayProcess, path: str) -> int:
             return exc.code
 
 
+def _wide_model(path: Path) -> Path:
+    """A model whose input (1 x 3 x 16 x 16) is too long for a call hint to write out."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["image"], ["same"])],
+        "wide",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("same", TensorProto.FLOAT, [1, 3, 16, 16])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def _hint(out: str, service: str, kind: str) -> str:
+    """The command the gateway printed for ``service`` after ``kind``'s label."""
+    block = out.split(f"service {service}: ", 1)[1]
+    return next(line for line in block.splitlines() if line.startswith(f"  {kind}")).split(": ", 1)[1]
+
+
 def test_serve_model_prints_how_to_call_it(tmp_path: Path, digits_model: Path) -> None:
-    args = ("--model", str(digits_model), "--name", "digits", "--workers", "2", "--token", TOKEN)
+    wide = _wide_model(tmp_path / "wide.onnx")
+    args = (
+        "--model",
+        str(digits_model),
+        "--name",
+        "digits",
+        "--model",
+        str(wide),
+        "--workers",
+        "2",
+        "--token",
+        TOKEN,
+    )
     gw = GatewayProcess.start({}, tmp_path / "gw", serve_args=args, env={"EASGW_DATA_DIR": str(tmp_path)})
     try:
         out = gw.output()
@@ -101,8 +137,26 @@ def test_serve_model_prints_how_to_call_it(tmp_path: Path, digits_model: Path) -
         python_line = f"client = PredictClient('127.0.0.1:{gw.port}', 'digits'); client.set_token("
         assert python_line in out
         assert f'curl -H "Authorization: $EAS_TOKEN" {gw.url}/v2/models/digits/infer -d ' in out
-        assert '"name": "input", "shape": [1, 64], "datatype": "FP32"' in out
+        assert '"name": "input", "shape": [1, 64], "datatype": "FP32", "data": [0.0, 0.0, ' in out
         assert TOKEN not in out  # the token is never printed
+        # Every hint runs as printed, pasted into a shell (curl) or Python, with the token set.
+        env = {**os.environ, "EAS_TOKEN": TOKEN}
+        for service, outputs in (("digits", {"label", "probabilities"}), ("wide", {"same"})):
+            curl = subprocess.run(
+                ["bash", "-c", _hint(out, service, "curl")],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            answer = json.loads(curl.stdout)
+            assert {o["name"] for o in answer["outputs"]} >= outputs, (curl.stdout, curl.stderr)
+        python = _hint(out, "digits", "python")
+        ran = subprocess.run(
+            [sys.executable, "-c", python], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert "python3 -c " in _hint(out, "wide", "curl")  # 768 zeros: made by Python, not written out
         gw.wait_workers_ready("digits", 2)
         label = _eas_label(gw, "digits", TOKEN)
         assert _triton(gw, "digits", TOKEN) == {"ready": True, "label": label}
@@ -142,6 +196,10 @@ def test_model_repository_follows_the_folder(tmp_path: Path, digits_model: Path)
         )
         assert _triton(gw, "digits") == {"ready": True, "label": label}
         assert _status(gw, "/v2/models/multi/ready") == 200
+        # Reported as the version its folder names, as Triton does.
+        with urllib.request.urlopen(gw.url + "/v2/models/digits", timeout=10) as r:
+            assert json.loads(r.read())["versions"] == ["2"]
+        assert _status(gw, "/v2/models/digits/versions/2/ready") == 200
 
         # Removed: unloaded.
         (repo / "multi.onnx").unlink()
@@ -152,3 +210,20 @@ def test_model_repository_follows_the_folder(tmp_path: Path, digits_model: Path)
         assert re.search(r"model repository \S+: added multi", gw.output())
     finally:
         assert gw.stop() == 0
+
+
+def test_serve_model_that_cannot_load_exits_1_with_the_load_error(tmp_path: Path) -> None:
+    """Not ready is never announced: no listening line, no call hints, the load error and exit 1."""
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not a model")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--model", str(junk), "--port", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "EASGW_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""  # neither "gateway listening on" nor how to call it
+    failed = [line for line in proc.stderr.splitlines() if "start-up failed" in line]
+    assert len(failed) == 1, proc.stderr
+    assert "service junk cannot serve: its workers failed to start: " in failed[0]
+    assert "junk.onnx" in failed[0] and "ready" not in proc.stderr.split("start-up failed", 1)[1], proc.stderr
