@@ -28,6 +28,7 @@ from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.middleware import gateway_middleware
 from gateway.manage.manager import GatewayParts, ServiceManager
 from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.payloads import PayloadLog
 from gateway.queue.interfaces import QueueService
 
 if TYPE_CHECKING:  # imported on use: only a gateway with pipelines loads them
@@ -119,6 +120,8 @@ def create_app(
     qm: QueueService | None = None
     if queue_services(config):
         qm = (queue_factory or _default_queue_factory)(config)
+    # A sample of the calls of services with a payload_log, written as CloudEvents to their sinks.
+    payloads = PayloadLog(registry, gw.payload_log_buffer, lambda: qm.queues if qm is not None else None)
     plane = DataPlane(
         [*config.services, *older],
         backends,
@@ -128,6 +131,7 @@ def create_app(
         max_response_bytes=gw.max_response_bytes,
         signature=SignaturePolicy.of(gw),
         replay=replay_cache(gw),
+        payloads=payloads,
     )
     for pipeline in pipelines.values():  # their model steps call other services through it
         pipeline.attach(plane)
@@ -166,6 +170,8 @@ def create_app(
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    # After _lifecycle: the payload log writes what it holds before the queue store closes.
+    app.cleanup_ctx.append(_payload_log(payloads))
     if gw.grpc_port:
         # After _lifecycle: gRPC listens once the pools start and stops before they do.
         from gateway.fronts.grpc.server import grpc_lifecycle
@@ -185,6 +191,14 @@ def create_app(
 
         cluster_serving_redis.setup(app)
     return app
+
+
+def _payload_log(payloads: PayloadLog) -> Any:
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        yield
+        await payloads.aclose(app[GATEWAY_KEY].config.gateway.shutdown_timeout_s)
+
+    return ctx
 
 
 async def _end_queue_streams(app: web.Application) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.catalog import DECLARED_INPUTS, DEVICE_PROCESSORS, MODEL_PROCESSORS, ONE_INPUT
+from gateway.config.payload_log import PayloadLogConfig, check_payload_sinks, parse_payload_log
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
 from gateway.config.ports import port_clashes
 from gateway.config.sections import (
@@ -113,6 +114,8 @@ class ServiceConfig:
     remote_workers: RemoteWorkersConfig | None = None
     # The service's own EAS signature Date window (see GatewayConfig); None: the gateway's.
     signature_max_skew_s: float | str | None = None
+    # A share of the calls written as CloudEvents to a sink (gateway.config.payload_log); None: off.
+    payload_log: PayloadLogConfig | None = None
     # Another service that explains this model's calls (KServe's ``:explain``), given the same
     # inputs; None: the model's own processor explains them, when it can.
     explainer: str | None = None
@@ -153,6 +156,8 @@ class GatewayConfig:
     # Restarts of a failing worker back off exponentially up to this many seconds.
     restart_backoff_max_s: float = 30.0
     health_interval_s: float = 1.0
+    # Payload log events waiting for their sinks, all services together; past it one is dropped.
+    payload_log_buffer: int = 10000
     # How often the status page's history (the last hour, kept by the gateway) takes a point.
     status_history_interval_s: float = 5.0
     access_log: bool = True
@@ -251,6 +256,7 @@ _SERVICE_KEYS = {
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
+    "payload_log",
     "device", "explainer",
 }  # fmt: skip
 
@@ -326,6 +332,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
             _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
         ),
         "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
+        "payload_log": errs.check(parse_payload_log, raw.get("payload_log"), f"{where}.payload_log"),
         "signature_max_skew_s": None
         if raw.get("signature_max_skew_s") is None
         else errs.check(_max_skew, raw["signature_max_skew_s"], f"{where}.signature_max_skew_s"),
@@ -446,6 +453,8 @@ def _gateway(raw: Any) -> GatewayConfig:
         errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
     if gw.grpc_port > 65535:
         errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
+    if gw.payload_log_buffer < 1:
+        errs.add("gateway.payload_log_buffer: must be >= 1")
     if gw.status_history_interval_s <= 0:
         errs.add("gateway.status_history_interval_s: must be > 0")
     if gw.log_format not in ("text", "json"):
@@ -515,6 +524,8 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
             errs.add(f"services: duplicate service name {svc.name!r}")
         seen.add(svc.name)
     errs.check(check_pipelines, services)
+    for problem in check_payload_sinks(services):
+        errs.add(problem)
     _check_explainers(services, errs)
     cfg = apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
     for clash in port_clashes(cfg.gateway, admin):

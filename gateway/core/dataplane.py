@@ -54,6 +54,7 @@ from gateway.core.calls import (
     WorkerResponse,
 )
 from gateway.core.metadata import declared_dtypes
+from gateway.core.observers import DispatchObserver, PayloadObserver, logged
 from gateway.core.parse_pool import parse_off_loop
 from gateway.lean_http.wire import Headers
 
@@ -111,21 +112,6 @@ class BodyReader(Protocol):
 Body = bytes | BodyReader
 
 
-class DispatchObserver(Protocol):
-    """Told of every call a backend ran (the gateway's metrics): ``svc`` is the service that
-    ran it, an older model version's own (``name@version``) included."""
-
-    def observe_dispatch(
-        self, svc: ServiceConfig, status: int, seconds: float, compute_us: int, body: bytes
-    ) -> None:
-        """The backend answered (``status``, ``body``: its answer, read only when it failed)."""
-        ...
-
-    def observe_failure(self, svc: ServiceConfig, error: errors.GatewayError, seconds: float) -> None:
-        """The backend did not answer: refused, timed out, lost its worker; or too large."""
-        ...
-
-
 class InferStats:
     """Per-service call figures, as Triton's statistics extension reports them."""
 
@@ -162,6 +148,7 @@ class DataPlane:
         max_response_bytes: int = 0,
         signature: SignaturePolicy = STRICT,
         replay: ReplayCache | None = None,
+        payloads: PayloadObserver | None = None,
     ) -> None:
         # The first service of a name wins, as in the configuration's own lookup.
         self.services: dict[str, ServiceConfig] = {}
@@ -176,6 +163,8 @@ class DataPlane:
         # What an EAS signature must carry, and the optional cache of signatures seen.
         self.signature = signature
         self.replay = replay
+        # Told of the calls of services with a payload log (None: no payload log anywhere).
+        self.payloads = payloads
         # (service or queue name, raw token) pairs that verified. Tokens come from the config,
         # so a success stays one; a signature covers one call and is always checked. Bounded.
         self._verified: dict[tuple[str, str], None] = {}
@@ -262,9 +251,10 @@ class DataPlane:
         if tokens and (svc.name, auth) not in self._verified:  # a raw token seen before passes
             self._authenticate(svc, headers, raw_path, data)
         timeout = self._budget(svc, deadline, arrived)
-        return await self._dispatch(
-            svc, headers, data, subpath=subpath, request_id=request_id, timeout=timeout
-        )
+        call = self._dispatch(svc, headers, data, subpath=subpath, request_id=request_id, timeout=timeout)
+        if svc.payload_log is None or self.payloads is None:
+            return await call
+        return await logged(self.payloads, svc, request_id, headers, data, call)
 
     async def queue_call(
         self,
@@ -322,11 +312,13 @@ class DataPlane:
         self._authenticate(svc, headers, raw_path, data)
         timeout = self._budget(svc, deadline, arrived)
         call, inputs, outputs = await decode(data or b"")
-        arrays = await self._tensors(
+        work = self._tensors(
             runs or svc, inputs, outputs, request_id=request_id, timeout=timeout, declared=declared,
             extra=extra, answer_headers=answer_headers,
         )  # fmt: skip
-        return call, arrays
+        if svc.payload_log is None or self.payloads is None:
+            return call, await work
+        return call, await logged(self.payloads, runs or svc, request_id, headers, data or inputs, work)
 
     async def arrays_call(
         self,
@@ -354,11 +346,13 @@ class DataPlane:
         self._authenticate(svc, headers, raw_path, data)
         timeout = self._budget(svc, deadline, arrived)
         call, form = await decode(data)
-        arrays = await self._arrays(
+        work = self._arrays(
             runs or svc, form, request_id=request_id, timeout=timeout, max_values=max_values, extra=extra,
             answer_headers=answer_headers,
         )  # fmt: skip
-        return call, arrays
+        if svc.payload_log is None or self.payloads is None:
+            return call, await work
+        return call, await logged(self.payloads, runs or svc, request_id, headers, data, work)
 
     async def record_call(
         self,
@@ -376,9 +370,12 @@ class DataPlane:
         (default: the service's timeout)."""
         if timeout is None:
             timeout = svc.timeout_ms / 1000.0
-        return await self._dispatch(
+        call = self._dispatch(
             svc, headers, body, request_id=request_id, timeout=timeout, content_type=content_type
         )
+        if svc.payload_log is None or self.payloads is None:
+            return await call
+        return await logged(self.payloads, svc, request_id, headers, body, call)
 
     async def record_arrays_call(
         self, svc: ServiceConfig, body: bytes, *, request_id: str
@@ -386,7 +383,10 @@ class DataPlane:
         """A batch of records in the onnx processor's JSON form, read from a stream the gateway
         serves (Cluster Serving's Redis stream: no credentials travel with a record), within
         the service's timeout. -> the output arrays (see :meth:`_arrays`)."""
-        return await self._arrays(svc, body, request_id=request_id, timeout=svc.timeout_ms / 1000.0)
+        work = self._arrays(svc, body, request_id=request_id, timeout=svc.timeout_ms / 1000.0)
+        if svc.payload_log is None or self.payloads is None:
+            return await work
+        return await logged(self.payloads, svc, request_id, {}, body, work)
 
     def authorize(
         self, svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None = None
@@ -740,5 +740,7 @@ __all__ = [
     "Body",
     "BodyReader",
     "DataPlane",
+    "DispatchObserver",
     "InferStats",
+    "PayloadObserver",
 ]
