@@ -1,7 +1,7 @@
 """The Grafana dashboard (``deploy/grafana/easkit-gateway.json``) asks only for metrics the
 gateway exports: every metric named in its queries is read from ``/metrics`` of a running
 gateway serving every kind of service the panels show (a worker pool, a queue, an
-asynchronous service) after a call to each."""
+asynchronous service, a payload log) after a call to each."""
 
 from __future__ import annotations
 
@@ -63,7 +63,13 @@ def test_every_query_names_a_metric_the_gateway_exports(gateway_factory: Any, tm
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     config = {
         "services": [
-            {"name": "echo", "processor": "python", "entry": ECHO, "workers": 1},
+            {
+                "name": "echo",
+                "processor": "python",
+                "entry": ECHO,
+                "workers": 1,
+                "payload_log": {"sink": f"file://{tmp_path}/payloads.jsonl"},
+            },
             {"name": "jobs", "processor": "queue"},
             {"name": "later", "processor": "python", "entry": ECHO, "workers": 1, "async": True},
         ],
