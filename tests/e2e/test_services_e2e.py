@@ -295,3 +295,80 @@ def test_create_roll_and_scale_show_their_progress(env: dict[str, Any]) -> None:
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert out.stdout.strip() == "service slowroll scaled to 2 worker(s) (2/2 ready)"
     assert cli(gw, "services", "delete", "slowroll").returncode == 0
+
+
+def _send(url: str, method: str, body: bytes, content_type: str = "application/json") -> tuple[int, Any]:
+    req = urllib.request.Request(
+        url,
+        data=body,
+        method=method,
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": content_type},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+
+_OTHER = json.dumps({"name": "other", "processor": "python", "public": True, "entry": ECHO_ENTRY}).encode()
+# Each admin call with a body it cannot use -> what the 400's message says.
+BAD_BODIES: list[tuple[str, str, bytes, str]] = [
+    ("POST", "/admin/services", b'{"name": "x",', "the body is not valid JSON"),
+    ("POST", "/admin/services", b"[1, 2]", "service: expected a mapping, got list"),
+    ("PUT", "/admin/services/echo", b"", "the body is empty"),
+    ("PUT", "/admin/services/echo", _OTHER, "the description names service 'other', not 'echo'"),
+    (
+        "POST",
+        "/admin/services/echo/scale",
+        b'{"workers": "many"}',
+        "workers: expected an integer from 1 to 64",
+    ),
+    ("POST", "/admin/services/echo/scale", b"[3]", 'expected {"workers": N}'),
+    ("GET", "/admin/services", b"{}", "GET /admin/services takes no body"),
+    ("GET", "/admin/services/echo", b"{}", "GET /admin/services/echo takes no body"),
+    ("DELETE", "/admin/services/echo", b'{"force": true}', "DELETE /admin/services/echo takes no body"),
+    ("GET", "/admin/status", b"{}", "GET /admin/status takes no body"),
+    ("POST", "/admin/reload", b"services: []", "POST /admin/reload takes no body"),
+    ("GET", "/admin/openapi.json", b"{}", "GET /admin/openapi.json takes no body"),
+    ("GET", "/admin/services/echo/groups", b"{}", "GET /admin/services/echo/groups takes no body"),
+    ("DELETE", "/admin/services/echo/groups/g", b"{}", "DELETE /admin/services/echo/groups/g takes no body"),
+]
+
+
+def test_every_admin_call_answers_a_bad_body_with_400_and_what_is_wrong(env: dict[str, Any]) -> None:
+    gw = env["gw"]
+    base = admin_url(gw)
+    for method, path, body, message in BAD_BODIES:
+        status, doc = _send(base + path, method, body)
+        assert (status, doc["code"]) == (400, "BadRequest"), (method, path, status, doc)
+        assert message in doc["message"], (method, path, doc)
+    # Every call the API describes is among them, and nothing was changed by any.
+    from gateway.fronts.admin.openapi import OPENAPI
+
+    def template(path: str) -> str:
+        return re.sub(r"/services/echo", "/services/{name}", path).replace("/groups/g", "/groups/{group}")
+
+    covered = {(m.lower(), template(p)) for m, p, _, _ in BAD_BODIES}
+    described = {(m, p) for p, item in OPENAPI["paths"].items() for m in item if m != "parameters"}
+    assert described | {("get", "/admin/openapi.json")} == covered
+    assert set(gw.services()) >= {"echo"}
+
+
+def test_create_exits_1_when_the_service_does_not_become_ready(env: dict[str, Any]) -> None:
+    gw, tmp = env["gw"], env["tmp"]
+    bad = tmp / "models" / "never.onnx"
+    bad.write_bytes(b"not a model")
+    spec = tmp / "never.yaml"
+    spec.write_text(yaml.safe_dump({"name": "never", "processor": "onnx", "public": True, "model": str(bad)}))
+    out = cli(gw, "services", "create", "-f", str(spec))
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert out.stdout.startswith("service never created (0/1 workers ready; not ready: "), out.stdout
+    assert "eas-gateway: service never is not ready: its workers failed to start" in out.stderr
+    assert "never.onnx" in out.stderr
+    assert cli(gw, "services", "delete", "never").returncode == 0
+    out = cli(gw, "services", "create", "--no-wait", "-f", str(spec))  # as before: taken, not waited for
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("service never created (0/1 workers ready; not ready: "), out.stdout
+    assert cli(gw, "services", "delete", "never").returncode == 0
