@@ -51,6 +51,7 @@ async def serve(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     processor = create_processor(service)
+    processor.max_response_bytes = gateway.max_response_bytes
     try:
         processor.load()
         # Asked once, here: a processor whose metadata cannot be given does not start.

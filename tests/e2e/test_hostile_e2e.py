@@ -23,10 +23,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import numpy as np
 import psutil
 import pytest
+import yaml
 
 from eas_sdk import QueueClient
+from gateway._proto import grpc_service_pb2 as pb
+from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess, raw_post
 from tests.waiting import wait_until
 
@@ -381,6 +386,9 @@ def test_a_body_over_the_size_limit_is_413_not_429_on_every_route(gw: GatewayPro
 FILL = 0.123456789
 FILL_TEXT = b"0.12345679"
 LIMIT = 64 << 20
+# The fill worker's growth for a 36 MB output refused as JSON: the output and ONNX Runtime's
+# arena for it, not the 180 MB of text an encoding before the check would hold.
+WORKER_BOUND_MB = 120
 
 
 def _fill_model(path: Path) -> Path:
@@ -419,8 +427,11 @@ def answers_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProc
     sys.path.insert(0, str(ROOT / "samples"))
     from build_cluster_serving_model import build
 
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        grpc_port = sock.getsockname()[1]
     config = {
-        "gateway": {"max_response_bytes": LIMIT},
+        "gateway": {"max_response_bytes": LIMIT, "grpc_port": grpc_port},
         "services": [
             {"name": "cs", "processor": "onnx", "model": str(build(work / "models")), "token": TOKEN},
             {
@@ -554,3 +565,99 @@ def test_a_pipeline_answer_past_the_limit_is_refused_before_it_is_encoded(answer
     assert "the answer would be about 2" in doc["message"], doc
     assert "gateway.max_response_bytes" in doc["message"], doc
     probe.check(p99_bound_s=None)
+
+
+def _grpc_fill(gw: GatewayProcess, dims: list[int], typed: bool) -> Any:
+    """One V2 gRPC call of the fill model: its answer, or the RpcError it raised."""
+    port = int(yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"])
+    req = pb.ModelInferRequest(model_name="fill")
+    tensor = req.inputs.add(name="dims", datatype="INT64", shape=[1, 2])
+    if typed:  # KServe's client with plain lists: the answer comes in typed contents too
+        tensor.contents.int64_contents.extend(dims)
+    else:
+        req.raw_input_contents.append(np.asarray(dims, np.int64).tobytes())
+    options = [("grpc.max_receive_message_length", -1)]
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        try:
+            return stub.ModelInfer(req, metadata=(("authorization", TOKEN),), timeout=60)
+        except grpc.RpcError as exc:
+            return exc
+
+
+def test_a_typed_grpc_answer_is_built_within_the_memory_bound(answers_gw: GatewayProcess) -> None:
+    """9 million float32 values in fp32_contents (36 MB): written from the model's output as
+    the packed field's bytes (a Python float per value took the gateway past the bound)."""
+    with Probe(answers_gw, helpers=True, check_latency=False) as probe:
+        first = _grpc_fill(answers_gw, [3000, 3000], typed=True)
+        deadline = time.monotonic() + 60
+        while len(probe.latencies) < 20 and time.monotonic() < deadline:
+            assert isinstance(_grpc_fill(answers_gw, [3000, 3000], typed=True), pb.ModelInferResponse)
+    assert isinstance(first, pb.ModelInferResponse), first
+    (out,) = first.outputs
+    assert (out.datatype, list(out.shape)) == ("FP32", [1, 3000, 3000]) and not first.raw_output_contents
+    values = np.asarray(out.contents.fp32_contents, dtype=np.float32)
+    assert values.size == 9_000_000 and bool((values == np.float32(FILL)).all())
+    probe.check(p99_bound_s=None)
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["raw", "typed"])
+def test_a_grpc_answer_past_the_limit_is_refused_before_it_is_built(
+    answers_gw: GatewayProcess, typed: bool
+) -> None:
+    """An 81 MB answer against the 64 MB limit: RESOURCE_EXHAUSTED naming the size, the
+    limit and the setting, the message never built; a smaller one of the same kind answers."""
+    with Probe(answers_gw, helpers=True, check_latency=False) as probe:
+        got = _grpc_fill(answers_gw, [4500, 4500], typed=typed)
+        deadline = time.monotonic() + 60
+        while len(probe.latencies) < 20 and time.monotonic() < deadline:
+            assert isinstance(_grpc_fill(answers_gw, [4500, 4500], typed=typed), grpc.RpcError)
+    assert isinstance(got, grpc.RpcError), got
+    assert got.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, got  # type: ignore[attr-defined]
+    details = got.details()  # type: ignore[attr-defined]
+    assert f"over the limit of {LIMIT} bytes" in details and "gateway.max_response_bytes" in details, details
+    probe.check(p99_bound_s=None)
+    small = _grpc_fill(answers_gw, [30, 20], typed=typed)
+    assert isinstance(small, pb.ModelInferResponse), small
+    if typed:
+        assert list(small.outputs[0].contents.fp32_contents) == [np.float32(FILL)] * 600
+    else:
+        assert np.frombuffer(small.raw_output_contents[0], np.float32).tolist() == [np.float32(FILL)] * 600
+
+
+def test_the_worker_refuses_an_answer_past_the_limit_before_encoding_it(answers_gw: GatewayProcess) -> None:
+    """An EAS call in the JSON form for a 36 MB model output: some 180 MB as text, refused by
+    the worker from its estimate; the worker's memory grows by the model's output, not by
+    the text it would have written."""
+    worker = psutil.Process(answers_gw.services()["fill"]["workers"][0]["pid"])
+    body = json.dumps(
+        {"inputs": {"dims": {"shape": [1, 2], "dtype": "int64", "data": [3000, 3000]}}}
+    ).encode()
+    base = peak = worker.memory_info().rss
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                peak = max(peak, worker.memory_info().rss)
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        status, _, answer = raw_post(
+            answers_gw.port, "/api/predict/fill", body, {"Authorization": TOKEN}, timeout=60
+        )
+    finally:
+        done.set()
+        sampler.join(5)
+    doc = json.loads(answer)
+    assert (status, doc["code"]) == (413, "ResponseTooLarge"), doc
+    assert (
+        "the answer would be about " in doc["message"] and "gateway.max_response_bytes" in doc["message"]
+    ), doc
+    grown_mb = (peak - base) / (1 << 20)
+    print(f"fill worker RSS growth {grown_mb:.1f} MB")
+    # The model's output (36 MB) and ONNX Runtime's arena for it; the text would be 180 MB more.
+    assert grown_mb <= WORKER_BOUND_MB, f"the worker grew {grown_mb:.0f} MB"

@@ -321,11 +321,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             if meta is not None:
                 order = order or [t.name for t in meta.outputs]
             order += [n for n in arrays if n not in order]
+            limit = self.plane.max_response_bytes
             build = functools.partial(
-                v2_grpc.infer_response, svc.name, request.id, arrays, order, typed=call.typed, version=version
-            )
+                v2_grpc.infer_response, svc.name, request.id, arrays, order,
+                typed=call.typed, version=version, limit=limit,
+            )  # fmt: skip
             if sum(a.size for a in arrays.values() if call.typed or a.dtype.kind in "OSU") > _LARGE:
-                resp = await asyncio.to_thread(build)  # element by element: off the event loop
+                resp = await asyncio.to_thread(build)  # a large answer: off the event loop
             else:
                 resp = build()
             status = 200

@@ -47,6 +47,10 @@ class Processor(ABC):
     # The ONNX Runtime execution providers the loaded model really runs on, as the worker's
     # readiness and the status page report them; None for a processor that has none.
     providers_used: list[str] | None = None
+    # The largest answer the worker may send (gateway.max_response_bytes; 0: no limit), set
+    # by what serves the processor: one that can tell an answer's size before encoding it
+    # refuses a larger one with 413 without building it.
+    max_response_bytes: int = 0
 
     def __init__(self, service: ServiceConfig) -> None:
         self.service = service

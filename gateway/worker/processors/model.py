@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from eas_sdk.codecs import eas
+from gateway.core import json_answer
 from gateway.core.calls import (
     RESPONSE_FORMAT_HEADER,
     TENSORS,
@@ -177,11 +178,30 @@ class ModelProcessor(Batchable[Prepared]):
         else:
             by_name = dict(zip(p.wanted, results, strict=True))
             arrays = [by_name.get(n) for n in self.output_names]
+        self._check_size(p, arrays)
         try:
             body, ctype = eas.encode_response(p.decoded, self.output_names, arrays, p.indices)  # type: ignore[arg-type]
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message, status=500, code="InternalError") from None
         return WorkerResponse(200, body, ctype)
+
+    def _check_size(self, p: Prepared, arrays: list[np.ndarray | None]) -> None:
+        """Refuse an answer past the response limit before it is encoded: its size from the
+        outputs it would hold (their bytes in a protobuf answer, a sample of their text in
+        the JSON form), not from the encoded body (a JSON answer is several times the
+        model's output, all of it built in the worker before the limit was applied)."""
+        limit = self.max_response_bytes
+        if not limit:
+            return
+        sel = [a for a in (arrays[i] for i in dict.fromkeys(p.indices)) if a is not None]
+        if p.decoded.kind in ("tf", "torch", "blade"):
+            size, qualifier = sum(json_answer.raw_size(a) for a in sel), ""
+        else:
+            size, qualifier = sum(json_answer.array_estimate(np.asarray(a)) for a in sel), "about"
+        try:
+            json_answer.check(size, limit, qualifier)
+        except json_answer.AnswerTooLarge as exc:
+            raise ProcessorError(str(exc), status=exc.status, code=exc.code) from None
 
     def _run_one(self, p: Prepared) -> WorkerResponse:
         return self._encode(p, self.run(p.wanted, p.feeds))

@@ -132,3 +132,40 @@ def test_output_parameters() -> None:
     req.outputs.add(name="y")
     with pytest.raises(TensorError, match="requested twice"):
         v2_grpc.parse_infer(req)
+
+
+_EDGES = {
+    "INT8": np.array([-128, -1, 0, 127], np.int8),
+    "INT16": np.array([-32768, 300, 32767], np.int16),
+    "INT32": np.array([-(2**31), -1, 0, 127, 128, 2**31 - 1], np.int32),
+    "INT64": np.array([-(2**63), -1, 0, 2**35, 2**63 - 1], np.int64),
+    "UINT8": np.array([0, 128, 255], np.uint8),
+    "UINT16": np.array([0, 65535], np.uint16),
+    "UINT32": np.array([0, 128, 2**32 - 1], np.uint32),
+    "UINT64": np.array([0, 1 << 35, 2**64 - 1], np.uint64),
+    "FP32": np.array([[0.1, -2.5], [np.inf, np.nan]], np.float32),
+    "FP64": np.array([1e-300, -0.0, 3.5]),
+    "BOOL": np.array([True, False, True]),
+}
+
+
+@pytest.mark.parametrize("datatype", sorted(_EDGES))
+def test_typed_answers_are_what_protobuf_builds_element_by_element(datatype: str) -> None:
+    """The packed bytes written from the array are the message protobuf's own per-element
+    build makes, byte for byte, edge values and an empty tensor included."""
+    for arr in (_EDGES[datatype], _EDGES[datatype][:0]):
+        got = v2_grpc.infer_response("m", "r", {"y": arr}, ["y"], typed=True)
+        want = pb.ModelInferResponse(model_name="m", model_version="1", id="r")
+        out = want.outputs.add(name="y", datatype=datatype, shape=arr.shape)
+        getattr(out.contents, v2_grpc.CONTENTS_FIELD[datatype]).extend(arr.reshape(-1).tolist())
+        assert got.SerializeToString() == want.SerializeToString(), datatype
+        assert v2_grpc.typed_size(arr, datatype) <= len(out.contents.SerializeToString())
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_an_answer_past_the_limit_is_refused_before_it_is_built(typed: bool) -> None:
+    arr = np.zeros((1000, 1000), np.float32)  # 4 MB in either form
+    with pytest.raises(v2_grpc.json_answer.AnswerTooLarge) as info:
+        v2_grpc.infer_response("m", "r", {"y": arr}, ["y"], typed=typed, limit=1 << 20)
+    assert "4000000 bytes" in str(info.value) and "gateway.max_response_bytes" in str(info.value)
+    assert v2_grpc.infer_response("m", "r", {"y": arr}, ["y"], typed=typed, limit=8 << 20).outputs
