@@ -165,7 +165,7 @@ class PythonProcessor(Processor):
             raise ProcessorError(exc.message) from None
         feeds = binding.bind(decoded)
         declared = [t.name for t in binding.outputs]
-        if declared:
+        if declared and method != EXPLAIN:
             indices = user_tensors.select(decoded, declared)  # an unknown output: 400 before the run
         if decoded.kind == "json" and req.header(RESPONSE_FORMAT_HEADER) == "tf":
             decoded = replace(decoded, kind="tf")
@@ -176,9 +176,11 @@ class PythonProcessor(Processor):
             raise ProcessorError(
                 f"{method}() raised {type(exc).__name__}: {exc}".rstrip(": "), code="ProcessorError"
             ) from None
-        outputs = binding.outputs_of(result, method)
-        names = declared or list(outputs)
-        if not declared:
+        outputs = binding.outputs_of(result, method, every=method != EXPLAIN)
+        if declared and method != EXPLAIN:
+            names = declared
+        else:  # an explanation may name tensors of its own, selected once they are known
+            names = [*(n for n in declared if n in outputs), *(n for n in outputs if n not in declared)]
             indices = user_tensors.select(decoded, names)
         try:
             body, ctype = eas.encode_response(decoded, names, [outputs[n] for n in names], indices)

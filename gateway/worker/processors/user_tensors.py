@@ -74,14 +74,15 @@ class Binding:
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message) from None
 
-    def outputs_of(self, result: Any, method: str) -> dict[str, np.ndarray]:
+    def outputs_of(self, result: Any, method: str, *, every: bool = True) -> dict[str, np.ndarray]:
         """What ``method`` returned, as arrays by output name, each checked against its
-        declaration (cast when that loses nothing of its kind). A result that does not fit is
-        the code's defect: 500 naming the output."""
+        declaration (cast when that loses nothing of its kind). ``every``: each declared
+        output must be there (predict); else (explain) a mapping may name tensors of its own.
+        A result that does not fit is the code's defect: 500 naming the output."""
         names = [t.name for t in self.outputs]
         if isinstance(result, Mapping):
             items = {str(k): v for k, v in result.items()}
-            missing = [n for n in names if n not in items]
+            missing = [n for n in names if n not in items] if every else []
             if missing:
                 raise ProcessorError(f"{method}() returned no output {missing[0]!r}", 500, "ProcessorError")
         elif isinstance(result, np.ndarray) and len(names) == 1:
