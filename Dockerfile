@@ -11,7 +11,7 @@ COPY requirements/constraints.txt requirements/constraints.txt
 COPY eas_sdk eas_sdk
 COPY gateway gateway
 RUN python -m venv /opt/easkit \
-    && /opt/easkit/bin/pip install --no-cache-dir -c requirements/constraints.txt ".[gateway,redis,cluster-serving,images]"
+    && /opt/easkit/bin/pip install --no-cache-dir -c requirements/constraints.txt ".[gateway,redis,cluster-serving,s3,images]"
 
 FROM ${PYTHON_IMAGE}
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/easkit --create-home easkit

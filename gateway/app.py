@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gateway.backends.sourced import with_model_sources
 from gateway.config import Config, GatewayConfig, ServiceConfig
 from gateway.config.versions import version_services
 from gateway.core import parse_pool
@@ -103,7 +104,8 @@ def create_app(
     )
     registry = registry or CollectorRegistry(auto_describe=True)
     metrics = GatewayMetrics(registry, [s.name for s in config.services])
-    make_pool = pool_factory or _default_pool_factory
+    # A model named by a URL is fetched before its backend starts (gateway.backends.sourced).
+    make_pool = with_model_sources(pool_factory or _default_pool_factory)
     older = older_versions(config)
     backends: dict[str, ServiceBackend] = {
         s.name: make_pool(s, gw) for s in [*predict_services(config), *older] if s.pipeline is None

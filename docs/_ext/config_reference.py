@@ -40,6 +40,7 @@ _TYPES = {
     "tuple[str, ...]": "list of strings",
     "Mapping[str, Any]": "mapping",
     "Mapping[str, str]": "mapping of strings",
+    "tuple[ModelSource, ...]": "list of mappings",
 }
 _ROW = re.compile(r"^\|\s*`([A-Za-z0-9_.]+)`\s*\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
 

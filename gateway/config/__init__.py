@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.catalog import DECLARED_INPUTS, DEVICE_PROCESSORS, MODEL_PROCESSORS, ONE_INPUT
+from gateway.config.model_urls import ModelSource
 from gateway.config.payload_log import PayloadLogConfig, check_payload_sinks, parse_payload_log
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
 from gateway.config.ports import port_clashes
@@ -30,6 +31,7 @@ from gateway.config.sections import (
     QueueConfig,
     RemoteWorkersConfig,
 )
+from gateway.config.sources import parse_model_sources
 from gateway.config.values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
 from gateway.config.values import Errors as _Errors
 from gateway.config.values import as_bool as _bool
@@ -215,6 +217,11 @@ class GatewayConfig:
     advertise_host: str | None = None
     # Folders model and entry files must be in (after resolving links); empty: anywhere.
     model_dirs: tuple[str, ...] = ()
+    # Models named by a URL (gateway.config.model_urls): where their stores are and whose
+    # credentials to use, by URL prefix; and the folder they are downloaded to (None: the
+    # data_dir's ``models``), reused across restarts while the object is unchanged.
+    model_sources: tuple[ModelSource, ...] = ()
+    model_cache_dir: str | None = None
 
     @property
     def advertised_worker_host(self) -> str:
@@ -445,7 +452,12 @@ def _gateway(raw: Any) -> GatewayConfig:
     raw = _expand(raw, "gateway")
     # A number or a word: read here, not by the generic reader (which takes one type per key).
     skew = raw.pop("signature_max_skew_s", _UNSET) if isinstance(raw, dict) else _UNSET
+    sources = raw.pop("model_sources", None) if isinstance(raw, dict) else None
     gw, errs = _coerce_partial(GatewayConfig, raw, "gateway")
+    if sources is not None:
+        gw = replace(
+            gw, model_sources=errs.check(parse_model_sources, sources, "gateway.model_sources", default=())
+        )
     if skew is not _UNSET:
         skew = errs.check(_max_skew, skew, "gateway.signature_max_skew_s", default=gw.signature_max_skew_s)
         gw = replace(gw, signature_max_skew_s=skew)
@@ -483,6 +495,11 @@ def _admin(raw: Any) -> AdminConfig | None:
     return admin
 
 
+def source_prefixes(gw: GatewayConfig) -> tuple[str, ...]:
+    """The URL prefixes of the configured model sources (model URLs allowed with model_dirs)."""
+    return tuple(s.prefix for s in gw.model_sources)
+
+
 def parse_config(raw: Any, source: str | None = None) -> Config:
     """A parsed YAML document -> Config. Every error in it is reported at once (ConfigErrors,
     one line each, each naming its place in the file)."""
@@ -507,7 +524,9 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         parsed.append(None if expanded is _UNSET else errs.check(_service, expanded, i, base))
     for i, svc in enumerate(parsed):
         if svc is not None:
-            errs.check(check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})")
+            errs.check(
+                check_model_dirs, svc, gw.model_dirs, f"services[{i}] ({svc.name})", source_prefixes(gw)
+            )
     services = tuple(s for s in parsed if s is not None)
     if (
         gw.host in _EVERY_ADDRESS

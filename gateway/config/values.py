@@ -16,6 +16,7 @@ from typing import Any
 from gateway.config.catalog import FOLDER_MODELS, MODEL_PROCESSORS, PICKLE_PROCESSORS
 from gateway.config.files import ConfigError, check_file, resolve_path
 from gateway.config.located import line_of, relocated
+from gateway.config.model_urls import check_model_url, file_url_path, is_file_url, is_model_url
 from gateway.config.user_code import ENTRY_FORMS
 
 # signature_max_skew_s: accept the Date of a client in any time zone (gateway.core.auth).
@@ -294,7 +295,13 @@ def as_versions(
         number = as_int(key, f"{w} key {key!r}", lo=1, hi=2**31 - 1)
         if number in out:
             raise ConfigError(f"{w}: version {number} given twice")
-        resolved = resolve_path(as_str(path, f"{w}.{key}"), base, f"{w}.{key}")
+        value = as_str(path, f"{w}.{key}")
+        if is_model_url(value):  # fetched when the service starts (gateway.sources)
+            out[number] = check_model_url(value, f"{w}.{key}")
+            continue
+        if is_file_url(value):
+            value = file_url_path(value, f"{w}.{key}")
+        resolved = resolve_path(value, base, f"{w}.{key}")
         check_model(resolved, kind, f"{w}.{key}")
         out[number] = resolved
     return tuple((str(n), out[n]) for n in sorted(out))
@@ -307,10 +314,12 @@ def check_queue_backend(cfg: Any, where: str) -> None:
         )
 
 
-def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str) -> None:
+def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str, prefixes: tuple[str, ...] = ()) -> None:
     """Refuse a model or entry file outside the configured model directories (links and
     ``..`` resolved first, so neither can lead out of them). A service whose model is a
-    pickle (loading it runs code) needs model directories: it loads only from them."""
+    pickle (loading it runs code) needs model directories: it loads only from them. With
+    model directories, a model URL must start with one of ``prefixes`` (the configured model
+    sources'): the directories' counterpart for fetched models."""
     if not dirs:
         if svc.processor in PICKLE_PROCESSORS:
             raise ConfigError(
@@ -325,6 +334,13 @@ def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str) -> None:
     errs = Errors()
     for key, path in files:
         if path is None:
+            continue
+        if is_model_url(path):
+            if not any(path.startswith(p) for p in prefixes):
+                errs.add(
+                    f"{where}.{key}: with gateway.model_dirs set, a model URL must start with the "
+                    "prefix of one of gateway.model_sources"
+                )
             continue
         real = Path(path).resolve()
         if not any(real.is_relative_to(root) for root in roots):
@@ -374,6 +390,10 @@ def coerce_partial(cls: type, raw: Any, where: str) -> tuple[Any, Errors]:
 
 def model_path(raw: Mapping[str, Any], processor: str, base: Path | None, where: str) -> str | None:
     model = raw.get("model")
+    if is_model_url(model):  # fetched when the service starts (gateway.sources)
+        return check_model_url(model, f"{where}.model")
+    if is_file_url(model):
+        model = file_url_path(model, f"{where}.model")
     if processor in MODEL_PROCESSORS:
         model = resolve_path(as_str(model, f"{where}.model"), base, f"{where}.model")
         # Served only by remote workers: the file is on their hosts, not necessarily here.

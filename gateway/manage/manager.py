@@ -26,7 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.config import Config, ConfigError, ServiceConfig, check_model_dirs
+from gateway.config import (
+    Config,
+    ConfigError,
+    GatewayConfig,
+    ServiceConfig,
+    check_model_dirs,
+    source_prefixes,
+)
 from gateway.config.versions import version_services
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
@@ -121,7 +128,7 @@ class ServiceManager:
 
     # ------------------------------------------------------------------ changes (API)
     async def create(self, raw: Any) -> dict[str, Any]:
-        svc = _parse(raw, self.config.gateway.model_dirs)
+        svc = _parse(raw, self.config.gateway)
         async with self.lock:
             if svc.name in self.gw.dataplane.services:
                 raise errors.Conflict(f"service {svc.name!r} already exists; update it instead")
@@ -130,7 +137,7 @@ class ServiceManager:
         return self.describe(svc.name)
 
     async def update(self, name: str, raw: Any) -> dict[str, Any]:
-        svc = _parse(raw, self.config.gateway.model_dirs)
+        svc = _parse(raw, self.config.gateway)
         if svc.name != name:
             raise errors.BadRequest(f"the description names service {svc.name!r}, not {name!r}")
         async with self.lock:
@@ -347,10 +354,10 @@ def _older(svc: ServiceConfig) -> list[ServiceConfig]:
     return [v for v in version_services(svc).values() if v is not svc]
 
 
-def _parse(raw: Any, dirs: tuple[str, ...]) -> ServiceConfig:
+def _parse(raw: Any, gw: GatewayConfig) -> ServiceConfig:
     try:
         svc = parse_spec(raw)
-        check_model_dirs(svc, dirs, f"service ({svc.name})")
+        check_model_dirs(svc, gw.model_dirs, f"service ({svc.name})", source_prefixes(gw))
     except ConfigError as exc:
         raise errors.BadRequest(str(exc)) from None
     return svc

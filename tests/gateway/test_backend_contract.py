@@ -15,6 +15,7 @@ import pytest
 
 from gateway.backends.pipelines.backend import PipelineBackend
 from gateway.backends.pool import WorkerPool
+from gateway.backends.sourced import SourcedBackend
 from gateway.backends.threads import ThreadService
 from gateway.config import GatewayConfig, ServiceConfig, parse_config
 from gateway.core.backend import Backend, ServiceBackend
@@ -123,6 +124,11 @@ BACKENDS: dict[str, Callable[[], object]] = {
     "WorkerPool": lambda: WorkerPool(_service(), GatewayConfig()),
     "ThreadService": lambda: ThreadService(_service(placement="thread"), GatewayConfig()),
     "PipelineBackend": _pipeline,
+    "SourcedBackend": lambda: SourcedBackend(
+        WorkerPool(_service(), GatewayConfig()),
+        ServiceConfig(name="digits", processor="onnx", model="s3://models/digits.onnx"),
+        GatewayConfig(),
+    ),
     "fakes.FakePool": lambda: FakePool(_service(), GatewayConfig()),
     "inproc.InProcPool": lambda: InProcPool(
         ServiceConfig(name="echo", processor="python", entry=ECHO_ENTRY), GatewayConfig()
