@@ -5,6 +5,7 @@ the same snapshot)."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from typing import Any
 
@@ -32,6 +33,10 @@ def render(status: dict[str, Any]) -> str:
         )
         if not s["ready"] and s.get("reason"):
             lines.append(f"    not ready: {s['reason']}")
+        error = s.get("last_error")
+        if isinstance(error, dict):  # the last call that failed: when (wall clock), status, message
+            when = time.strftime("%H:%M:%S", time.localtime(error["at"]))
+            lines.append(f"    last error: {error['status']} at {when}: {error['message']}")
         for w in s.get("workers", []):
             lines.append(
                 f"    worker {w.get('id')}: pid {w.get('pid', '-')}, {w.get('state')},"

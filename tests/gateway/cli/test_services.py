@@ -4,6 +4,7 @@ themselves run against a real gateway in tests/e2e/test_services_e2e.py)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -58,26 +59,18 @@ def _snapshot(**extra: object) -> dict[str, object]:
 
 
 def test_status_prints_one_table_from_the_main_port_or_the_admin_api() -> None:
-    main_port = render(_snapshot(reason="its workers failed to start: InvalidProtobuf"))
-    admin = _snapshot(reason="its workers failed to start: InvalidProtobuf", in_flight=0)
+    error = {"at": 1767225600.0, "status": 503, "message": "service 'd' is not ready"}
+    main_port = render(_snapshot(reason="its workers failed to start: InvalidProtobuf", last_error=error))
+    admin = _snapshot(reason="its workers failed to start: InvalidProtobuf", last_error=error, in_flight=0)
     admin["gateway"] = {"version": "1.0", "pid": 7}  # what the admin API adds
     assert render(admin) == main_port
     lines = main_port.splitlines()
     assert lines[0] == "gateway 1.0, up 12 s; rates over the last 5 s"
     assert lines[3].split() == ["d", "onnx", "NO", "40.0", "1.50", "9.25", "1.0", "300", "1"]
     assert lines[4] == "    not ready: its workers failed to start: InvalidProtobuf"
-    assert lines[5].split() == [
-        "worker",
-        "0:",
-        "pid",
-        "9,",
-        "starting,",
-        "0",
-        "in",
-        "flight,",
-        "1",
-        "restarts",
-    ]
+    when = time.strftime("%H:%M:%S", time.localtime(error["at"]))
+    assert lines[5] == f"    last error: 503 at {when}: service 'd' is not ready"
+    assert lines[6] == "    worker 0: pid 9, starting, 0 in flight, 1 restarts"
 
 
 def test_status_reads_the_main_port_unless_an_admin_api_is_named() -> None:
