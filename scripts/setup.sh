@@ -7,7 +7,8 @@
 #   .venv-eas      the public eas-prediction 0.36 client, for compatibility tests
 #   .venv-codegen  protoc for regenerating eas_sdk/_proto
 #   .venv-clients  tritonclient[http,grpc] and kserve, for compatibility tests
-#   .venv-mlserver MLServer's V2 types, for compatibility tests
+#   .venv-mlserver MLServer's V2 types, for compatibility tests, and its scikit-learn, XGBoost
+#                  and LightGBM runtimes, for benchmarks/bench_runtimes.py
 #   .venv-bigdl    the public bigdl-serving 2.4.0 client (Cluster Serving on Redis), for compatibility tests
 #   .venv-deploy   kubernetes-validate, for checking deploy/kubernetes/ against the schemas offline
 # It also installs redis-server (the queue's Redis backend is tested against a real one)
@@ -102,8 +103,15 @@ build_venv .venv-codegen "$(stamp_of requirements/codegen.txt)" \
   -r requirements/codegen.txt
 build_venv .venv-clients "$(stamp_of requirements/clients.txt)" \
   -r requirements/clients.txt
-build_venv .venv-mlserver "$(stamp_of requirements/mlserver.txt)" \
+build_venv .venv-mlserver "$(stamp_of requirements/mlserver.txt requirements/mlserver-runtimes.txt)" \
   -r requirements/mlserver.txt
+# MLServer's runtimes for scikit-learn, XGBoost and LightGBM without their dependencies:
+# mlserver-xgboost asks for the xgboost wheel (NCCL for GPUs, hundreds of MB); mlserver.txt has
+# XGBoost's CPU build, which is the same module.
+if ! .venv-mlserver/bin/python -c "import mlserver_sklearn, mlserver_xgboost, mlserver_lightgbm" 2>/dev/null; then
+  .venv-mlserver/bin/python -m pip install -q --no-deps -r requirements/mlserver-runtimes.txt \
+    2> >(grep -v "^WARNING: Location" >&2)
+fi
 build_venv .venv-bigdl "$(stamp_of requirements/bigdl.txt)" \
   -r requirements/bigdl.txt
 build_venv .venv-deploy "$(stamp_of requirements/deploy.txt)" \
