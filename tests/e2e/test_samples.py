@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,6 +81,12 @@ def test_run_sh_hands_its_signals_to_the_demo() -> None:
     assert last == 'exec .venv/bin/python samples/run_demo.py "$@"', last
 
 
+def _descendants_once(pid: int, count: int) -> list[psutil.Process] | None:
+    """The process's descendants, once there are ``count`` of them."""
+    found = psutil.Process(pid).children(recursive=True)
+    return found if len(found) >= count else None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -103,8 +110,12 @@ def test_a_signal_to_the_serving_demo_stops_the_gateway_and_its_workers(tmp_path
                 break
         assert seen and seen[-1].startswith("== gateway ready"), "".join(seen)[-3000:]
         host, port = seen[-1].rsplit("/", 1)[1].strip().rsplit(":", 1)
-        group = psutil.Process(demo.pid).children(recursive=True)
-        assert len(group) >= 6, group  # the gateway and the five workers of services.yaml
+        # The gateway and every worker services.yaml asks for (a worker may still be forking).
+        services = yaml.safe_load((ROOT / "samples" / "services.yaml").read_text())["services"]
+        expected = 1 + sum(s.get("workers", 1) for s in services if s["processor"] in ("onnx", "python"))
+        group = wait_until(
+            lambda: _descendants_once(demo.pid, expected), 30, f"the gateway and its {expected - 1} workers"
+        )
         os.kill(demo.pid, sig)
         rest, _ = demo.communicate(timeout=60)
     finally:
