@@ -6,7 +6,9 @@ time, the lease holder; the others forward their calls to it (``proxy.py``). The
 one key, ``<prefix>:owner`` = ``"<token> <host:port>"``, set with a time to live and
 renewed at a third of it. A gateway that stops renewing (killed, hung, cut off) loses it
 once it expires, and the first other gateway that tries takes it over and loads the
-queues from Redis: whatever was delivered but not committed is delivered again.
+queues from Redis: whatever was delivered but not committed is delivered again. A holder
+that finds the key gone (a Redis restart without its data) gives the queues up and loads
+them again as a new holder would, instead of writing on from a state the store lost.
 
 Fencing: every batch of journal writes is one Lua script that reads the key and runs
 the batch's commands only while the value is still this gateway's (redis_script.py); a
@@ -28,16 +30,21 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger(__name__)
 
-# Acquire or renew: set the value (with a new expiry) when the key is free or ours;
-# otherwise answer the holder's value.
+# Acquire or renew: set the value (with a new expiry) when the key is ours (1: renewed) or
+# free (2: acquired); otherwise answer the holder's value.
 _CLAIM = """
 local v = redis.call('GET', KEYS[1])
-if v == false or string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
+if v ~= false and string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
+if v == false then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 2
+end
 return v
 """
+_RENEWED, _ACQUIRED = 1, 2
 # Take over from a holder known to be dead: only if the key still holds its value.
 _TAKE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -108,7 +115,19 @@ class Lease:
                 log.warning("queue owner lease %s expired while Redis was unreachable: %s", self.key, exc)
                 await self._lose()
             return self.owned
-        if got == 1:
+        if got == _ACQUIRED and self.owned:
+            # The key was gone while this gateway held it: the Redis server restarted without
+            # its data (no append-only file) or the lease expired unnoticed. What this gateway
+            # holds in memory no longer matches the store: give it up and load the queues
+            # again, from what the store still has (docs/queue.md, "Durability").
+            log.warning(
+                "queue owner lease %s vanished while this gateway held it (a Redis restart without "
+                "its data, or an expiry): serving the queues again from what Redis holds now; records "
+                "it no longer has are gone",
+                self.key,
+            )
+            await self._lose()
+        if got in (_RENEWED, _ACQUIRED):
             self._renewed = time.monotonic()
             self.owner_address = None
             if not self.owned:
