@@ -51,4 +51,11 @@ def check_served(svc: ServiceConfig, backends: Mapping[str, ServiceBackend], nam
         )
 
 
-__all__ = ["TENSOR_KINDS", "USER_CODE", "check_served", "is_model"]
+def not_served(svc: ServiceConfig, name: str) -> str:
+    """What a V2 call (REST or gRPC) naming a service of a kind with no V2 form is told: that,
+    and what reaches it, rather than that the model does not exist."""
+    use = "its queue: POST /api/predict/" if svc.processor == "queue" else "EAS: POST /api/predict/"
+    return f"model {name!r} is not served over V2: it is a {svc.processor} service; call it over {use}{name}"
+
+
+__all__ = ["TENSOR_KINDS", "USER_CODE", "check_served", "is_model", "not_served"]

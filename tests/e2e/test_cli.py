@@ -244,16 +244,33 @@ def test_a_taken_port_is_named_with_its_setting_before_any_worker_starts(
 
 
 def test_a_v2_call_to_a_queue_says_it_is_not_served_over_v2(gateway_factory: Any) -> None:
-    gw = gateway_factory(QUEUE_ONLY)
+    """Over REST and gRPC: the kind and what reaches it, not "not found"."""
+    import grpc
+
+    from gateway._proto import grpc_service_pb2 as pb
+    from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        grpc_port = free.getsockname()[1]
+    gw = gateway_factory({**QUEUE_ONLY, "gateway": {**QUEUE_ONLY["gateway"], "grpc_port": grpc_port}})
+    said = (
+        "model 'q' is not served over V2: it is a queue service; call it over its queue: POST /api/predict/q"
+    )
     body = json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [0]}]}).encode()
     req = urllib.request.Request(gw.url + "/v2/models/q/infer", data=body, method="POST")
     with pytest.raises(urllib.error.HTTPError) as info, urllib.request.urlopen(req, timeout=10):
         pass
     with info.value as answer:
-        assert answer.code == 404
-        message = json.loads(answer.read())["error"]
-    said = "model 'q' is not served over V2: it is a queue service; call it over its queue: "
-    assert message == said + "POST /api/predict/q"
+        assert (answer.code, json.loads(answer.read())["error"]) == (404, said)
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as failed:
+            stub.ModelMetadata(pb.ModelMetadataRequest(name="q"), timeout=10)
+        assert (failed.value.code(), failed.value.details()) == (grpc.StatusCode.NOT_FOUND, said)
+        with pytest.raises(grpc.RpcError) as failed:
+            stub.ModelMetadata(pb.ModelMetadataRequest(name="nothing"), timeout=10)
+        assert failed.value.details() == "model 'nothing' not found"
     with (
         pytest.raises(urllib.error.HTTPError) as info,
         urllib.request.urlopen(gw.url + "/v2/models/nothing", timeout=10),

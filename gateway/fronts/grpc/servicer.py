@@ -40,7 +40,7 @@ from gateway.core import errors
 from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts.grpc.status import grpc_code, trailers
-from gateway.fronts.model_kinds import check_served, is_model
+from gateway.fronts.model_kinds import check_served, is_model, not_served
 from gateway.fronts.routes.repository import authorize_model_control
 from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.middleware import new_request_id
@@ -136,12 +136,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         version): 400 for a malformed name, 404 for an unknown model or version. An empty
         version is the latest, which the service serves itself."""
         try:
-            svc = self.plane.find_model(name)  # 400 for a malformed name, as on every entry point
+            svc = self.plane.find(name)  # 400 for a malformed name, as on every entry point
         except errors.ServiceNotFound:
             svc = None
         if svc is not None:
             check_served(svc, self.backends, name)  # user code that declares no tensors: what to add
-        if svc is None or not is_model(svc, self.backends):
+            if not is_model(svc, self.backends):
+                raise errors.ServiceNotFound(not_served(svc, name))  # a kind with no V2 form
+        if svc is None:
             raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
         latest = svc.version_names[-1]
         if version in ("", latest):

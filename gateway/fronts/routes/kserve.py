@@ -32,7 +32,7 @@ from gateway.core import errors, json_answer
 from gateway.core.calls import EXPLAIN, VERB_HEADER
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts import v2_call
-from gateway.fronts.model_kinds import check_served, is_model
+from gateway.fronts.model_kinds import check_served, is_model, not_served
 from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.body import RequestBody, read_body
 from gateway.http.middleware import request_id
@@ -108,12 +108,7 @@ def _model(request: web.Request) -> _Target:
     svc = parts.config.service(name)
     if svc is not None:
         check_served(svc, parts.backends, name)  # user code that declares no tensors: what to add
-        # A kind with no V2 form: say so and what reaches it, rather than that it does not exist.
-        use = "its queue: POST /api/predict/" if svc.processor == "queue" else "EAS: POST /api/predict/"
-        raise proto.KServeRequestError(
-            f"model {name!r} is not served over V2: it is a {svc.processor} service; call it over {use}{name}",
-            404,
-        )
+        raise proto.KServeRequestError(not_served(svc, name), 404)  # a kind with no V2 form
     raise proto.KServeRequestError(f"model {name!r} not found", 404)
 
 
