@@ -23,7 +23,8 @@ def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     text = {
-        400: "invalid description or name",
+        400: "a body the call cannot use (not a service description, or a body on a call that takes "
+        "none), an invalid name, or a config file that does not load",
         401: "missing or wrong admin token",
         404: "no such service",
         409: "the service exists already",
@@ -90,7 +91,7 @@ OPENAPI: dict[str, Any] = {
         "/admin/services": {
             "get": {
                 "summary": "List services with their live state",
-                "responses": {"200": _answer("services", {"type": "object"}), **_errors()},
+                "responses": {"200": _answer("services", {"type": "object"}), **_errors(400)},
             },
             "post": {
                 "summary": "Create a service",
@@ -102,7 +103,7 @@ OPENAPI: dict[str, Any] = {
             "parameters": [_NAME],
             "get": {
                 "summary": "One service",
-                "responses": {"200": _answer("the service", _SERVICE), **_errors(404)},
+                "responses": {"200": _answer("the service", _SERVICE), **_errors(400, 404)},
             },
             "put": {
                 "summary": "Update a service (rolling: the new version is ready before the old one drains)",
@@ -111,7 +112,7 @@ OPENAPI: dict[str, Any] = {
             },
             "delete": {
                 "summary": "Delete a service (drained, then stopped)",
-                "responses": {"200": _answer("deleted", {"type": "object"}), **_errors(404)},
+                "responses": {"200": _answer("deleted", {"type": "object"}), **_errors(400, 404)},
             },
         },
         "/admin/services/{name}/scale": {
@@ -131,7 +132,7 @@ OPENAPI: dict[str, Any] = {
             "parameters": [_NAME],
             "get": {
                 "summary": "Consumer groups of the service's queues: cursor, pending, lag, consumers, idle",
-                "responses": {"200": _answer("groups per queue", {"type": "object"}), **_errors(404)},
+                "responses": {"200": _answer("groups per queue", {"type": "object"}), **_errors(400, 404)},
             },
         },
         "/admin/services/{name}/groups/{group}": {
@@ -146,11 +147,17 @@ OPENAPI: dict[str, Any] = {
             },
         },
         "/admin/status": {
-            "get": {"summary": "The gateway and every service", "responses": {"200": _answer("status", {})}},
+            "get": {
+                "summary": "The status page's snapshot (what eas-gateway status prints): the gateway's "
+                "version, pid and uptime, and every service's readiness (with the reason), rates, latency "
+                "and workers",
+                "responses": {"200": _answer("status", {"type": "object"}), **_errors(400)},
+            },
         },
         "/admin/reload": {
             "post": {
-                "summary": "Reload the config file (as SIGHUP does)",
+                "summary": "Reload the config file (as SIGHUP does); 400 with SIGHUP's message when it does "
+                "not load, the running services kept",
                 "responses": {"200": _answer("what changed", {"type": "object"}), **_errors(400)},
             },
         },
