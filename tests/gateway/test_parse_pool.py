@@ -71,5 +71,12 @@ def _niceness() -> int:
     return os.nice(0)
 
 
+# The kernel's lowest priority: a niceness past it is clamped to it.
+MAX_NICENESS = 19
+
+
 def test_the_parser_yields_the_cores_to_the_event_loop() -> None:
-    assert asyncio.run(parse_pool.parse_off_loop(_niceness)) >= os.nice(0) + parse_pool.PARSER_NICENESS
+    """The parser runs PARSER_NICENESS below the process that started it, as far as the
+    kernel allows: a suite run under ``nice`` (say 15) leaves it at 19, not at 25."""
+    want = min(MAX_NICENESS, os.nice(0) + parse_pool.PARSER_NICENESS)
+    assert asyncio.run(parse_pool.parse_off_loop(_niceness)) == want
