@@ -42,14 +42,23 @@ def build_models() -> None:
     subprocess.run([sys.executable, str(SAMPLES / "build_models.py")], check=True, cwd=ROOT)
 
 
-def start_gateway(port: int | None, port_file: Path, data_dir: Path | None) -> subprocess.Popen[bytes]:
+def child_env(work: Path) -> dict[str, str]:
+    """The environment of the gateway, its workers and the clients: their temporary files go
+    into the demo's own folder, which goes when the demo ends, however the gateway ended."""
+    tmp = work / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp)}
+
+
+def start_gateway(
+    port: int | None, port_file: Path, data_dir: Path | None, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "gateway", "serve", "--config", str(SAMPLES / "services.yaml")]
     if port is not None:
         cmd += ["--port", str(port)]
     cmd += ["--port-file", str(port_file)]
-    env = dict(os.environ)
     if data_dir is not None:  # the demo starts from empty queues; --serve keeps var/gateway
-        env["EASGW_DATA_DIR"] = str(data_dir)
+        env = {**env, "EASGW_DATA_DIR": str(data_dir)}
     return subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, env=env)
 
 
@@ -130,8 +139,9 @@ def main() -> int:
 
 def run(args: argparse.Namespace, work: Path) -> int:
     port_file = work / "address"
+    env = child_env(work)
     proc = start_gateway(
-        args.port if args.serve else (args.port or 0), port_file, None if args.serve else work / "data"
+        args.port if args.serve else (args.port or 0), port_file, None if args.serve else work / "data", env
     )
     try:
         address = wait_ready(proc, port_file)
@@ -148,6 +158,7 @@ def run(args: argparse.Namespace, work: Path) -> int:
             rc = subprocess.run(
                 [sys.executable, str(SAMPLES / "clients" / name), "--endpoint", endpoint],
                 cwd=ROOT,
+                env=env,
                 check=False,
             ).returncode
             if rc != 0:
