@@ -263,12 +263,15 @@ def main() -> None:
                     ctype = JSON_TYPE if body.suffix == ".json" else "application/octet-stream"
                     w = run_wrk(url, body, connections=c, seconds=args.seconds, token=TOKEN, server_pids=pids,
                                 content_type=ctype)  # fmt: skip
-                    if w.non2xx or w.errors:
-                        raise SystemExit(
-                            f"{server} {proto} {rt}-{size}: {w.non2xx} non-2xx, {w.errors} errors"
-                        )
+                    failed = (
+                        f"{server} {proto} {rt}-{size} c={c}: {w.non2xx} non-2xx, {w.errors} socket errors"
+                    )
+                    if server != "mlserver" and (w.non2xx or w.errors):
+                        raise SystemExit(failed)
+                    if w.non2xx or w.errors:  # the reference's timeouts under load: counted, not fatal
+                        print(f"  {failed} (wrk's 2 s timeout)", flush=True)
                     samples.setdefault((rt, size, server, proto, c), []).append(
-                        {"rps": w.rps, "p50_us": w.p50_us, "p99_us": w.p99_us, "cpu_us": w.cpu_us_per_req}
+                        {"rps": w.rps, "p50_us": w.p50_us, "p99_us": w.p99_us, "errors": w.non2xx + w.errors}
                     )
                     what = f"round {rnd + 1} {rt:<9}{size:<6}{server:<10}{proto:<9}c={c:<3}"
                     print(
@@ -285,14 +288,16 @@ def main() -> None:
 def report(samples: dict[tuple[str, str, str, str, int], list[dict[str, float]]], args: Any) -> bool:
     rows = [
         {"runtime": rt, "model": size, "server": srv, "protocol": proto, "connections": c,
-         **{k: median([s[k] for s in ss]) for k in ("rps", "p50_us", "p99_us")}}
+         **{k: median([s[k] for s in ss]) for k in ("rps", "p50_us", "p99_us")},
+         "errors": sum(s.get("errors", 0) for s in ss)}
         for (rt, size, srv, proto, c), ss in samples.items()
     ]  # fmt: skip
     print(f"\n{'runtime':<10}{'model':<7}{'server':<11}{'protocol':<10}{'conn':>5}{'req/s':>10}{'p50 µs':>9}"
           f"{'p99 µs':>9}")  # fmt: skip
     for r in rows:
         print(f"{r['runtime']:<10}{r['model']:<7}{r['server']:<11}{r['protocol']:<10}{r['connections']:>5}"
-              f"{r['rps']:>10,.0f}{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}")  # fmt: skip
+              f"{r['rps']:>10,.0f}{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}"
+              + (f"  {r['errors']:.0f} failed calls" if r.get("errors") else ""))  # fmt: skip
 
     def ratio(a: tuple[Any, ...], b: tuple[Any, ...], key: str, op: str = "/") -> float | None:
         xs, ys = samples.get(a), samples.get(b)
