@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 import os
 import random
 import signal
@@ -449,3 +450,19 @@ async def test_a_start_timeout_leaves_no_reader_on_the_pipe(make_pool: MakePool)
             if loop.remove_reader(fd):
                 stale.append(fd)
     assert not stale
+
+
+async def test_a_pool_stopped_while_its_workers_start_reports_no_failure(
+    make_pool: MakePool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gateway that stops during its start (a port it could not bind) stops the workers it
+    started without logging their cut-short starts as failures."""
+    svc = echo_service(workers=2, config={"initialize_sleep_s": 30})
+    pool = await make_pool(svc, ready=False)
+    await _until(lambda: all(w.get("pid") for w in pool.snapshot()), 10, "both workers spawned")
+    with caplog.at_level(logging.DEBUG, logger="gateway"):
+        await pool.stop(1.0)
+    assert not [
+        r.getMessage() for r in caplog.records if "start" in r.getMessage() and r.levelno >= logging.WARNING
+    ]
+    assert not [r.getMessage() for r in caplog.records if "failed to start" in r.getMessage()]
