@@ -33,6 +33,7 @@ from ._core.cluster_serving import (
     sparse_inputs,
     sparse_to_coo,
     tensor_to_wire,
+    top_of,
 )
 from ._core.constants import SINK_SUFFIX, TAG_STATUS
 from ._core.failures import FailureKind
@@ -259,10 +260,15 @@ class OutputQueue:
     def __repr__(self) -> str:
         return f"OutputQueue(name={self.name!r})"
 
-    def query(self, uri: str, timeout: str = "0s") -> Any:
+    def query(
+        self, uri: str, timeout: str = "0s", top_n: int | None = None, output: str | None = None
+    ) -> Any:
         """The result for ``uri`` (left in the sink), or None when there is none yet.
 
-        ``timeout`` (a duration such as ``"2s"``) waits that long for it to arrive.
+        ``timeout`` (a duration such as ``"2s"``) waits that long for it to arrive. ``top_n``:
+        Cluster Serving's top-N answer instead, ``{"class index": probability}`` for the
+        ``top_n`` most probable classes, most probable first (``output`` names the
+        probabilities of a model with several outputs).
         """
         frames = self._client.get(index=0, length=1, timeout=timeout, auto_delete=False, tags={TAG_URI: uri})
         if not frames:
@@ -270,10 +276,11 @@ class OutputQueue:
         result = decode_result(bytes(frames[0].data), dict(frames[0].tags))
         if isinstance(result, PredictException):
             raise result
-        return result
+        return result if top_n is None else top_of(result, top_n, output)
 
-    def dequeue(self) -> dict[str, Any]:
-        """Every available result as ``{uri: result}``, removed from the sink."""
+    def dequeue(self, top_n: int | None = None, output: str | None = None) -> dict[str, Any]:
+        """Every available result as ``{uri: result}``, removed from the sink; ``top_n`` and
+        ``output`` as for :meth:`query` (a failed inference stays a PredictException)."""
         out: dict[str, Any] = {}
         for _ in range(DEQUEUE_MAX_PAGES):
             frames = self._client.get(index=0, length=DEQUEUE_PAGE, timeout="0s", auto_delete=True)
@@ -282,7 +289,10 @@ class OutputQueue:
             for f in frames:
                 tags = dict(f.tags)
                 key = tags.get(TAG_URI) or tags.get("requestId", str(f.index))
-                out[key] = decode_result(bytes(f.data), tags)
+                result = decode_result(bytes(f.data), tags)
+                if top_n is not None and not isinstance(result, PredictException):
+                    result = top_of(result, top_n, output)
+                out[key] = result
             if len(frames) < DEQUEUE_PAGE:
                 break
         return out

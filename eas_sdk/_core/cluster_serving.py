@@ -228,6 +228,39 @@ def to_jsonable(arr: np.ndarray) -> Any:
     return arr.tolist()
 
 
+def top_classes(values: Any, n: int, where: str = "the result") -> dict[str, float]:
+    """Cluster Serving's top-N answer: ``{"class index": probability}`` for the ``n`` most
+    probable classes of one vector of class probabilities (or scores), most probable first
+    (a tie: the lower index first). ValueError when ``n`` is not a positive integer or the
+    values are not one vector (a row of a batch of one is)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"top_n must be a positive integer, got {n!r}")
+    arr = np.asarray(values)
+    if arr.ndim > 1 and all(d == 1 for d in arr.shape[:-1]):
+        arr = arr.reshape(-1)
+    if arr.ndim != 1 or arr.dtype.kind not in "iuf":
+        got = f"{arr.dtype}{list(arr.shape)}"
+        raise ValueError(f"top_n needs {where} to be one vector of class probabilities, got {got}")
+    order = np.argsort(-arr.astype(np.float64), kind="stable")[:n]
+    # str() first: a float32's shortest text (0.6, not 0.6000000238418579), as it was computed.
+    return {str(int(i)): float(str(arr[i])) for i in order}
+
+
+def top_of(result: Any, n: int, output: str | None = None) -> dict[str, float]:
+    """``top_classes`` of a result (an ndarray, or ``{output name: ndarray}`` of a model with
+    several outputs, of which ``output`` names the probabilities)."""
+    if isinstance(result, Mapping):
+        if output is None:
+            if len(result) != 1:
+                names = ", ".join(map(str, result))
+                raise ValueError(f"top_n: the model has several outputs ({names}); name one with output=")
+            output = next(iter(result))
+        if output not in result:
+            raise ValueError(f"top_n: no output {output!r}; the outputs are {', '.join(map(str, result))}")
+        return top_classes(result[output], n, f"output {output!r}")
+    return top_classes(result, n)
+
+
 __all__ = [
     "SPARSE_SUFFIXES",
     "ClusterServingInputError",
@@ -241,6 +274,8 @@ __all__ = [
     "sparse_to_coo",
     "tensor_to_wire",
     "to_jsonable",
+    "top_classes",
+    "top_of",
     "wire_dtype",
     "wire_to_tensor",
 ]

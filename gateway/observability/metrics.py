@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -24,6 +25,7 @@ from prometheus_client.utils import floatToGoString
 from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
+from gateway.observability.timers import Timers
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -376,12 +378,17 @@ class GatewayMetrics:
         self.inflight = _Inflight(
             Gauge("easgw_inflight_requests", "Requests being handled", registry=registry)
         )
+        # The same calls as Cluster Serving's JSON timers (GET /metrics, Accept: application/json).
+        self.timers = Timers()
+        for name in self.services:
+            self.timers.add(_timer(name, "request"))
 
     def add_service(self, name: str) -> None:
         """Label a service added at run time (the service manager; names pass its validation)."""
         self.services = self.services | {name}
         for hist in (self.latency, self.queue_time, self.compute_time):
             hist.add(name)
+        self.timers.add(_timer(name, "request"))
 
     def totals(self, service: str) -> tuple[int, float]:
         """Requests answered for ``service`` and their summed gateway time in seconds."""
@@ -402,6 +409,7 @@ class GatewayMetrics:
         key = (service, status)  # label values only ever come from the config: stays small
         counts[key] = counts.get(key, 0) + 1
         self.latency.observe(service, seconds)
+        self.timers.observe(_timer(service, "request"), seconds)
 
     def observe_dispatch(
         self, svc: ServiceConfig, status: int, dispatch_s: float, compute_us: int, body: bytes = b""
@@ -414,6 +422,8 @@ class GatewayMetrics:
         compute_s = max(0.0, compute_us / 1e6)
         self.compute_time.observe(service, compute_s)
         self.queue_time.observe(service, max(0.0, dispatch_s - compute_s))
+        self.timers.observe(_timer(service, "compute"), compute_s)
+        self.timers.observe(_timer(service, "queue"), max(0.0, dispatch_s - compute_s))
         if status >= 500:
             self.last_error[service] = (time.time(), status, _processor_error(body))
 
@@ -427,3 +437,12 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def render_json(self) -> bytes:
+        """Cluster Serving's ``/metrics``: a JSON list of timers (gateway.observability.timers)."""
+        return json.dumps(self.timers.snapshot()).encode()
+
+
+def _timer(service: str, what: str) -> str:
+    # Cluster Serving's names are dotted paths (bigdl.serving.redis.get).
+    return f"easkit.{service}.{what}"

@@ -115,8 +115,12 @@ async def services(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    payload = request.app[GATEWAY_KEY].metrics.render()
-    return web.Response(body=payload, headers={"Content-Type": CONTENT_TYPE})
+    """Prometheus' text by default; Cluster Serving's JSON list of timers to a client that
+    asks for JSON (``Accept: application/json``), as its ``/metrics`` answers."""
+    gw_metrics = request.app[GATEWAY_KEY].metrics
+    if "application/json" in request.headers.get("Accept", ""):
+        return web.Response(body=gw_metrics.render_json(), content_type="application/json")
+    return web.Response(body=gw_metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 def setup(app: web.Application) -> None:

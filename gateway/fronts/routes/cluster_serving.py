@@ -1,11 +1,13 @@
 """The Cluster Serving REST path: ``POST /api/cluster-serving/<service>/predict`` and ``POST /predict``.
 
 Body ``{"instances": [{name: value, ...}, ...]}`` (see gateway.codecs.cluster_serving),
-answer ``{"predictions": [...]}``; every error is ``{"error": "..."}`` with a 4xx/5xx
-status, as Cluster Serving's frontend answers. The instances become one batched request
-in the onnx processor's JSON form, dispatched through the service's worker pool like a
-synchronous predict (an async service's workers serve it too). Bare ``/predict`` goes to
-``gateway.cluster_serving_service``, or to the only predict service when there is one.
+answer ``{"predictions": [...]}`` (with ``?top_n=<n>``, Cluster Serving's top-N answer:
+``{"class index": probability}`` per instance, most probable first); every error is
+``{"error": "..."}`` with a 4xx/5xx status, as Cluster Serving's frontend answers. The
+instances become one batched request in the onnx processor's JSON form, dispatched through
+the service's worker pool like a synchronous predict (an async service's workers serve it
+too). Bare ``/predict`` goes to ``gateway.cluster_serving_service``, or to the only predict
+service when there is one.
 Auth is the service's token, as for ``/api/predict``.
 """
 
@@ -14,14 +16,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Mapping
 
+import numpy as np
 from aiohttp import web
 
+from eas_sdk._core.cluster_serving import top_of
 from gateway.codecs.cluster_serving import (
     ClusterServingBatch,
     ClusterServingRequestError,
+    dumps,
     parse_request,
     predictions_answer,
+    split_outputs,
 )
 from gateway.codecs.errors import Shape, render
 from gateway.config import Config, ServiceConfig
@@ -77,10 +84,13 @@ async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Resp
 
     body = RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, hold_limit=gw.max_body_bytes)
     try:
+        top_n, output = _top_n(request)
         batch, outputs = await plane.arrays_call(
             service, request.headers, request.rel_url.raw_path, body, decode,
             request_id=request_id(request), arrived=arrived, max_values=gw.max_json_values,
         )  # fmt: skip
+        if top_n is not None:
+            return web.Response(body=_top_answer(outputs, batch.size, top_n, output), content_type=JSON_TYPE)
         # Its size follows the client's shapes: refused before it is built past the limit.
         answer = functools.partial(predictions_answer, outputs, batch.size, plane.max_response_bytes)
         if sum(a.size for a in outputs.values()) > _ENCODE_ON_LOOP_MAX:
@@ -94,6 +104,30 @@ async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Resp
     except (ValueError, TypeError) as exc:
         return _error(errors.of_status(502, f"the service's outputs have no JSON form ({exc})"))
     return web.Response(body=out, content_type=JSON_TYPE)
+
+
+def _top_n(request: web.Request) -> tuple[int | None, str | None]:
+    """``?top_n=<n>[&output=<name>]``: Cluster Serving's top-N answer, asked per call."""
+    raw = request.query.get("top_n")
+    output = request.query.get("output")
+    if raw is None:
+        if output is not None:
+            raise ClusterServingRequestError("output= names the probabilities of top_n; give top_n too")
+        return None, None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ClusterServingRequestError(f"top_n must be a positive integer, got {raw[:32]!r}")
+    return int(raw), output
+
+
+def _top_answer(outputs: Mapping[str, np.ndarray], size: int, n: int, output: str | None) -> bytes:
+    """``{"predictions": [{"class index": probability, ...}, ...]}``: each instance's ``n``
+    most probable classes, most probable first. A model whose outputs are not class
+    probabilities for it is the caller's mistake: 400 saying why."""
+    try:
+        tops = [top_of(row, n, output) for row in split_outputs(outputs, size)]
+    except ValueError as exc:
+        raise ClusterServingRequestError(str(exc)) from None
+    return dumps({"predictions": tops})
 
 
 async def predict_named(request: web.Request) -> web.Response:
