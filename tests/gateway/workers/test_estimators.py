@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.config import ConfigError, ServiceConfig, parse_config
+from gateway.config import BatchingConfig, ConfigError, ServiceConfig, parse_config
 from gateway.config.pipelines import TensorDecl
-from gateway.core.calls import WorkerRequest
+from gateway.core.calls import WorkerRequest, WorkerResponse
 from gateway.worker.processors.base import LoadError, ProcessorError
+from gateway.worker.processors.lightgbm import LightGBMProcessor
 from gateway.worker.processors.registry import create_processor
 from tests.e2e.estimator_models import MODELS, build, expected, features
 
@@ -143,3 +144,29 @@ def test_a_text_pipeline_takes_a_declared_string_input(tmp_path: Path) -> None:
     body = json.dumps({"inputs": {"text": ["great fine", "awful"]}, "outputs": ["predict"]}).encode()
     outs = json.loads(proc.handle(WorkerRequest(body, headers=JSON_FORM)).body)["outputs"]
     assert outs["predict"]["data"] == model.predict(["great fine", "awful"]).tolist() == ["pos", "neg"]
+
+
+def test_requests_are_batched_along_rows(models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests with the same form share one model run; each gets its own rows back."""
+    proc = create_processor(
+        _service("lightgbm", models["lightgbm"], batching=BatchingConfig(max_batch_size=16))
+    )
+    proc.load()
+    assert isinstance(proc, LightGBMProcessor) and proc.supports_batching
+    runs: list[int] = []
+    predict = proc.booster.predict
+    monkeypatch.setattr(proc.booster, "predict", lambda x, **kw: runs.append(len(x)) or predict(x, **kw))
+    x = features("lightgbm")
+    parts = [x[:1], x[1:4], x[4:]]
+    items = [
+        proc.prepare(WorkerRequest(json.dumps({"inputs": {"input": p.tolist()}}).encode(), headers=JSON_FORM))
+        for p in parts
+    ]
+    assert len({item.key for item in items}) == 1
+    answers = proc.process_batch(items)
+    assert runs == [len(x)]
+    for part, answer in zip(parts, answers, strict=True):
+        assert isinstance(answer, WorkerResponse)
+        t = json.loads(answer.body)["outputs"]["predict"]
+        got = np.array(t["data"]).reshape(t["shape"])
+        np.testing.assert_allclose(got, expected("lightgbm", models["lightgbm"], part)["predict"], rtol=1e-12)
