@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -31,6 +32,11 @@ from gateway.queue.sqlite import SqliteBackend
 from gateway.queue.store import Queue
 from tests.gateway.queue.test_store_model import QueueMachine
 from tests.redis_server import RedisServer
+
+# Hundreds of generated runs, each restarting a real store: a minute's work on a quiet
+# machine and several on a busy one. The suite's 60-second limit guards against a hang,
+# which a slow machine is not; this one still ends a run that hangs.
+pytestmark = pytest.mark.timeout(600)
 
 
 class RestartingMachine(QueueMachine):
