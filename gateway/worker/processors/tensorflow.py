@@ -11,10 +11,11 @@ it, else its only signature, else the first by name. A signature name the model 
 have is a 400 that lists the ones it has. The model's metadata is the default signature's.
 
 Dtypes and shapes come from each signature (a ``None`` dimension accepts any size), so a
-wrong dtype or shape is a 400 naming the input before TensorFlow sees it. Requests are
-batched (``batching``) per signature when its every input and output has a dynamic first
-dimension. ``intra_op_threads`` and ``inter_op_threads`` set TensorFlow's thread pools when
-the process has not started TensorFlow yet (the gateway's threads share one runtime).
+wrong dtype or shape is a 400 naming the input before TensorFlow sees it. Inputs and outputs
+are listed by name. Requests are batched (``batching``) per signature when its every input
+and output has a dynamic first dimension. ``intra_op_threads`` and ``inter_op_threads`` set
+TensorFlow's thread pools when the process has not started TensorFlow yet (the gateway's
+threads share one runtime).
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ class SignatureRunner(ModelProcessor):
         outputs = self.function.structured_outputs
         if not isinstance(outputs, dict):
             raise LoadError(f"signature {self.name!r} returns a {type(outputs).__name__}, not named outputs")
+        # By name: a loaded SavedModel's dicts come from protobuf maps, whose order is not
+        # kept (saved_model_cli and TensorFlow Serving's metadata list them sorted, too).
         return Signature(
-            tuple(_spec(n, s) for n, s in kwargs.items()),
-            tuple(_spec(n, s) for n, s in outputs.items()),
+            tuple(_spec(n, kwargs[n]) for n in sorted(kwargs)),
+            tuple(_spec(n, outputs[n]) for n in sorted(outputs)),
             "tensorflow_savedmodel",
         )
 

@@ -22,6 +22,7 @@ past its timeout is answered 504 while the run ends on its own.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,11 @@ class TorchProcessor(ModelProcessor):
         torch.set_num_threads(max(1, svc.intra_op_threads))
         self.device = self._device(svc.device)
         try:
-            module = torch.jit.load(svc.model, map_location=self.device)
+            with warnings.catch_warnings():
+                # PyTorch 2.13 deprecates TorchScript for torch.export; TorchScript files are
+                # still what EAS's PyTorch processor and Triton's libtorch backend serve.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                module = torch.jit.load(svc.model, map_location=self.device)
         except Exception as exc:
             raise LoadError(
                 f"cannot load {Path(svc.model).name} as a TorchScript module (torch.jit.save's file): "

@@ -1,0 +1,423 @@
+"""The torch, tensorflow and pmml runtimes served by the real gateway, over the sample models
+(samples/runtimes/build_models.py, built by the test): the SDK (EAS Torch, TF, Blade and JSON
+forms, the PMML list of records), the real ``eas-prediction`` client (the EAS guide's own
+demos, unchanged, and a call per runtime), ``tritonclient`` (HTTP binary and JSON, gRPC),
+KServe V1 and Paddle's feed/fetch all get the numbers the library computes in-process; in
+worker processes (batched) and in the gateway's threads, and as a pipeline step. A wrong
+dtype or shape is a 400 naming the input.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from eas_sdk import BladeRequest, PredictClient, StringRequest, TFRequest, TorchRequest
+from eas_sdk.errors import BadRequestError
+from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.runtime_models import (
+    MODELS,
+    OUTPUTS,
+    PLATFORMS,
+    TF_SIGNATURE,
+    TORCH_INPUTS,
+    build,
+    expected,
+    features,
+    same,
+)
+from tests.e2e.test_kserve_clients_e2e import free_port, run_client
+from tests.eas_reference import ROOT, run_reference
+
+pytest.importorskip("torch")
+pytest.importorskip("tensorflow")
+pytest.importorskip("sklearn_pmml_model")
+
+# Starting takes a while on a busy machine: the threads' services load TensorFlow and PyTorch
+# in the gateway itself before it answers, and the workers each load theirs.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+TOKEN = "runtimes-token-5c1d07e94b"
+AUTH = {"Authorization": TOKEN}
+# The EAS guide's services (samples/runtimes/services.yaml): their names and tokens.
+GUIDE_TOKENS = {
+    "scorecard_pmml_example": "YWFlMDYyZDNmNTc3M2I3MzMwYmY0MmYwM2Y2MTYxMTY4NzBkNzdj****",
+    "mnist_saved_model_example": "YTg2ZjE0ZjM4ZmE3OTc0NzYxZDMyNmYzMTJjZTQ1YmU0N2FjMTAy****",
+}
+# service -> the runtime whose sample model it serves
+SERVICES = {
+    "pytorch_gpu_wl": "torch",
+    "torch-thread": "torch",
+    "mnist_saved_model_example": "tensorflow",
+    "tensorflow-thread": "tensorflow",
+    "scorecard_pmml_example": "pmml",
+    "pmml-thread": "pmml",
+}
+BATCHED = ("pytorch_gpu_wl", "mnist_saved_model_example", "scorecard_pmml_example")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build(tmp_path_factory.mktemp("runtimes"))
+
+
+@pytest.fixture(scope="module")
+def grpc_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def gw(
+    tmp_path_factory: pytest.TempPathFactory, models: dict[str, Path], grpc_port: int
+) -> Iterator[GatewayProcess]:
+    services: list[dict[str, Any]] = []
+    for service, runtime in SERVICES.items():
+        svc: dict[str, Any] = {"name": service, "processor": runtime, "model": str(models[runtime])}
+        if service in GUIDE_TOKENS:
+            svc.update(token=GUIDE_TOKENS[service], tokens=[TOKEN])
+        else:  # the guide's PyTorch demo sets no token: its service is open, as in services.yaml
+            svc.update(public=True) if service == "pytorch_gpu_wl" else svc.update(token=TOKEN)
+        if runtime == "torch":
+            svc["inputs"] = TORCH_INPUTS
+        if service in BATCHED:
+            svc["batching"] = {"max_batch_size": 16, "max_latency_ms": 2}
+        else:
+            svc["placement"] = "thread"
+        services.append(svc)
+    services.append(
+        {"name": "scorecard-pipeline", "processor": "pipeline", "token": TOKEN, "pipeline": {
+            "inputs": {"x": {"dtype": "float64", "shape": [-1, 2]}},
+            "steps": [
+                {"name": "score", "service": "pmml-thread", "inputs": {"input": "request.x"},
+                 "outputs": ["predict_proba"]},
+                {"name": "top", "transform": "argmax", "inputs": {"x": "score.predict_proba"},
+                 "outputs": ["index"]},
+            ],
+            "outputs": {"label": "top.index", "proba": "score.predict_proba"},
+        }}
+    )  # fmt: skip
+    config = {"gateway": {"grpc_port": grpc_port}, "services": services}
+    proc = GatewayProcess.start(
+        config, tmp_path_factory.mktemp("runtimes-gw"), env={"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=240
+    )
+    try:
+        for service in BATCHED:
+            proc.wait_workers_ready(service, 1, timeout=180)
+        yield proc
+    finally:
+        proc.kill()
+
+
+def want(
+    models: dict[str, Path], service: str, x: np.ndarray, signature: str = TF_SIGNATURE
+) -> dict[str, Any]:
+    runtime = SERVICES.get(service, service)
+    return expected(runtime, models[runtime], x, signature)
+
+
+def post(gw: GatewayProcess, path: str, doc: Any, token: str = TOKEN) -> tuple[int, Any]:
+    req = urllib.request.Request(
+        gw.url + path, data=json.dumps(doc).encode(),
+        headers={"Content-Type": "application/json", "Authorization": token},
+    )  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def get(gw: GatewayProcess, path: str) -> Any:
+    with urllib.request.urlopen(urllib.request.Request(gw.url + path, headers=AUTH), timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_metadata_comes_from_the_model(gw: GatewayProcess) -> None:
+    meta = get(gw, "/v2/models/pytorch_gpu_wl")
+    assert meta["platform"] == "pytorch_libtorch"
+    assert meta["inputs"] == [{"name": "image", "datatype": "FP32", "shape": [-1, 3, 224, 224]}]
+    assert meta["outputs"] == [
+        {"name": "output__0", "datatype": "FP32", "shape": [-1, 10]},
+        {"name": "output__1", "datatype": "INT64", "shape": [-1]},
+    ]
+    meta = get(gw, "/v2/models/tensorflow-thread")
+    assert meta["platform"] == "tensorflow_savedmodel"
+    assert meta["inputs"] == [{"name": "images", "datatype": "FP32", "shape": [-1, 784]}]
+    assert meta["outputs"] == [
+        {"name": "classes", "datatype": "INT64", "shape": [-1]},
+        {"name": "scores", "datatype": "FP32", "shape": [-1, 10]},
+    ]
+    meta = get(gw, "/v2/models/scorecard_pmml_example")
+    assert meta["platform"] == "pmml"
+    assert meta["inputs"] == [{"name": "input", "datatype": "FP64", "shape": [-1, 2]}]
+    assert meta["outputs"] == [
+        {"name": "predict", "datatype": "INT64", "shape": [-1]},
+        {"name": "predict_proba", "datatype": "FP64", "shape": [-1, 2]},
+    ]
+
+
+@pytest.mark.parametrize("service", ["pytorch_gpu_wl", "torch-thread"])
+def test_torch_request_by_position_and_json_form(
+    gw: GatewayProcess, models: dict[str, Path], service: str
+) -> None:
+    x = features("torch")
+    wanted = want(models, service, x)
+    with PredictClient(gw.url, service, token=TOKEN) as client:
+        req = TorchRequest()
+        req.add_feed(0, list(x.shape), TorchRequest.DT_FLOAT, x)
+        resp = client.predict(req)
+        same(resp.to_numpy(0), wanted["output__0"], f"{service} torch 0")
+        same(resp.to_numpy(1), wanted["output__1"], f"{service} torch 1")
+        req = TorchRequest()
+        req.add_feed(0, list(x.shape), TorchRequest.DT_FLOAT, x)
+        req.add_fetch(1)
+        assert client.predict(req).to_numpy(0).tolist() == wanted["output__1"].tolist()
+        one = x[:1]
+        answer = client.predict(StringRequest(json.dumps({"inputs": {"image": one.tolist()}})))
+    outs = json.loads(answer.response_data)["outputs"]
+    assert list(outs) == list(OUTPUTS["torch"])
+    for name, t in outs.items():
+        got = np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"])
+        same(got, want(models, service, one)[name], f"{service} json {name}")
+
+
+@pytest.mark.parametrize("service", ["mnist_saved_model_example", "tensorflow-thread"])
+def test_tf_request_names_the_signature_and_blade_too(
+    gw: GatewayProcess, models: dict[str, Path], service: str
+) -> None:
+    x = features("tensorflow")
+    token = GUIDE_TOKENS.get(service, TOKEN)
+    with PredictClient(gw.url, service, token=token) as client:
+        for signature in (TF_SIGNATURE, "serving_default"):
+            wanted = want(models, service, x, signature)
+            req = TFRequest(signature)
+            req.add_feed("images", list(x.shape), TFRequest.DT_FLOAT, x)
+            resp = client.predict(req)
+            for name in OUTPUTS["tensorflow"]:
+                same(resp.to_numpy(name), wanted[name], f"{service} {signature} {name}")
+        req = TFRequest(TF_SIGNATURE)
+        req.add_feed("images", list(x.shape), TFRequest.DT_FLOAT, x)
+        req.add_fetch("classes")
+        only = client.predict(req)
+        assert only.to_numpy("classes").tolist() == wanted["classes"].tolist()
+        blade = BladeRequest(TF_SIGNATURE)
+        blade.add_feed("images", len(x), list(x.shape), BladeRequest.DT_FLOAT, x)
+        blade.add_fetch("scores", BladeRequest.DT_FLOAT)
+        same(client.predict(blade).to_numpy("scores"), wanted["scores"], f"{service} blade")
+        req = TFRequest("predict_digits")
+        req.add_feed("images", list(x.shape), TFRequest.DT_FLOAT, x)
+        with pytest.raises(BadRequestError) as info:
+            client.predict(req)
+    assert "unknown signature 'predict_digits'" in str(info.value)
+    assert "predict_images, serving_default" in str(info.value)
+
+
+@pytest.mark.parametrize("service", ["scorecard_pmml_example", "pmml-thread"])
+def test_pmml_records_and_tensors(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    x = features("pmml", 4)
+    wanted = want(models, service, x)
+    token = GUIDE_TOKENS.get(service, TOKEN)
+    records = [{"fea1": a, "fea2": b} for a, b in x.tolist()]
+    with PredictClient(gw.url, service, token=token) as client:
+        rows = json.loads(client.predict(StringRequest(json.dumps(records))).response_data)
+        req = TFRequest("serving_default")
+        req.add_feed("input", list(x.shape), TFRequest.DT_DOUBLE, x)
+        resp = client.predict(req)
+    assert [r["y"] for r in rows] == wanted["predict"].tolist()
+    proba = np.array([[r["probability(0)"], r["probability(1)"]] for r in rows])
+    same(proba, wanted["predict_proba"], f"{service} records")
+    for name in OUTPUTS["pmml"]:
+        same(resp.to_numpy(name), wanted[name], f"{service} tf {name}")
+
+
+def test_v1_and_paddle_forms(gw: GatewayProcess, models: dict[str, Path]) -> None:
+    x = features("pmml", 3)
+    wanted = want(models, "pmml", x)
+    status, body = post(gw, "/v1/models/pmml-thread:predict", {"instances": x.tolist()})
+    assert status == 200, body  # one object per instance: a model of several outputs
+    same(np.array([p["predict"] for p in body["predictions"]]), wanted["predict"], "v1")
+    same(np.array([p["predict_proba"] for p in body["predictions"]]), wanted["predict_proba"], "v1")
+    x = features("tensorflow")
+    wanted = want(models, "tensorflow", x, "serving_default")
+    doc = {"feed": [{"images": row} for row in x.tolist()], "fetch": ["classes"]}
+    status, body = post(gw, "/tensorflow-thread/prediction", doc)
+    assert status == 200, body
+    assert list(body["result"]) == ["classes"]
+    same(np.array(body["result"]["classes"]).reshape(-1), wanted["classes"], "paddle")
+
+
+def test_v2_json_and_many_calls_at_once(gw: GatewayProcess, models: dict[str, Path]) -> None:
+    """Calls at once on the batched services: each gets its own rows' answers."""
+
+    def one(i: int) -> None:
+        service = BATCHED[i % 3]
+        runtime = SERVICES[service]
+        x = features(runtime, 1 + i % 2, seed=i)
+        wanted = want(models, service, x, "serving_default")
+        name, datatype = MODELS[runtime][1], "FP32" if x.dtype == np.float32 else "FP64"
+        doc = {"inputs": [{"name": name, "shape": list(x.shape), "datatype": datatype,
+                           "data": x.ravel().tolist()}]}  # fmt: skip
+        status, body = post(gw, f"/v2/models/{service}/infer", doc, GUIDE_TOKENS.get(service, TOKEN))
+        assert status == 200, body
+        for out in body["outputs"]:
+            got = np.array(out["data"]).reshape(out["shape"])
+            same(got, wanted[out["name"]], f"{service} #{i} {out['name']}")
+
+    with ThreadPoolExecutor(9) as pool:
+        list(pool.map(one, range(18)))
+
+
+@pytest.mark.parametrize("service", ["pytorch_gpu_wl", "tensorflow-thread", "scorecard_pmml_example"])
+def test_wrong_dtype_or_shape_is_a_400_naming_the_input(gw: GatewayProcess, service: str) -> None:
+    runtime = SERVICES[service]
+    x = features(runtime, 1)
+    name = MODELS[runtime][1]
+    token = GUIDE_TOKENS.get(service, TOKEN)
+    other = "FP32" if x.dtype == np.float64 else "FP64"
+    doc = {"inputs": [{"name": name, "shape": list(x.shape), "datatype": other, "data": x.ravel().tolist()}]}
+    status, body = post(gw, f"/v2/models/{service}/infer", doc, token)
+    assert status == 400 and f"input {name!r}" in body["error"], body
+    narrow = np.ascontiguousarray(x[..., :-1])
+    dt = TFRequest.DT_FLOAT if x.dtype == np.float32 else TFRequest.DT_DOUBLE
+    with PredictClient(gw.url, service, token=token) as client:
+        req = TFRequest(TF_SIGNATURE)
+        req.add_feed(name, list(narrow.shape), dt, narrow)
+        with pytest.raises(BadRequestError) as info:
+            client.predict(req)
+        assert info.value.code == 400 and f"input {name!r}" in str(info.value), info.value
+        ok = TFRequest(TF_SIGNATURE)
+        ok.add_feed(name, list(x.shape), dt, x)
+        assert client.predict(ok).to_numpy(OUTPUTS[runtime][1]).shape[0] == 1  # still serving
+
+
+def test_pmml_record_without_a_field_is_a_400_naming_it(gw: GatewayProcess) -> None:
+    with PredictClient(gw.url, "scorecard_pmml_example", token=TOKEN) as client:
+        with pytest.raises(BadRequestError) as info:
+            client.predict(StringRequest('[{"fea1": 1}]'))
+    assert "input 'fea2'" in str(info.value)
+
+
+def test_pipeline_step(gw: GatewayProcess, models: dict[str, Path]) -> None:
+    x = features("pmml", 4)
+    wanted = want(models, "pmml", x)
+    with PredictClient(gw.url, "scorecard-pipeline", token=TOKEN) as client:
+        req = TFRequest("serving_default")
+        req.add_feed("x", list(x.shape), TFRequest.DT_DOUBLE, x)
+        resp = client.predict(req)
+    same(resp.to_numpy("proba"), wanted["predict_proba"], "pipeline proba")
+    same(resp.to_numpy("label"), wanted["predict"], "pipeline label")
+
+
+GUIDE = ROOT / "samples" / "runtimes"
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("demo", ["pmml", "tf", "torch"])
+def test_the_guides_demos_run_unchanged(gw: GatewayProcess, models: dict[str, Path], demo: str) -> None:
+    calls = 10 if demo == "torch" else 2  # the PyTorch demo's loop is 10 calls; the others' a million
+    code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    proc = run_reference(code, str(GUIDE / "run_guide_demo.py"), str(GUIDE / "eas_guide" / f"{demo}_demo.py"),
+                         gw.url, "--calls", str(calls), timeout=120)  # fmt: skip
+    lines = proc.stdout.decode().strip().splitlines()
+    assert lines[-1] == f"== {calls} prediction(s) made", lines[-5:]
+    if demo == "pmml":  # the guide prints each StringResponse: the records the model gives
+        wanted = want(models, "pmml", np.array([[1.0, 2.0]]))
+        row = json.loads(ast.literal_eval(lines[0]))[0]  # the repr of the body's bytes
+        assert row["y"] == wanted["predict"][0]
+        same(np.array([row["probability(0)"], row["probability(1)"]]), wanted["predict_proba"][0], "demo")
+    elif demo == "tf":  # each TFResponse as protobuf's text: the guide's input is 784 ones
+        wanted = want(models, "tensorflow", np.ones((1, 784), np.float32))
+        text = proc.stdout.decode()
+        assert text.count('key: "scores"') == calls
+        assert text.count(f"int64_val: {wanted['classes'][0]}") == calls
+    else:  # the guide prints the shape of output 0, then the average time
+        assert lines[:10] == ["[1, 10]"] * 10, lines
+        assert lines[10].startswith("average response time: ")
+
+
+REFERENCE_CODE = r"""
+import json, sys
+import numpy as np
+from eas_prediction import PredictClient, StringRequest, TFRequest, TorchRequest
+endpoint, token, calls = sys.argv[1], sys.argv[2], json.loads(sys.stdin.read())
+out = {}
+for service, (kind, values, shape) in calls.items():
+    client = PredictClient(endpoint, service)
+    client.set_token(token)
+    client.init()
+    flat = np.asarray(values).ravel().tolist()
+    if kind == "torch":
+        req = TorchRequest()
+        req.add_feed(0, shape, TorchRequest.DT_FLOAT, flat)
+        resp = client.predict(req)
+        out[service] = {str(i): list(resp.get_values(i)) for i in (0, 1)}
+    elif kind == "tensorflow":
+        req = TFRequest("predict_images")
+        req.add_feed("images", shape, TFRequest.DT_FLOAT, flat)
+        resp = client.predict(req)
+        out[service] = {n: list(resp.get_values(n)) for n in ("scores", "classes")}
+    else:
+        rows = [{"fea1": a, "fea2": b} for a, b in values]
+        out[service] = json.loads(client.predict(StringRequest(json.dumps(rows))).response_data)
+    client.destroy()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.compat
+def test_reference_client(gw: GatewayProcess, models: dict[str, Path]) -> None:
+    given = {"torch-thread": features("torch", 1), "mnist_saved_model_example": features("tensorflow"),
+             "pmml-thread": features("pmml", 4)}  # fmt: skip
+    calls = {s: (SERVICES[s], x.tolist(), list(x.shape)) for s, x in given.items()}
+    given_bytes = json.dumps(calls).encode()  # an image is too long for a command line
+    proc = run_reference(REFERENCE_CODE, gw.endpoint, TOKEN, timeout=60, input_bytes=given_bytes)
+    result = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    for service, x in given.items():
+        wanted = want(models, service, x)
+        got = result[service]
+        if SERVICES[service] == "torch":
+            same(np.array(got["0"]).reshape(wanted["output__0"].shape), wanted["output__0"], service)
+            same(np.array(got["1"]), wanted["output__1"], service)
+        elif SERVICES[service] == "tensorflow":
+            for name in ("scores", "classes"):
+                same(np.array(got[name]).reshape(wanted[name].shape), wanted[name], f"{service} {name}")
+        else:
+            assert [r["y"] for r in got] == wanted["predict"].tolist()
+            proba = np.array([[r["probability(0)"], r["probability(1)"]] for r in got])
+            same(proba, wanted["predict_proba"], service)
+
+
+@pytest.mark.compat
+def test_tritonclient_http_and_grpc(
+    gw: GatewayProcess, models: dict[str, Path], grpc_port: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp("triton-runtimes")
+    given = {"torch-thread": features("torch", 1), "tensorflow-thread": features("tensorflow"),
+             "pmml-thread": features("pmml", 4)}  # fmt: skip
+    np.savez(out / "in.npz", **given)
+    grpc = f"127.0.0.1:{grpc_port}"
+    run_client(".venv-clients", "triton_estimators.py", f"127.0.0.1:{gw.port}", grpc, TOKEN,
+               str(out / "in.npz"), str(out), timeout=120)  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    with np.load(out / "arrays.npz", allow_pickle=False) as arrays:
+        got = dict(arrays)
+    for service, x in given.items():
+        runtime = SERVICES[service]
+        wanted = want(models, service, x, "serving_default")
+        res = results[service]
+        assert res["metadata"]["platform"] == PLATFORMS[runtime]
+        assert [o["name"] for o in res["grpc_metadata"]["outputs"]] == list(OUTPUTS[runtime])
+        for call in ("binary", "json", "grpc"):
+            for name in OUTPUTS[runtime]:
+                same(got[f"{service}.{call}.{name}"], wanted[name], f"{service} {call} {name}")
+        name = MODELS[runtime][1]
+        assert res["wrong_dtype"].startswith("400") and f"input {name!r}" in res["wrong_dtype"], res
