@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SERVICE_NAME_RE, Config, ConfigError, parse_config
+from gateway.config.model_urls import is_model_url, redact_url
 from gateway.fronts.state import GATEWAY_KEY
-from gateway.manage.repository import scan
+from gateway.manage.repository import scan, scan_url
 
 log = logging.getLogger("gateway")
 
@@ -39,6 +40,13 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
 
 def quick_services(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The ``services:`` entries that ``--model`` or ``--model-repository`` stand for."""
+    if args.model_repository and is_model_url(args.model_repository):  # a bucket: s3://b/models/
+        from gateway.sources.stores import StoreError
+
+        try:
+            return scan_url(args.model_repository, _defaults(args))
+        except StoreError as exc:
+            raise ConfigError(f"--model-repository {redact_url(args.model_repository)}: {exc}") from None
     if args.model_repository:
         root = Path(args.model_repository)
         if not root.is_dir():
@@ -130,8 +138,9 @@ async def poll_repository(app: Any, every: float) -> None:
             log.exception("model repository scan failed")
 
 
-def repository_reloader(app: Any, root: Path, args: argparse.Namespace) -> Any:
+def repository_reloader(app: Any, root: Path | str, args: argparse.Namespace) -> Any:
     last: list[Any] = []
+    root = redact_url(str(root)) if is_model_url(str(root)) else root
 
     async def reload() -> dict[str, Any]:
         try:

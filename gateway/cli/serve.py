@@ -161,7 +161,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     elif quick is not None and quick.model_repository:
         from gateway.cli.quick import repository_reloader
 
-        parts.state.reload = repository_reloader(app, Path(quick.model_repository), quick)
+        parts.state.reload = repository_reloader(app, quick.model_repository, quick)
     # Never the default action (which ends the process, mid-request).
     loop.add_signal_handler(signal.SIGHUP, on_sighup, app)
     poller: asyncio.Task[None] | None = None

@@ -271,6 +271,26 @@ class S3Object:
             body.close()
 
 
+def list_objects(url: str, src: ModelSource | None) -> list[tuple[str, str, int]]:
+    """(key below the URL's prefix, ETag, size) of every object under an s3:// or oss://
+    prefix (``s3://bucket/models/``): a model repository in a bucket."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    parts = urlsplit(url)
+    obj = S3Object(f"{parts.scheme}://{parts.netloc}/", src)  # the bucket's client
+    prefix = unquote(parts.path.lstrip("/"))
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    out: list[tuple[str, str, int]] = []
+    try:
+        for page in obj.client.get_paginator("list_objects_v2").paginate(Bucket=obj.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                out.append((item["Key"][len(prefix) :], str(item.get("ETag", "")), int(item.get("Size", 0))))
+    except (ClientError, BotoCoreError) as exc:
+        raise _client_error(exc) from None
+    return out
+
+
 # --- HTTP(S) servers -----------------------------------------------------------------
 
 
@@ -351,6 +371,7 @@ __all__ = [
     "Store",
     "StoreError",
     "file_name",
+    "list_objects",
     "open_store",
     "read_credentials",
     "s3_client_args",

@@ -322,3 +322,33 @@ def test_https_source_with_a_private_ca_and_a_bearer_token(
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_a_model_repository_in_a_bucket(
+    s3: S3, digits_model: Path, tmp_path: Path, gateway_factory: Any
+) -> None:
+    doubling = tmp_path / "doubling.onnx"
+    _doubling_model(doubling)
+    s3.put("repo/digits/1/model.onnx", digits_model)
+    s3.put("repo/digits/1/config.pbtxt", tmp_path / "doubling.onnx")  # not a model: left alone
+    s3.put("repo/double.onnx", doubling)
+    env = {
+        "AWS_ENDPOINT_URL": s3.endpoint,
+        "AWS_ACCESS_KEY_ID": s3.key_id,
+        "AWS_SECRET_ACCESS_KEY": s3.secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "EASGW_DATA_DIR": str(tmp_path / "data"),
+    }
+    args = ("--model-repository", f"s3://{BUCKET}/repo/", "--poll", "0.5")
+    gw = gateway_factory({}, serve_args=args, env=env)
+    _wait_ready(gw, "digits")
+    _wait_ready(gw, "double")
+    assert _infer(gw, "double", [1.0] * 64) == {"doubled": [2.0] * 64}
+    assert set(_infer(gw, "digits", [1.0] * 64)) == {"label", "probabilities"}
+    # A new version folder in the bucket: the next scan rolls the service to it.
+    s3.put("repo/digits/2/model.onnx", doubling)
+    wait_until(
+        lambda: "model repository s3://models/repo/: changed digits" in gw.output(), 30, "digits rolled"
+    )
+    assert _infer(gw, "digits", [1.0] * 64) == {"doubled": [2.0] * 64}
+    assert (tmp_path / "data" / "models").is_dir()
