@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from gateway import __version__
+
 # What the gateway imports that only its ``gateway`` extra installs: module -> distribution.
 GATEWAY_EXTRA = {
     "aiohttp": "aiohttp",
@@ -30,7 +32,7 @@ def run() -> int:
             "eas-gateway: the gateway needs the package's gateway extra; "
             f"missing here: {', '.join(missing)}.\n"
             "Install it into this environment, with the wheel python -m build made:\n"
-            '  pip install "dist/easkit-0.1.0-py3-none-any.whl[gateway]"',
+            f'  pip install "dist/easkit-{__version__}-py3-none-any.whl[gateway]"',
             file=sys.stderr,
         )
         return 2

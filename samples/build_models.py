@@ -28,6 +28,7 @@ install them.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import time
 from pathlib import Path
@@ -54,7 +55,10 @@ def exit_if_tools_missing(script: str) -> None:
     missing = missing_tools()
     if not missing:
         return
-    wheel = "dist/easkit-0.1.0-py3-none-any.whl"  # what python -m build makes in a checkout
+    pyproject = (HERE.parent / "pyproject.toml").read_text()
+    version = re.search(r'^version = "(.+)"$', pyproject, re.M)
+    # What python -m build makes in the checkout these samples are part of.
+    wheel = f"dist/easkit-{version.group(1) if version else '<version>'}-py3-none-any.whl"
     sys.exit(
         f"{script}: the sample models are built with onnx, skl2onnx and scikit-learn; "
         f"missing here: {', '.join(missing)}.\n"

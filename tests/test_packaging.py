@@ -274,3 +274,36 @@ def test_the_sdk_alone_installs_without_server_packages(installed: Installed, tm
     assert "Traceback" not in out.stderr, out.stderr
     assert "missing here: aiohttp, onnxruntime, PyYAML" in out.stderr, out.stderr
     assert '.whl[gateway]"' in out.stderr, out.stderr
+
+
+# The commands the test above walks, as README.md and docs/quickstart.md give them.
+_INSTALL_PATH = [
+    "pip install build",
+    "python -m build",
+    'pip install "dist/easkit-0.1.0-py3-none-any.whl[gateway,samples]"',
+    "python samples/build_models.py",
+    "eas-gateway serve --config samples/services.yaml",
+]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/quickstart.md"])
+def test_the_pages_give_the_install_path_the_test_walks(page: str) -> None:
+    text = (ROOT / page).read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    commands = [
+        [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()] for block in blocks
+    ]
+    assert _INSTALL_PATH in commands, commands
+    version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version and f"easkit-{version.group(1)}-py3-none-any.whl" in _INSTALL_PATH[2]
+
+
+def test_the_command_names_the_gateway_extra_where_it_is_missing() -> None:
+    """``python -m gateway`` where no site-packages are importable: which extra, how to get it."""
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "gateway", "--help"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env={**_env(), "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert "missing here: aiohttp, onnxruntime, PyYAML" in out.stderr, out.stderr

@@ -135,3 +135,16 @@ def test_a_signal_to_the_serving_demo_stops_the_gateway_and_its_workers(tmp_path
     with pytest.raises(ConnectionRefusedError), socket.create_connection((host, int(port)), timeout=5):
         pass
     assert sorted(p.name for p in scratch.iterdir()) == []
+
+
+def test_build_models_names_the_missing_tools_and_how_to_install_them(tmp_path: Path) -> None:
+    """Run where none of the samples' tools are importable (no site-packages): a message, no traceback."""
+    out = subprocess.run(
+        [sys.executable, "-S", str(ROOT / "samples" / "build_models.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": ""},
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert "missing here: numpy, onnx, skl2onnx, scikit-learn" in out.stderr, out.stderr
+    assert '-py3-none-any.whl[gateway,samples]"' in out.stderr, out.stderr
+    assert not list(tmp_path.iterdir())
