@@ -213,6 +213,7 @@ def answer(
         wanted = tuple(RequestedOutput(n) for n in names)
     entries: list[dict[str, Any]] = []
     binary: list[np.ndarray] = []
+    in_json: list[tuple[dict[str, Any], str]] = []  # where the arrays written as JSON are
     for o in wanted:
         arr = arrays.get(o.name)
         if arr is None:
@@ -226,12 +227,13 @@ def answer(
             binary.append(arr)
         else:
             entry["data"] = arr.reshape(-1)  # V2's JSON data is flat
+            in_json.append((entry, "data"))
         entries.append(entry)
     doc: dict[str, Any] = {"model_name": model_name, "model_version": version, "outputs": entries}
     if req.id is not None:
         doc["id"] = req.id
     raw = sum(e["parameters"]["binary_data_size"] for e in entries if "parameters" in e)
-    header = json_answer.small(doc)  # most answers: encoded once, measured after
+    header = json_answer.small_with(doc, in_json)  # most answers: encoded once, measured after
     if header is not None:
         if limit:
             json_answer.check(len(header) + raw, limit)

@@ -211,6 +211,28 @@ def small(doc: Any, floats: str = "float64") -> bytes | None:
     return _orjson.dumps(ready, option=_orjson.OPT_SERIALIZE_NUMPY)
 
 
+def small_with(
+    doc: dict[str, Any], arrays: list[tuple[dict[str, Any], str]], floats: str = "float64"
+) -> bytes | None:
+    """:func:`small` for a document whose only arrays sit at known places, each
+    ``(holder, key)`` with ``holder[key]`` an array, the rest plain JSON values (a V2
+    answer's outputs): only the arrays are converted, the rest goes to the encoder as it is,
+    instead of walking the whole document. None when it is not small; then the arrays are
+    left in place for :func:`estimate` and :func:`dumps`."""
+    if _orjson is None:
+        return None
+    room = SMALL
+    for holder, key in arrays:
+        arr = holder[key]
+        room -= arr.size
+        if room < 0 or arr.dtype.kind in "OSUVc":
+            return None
+    for holder, key in arrays:
+        arr = holder[key]
+        holder[key] = arr.tolist() if floats == "float64" else _numeric(arr, floats)
+    return _orjson.dumps(doc, option=_orjson.OPT_SERIALIZE_NUMPY)
+
+
 # --- estimating ----------------------------------------------------------------------------
 
 
@@ -344,4 +366,5 @@ __all__ = [
     "processor_outputs",
     "raw_size",
     "small",
+    "small_with",
 ]

@@ -147,3 +147,34 @@ def test_a_small_answer_encoded_in_one_call_is_what_the_block_writer_writes(doc:
     one_call = json_answer.dumps(doc, 1 << 20, floats=floats)
     assert bytes(one_call) == bytes(writer.out)
     assert json_answer.estimate(doc, floats) == len(writer.out)
+
+
+@pytest.mark.parametrize("floats", ["float64", "shortest"])
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.array([0.1, np.nan, -np.inf, 1e-30], dtype=np.float32),
+        np.array([[1, 2], [3, 4]], dtype=">i4").reshape(-1),
+        np.array([True, False]),
+        np.zeros(0, dtype=np.float64),
+        np.array([1.5, 2.25], dtype=np.float16),
+    ],
+    ids=range(5),
+)
+def test_a_document_with_its_arrays_named_is_written_as_the_block_writer_writes_it(
+    arr: np.ndarray, floats: str
+) -> None:
+    entry: dict[str, Any] = {"name": "y", "shape": [int(arr.size)], "data": arr}
+    doc = {"model_name": "m", "id": "r1", "outputs": [entry]}
+    writer = json_answer._Writer(0, floats)
+    writer.value(doc)
+    assert json_answer.small_with(doc, [(entry, "data")], floats) == bytes(writer.out)
+
+
+def test_a_document_with_large_or_text_arrays_is_left_to_the_bounded_writer() -> None:
+    big = {"data": np.zeros(json_answer.SMALL + 1, dtype=np.float32)}
+    text = {"data": np.array(["a", "b"], dtype=object)}
+    for entry in (big, text):
+        kept = entry["data"]
+        assert json_answer.small_with({"outputs": [entry]}, [(entry, "data")]) is None
+        assert entry["data"] is kept  # untouched: the estimate and the writer read it next
