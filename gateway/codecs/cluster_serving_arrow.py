@@ -38,6 +38,7 @@ from eas_sdk._core.cluster_serving import (
     b64_image_bytes,
     decode_image,
     sparse_to_coo,
+    top_of,
 )
 from gateway.codecs.cluster_serving import DEFAULT_MAX_IMAGE_PIXELS, ClusterServingRequestError
 
@@ -169,4 +170,13 @@ def encode_result(outputs: Mapping[str, np.ndarray]) -> str:
     return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
 
 
-__all__ = ["FAILED", "RESULT_PREFIX", "decode_record", "encode_result", "result_key"]
+def top_n_result(outputs: Mapping[str, np.ndarray], n: int, output: str = "") -> dict[str, np.ndarray]:
+    """One instance's top-N answer as Cluster Serving's ``topN`` writes it: its ``n`` most
+    probable classes as ``[[class, probability], ...]`` (float32, most probable first), the one
+    tensor the client reads back. ValueError when the outputs hold no such vector."""
+    top = top_of(dict(outputs), n, output or None)
+    pairs = np.array([[float(k), v] for k, v in top.items()], dtype=np.float32).reshape(-1, 2)
+    return {output or next(iter(outputs)): pairs}
+
+
+__all__ = ["FAILED", "RESULT_PREFIX", "decode_record", "encode_result", "result_key", "top_n_result"]

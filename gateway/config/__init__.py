@@ -427,6 +427,8 @@ def _cluster_serving(raw: Any, processor: str, where: str) -> ClusterServingConf
         raise ConfigError(f"{where}.cluster_serving: a queue service has no model to serve it with")
     if cs.max_batch < 1:
         raise ConfigError(f"{where}.cluster_serving.max_batch: must be at least 1")
+    if cs.top_n_output and not cs.top_n:
+        raise ConfigError(f"{where}.cluster_serving.top_n_output: names the probabilities for top_n; set it")
     return cs
 
 

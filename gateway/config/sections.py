@@ -52,6 +52,11 @@ class ClusterServingConfig:
     group: str = "serving"  # the consumer group every gateway reads the stream with
     max_batch: int = 32  # records read (and inferred) at once
     claim_idle_s: float = 30.0  # records a gone gateway read but never answered are taken after this
+    # Cluster Serving's top-N answer: each result is its ``top_n`` most probable classes as
+    # ``[[class, probability], ...]``, most probable first; 0: the whole result. ``top_n_output``
+    # names the output of class probabilities for a model with several.
+    top_n: int = 0
+    top_n_output: str = ""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,13 @@ from aiohttp import web
 from redis.exceptions import RedisError, ResponseError
 
 from gateway.codecs.cluster_serving import ClusterServingRequestError, batch_instances, split_outputs
-from gateway.codecs.cluster_serving_arrow import FAILED, decode_record, encode_result, result_key
+from gateway.codecs.cluster_serving_arrow import (
+    FAILED,
+    decode_record,
+    encode_result,
+    result_key,
+    top_n_result,
+)
 from gateway.config import ClusterServingConfig, ServiceConfig
 from gateway.core import errors, json_answer
 from gateway.core.dataplane import DataPlane
@@ -187,6 +193,8 @@ class StreamReader:
             try:
                 # A result's size follows the client's shapes: refused before it is encoded.
                 json_answer.check(sum(map(json_answer.raw_size, mine.values())), limit)
+                if self.cfg.top_n:
+                    mine = top_n_result(mine, self.cfg.top_n, self.cfg.top_n_output)
                 out.append((eid, uri, encode_result(mine)))
             except ValueError as exc:
                 log.warning("cluster serving stream %s: %s: %s", self.cfg.stream, uri, exc)
