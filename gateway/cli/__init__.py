@@ -1,8 +1,8 @@
 """``eas-gateway``: run the gateway and operate it.
 
 * ``serve --config FILE`` runs it (gateway.cli.serve);
-* ``services list|get|create|update|scale|delete`` and ``status`` talk to a running
-  gateway's admin API (gateway.cli.services);
+* ``services list|get|create|update|scale|delete`` talk to a running gateway's admin API,
+  ``status`` to its main port or admin API (gateway.cli.services);
 * ``queues groups|delete-group`` lists and deletes a queue service's consumer groups
   through the admin API (gateway.cli.queues);
 * ``validate FILE`` checks a config file and lists every error (gateway.cli.validate);
