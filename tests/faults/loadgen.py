@@ -5,7 +5,7 @@ Run inside the client's namespace: ``python -m tests.faults.loadgen SPEC.json``.
 * one producer per gateway in ``put_via``: ``QueueClient.put`` of a unique value each time
   (the SDK sends one request id per put and repeats it on its retries);
 * one consumer of group ``check`` on ``watch_via``: a watch with a window, committing each
-  record it reads;
+  record it reads (it stops reading while the file ``consumer_pause`` names exists);
 * one caller of the predict service per gateway in ``predict_via`` with ``PredictClient``;
 * with ``async_via``: one producer of inputs to the asynchronous service there (a put of a
   unique value, its request id recorded) and one watcher of its sink, so the checker can
@@ -120,8 +120,11 @@ class Load:
         q = self._queue_client(url, "consumer")
         watcher = q.watch(0, window=self.spec.get("window", 16))
         self.watcher = watcher
+        pause = Path(self.spec.get("consumer_pause", "/nonexistent"))
         try:
             for rec in watcher.run():
+                while pause.exists() and not self.drained.is_set():
+                    time.sleep(0.02)  # a consumer that lags: what it has not read piles up
                 t = time.monotonic()
                 value = bytes(rec.data).decode(errors="replace")
                 index = int(rec.index)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.faults.checker import Fault, Report, check, load_history
+from tests.faults.checker import Fault, Report, check, dump, load_history
 from tests.faults.cluster import ASYNC_SERVICE, QUEUE, SERVICE, TOKEN, Cluster, wait_for
 
 # Every predict call begun this long after a heal must succeed, and every producer must
@@ -40,6 +40,8 @@ class Step:
     silenced: list[str] = field(default_factory=list)
     # Statuses the fault documents beyond the usual ones (checker.Fault.allowed).
     allowed: list[int] = field(default_factory=list)
+    # Done before the fault's start is taken (the state the fault should find).
+    prepare: Callable[[Cluster], None] | None = None
 
 
 def holder(cluster: Cluster, hosts: tuple[str, ...] = ("gw1", "gw2")) -> str | None:
@@ -61,6 +63,11 @@ def wait_holder(cluster: Cluster, timeout: float = 20.0) -> str:
 
     wait_for(any_holder, "a gateway serving the queue", timeout, every=0.3)
     return found[-1]
+
+
+def consumer_pause(cluster: Cluster) -> Path:
+    """While this file exists the load's group consumer reads nothing."""
+    return cluster.workdir / "consumer.pause"
 
 
 class LoadRun:
@@ -89,6 +96,7 @@ class LoadRun:
             "predict_via": [cluster.url(h) for h in predict_via],
             "async_via": cluster.url(async_via) if async_via else None,
             "async_service": ASYNC_SERVICE,
+            "consumer_pause": str(consumer_pause(cluster)),
             "drain_s": 30,
         }
         spec_path = wd / "load.json"
@@ -155,6 +163,8 @@ def run_schedule(
     wait_for(lambda: load.flowing_since(0.0), "load flowing before the first fault", 30, every=0.2)
     time.sleep(gap_s)  # steady load before the first fault: part of the schedule
     for step in steps:
+        if step.prepare is not None:
+            step.prepare(cluster)
         start = time.monotonic()
         step.inject(cluster)
         time.sleep(step.hold_s)  # the fault's duration is the test
@@ -174,6 +184,8 @@ def run_schedule(
             )
         time.sleep(gap_s)  # steady load between faults: part of the schedule
     events = load.finish()
+    # The run as test data, should it fail: kept in tests/faults/data once its cause is fixed.
+    dump(cluster.workdir / "run.json", events, faults, "")
     return events, faults, check(events, faults, RECOVERY_BOUND_S)
 
 
@@ -211,16 +223,23 @@ def pause_step(name: str, hold_s: float) -> Step:
     return step
 
 
-def redis_restart_step(name: str, aof: bool, hold_s: float) -> Step:
-    """kill -9 of redis-server, restarted after ``hold_s`` on the same directory."""
+def redis_restart_step(name: str, aof: bool, hold_s: float, backlog_s: float = 0.0) -> Step:
+    """kill -9 of redis-server, restarted after ``hold_s`` on the same directory. With
+    ``backlog_s`` the group consumer stops reading that long before the kill (and reads on
+    after the restart), so the queue holds records the restart can lose."""
+
+    def prepare(c: Cluster) -> None:
+        consumer_pause(c).touch()
+        time.sleep(backlog_s)  # the backlog's length is part of the schedule
 
     def inject(c: Cluster) -> None:
         c.procs["redis"].kill()
 
     def heal(c: Cluster) -> None:
         c.start_redis(aof=aof)
+        consumer_pause(c).unlink(missing_ok=True)
 
-    return Step(name, inject, heal, hold_s, documented_loss=not aof)
+    return Step(name, inject, heal, hold_s, documented_loss=not aof, prepare=prepare if backlog_s else None)
 
 
 def clock_step(name: str, host: str | Callable[[Cluster], str], offset: str, hold_s: float) -> Step:
