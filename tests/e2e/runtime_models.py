@@ -36,7 +36,7 @@ TORCH_INPUTS = {"image": {"dtype": "FP32", "shape": [-1, 3, 224, 224]}}
 TF_SIGNATURE = "predict_images"
 
 
-def _builder() -> ModuleType:
+def sample_builder() -> ModuleType:
     path = ROOT / "samples" / "runtimes" / "build_models.py"
     spec = importlib.util.spec_from_file_location("runtime_sample_models", path)
     assert spec is not None and spec.loader is not None
@@ -47,7 +47,7 @@ def _builder() -> ModuleType:
 
 def build(folder: Path) -> dict[str, Path]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    built: dict[str, Path] = _builder().build_all(folder)
+    built: dict[str, Path] = sample_builder().build_all(folder)
     return built
 
 
@@ -99,10 +99,12 @@ __all__ = [
     "MODELS",
     "OUTPUTS",
     "PLATFORMS",
+    "ROOT",
     "TF_SIGNATURE",
     "TORCH_INPUTS",
     "build",
     "expected",
     "features",
     "same",
+    "sample_builder",
 ]

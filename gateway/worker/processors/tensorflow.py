@@ -56,7 +56,9 @@ def named_signature(body: bytes) -> str:
     try:
         for number, wire_type, a, b in fields(body, 0, len(body)):
             if number == 1 and wire_type == 2 and b - a <= _MAX_SIGNATURE:
-                return text(body, a, b)
+                name = text(body, a, b)
+                # A Torch request's field 1 is a tensor, whose bytes are no printable name.
+                return name if name.isprintable() else ""
             return ""
     except (CodecError, IndexError, ValueError):
         return ""
