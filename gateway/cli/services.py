@@ -184,6 +184,13 @@ def status(args: argparse.Namespace, token: str | None) -> int:
     url = args.url or DEFAULT_GATEWAY
     try:
         print(render(fetch(url, token)))
+    except urllib.error.HTTPError as exc:
+        with exc:
+            # 401 and 403: from another machine the status needs the admin token.
+            needs = "; from another machine it needs the admin token (--token, $EAS_ADMIN_TOKEN)"
+            hint = needs if exc.code in (401, 403) else ""
+        print(f"eas-gateway: cannot read the status of the gateway at {url}: {exc}{hint}", file=sys.stderr)
+        return 1
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
         # Only the default address was tried: say how to name another.
