@@ -1,9 +1,11 @@
 """``eas-gateway serve --config services.yaml`` (also ``python -m gateway serve ...``).
 
-Start-up: load and validate the config (errors name the field, exit 2), bind,
-log the address, start the worker pools, wait until they are ready (at most
-``worker_start_timeout_s``), then print ``gateway listening on http://H:P`` on
-stdout and write ``H:P`` to ``--port-file`` atomically.
+Start-up: load and validate the config (errors name the field, exit 2); check that every
+listener's port is free (a taken one: exit 1, naming it and its setting, no worker
+started); start the worker pools, bind, log the address; wait until they are ready (at most
+``worker_start_timeout_s``), then print ``gateway listening on http://H:P`` on stdout and
+write ``H:P`` to ``--port-file`` atomically. A service that is not ready then is a warning
+with its reason, except with ``--model``/``--model-repository``: the load error, exit 1.
 
 SIGHUP (or ``POST /admin/reload``) re-reads the config file and applies its services as
 the admin API would: added ones start, changed ones roll, removed ones drain and stop.
