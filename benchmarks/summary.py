@@ -43,8 +43,11 @@ _FLOOR, _CEILING = 1e-3, 1e6
 
 def share_of_goal(row: dict[str, Any]) -> float:
     """The figure over its goal, turned so that 1 is the goal and more is better, whichever
-    way the goal points (for a "<=" goal, the goal over the figure)."""
+    way the goal points (for a "<=" goal, the goal over the figure). A goal of 0 (nothing
+    lost) has no ratio: its row sits a fixed step right of the line when met, left when not."""
     figure, goal = float(row["figure"]), float(row["goal"])
+    if goal == 0:
+        return 2.0 if row["ok"] else 0.5
     share = figure / goal if row["op"] == ">=" else (goal / figure if figure else _CEILING)
     return min(max(share, _FLOOR), _CEILING)
 

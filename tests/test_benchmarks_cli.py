@@ -156,5 +156,7 @@ def test_summary_plot_puts_every_miss_first_grouped_by_benchmark(tmp_path: Path)
     ]
     # Over the goal, whichever way it points: more than 1 is met, less is missed.
     assert [round(summary.share_of_goal(r), 3) for r in rows if r["goal"]] == [1.57, 0.5, 0.744, 2.14]
+    lost = [_row("bench_queue", "queue: records lost", n, "<=", 0) for n in (0, 3)]
+    assert [summary.share_of_goal(r) for r in lost] == [2.0, 0.5]  # a goal of 0 has no ratio
     assert summary.plot(rows, tmp_path / "summary.png")
     assert (tmp_path / "summary.png").read_bytes()[:4] == b"\x89PNG"
