@@ -48,8 +48,11 @@ TENSOR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:/.-]{0,127}$")
 
 _STEP_KEYS = {
     "name", "inputs", "outputs", "service", "model", "op", "transform", "args", "config",
-    "concurrency", "workers", "intra_op_threads", "placement",
+    "concurrency", "workers", "intra_op_threads", "placement", "predictor",
 }  # fmt: skip
+# The protocols a step speaks to a predictor on another server.
+PREDICTOR_PROTOCOLS = ("v1", "v2", "grpc")
+_PREDICTOR_KEYS = {"url", "model", "protocol", "timeout_ms", "retries", "token"}
 
 
 class PipelineConfigError(ConfigError):
@@ -82,6 +85,27 @@ class TensorDecl:
 
 
 @dataclass(frozen=True)
+class PredictorSpec:
+    """A model served by another server, which a model step calls by URL (KServe's
+    transformer in front of ``--predictor_host``)."""
+
+    url: str  # http://host:port for v1 and v2; host:port (or grpc://host:port) for grpc
+    model: str  # the model's name on that server
+    protocol: str = "v2"  # v1, v2 (REST, JSON tensors) or grpc (V2 gRPC)
+    timeout_ms: int = 0  # each attempt's limit; 0: what is left of the call's own budget
+    retries: int = 0  # further attempts after a failure to connect or a 502/503/504
+    token: str | None = None  # sent as Authorization: Bearer <token>; never logged
+
+    def __repr__(self) -> str:  # never show the token
+        return f"PredictorSpec(url={self.url!r}, model={self.model!r}, protocol={self.protocol!r})"
+
+    @property
+    def label(self) -> str:
+        """How errors name it."""
+        return f"predictor {self.model!r} at {self.url} ({self.protocol})"
+
+
+@dataclass(frozen=True)
 class StepSpec:
     name: str
     kind: str  # "model", "op" or "transform"
@@ -100,6 +124,7 @@ class StepSpec:
     placement: str = "thread"
     workers: int = 1
     intra_op_threads: int = 1
+    predictor: PredictorSpec | None = None  # a model step that calls another server by URL
 
     @property
     def deps(self) -> tuple[str, ...]:
@@ -231,12 +256,15 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
     for key, value in (("service", service), ("model", model), ("op", op), ("transform", transform)):
         if value is not None and (not isinstance(value, str) or not value):
             raise _fail(f"{where}.{key}", "expected a non-empty string")
+    predictor = _predictor(raw["predictor"], f"{where}.predictor") if "predictor" in raw else None
+    if predictor is not None and (service or model or transform):
+        raise _fail(f"{where}.predictor", "a step calls a predictor, a service or its own model: one of them")
     if service and model:
         raise _fail(where, "a step calls a service or runs its own model, not both")
     if transform and (service or model or op):
         raise _fail(f"{where}.transform", "a transform step has no op, model or service")
-    if not (service or model or op or transform):
-        raise _fail(where, "a step needs one of: service, model, op, transform")
+    if not (service or model or op or transform or predictor):
+        raise _fail(where, "a step needs one of: service, model, predictor, op, transform")
     kind = "transform" if transform else ("op" if op else "model")
     if model:
         model = existing_file(model, base, f"{where}.model")
@@ -258,7 +286,7 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
     for key, value in (("args", args), ("config", config)):
         if not isinstance(value, Mapping):
             raise _fail(f"{where}.{key}", "expected a mapping")
-    placement = _placement(raw.get("placement"), model, op, service or transform, where)
+    placement = _placement(raw.get("placement"), model, op, service or transform or predictor, where)
     if transform:
         _check_transform(transform, inputs, outputs, args, where)
     elif args:
@@ -270,6 +298,39 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
         placement=placement,
         workers=_int(raw.get("workers", 1), f"{where}.workers", 1, 64),
         intra_op_threads=_int(raw.get("intra_op_threads", 1), f"{where}.intra_op_threads", 1, 64),
+        predictor=predictor,
+    )  # fmt: skip
+
+
+def _predictor(raw: Any, where: str) -> PredictorSpec:
+    """``predictor: {url, model, protocol, timeout_ms, retries, token}``."""
+    if not isinstance(raw, Mapping):
+        raise _fail(where, "expected a mapping with url and model")
+    unknown = sorted(set(map(str, raw)) - _PREDICTOR_KEYS)
+    if unknown:
+        allowed = ", ".join(sorted(_PREDICTOR_KEYS))
+        raise _fail(where, f"unknown key(s) {', '.join(unknown)}; allowed: {allowed}")
+    protocol = raw.get("protocol", "v2")
+    if protocol not in PREDICTOR_PROTOCOLS:
+        expected = ", ".join(PREDICTOR_PROTOCOLS)
+        raise _fail(f"{where}.protocol", f"expected one of {expected}, got {protocol!r}")
+    url, model, token = raw.get("url"), raw.get("model"), raw.get("token")
+    for key, value in (("url", url), ("model", model)):
+        if not isinstance(value, str) or not value:
+            raise _fail(f"{where}.{key}", "required: a non-empty string")
+    assert isinstance(url, str) and isinstance(model, str)
+    if token is not None and (not isinstance(token, str) or not token):
+        raise _fail(f"{where}.token", "expected a non-empty string")
+    if protocol == "grpc":
+        address = url.removeprefix("grpc://")
+        if "://" in address or ":" not in address:
+            raise _fail(f"{where}.url", f"a grpc predictor is host:port (or grpc://host:port), got {url!r}")
+    elif not url.startswith(("http://", "https://")):
+        raise _fail(f"{where}.url", f"a {protocol} predictor is http://host:port or https://..., got {url!r}")
+    return PredictorSpec(
+        url=url.rstrip("/"), model=model, protocol=protocol, token=token,
+        timeout_ms=_int(raw.get("timeout_ms", 0), f"{where}.timeout_ms", 0, 3_600_000),
+        retries=_int(raw.get("retries", 0), f"{where}.retries", 0, 10),
     )  # fmt: skip
 
 
@@ -472,10 +533,12 @@ def check_pipelines(services: Sequence[Any]) -> None:
 
 __all__ = [
     "DTYPES",
+    "PREDICTOR_PROTOCOLS",
     "REQUEST",
     "TRANSFORMS",
     "PipelineConfigError",
     "PipelineSpec",
+    "PredictorSpec",
     "Source",
     "StepInput",
     "StepSpec",

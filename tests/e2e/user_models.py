@@ -59,3 +59,19 @@ class Attribution:
     def predict(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         x = inputs["x"]
         return [x / x.sum(axis=1, keepdims=True)]
+
+
+class Sleeper:
+    """A predictor that takes ``seconds`` (config) to answer: ``y`` = ``x``."""
+
+    inputs = [{"name": "x", "datatype": "FP32", "shape": [-1, 3]}]
+    outputs = [{"name": "y", "datatype": "FP32", "shape": [-1, 3]}]
+
+    def initialize(self) -> None:
+        self.seconds = float(self.config.get("seconds", 1.0))
+
+    def predict(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import time
+
+        time.sleep(self.seconds)
+        return [inputs["x"]]

@@ -30,6 +30,7 @@ from eas_sdk.codecs import eas
 from gateway.backends.in_gateway import RunsInGateway
 from gateway.backends.pipelines.forms import STEP_FORMS
 from gateway.backends.pipelines.local import LocalModel
+from gateway.backends.pipelines.remote import RemoteModelCall
 from gateway.backends.pipelines.runner import (
     CallContext,
     ModelCall,
@@ -184,6 +185,8 @@ class PipelineBackend(RunsInGateway):
         self._metadata: ModelMetadata | None = None
         self.plane: DataPlane | None = None
         self._local: dict[str, LocalModel] = {}
+        # The model steps whose predictor is another server (gateway.backends.pipelines.remote).
+        self._remote: dict[str, RemoteModelCall] = {}
         self.input_specs = [_tensor_spec(d) for d in self.spec.inputs]
         self.output_names = [name for name, _ in self.spec.outputs]
         self.runner: Runner | None = None
@@ -205,6 +208,8 @@ class PipelineBackend(RunsInGateway):
             local = self._local.get(step)
             if local is not None:
                 return local.outputs.get(output)
+            if step in self._remote:  # another server's: only what the step declares
+                return None
             backend = self.model_backends.get(step)
             meta = backend.metadata if backend is not None else None
             if meta is None:
@@ -242,6 +247,10 @@ class PipelineBackend(RunsInGateway):
                 model = ModelCall(
                     step.name, self.model_backends[step.name], wanted, step.concurrency, through, form, shm
                 )
+            elif step.predictor is not None:  # another server, by URL
+                remote = RemoteModelCall(step.name, step.predictor, step.output_names)
+                self._remote[step.name] = remote
+                model = remote
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)
             if step.kind == "transform":
@@ -329,6 +338,8 @@ class PipelineBackend(RunsInGateway):
         if self.shm is not None:  # what calls that gave up left behind
             self._closers.append(self.shm.close)
             self.shm = None
+        for remote in self._remote.values():
+            await remote.aclose()
         for close in [op.close for op in self._ops] + self._closers:
             try:
                 close()

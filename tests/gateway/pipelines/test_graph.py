@@ -178,7 +178,7 @@ def test_file_paths_are_checked() -> None:
         ({"transform": "topk", "args": {"n": 1}, "outputs": ["indices"]}, "unknown arg(s) n"),
         ({"transform": "label_map", "outputs": ["label"]}, "args.labels: expected a non-empty list"),
         ({"transform": "topk", "op": "x.py:X"}, "transform step has no op"),
-        ({}, "a step needs one of: service, model, op, transform"),
+        ({}, "a step needs one of: service, model, predictor, op, transform"),
         ({"transform": "argmax", "outputs": ["y"]}, "outputs.y: argmax produces only index"),
         ({"transform": "argmax", "concurrency": -1}, "concurrency: expected an integer"),
         ({"transform": "argmax", "colour": "red"}, "unknown key(s) colour"),
