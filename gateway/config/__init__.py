@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config.catalog import DECLARED_INPUTS, DEVICE_PROCESSORS, MODEL_PROCESSORS, ONE_INPUT
+from gateway.config.located import relocated
 from gateway.config.model_urls import ModelSource
 from gateway.config.payload_log import PayloadLogConfig, check_payload_sinks, parse_payload_log
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
@@ -444,8 +445,9 @@ def _with_queue_defaults(raw: dict[str, Any]) -> dict[str, Any]:
     services = raw.get("services")
     if not isinstance(services, list):
         return raw
-    merged = [
-        {**s, "queue": {**defaults, **(s.get("queue") or {})}} if isinstance(s, dict) else s for s in services
+    merged = [  # each service keeping its keys' lines, for the errors that name them
+        relocated(s, {**s, "queue": {**defaults, **(s.get("queue") or {})}}) if isinstance(s, dict) else s
+        for s in services
     ]
     return {**raw, "services": merged}
 

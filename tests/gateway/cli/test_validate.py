@@ -87,6 +87,19 @@ def test_a_misspelt_key_is_one_error_with_its_line_and_the_key_meant(
     ]
 
 
+def test_the_line_is_given_under_queue_defaults_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "services.yaml"
+    path.write_text(
+        "queue:\n  fsync: always\n"
+        "services:\n  - name: q\n    processor: queue\n    public: true\n    wrkers: 0\n"
+    )
+    assert main(["validate", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: services[0] (q): unknown key 'wrkers' (line 7); did you mean 'workers'?" in err, err
+
+
 @pytest.mark.parametrize(
     ("sections", "message"),
     [
