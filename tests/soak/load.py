@@ -161,6 +161,8 @@ class Soak:
         self.labels = [int(x) for x in sess.run(["label"], {"input": self.rows})[0]]
         self.auth = {"Authorization": TOKEN}
         self._threads: list[threading.Thread] = []
+        # Written as they are taken, beside the history: a run can be judged again.
+        self._samples_out = (self.workdir / "samples.jsonl").open("a", encoding="utf-8", buffering=1)
         self._watchers: list[Any] = []
 
     # ------------------------------------------------------------------ one caller
@@ -418,7 +420,9 @@ class Soak:
                         continue  # killed, not yet reaped: nothing of it is held any more
                     rss = p.memory_info().rss / 2**20
                     own = tasks if role == "gateway" else None
-                    self.samples.append(Sample(t, pid, role, rss, p.num_fds(), own))
+                    sample = Sample(t, pid, role, rss, p.num_fds(), own)
+                    self.samples.append(sample)
+                    self._samples_out.write(json.dumps(sample.__dict__) + "\n")
             self.stopping.wait(self.sample_every_s)
 
     # ------------------------------------------------------------------ run
@@ -458,6 +462,7 @@ class Soak:
             for t in readers:
                 t.join(30)
             self.history.close()
+            self._samples_out.close()
 
     def _drain(self, timeout: float = 60.0, quiet: float = 2.0) -> None:
         """Until every acknowledged put has been read (or ``timeout``), then ``quiet`` more."""
