@@ -278,6 +278,7 @@ def test_the_sdk_alone_installs_without_server_packages(installed: Installed, tm
 
 # The commands the test above walks, as README.md and docs/quickstart.md give them.
 _INSTALL_PATH = [
+    "python3 -m venv ~/easkit-env && . ~/easkit-env/bin/activate",  # the test's fresh environment
     "pip install build",
     "python -m build",
     'pip install "dist/easkit-0.1.0-py3-none-any.whl[gateway,samples]"',
@@ -295,7 +296,7 @@ def test_the_pages_give_the_install_path_the_test_walks(page: str) -> None:
     ]
     assert _INSTALL_PATH in commands, commands
     version = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
-    assert version and f"easkit-{version.group(1)}-py3-none-any.whl" in _INSTALL_PATH[2]
+    assert version and f"easkit-{version.group(1)}-py3-none-any.whl" in _INSTALL_PATH[3]
 
 
 def test_the_command_names_the_gateway_extra_where_it_is_missing() -> None:
