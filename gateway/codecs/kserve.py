@@ -82,6 +82,16 @@ def v2_metadata(model_name: str, meta: ModelMetadata, versions: Sequence[str] = 
     )
 
 
+# The backend a model configuration names, by the platform its metadata gives: the runtime that
+# serves it (the estimator runtimes by their library's name; user code is Python's).
+_BACKENDS = {
+    "onnxruntime_onnx": "onnxruntime",
+    "sklearn": "sklearn",
+    "xgboost": "xgboost",
+    "lightgbm": "lightgbm",
+}
+
+
 def triton_config(
     model_name: str,
     meta: ModelMetadata,
@@ -108,7 +118,7 @@ def triton_config(
     doc: dict[str, Any] = {
         "name": model_name,
         "platform": meta.platform,
-        "backend": "onnxruntime" if meta.platform == "onnxruntime_onnx" else "python",
+        "backend": _BACKENDS.get(meta.platform, "python"),
         "version_policy": {"all": {}} if all_versions else {"latest": {"num_versions": 1}},
         "max_batch_size": max_batch_size if batched else 0,
         "input": [tensor(t) for t in meta.inputs],

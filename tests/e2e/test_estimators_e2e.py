@@ -129,6 +129,9 @@ def test_metadata_comes_from_the_model(gw: GatewayProcess) -> None:
     assert [o["name"] for o in meta["outputs"]] == ["predict", "predict_proba"]
     meta = get(gw, "/v2/models/booster-thread")
     assert meta["outputs"] == [{"name": "predict", "datatype": "FP32", "shape": [-1, 3]}]
+    cfg = get(gw, "/v2/models/xgboost/config")
+    assert (cfg["platform"], cfg["backend"]) == ("xgboost", "xgboost")
+    assert [(t["name"], t["data_type"]) for t in cfg["input"]] == [("input", "TYPE_FP32")]
     meta = get(gw, "/v2/models/lightgbm")
     assert meta["platform"] == "lightgbm"
     assert meta["inputs"] == [{"name": "input", "datatype": "FP64", "shape": [-1, 4]}]
