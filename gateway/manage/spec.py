@@ -47,6 +47,15 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
             out["providers"] = list(value)
         elif key == "config":
             out["config"] = dict(value)
+        elif key == "inputs":  # declared tensors, as the file writes them
+            out["inputs"] = {
+                d.name: {
+                    k: v
+                    for k, v in (("dtype", d.dtype), ("shape", d.shape and list(d.shape)))
+                    if v is not None
+                }
+                for d in value
+            }
         else:
             out[key] = value
     return out

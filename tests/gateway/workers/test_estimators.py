@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.config import BatchingConfig, ConfigError, ServiceConfig, parse_config
+from gateway.config import BatchingConfig, ConfigError, ServiceConfig, parse_config, parse_service
 from gateway.config.pipelines import TensorDecl
 from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.manage.spec import spec_of
 from gateway.worker.processors.base import LoadError, ProcessorError
 from gateway.worker.processors.lightgbm import LightGBMProcessor
 from gateway.worker.processors.registry import create_processor
@@ -54,6 +55,10 @@ def test_declared_inputs(models: dict[str, Path]) -> None:
     dirs = [str(models["sklearn"].parent)]
     svc = _config(models["sklearn"], dirs, inputs={"features": {"dtype": "float32", "shape": [-1, 4]}})
     assert svc.services[0].inputs == (TensorDecl("features", "FP32", (-1, 4)),)  # type: ignore[attr-defined]
+    # As the admin API shows and stores it, and back.
+    spec = spec_of(svc.services[0], redact=False)  # type: ignore[attr-defined]
+    assert spec["inputs"] == {"features": {"dtype": "FP32", "shape": [-1, 4]}}
+    assert parse_service(json.loads(json.dumps(spec))).inputs == svc.services[0].inputs  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r"\.inputs: the model takes one input .*2 given"):
         _config(models["sklearn"], dirs, inputs={"a": "float32", "b": "float32"})
     with pytest.raises(
