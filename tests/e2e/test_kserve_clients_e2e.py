@@ -289,6 +289,8 @@ def test_the_curl_examples_in_the_docs_run_as_written(
     assert len(blocks) >= 3
     sess = ort.InferenceSession(str(digits_model))
     for block in blocks:
+        if "explain" in block:  # the scorer sample's and its 404: tests/docs runs them against it
+            continue
         script = block.replace("http://127.0.0.1:8080", gw.url)
         proc = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],

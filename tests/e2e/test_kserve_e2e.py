@@ -212,7 +212,7 @@ def _digits(datatype: str = "FP32", shape: tuple[int, ...] = (1, 64), n: int = 6
 DIGITS = "/v2/models/digits/infer"
 BAD_REQUESTS = [
     ("/v2/models/nope/infer", {"inputs": []}, {}, 404, "model 'nope' not found"),
-    ("/v2/models/echo/infer", {"inputs": []}, {}, 404, "model 'echo' not found"),
+    ("/v2/models/echo/infer", {"inputs": []}, {}, 404, "'echo' is not served over V2: declare"),
     (DIGITS, {"inputs": []}, {}, 401, "invalid or missing token"),
     (DIGITS, {"inputs": []}, {"Authorization": "wrong"}, 401, "invalid or missing token"),
     ("/v2/models/digits/versions/2/infer", {"inputs": []}, AUTH, 404, "no version '2'"),
