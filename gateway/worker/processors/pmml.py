@@ -51,7 +51,7 @@ def _loads(body: bytes) -> Any:
 
 def _dumps(doc: Any) -> bytes:
     if _orjson is not None:
-        return _orjson.dumps(doc)
+        return _orjson.dumps(doc)  # JSON has no NaN: orjson writes a probability's as null
     return json.dumps(doc).encode()
 
 
@@ -118,7 +118,7 @@ class PmmlProcessor(EstimatorProcessor):
         if isinstance(req, TensorRequest) or not req.body[:64].lstrip().startswith(b"["):
             return super().prepare(req)
         rows = _loads(req.body)
-        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
             raise ProcessorError("expected a JSON list of records: [{field: value, ...}, ...]")
         if len(rows) > MAX_RECORDS:
             raise ProcessorError(f"too many records ({len(rows)} > {MAX_RECORDS})")
@@ -129,36 +129,50 @@ class PmmlProcessor(EstimatorProcessor):
         return Prepared(decoded, {self.inputs[0].name: x}, indices, wanted, len(rows), key)
 
     def _matrix(self, rows: list[dict[str, Any]]) -> np.ndarray:
-        text = bool(self.text)
-        x = np.empty((len(rows), len(self.features)), dtype=object if text else np.float64)
-        for j, name in enumerate(self.features):
-            try:
-                column = [row[name] for row in rows]
-            except KeyError:
-                raise ProcessorError(
-                    f"input {name!r}: missing from a record; the model's fields: {', '.join(self.features)}"
-                ) from None
-            if name in self.text:
-                x[:, j] = [str(v).encode() if not isinstance(v, bytes) else v for v in column]
-                continue
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column):
-                raise ProcessorError(f"input {name!r}: expected numbers, got {column!r:.80}")
-            x[:, j] = column
+        try:
+            table = [[row[name] for name in self.features] for row in rows]
+        except KeyError as exc:
+            fields = ", ".join(self.features)
+            what = f"input {exc.args[0]!r}: missing from a record; the model's fields: {fields}"
+            raise ProcessorError(what) from None
+        if self.text:
+            x = np.empty((len(rows), len(self.features)), dtype=object)
+            for j, name in enumerate(self.features):
+                column = [r[j] for r in table]
+                if name in self.text:
+                    x[:, j] = [v if isinstance(v, bytes) else str(v).encode() for v in column]
+                else:
+                    x[:, j] = self._numbers(name, column)
+            return x
+        try:  # one conversion in C; a value that is not a number is looked for only then
+            x = np.array(table, dtype=np.float64)
+        except (TypeError, ValueError):
+            for j, name in enumerate(self.features):
+                self._numbers(name, [r[j] for r in table])
+            x = np.empty(0)  # every value a number, yet no matrix: a value that is a list
+        if x.ndim != 2:
+            raise ProcessorError(f"expected one number per field in each record, got {str(rows[0])[:80]}")
         return x
+
+    @staticmethod
+    def _numbers(name: str, column: list[Any]) -> list[Any]:
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column):
+            raise ProcessorError(f"input {name!r}: expected numbers, got {column!r:.80}")
+        return column
 
     def _encode(self, p: Prepared, results: list[np.ndarray]) -> WorkerResponse:
         if p.decoded.kind != RECORDS:
             return super()._encode(p, results)
         by_name = dict(zip(p.wanted, results, strict=True))
-        labels = by_name["predict"]
+        labels = [_plain(v) for v in by_name["predict"].tolist()]
         proba = by_name.get("predict_proba")
-        records = []
-        for i in range(p.rows):
-            record = {self.target: _plain(labels[i])}
-            if proba is not None:
-                for c, value in zip(self.classes, proba[i], strict=True):
-                    record[f"probability({c})"] = _plain(value)
-            records.append(record)
+        if proba is None:
+            records = [{self.target: v} for v in labels]
+        else:
+            keys = [self.target, *(f"probability({c})" for c in self.classes)]
+            records = [
+                dict(zip(keys, (v, *ps), strict=True)) for v, ps in zip(labels, proba.tolist(), strict=True)
+            ]
         return WorkerResponse(200, _dumps(records), JSON)
 
 

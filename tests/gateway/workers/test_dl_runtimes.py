@@ -133,6 +133,8 @@ def test_pmml_records_in_and_out(models: dict[str, Path]) -> None:
         (b'[{"fea1": 1}]', "input 'fea2': missing from a record; the model's fields: fea1, fea2"),
         (b'[{"fea1": "one", "fea2": 2}]', "input 'fea1': expected numbers"),
         (b"[1, 2]", "expected a JSON list of records"),
+        (b"[]", "expected a JSON list of records"),
+        (b'[{"fea1": [1, 2], "fea2": 2}]', "input 'fea1': expected numbers"),
         (b"[{", "cannot decode request as a JSON list of records"),
     ):
         with pytest.raises(ProcessorError, match=message.replace("(", r"\(").replace(")", r"\)")):
