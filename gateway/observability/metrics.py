@@ -25,7 +25,7 @@ from prometheus_client.utils import floatToGoString
 from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
-from gateway.observability.timers import Timers
+from gateway.observability.timers import Timer, Timers
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -380,6 +380,8 @@ class GatewayMetrics:
         )
         # The same calls as Cluster Serving's JSON timers (GET /metrics, Accept: application/json).
         self.timers = Timers()
+        # Service -> its request, compute and queue timers, kept so a call formats no name.
+        self._timers_of: dict[str, tuple[Timer, Timer, Timer]] = {}
         for name in self.services:
             self.timers.add(_timer(name, "request"))
 
@@ -409,7 +411,7 @@ class GatewayMetrics:
         key = (service, status)  # label values only ever come from the config: stays small
         counts[key] = counts.get(key, 0) + 1
         self.latency.observe(service, seconds)
-        self.timers.observe(_timer(service, "request"), seconds)
+        self._service_timers(service)[0].observe(seconds * 1000.0)
 
     def observe_dispatch(
         self, svc: ServiceConfig, status: int, dispatch_s: float, compute_us: int, body: bytes = b""
@@ -422,8 +424,9 @@ class GatewayMetrics:
         compute_s = max(0.0, compute_us / 1e6)
         self.compute_time.observe(service, compute_s)
         self.queue_time.observe(service, max(0.0, dispatch_s - compute_s))
-        self.timers.observe(_timer(service, "compute"), compute_s)
-        self.timers.observe(_timer(service, "queue"), max(0.0, dispatch_s - compute_s))
+        timers = self._service_timers(service)
+        timers[1].observe(compute_s * 1000.0)
+        timers[2].observe(max(0.0, dispatch_s - compute_s) * 1000.0)
         if status >= 500:
             self.last_error[service] = (time.time(), status, _processor_error(body))
 
@@ -434,6 +437,16 @@ class GatewayMetrics:
             return
         self.versions.observe(service, version, error.status, dispatch_s)
         self.last_error[service] = (time.time(), error.status, error.message)
+
+    def _service_timers(self, service: str) -> tuple[Timer, Timer, Timer]:
+        timers = self._timers_of.get(service)
+        if timers is None:
+            timers = self._timers_of[service] = (
+                self.timers.timer(_timer(service, "request")),
+                self.timers.timer(_timer(service, "compute")),
+                self.timers.timer(_timer(service, "queue")),
+            )
+        return timers
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -63,25 +63,37 @@ class Timer:
 
 
 class Timers:
-    """Named timers, created on first use: ``easkit.<service>.<what>``."""
+    """Named timers: ``easkit.<service>.<what>``. A timer is listed once it has an event, or
+    from the start when :meth:`add` named it."""
 
     def __init__(self) -> None:
         self._timers: dict[str, Timer] = {}
+        self._listed: set[str] = set()
 
     def add(self, name: str) -> None:
         """List ``name`` from now on, with no event yet."""
         self._timers.setdefault(name, Timer())
+        self._listed.add(name)
 
-    def observe(self, name: str, seconds: float) -> None:
+    def timer(self, name: str) -> Timer:
+        """The timer of ``name`` to observe directly (a caller on the hot path keeps it
+        rather than look it up by name on every call)."""
         timer = self._timers.get(name)
         if timer is None:
             timer = self._timers[name] = Timer()
-        timer.observe(seconds * 1000.0)
+        return timer
+
+    def observe(self, name: str, seconds: float) -> None:
+        self.timer(name).observe(seconds * 1000.0)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Every timer's figures, by name."""
+        """Every listed timer's figures, by name."""
         now = time.monotonic()
-        return [self._timers[name].figures(name, now) for name in sorted(self._timers)]
+        return [
+            timer.figures(name, now)
+            for name, timer in sorted(self._timers.items())
+            if timer.count or name in self._listed
+        ]
 
 
 __all__ = ["FIELDS", "RESERVOIR", "Timer", "Timers"]

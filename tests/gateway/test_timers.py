@@ -43,3 +43,16 @@ def test_top_classes() -> None:
         top_classes(np.ones((2, 2)), 1)
     with pytest.raises(ValueError, match="positive integer"):
         top_classes(np.ones(2), True)  # type: ignore[arg-type]
+
+
+def test_a_timer_kept_for_the_hot_path_is_listed_from_its_first_event() -> None:
+    timers = Timers()
+    timers.add("easkit.m.request")
+    compute = timers.timer("easkit.m.compute")
+    assert [t["name"] for t in timers.snapshot()] == ["easkit.m.request"]
+    compute.observe(2.0)
+    assert timers.timer("easkit.m.compute") is compute
+    assert [(t["name"], t["count"]) for t in timers.snapshot()] == [
+        ("easkit.m.compute", 1),
+        ("easkit.m.request", 0),
+    ]
