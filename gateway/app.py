@@ -25,6 +25,7 @@ from gateway.core.backend import ServiceBackend
 from gateway.core.calls import WorkerRequest
 from gateway.core.dataplane import DataPlane
 from gateway.core.services import GatewayState
+from gateway.core.tracing import require_tracing
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.middleware import gateway_middleware
 from gateway.manage.manager import GatewayParts, ServiceManager
@@ -124,16 +125,30 @@ def create_app(
         qm = (queue_factory or _default_queue_factory)(config)
     # A sample of the calls of services with a payload_log, written as CloudEvents to their sinks.
     payloads = PayloadLog(registry, gw.payload_log_buffer, lambda: qm.queues if qm is not None else None)
-    plane = DataPlane(
+    plane_kw: dict[str, Any] = {}
+    if gw.trace_endpoint is not None:
+        # Spans around the dataplane's steps (the tracing extra); without it, the plain one.
+        require_tracing()
+        from gateway.observability.tracing import TracedAdmission, TracedDataPlane, Tracing
+
+        plane_cls: type[DataPlane] = TracedDataPlane
+        plane_kw["tracing"] = tracing = Tracing(gw)
+        admission = TracedAdmission(AdmissionLimits.of(gw), tracing)
+        app.on_cleanup.append(lambda _app: asyncio.to_thread(tracing.shutdown))
+    else:
+        plane_cls = DataPlane
+        admission = Admission(AdmissionLimits.of(gw))
+    plane = plane_cls(
         [*config.services, *older],
         backends,
         make_request=worker_request or WorkerRequest,
         observer=metrics,
-        admission=Admission(AdmissionLimits.of(gw)),
+        admission=admission,
         max_response_bytes=gw.max_response_bytes,
         signature=SignaturePolicy.of(gw),
         replay=replay_cache(gw),
         payloads=payloads,
+        **plane_kw,
     )
     for pipeline in pipelines.values():  # their model steps call other services through it
         pipeline.attach(plane)

@@ -161,6 +161,12 @@ class GatewayConfig:
     health_interval_s: float = 1.0
     # Payload log events waiting for their sinks, all services together; past it one is dropped.
     payload_log_buffer: int = 10000
+    # OpenTelemetry traces sent over OTLP/HTTP to this URL (the tracing extra); None: tracing off.
+    trace_endpoint: str | None = None
+    # The share of calls traced when no sampled traceparent comes with them, 0 to 1.
+    trace_sample_ratio: float = 1.0
+    # Spans are sent in batches this often (each process its own).
+    trace_export_interval_ms: int = 5000
     # How often the status page's history (the last hour, kept by the gateway) takes a point.
     status_history_interval_s: float = 5.0
     access_log: bool = True
@@ -469,6 +475,11 @@ def _gateway(raw: Any) -> GatewayConfig:
         errs.add(f"gateway.port: must be <= 65535, got {gw.port}")
     if gw.grpc_port > 65535:
         errs.add(f"gateway.grpc_port: must be <= 65535, got {gw.grpc_port}")
+    if not 0.0 <= gw.trace_sample_ratio <= 1.0:
+        ratio = gw.trace_sample_ratio
+        errs.add(f"gateway.trace_sample_ratio: the share of calls traced, from 0 to 1; got {ratio:g}")
+    if gw.trace_endpoint is not None and not gw.trace_endpoint.startswith(("http://", "https://")):
+        errs.add("gateway.trace_endpoint: an OTLP/HTTP URL, such as http://127.0.0.1:4318/v1/traces")
     if gw.payload_log_buffer < 1:
         errs.add("gateway.payload_log_buffer: must be >= 1")
     if gw.status_history_interval_s <= 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import socket
 import sys
@@ -118,6 +119,9 @@ class FastProtocol(asyncio.Protocol):
         self._starting = False  # inside _start's eager task start (3.12+)
         # Python < 3.12: the handler coroutine driven by _step and the future it awaits.
         self._coro: Coroutine[Any, Any, Reply] | None = None
+        # The handler's context on 3.11 (driven by hand): its own copy, as a Task's is, so a
+        # context variable it sets (a trace's current span) is still set after an await.
+        self._context = contextvars.Context()
         self._waiting: Any = None
         self.idle: asyncio.Future[None] | None = None  # set by close_all: resolved after the answer
         self._release: Callable[[], None] | None = None  # what ``admit`` gave for the body arriving
@@ -295,6 +299,7 @@ class FastProtocol(asyncio.Protocol):
             if not task.done():
                 self._task = task  # keep it referenced while it waits
             return
+        self._context = contextvars.copy_context()
         self._step(coro, close, False)
 
     async def _run(self, coro: Coroutine[Any, Any, Reply], close: bool) -> None:
@@ -332,7 +337,8 @@ class FastProtocol(asyncio.Protocol):
         cancel would cancel it)."""
         self._coro = coro
         try:
-            yielded = coro.send(None) if throw is None else coro.throw(throw)
+            run = self._context.run
+            yielded = run(coro.send, None) if throw is None else run(coro.throw, throw)
         except StopIteration as stop:
             self._answer(stop.value, close, keep=not resume)
         except asyncio.CancelledError:

@@ -72,13 +72,21 @@ _WATCHDOG_PERIOD_S = 0.004
 
 
 class _Job:
-    __slots__ = ("cancelled", "done", "prep", "req")
+    __slots__ = ("at", "cancelled", "done", "prep", "req")
 
-    def __init__(self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None]) -> None:
+    def __init__(
+        self, req: WorkerRequest, done: Callable[[WorkerResponse | None], None], at: int = 0
+    ) -> None:
         self.req = req
         self.done = done
         self.cancelled = False
         self.prep: Any = None  # the processor's prepared request (batching only)
+        self.at = at  # perf_counter_ns() when it was queued (0 unless the runs are traced)
+
+
+# Told of each run when the worker traces (gateway.worker.tracing): the request, when it was
+# queued, when its run started and ended (perf_counter_ns), its answer.
+Traced = Callable[[WorkerRequest, int, int, int, WorkerResponse | None], None]
 
 
 def _failure(exc: BaseException, what: str, request_id: str = "") -> WorkerResponse:
@@ -145,6 +153,7 @@ class ComputeQueue(RequestSink):
         self._inline_max_ns = int(inline_max_s * 1e9)  # longer inline runs pause them
         self._inline_slow = 0  # consecutive inline runs longer than that
         self._stopping = threading.Event()
+        self.traced: Traced | None = None  # set by the worker when it traces its calls
         if self.inline:
             threading.Thread(target=self._watchdog, name="inline-watchdog", daemon=True).start()
 
@@ -158,7 +167,7 @@ class ComputeQueue(RequestSink):
             if resp is not None:
                 done(resp)
                 return None
-        job = _Job(req, done)
+        job = _Job(req, done, time.perf_counter_ns() if self.traced is not None else 0)
         self.outstanding += 1
         self.idle.clear()
         self._q.put(job)
@@ -213,6 +222,8 @@ class ComputeQueue(RequestSink):
                 self._inline_slow = 0
                 self._inline_after = time.monotonic() + INLINE_BACKOFF_S
         resp.compute_us = took // 1000
+        if self.traced is not None:
+            self.traced(req, t0, t0, t0 + took, resp)
         return resp
 
     def _watchdog(self) -> None:
@@ -350,6 +361,8 @@ class ComputeQueue(RequestSink):
                 REQUEST_ID.set("")
             end = time.perf_counter_ns()
             resp.compute_us = (end - t0) // 1000
+            if self.traced is not None:
+                self.traced(req, job.at or t0, t0, end, resp)
             if not held_since:
                 held_since = end
             short = short + 1 if end - t0 < _SHORT_RUN_NS else 0
@@ -475,7 +488,8 @@ class ComputeQueue(RequestSink):
         finally:
             self._running = ()
             self._run_started = 0
-        us = (time.perf_counter_ns() - t0) // 1000
+        end = time.perf_counter_ns()
+        us = (end - t0) // 1000
         for job, res in zip(batch, results, strict=True):
             job.prep = None  # release the inputs
             if isinstance(res, ProcessorError):
@@ -483,6 +497,8 @@ class ComputeQueue(RequestSink):
             else:
                 resp = res
             resp.compute_us = us
+            if self.traced is not None:
+                self.traced(job.req, job.at or t0, t0, end, resp)
             self._post(job, resp)
 
     def shutdown(self) -> None:

@@ -28,6 +28,7 @@ from gateway.worker.compute import ComputeQueue
 from gateway.worker.direct import DirectHTTP
 from gateway.worker.processors.base import LoadError
 from gateway.worker.processors.registry import create_processor
+from gateway.worker.tracing import worker_tracing
 
 log = logging.getLogger("gateway.worker")
 
@@ -71,6 +72,10 @@ async def serve(
         max_latency_ms=service.batching.max_latency_ms,
         stall_s=service.stall_timeout_s,
     )
+    # Spans for the calls the gateway traces (gateway.trace_endpoint), joined to its trace.
+    tracing = worker_tracing(gateway, service.name)
+    if tracing is not None:
+        compute.traced = tracing.record
     limit = gateway.max_response_bytes
     if socket_path.startswith(TCP_PREFIX):
         # A remote worker: the gateway connects over TCP and must say the worker token first.
@@ -128,4 +133,6 @@ async def serve(
     compute.shutdown()
     with contextlib.suppress(Exception):
         processor.close()
+    if tracing is not None:
+        tracing.shutdown()  # send the last spans: the process ends without its exit hooks
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sys
 import urllib.parse
 
@@ -91,6 +92,41 @@ async def test_client_leaving_cancels_the_handler_only_when_asked(
         assert events == ["started", "resumed"]  # answered into a closed connection: dropped
     assert shared.done() and not shared.cancelled()
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_lean_http_var", default="unset")
+
+
+async def test_a_handler_keeps_its_context_variables_across_an_await() -> None:
+    """Each request's handler runs in a context of its own, as a Task would: what it sets
+    before an await (a trace's current span) is still set after it, and no other request
+    sees it."""
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[str, str]] = []
+
+    async def serve(req: FastRequest, query: Query) -> Reply:
+        before = _VAR.get()
+        _VAR.set(req.path)
+        wake = loop.create_future()
+        loop.call_later(0.01, wake.set_result, None)
+        await wake
+        seen.append((before, _VAR.get()))
+        return Reply(200, b"ok")
+
+    conns: set[FastProtocol] = set()
+    server = await loop.create_server(
+        protocol_factory(Hooks(serve), asyncio.Protocol, conns, Limits(1024)), "127.0.0.1", 0
+    )
+    try:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for path in ("/api/predict/a", "/api/predict/b"):
+            writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+            await asyncio.wait_for(reader.readuntil(b"ok"), 10)
+        writer.close()
+    finally:
+        server.close()
+    assert seen == [("unset", "/api/predict/a"), ("unset", "/api/predict/b")]
 
 
 @pytest.mark.parametrize(

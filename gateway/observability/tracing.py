@@ -1,0 +1,238 @@
+"""The gateway's OpenTelemetry spans (the ``tracing`` extra; ``gateway.trace_endpoint``).
+
+When tracing is on the application builds a :class:`TracedDataPlane` instead of the plain
+``DataPlane``: the same core, with spans around its steps. When it is off nothing of this
+module runs: the plain dataplane has no hook to check.
+
+A call is traced when it brings a ``traceparent`` whose sampled flag is set, or, without
+one, when a draw falls under ``trace_sample_ratio`` (OpenTelemetry's parent-based ratio
+sampler). A call not traced costs a header lookup and that draw; its own ``traceparent``,
+if any, still reaches the worker unchanged. A traced call gives::
+
+    predict <service>            SERVER  (tensors, arrays, queue, record: the entry call's kind)
+    ├── admission                        a body still arriving held against the gateway's budget (429)
+    ├── auth                             the token or EAS signature checked
+    └── worker <service>         CLIENT  the hop to the backend; its traceparent goes with the call
+        ├── admission                    the call counted against the service's calls in flight (429)
+        ├── worker queue                 in the worker process: waiting for the compute thread
+        └── model run                    in the worker process: the processor's run
+    (a pipeline's step that calls another service: ``call <service>`` under the pipeline's hop)
+
+The worker's two spans are made by the worker process (gateway.worker.tracing), exported by
+it to the same endpoint, and joined to the trace by the ``traceparent`` in the call.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from multidict import CIMultiDict
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.config import GatewayConfig, ServiceConfig
+from gateway.core import errors
+from gateway.core.admission import Admission, AdmissionLimits, BodyHold
+from gateway.core.calls import WorkerResponse
+from gateway.core.dataplane import DataPlane
+from gateway.core.tracing import make_provider, parent_sampled
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class Tracing:
+    """The gateway's tracer and its sampling decision."""
+
+    def __init__(
+        self, gw: GatewayConfig, draw: Callable[[], float] = random.random, provider: Any = None
+    ) -> None:
+        self.provider = provider if provider is not None else make_provider(gw, "easkit-gateway")
+        self.tracer = self.provider.get_tracer("easkit.gateway")
+        self.ratio = gw.trace_sample_ratio
+        self.draw = draw
+
+    def decide(self, headers: Mapping[str, str]) -> Context | None:
+        """The context a call's span starts in, or None when the call is not traced."""
+        sampled = parent_sampled(headers)
+        if sampled is None:
+            if self.ratio <= 0.0 or (self.ratio < 1.0 and self.draw() >= self.ratio):
+                return None
+            return Context()  # a new trace
+        if not sampled:
+            return None
+        return _PROPAGATOR.extract(headers)
+
+    @contextmanager
+    def span(
+        self, name: str, kind: SpanKind = SpanKind.INTERNAL, context: Context | None = None, **attributes: Any
+    ) -> Iterator[Any]:
+        """A span, current while the block runs: a GatewayError sets its status (an error
+        from 500 on) and the ``easkit.status`` attribute."""
+        with self.tracer.start_as_current_span(
+            name, context=context, kind=kind, attributes=attributes, record_exception=False,
+            set_status_on_exception=False,
+        ) as span:  # fmt: skip
+            try:
+                yield span
+            except errors.GatewayError as exc:
+                span.set_attribute("easkit.status", exc.status)
+                span.set_attribute("easkit.error", exc.code)
+                if exc.status >= 500:
+                    span.set_status(Status(StatusCode.ERROR, exc.message[:200]))
+                raise
+            except Exception as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                raise
+
+    def shutdown(self) -> None:
+        """Send what is held, then stop."""
+        self.provider.shutdown()
+
+
+class TracedAdmission(Admission):
+    """The gateway's admission, with an ``admission`` span for the in-flight check of a
+    traced call (429 past ``max_inflight_per_service``)."""
+
+    def __init__(self, limits: AdmissionLimits, tracing: Tracing) -> None:
+        super().__init__(limits)
+        self.tracing = tracing
+
+    def enter(self, service: str) -> None:
+        if not _recording():
+            return super().enter(service)
+        with self.tracing.span("admission", **{"easkit.inflight": self.inflight[service]}):
+            return super().enter(service)
+
+
+def _name(service: str | ServiceConfig) -> str:
+    return service.name if isinstance(service, ServiceConfig) else service
+
+
+# Set while a traced call runs, in its task: the steps look here rather than at
+# OpenTelemetry's current span, a lookup that costs more than the untraced call can spare.
+_TRACED: ContextVar[bool] = ContextVar("easkit_traced", default=False)
+
+
+def _recording() -> bool:
+    return _TRACED.get()
+
+
+class TracedDataPlane(DataPlane):
+    """The dataplane with spans around its entry calls and steps (see the module doc).
+
+    Each entry call decides first, from the headers alone. A call not traced runs on
+    ``plain``: the same dataplane (one state, the very same attributes) seen as the plain
+    class, so none of its steps passes through a span's check; the entry call hands back the
+    plain one's coroutine itself, so the decision is all the call pays."""
+
+    def __init__(self, *args: Any, tracing: Tracing, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.tracing = tracing
+        plain = object.__new__(DataPlane)
+        plain.__dict__ = self.__dict__  # shared, not copied: a service set on one is on both
+        self.plain = plain
+
+    async def _traced(
+        self, kind: str, service: str | ServiceConfig, context: Context, request_id: str, call: Any
+    ) -> Any:
+        """Run an entry call's coroutine as the root span of its part of the trace."""
+        name = _name(service)
+        attributes = {"easkit.service": name, "easkit.request_id": request_id}
+        token = _TRACED.set(True)
+        try:
+            with self.tracing.span(f"{kind} {name}", SpanKind.SERVER, context, **attributes):
+                return await call
+        finally:
+            _TRACED.reset(token)
+
+    # ------------------------------------------------------------------ entry calls
+    # Not coroutine functions: each returns the coroutine the caller awaits, the plain one's
+    # for a call not traced.
+    def predict_call(self, service: Any, headers: Any, raw_path: str, body: Any, **kw: Any) -> Any:  # type: ignore[override]
+        context = self.tracing.decide(headers)
+        if context is None:
+            return self.plain.predict_call(service, headers, raw_path, body, **kw)
+        call = super().predict_call(service, headers, raw_path, body, **kw)
+        return self._traced("predict", service, context, kw.get("request_id", ""), call)
+
+    def queue_call(self, service: Any, queue: str, headers: Any, raw_path: str, body: Any, **kw: Any) -> Any:  # type: ignore[override]
+        context = self.tracing.decide(headers)
+        if context is None:
+            return self.plain.queue_call(service, queue, headers, raw_path, body, **kw)
+        call = super().queue_call(service, queue, headers, raw_path, body, **kw)
+        return self._traced("queue", queue, context, "", call)
+
+    def tensors_call(
+        self, service: Any, headers: Any, raw_path: str, body: Any, decode: Any, **kw: Any
+    ) -> Any:  # type: ignore[override]
+        context = self.tracing.decide(headers)
+        if context is None:
+            return self.plain.tensors_call(service, headers, raw_path, body, decode, **kw)
+        call = super().tensors_call(service, headers, raw_path, body, decode, **kw)
+        return self._traced("tensors", service, context, kw.get("request_id", ""), call)
+
+    def arrays_call(
+        self, service: Any, headers: Any, raw_path: str, body: Any, decode: Any, **kw: Any
+    ) -> Any:  # type: ignore[override]
+        context = self.tracing.decide(headers)
+        if context is None:
+            return self.plain.arrays_call(service, headers, raw_path, body, decode, **kw)
+        call = super().arrays_call(service, headers, raw_path, body, decode, **kw)
+        return self._traced("arrays", service, context, kw.get("request_id", ""), call)
+
+    def record_call(self, svc: ServiceConfig, headers: Any, body: bytes, **kw: Any) -> Any:  # type: ignore[override]
+        if _recording():  # a pipeline's step, within the pipeline's traced call
+            return self._step(svc, super().record_call(svc, headers, body, **kw))
+        context = self.tracing.decide(headers)
+        if context is None:
+            return self.plain.record_call(svc, headers, body, **kw)
+        call = super().record_call(svc, headers, body, **kw)
+        return self._traced("record", svc, context, kw.get("request_id", ""), call)
+
+    def record_arrays_call(self, svc: ServiceConfig, body: bytes, **kw: Any) -> Any:  # type: ignore[override]
+        context = self.tracing.decide({})
+        if context is None:
+            return self.plain.record_arrays_call(svc, body, **kw)
+        call = super().record_arrays_call(svc, body, **kw)
+        return self._traced("record", svc, context, kw.get("request_id", ""), call)
+
+    async def _step(self, svc: ServiceConfig, call: Any) -> Any:
+        with self.tracing.span(f"call {svc.name}", **{"easkit.service": svc.name}):
+            return await call
+
+    # ------------------------------------------------------------------ steps
+    def _hold_body(self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int) -> BodyHold:
+        if not _recording():
+            return super()._hold_body(svc, headers, nbytes)
+        with self.tracing.span("admission", **{"easkit.body_bytes": nbytes}):
+            return super()._hold_body(svc, headers, nbytes)
+
+    def _authenticate(
+        self, svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None, key: str = ""
+    ) -> None:
+        if not svc.tokens or not _recording():
+            return super()._authenticate(svc, headers, raw_path, body, key)
+        with self.tracing.span("auth"):
+            return super()._authenticate(svc, headers, raw_path, body, key)
+
+    async def _dispatch(
+        self, svc: ServiceConfig, headers: Mapping[str, str], body: bytes, **kw: Any
+    ) -> WorkerResponse:
+        if not _recording():
+            return await super()._dispatch(svc, headers, body, **kw)
+        with self.tracing.span(f"worker {svc.name}", SpanKind.CLIENT, **{"easkit.service": svc.name}) as span:
+            sent: CIMultiDict[str] = CIMultiDict(headers)
+            _PROPAGATOR.inject(sent)  # the worker's spans join this one
+            resp = await super()._dispatch(svc, sent, body, **kw)
+            span.set_attribute("easkit.status", int(resp.status))
+            span.set_attribute("easkit.compute_us", int(resp.compute_us))
+            return resp
+
+
+__all__ = ["TracedAdmission", "TracedDataPlane", "Tracing"]

@@ -1,0 +1,169 @@
+"""Tracing on a running gateway: the spans it and its worker export over OTLP/HTTP arrive at
+a local collector (a small aiohttp server decoding them with opentelemetry-proto) as one
+tree under the caller's ``traceparent``; a call not sampled exports nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
+from tests.waiting import wait_until
+
+pytest.importorskip("opentelemetry.sdk", reason="the tracing extra is not installed")
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+
+
+@dataclass(frozen=True)
+class Span:
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    resource: str
+    attributes: dict[str, Any]
+
+
+class Collector:
+    """An OTLP/HTTP trace endpoint on 127.0.0.1, in a thread of its own."""
+
+    def __init__(self) -> None:
+        self.spans: list[Span] = []
+        self.loop = asyncio.new_event_loop()
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+
+    def _run(self) -> None:
+        from aiohttp import web
+
+        async def traces(request: web.Request) -> web.Response:
+            message = ExportTraceServiceRequest.FromString(await request.read())
+            for resource_spans in message.resource_spans:
+                names = [
+                    a.value.string_value
+                    for a in resource_spans.resource.attributes
+                    if a.key == "service.name"
+                ]
+                for scope in resource_spans.scope_spans:
+                    for s in scope.spans:
+                        attributes = {a.key: _value(a.value) for a in s.attributes}
+                        self.spans.append(
+                            Span(
+                                s.name,
+                                s.trace_id.hex(),
+                                s.span_id.hex(),
+                                s.parent_span_id.hex(),
+                                names[0],
+                                attributes,
+                            )
+                        )
+            return web.Response(body=b"", content_type="application/x-protobuf")
+
+        async def main() -> None:
+            app = web.Application()
+            app.router.add_post("/v1/traces", traces)
+            self.runner = web.AppRunner(app)
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, "127.0.0.1", 0)
+            await site.start()
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.started.set()
+
+        self.loop.run_until_complete(main())
+        self.loop.run_forever()
+        self.loop.run_until_complete(self.runner.cleanup())
+        self.loop.close()
+
+    def start(self) -> str:
+        self.thread.start()
+        assert self.started.wait(10)
+        return f"http://127.0.0.1:{self.port}/v1/traces"
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def _value(v: Any) -> Any:
+    return getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
+
+
+@pytest.fixture
+def collector() -> Iterator[tuple[str, Collector]]:
+    c = Collector()
+    url = c.start()
+    try:
+        yield url, c
+    finally:
+        c.stop()
+
+
+def _post(url: str, headers: dict[str, str]) -> int:
+    req = urllib.request.Request(url, data=b"hello", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code)
+
+
+def test_a_traced_call_is_one_tree_across_the_gateway_and_its_worker(
+    gateway_factory: Any, collector: tuple[str, Collector]
+) -> None:
+    endpoint, spans = collector
+    config = {
+        "gateway": {"trace_endpoint": endpoint, "trace_sample_ratio": 0.0, "trace_export_interval_ms": 100},
+        "services": [{"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "token": "tok"}],
+    }
+    gw: GatewayProcess = gateway_factory(config)
+    gw.wait_workers_ready("echo", 1)
+    url = gw.url + "/api/predict/echo"
+    # Sampled by its caller: honoured whatever the ratio (first: a raw token is checked once).
+    assert _post(url, {"Authorization": "tok", "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}) == 200
+    # Not sampled: no traceparent at a ratio of 0, and a traceparent whose sampled flag is off.
+    assert _post(url, {"Authorization": "tok"}) == 200
+    assert _post(url, {"Authorization": "tok", "traceparent": f"00-{'1' * 32}-{PARENT_ID}-00"}) == 200
+
+    def tree() -> dict[str, Span] | None:
+        got = {s.name: s for s in spans.spans}
+        return (
+            got
+            if {"predict echo", "auth", "worker echo", "admission", "worker queue", "model run"} <= set(got)
+            else None
+        )
+
+    got = wait_until(tree, 30, "the gateway's and the worker's spans at the collector")
+    assert {s.trace_id for s in spans.spans} == {TRACE_ID}  # the unsampled calls exported nothing
+    server, hop = got["predict echo"], got["worker echo"]
+    assert server.parent_id == PARENT_ID and server.resource == "easkit-gateway"
+    assert server.attributes["easkit.service"] == "echo"
+    assert got["auth"].parent_id == server.span_id and hop.parent_id == server.span_id
+    assert got["admission"].parent_id == hop.span_id
+    for name in ("worker queue", "model run"):
+        assert got[name].parent_id == hop.span_id and got[name].resource == "easkit-worker"
+    assert got["model run"].attributes["easkit.status"] == 200
+    assert hop.attributes["easkit.status"] == 200
+
+    # A refused call's span says why.
+    assert _post(url, {"Authorization": "wrong", "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}) == 401
+    refused = wait_until(
+        lambda: [
+            s for s in spans.spans if s.name == "predict echo" and s.attributes.get("easkit.status") == 401
+        ],
+        30,
+        "the refused call's span",
+    )
+    assert refused[0].attributes["easkit.error"] == "Unauthorized"
