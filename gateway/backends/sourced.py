@@ -8,8 +8,10 @@ not ready, and its reason says how far the download is; a fetch that fails is th
 naming the URL (without credentials) and what the store said. A new fetch happens when the
 service starts again: a restart, a rolling update, a Triton repository ``load``.
 
-The time a download takes is not counted against ``worker_start_timeout_s``: that timeout
-starts once the file is on disk (the download has its store's own connect and read timeouts).
+At start, the gateway announces itself after ``worker_start_timeout_s`` even while a model
+still downloads (``wait_ready`` is bounded as a pool's). A rolling update (``wait_all_ready``)
+waits for the download whatever it takes, bounded by the store's own connect and read
+timeouts, and gives the new workers ``worker_start_timeout_s`` from when the file is on disk.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -157,15 +160,22 @@ class SourcedBackend:
         if self._started:
             await self._inner.stop(drain_timeout)
 
-    async def _fetched(self) -> bool:
-        """Wait for the fetch (unbounded: see the module docstring); whether the model is here."""
+    async def _fetched(self, timeout: float | None = None) -> bool:
+        """Wait for the fetch (at most ``timeout``; None: until it ends, see the module
+        docstring); whether the model is here."""
         if self._done is None:
             return False
-        await self._done.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._done.wait(), timeout)
         return self._started
 
     async def wait_ready(self, timeout: float) -> bool:
-        return await self._fetched() and await self._inner.wait_ready(timeout)
+        """Bounded as a worker pool's: the gateway's start announces itself after ``timeout``
+        even while a large model still downloads (the reason says how far it is)."""
+        deadline = time.monotonic() + timeout
+        if not await self._fetched(timeout):
+            return False
+        return await self._inner.wait_ready(max(0.0, deadline - time.monotonic()))
 
     async def wait_all_ready(self, timeout: float) -> bool:
         return await self._fetched() and await self._inner.wait_all_ready(timeout)

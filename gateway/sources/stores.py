@@ -346,7 +346,7 @@ class HttpObject:
 
         def read() -> Iterator[bytes]:
             try:
-                while chunk := r.read(CHUNK):
+                while chunk := r.read1(CHUNK):  # what has come, so progress moves
                     yield chunk
             except OSError as exc:
                 raise StoreError(str(exc) or type(exc).__name__) from None

@@ -248,6 +248,7 @@ def test_a_failed_fetch_is_the_reason_naming_the_url_and_the_stores_error(
 class _Files(http.server.BaseHTTPRequestHandler):
     files: dict[str, bytes] = {}
     token = ""
+    release = threading.Event()
 
     def _head(self) -> bytes | None:
         if self.headers.get("Authorization") != f"Bearer {self.token}":
@@ -268,8 +269,15 @@ class _Files(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         body = self._head()
-        if body is not None:
-            self.wfile.write(body)
+        if body is None:
+            return
+        if self.path.endswith("/slow.onnx"):  # half now, the rest once the test has looked
+            half = len(body) // 2
+            self.wfile.write(body[:half])
+            self.wfile.flush()
+            self.release.wait(30)
+            body = body[half:]
+        self.wfile.write(body)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -282,9 +290,9 @@ def test_https_source_with_a_private_ca_and_a_bearer_token(
     cert = ca.issue_cert("127.0.0.1")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     cert.configure_cert(ctx)
-    handler = type(
-        "Files", (_Files,), {"files": {"/m/digits.onnx": digits_model.read_bytes()}, "token": "t0k3n"}
-    )
+    files = {"/m/digits.onnx": digits_model.read_bytes(), "/m/slow.onnx": digits_model.read_bytes()}
+    release = threading.Event()
+    handler = type("Files", (_Files,), {"files": files, "token": "t0k3n", "release": release})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -308,17 +316,43 @@ def test_https_source_with_a_private_ca_and_a_bearer_token(
                 {"name": "digits", "processor": "onnx", "model": f"{base}/m/digits.onnx"},
                 {"name": "absent", "processor": "onnx", "model": f"{base}/m/absent.onnx"},
             ],
+            "admin": {"host": "127.0.0.1", "port": 0, "token": ADMIN_TOKEN},
         }
         gw = gateway_factory(cfg)
         _wait_ready(gw, "digits")
         out = _infer(gw, "digits", [0.25] * 64)
         assert len(out["probabilities"]) == 10 and np.isclose(sum(out["probabilities"]), 1.0, atol=1e-4)
-        reason = gw.services()["absent"].get("reason", "")
         wait_until(lambda: "HTTP 404" in gw.services()["absent"].get("reason", ""), 30, "absent's reason")
         reason = gw.services()["absent"]["reason"]
         assert reason == f"cannot fetch model {base}/m/absent.onnx: HTTP 404 Not Found", reason
+        # A service created while the gateway runs, whose download is held half-way: its
+        # reason says how far it is (the admin call answers once it is ready).
+        admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
+        spec = {"name": "slow", "processor": "onnx", "public": True, "model": f"{base}/m/slow.onnx"}
+        create = urllib.request.Request(
+            f"{admin}/admin/services",
+            data=json.dumps(spec).encode(),
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+        )
+        created: list[int] = []
+
+        def post() -> None:
+            with urllib.request.urlopen(create, timeout=60) as r:
+                created.append(r.status)
+
+        creator = threading.Thread(target=post)
+        creator.start()
+        size = len(files["/m/slow.onnx"])
+        half, whole = f"{size // 2 / 1024:.1f} KiB", f"{size / 1024:.1f} KiB"
+        shown = f"downloading model {base}/m/slow.onnx: {half} of {whole} (50%)"
+        wait_until(lambda: gw.services().get("slow", {}).get("reason") == shown, 30, "slow's progress")
+        release.set()
+        creator.join(60)
+        assert created == [201]
+        _wait_ready(gw, "slow")
         assert "t0k3n" not in gw.output()
     finally:
+        release.set()
         server.shutdown()
         server.server_close()
         thread.join()
