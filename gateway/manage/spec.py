@@ -32,7 +32,7 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
             out["tokens"] = [REDACTED] * len(value) if redact else list(value)
         elif key == "async_":
             out["async"] = value
-        elif key in ("batching", "queue", "cluster_serving"):
+        elif key in ("batching", "queue", "cluster_serving", "payload_log"):
             out[key] = asdict(value)
         elif key == "versions":  # the model is the latest version's: versions alone say it
             out.pop("model", None)

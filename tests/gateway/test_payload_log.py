@@ -16,6 +16,7 @@ from gateway.config import ConfigError, ServiceConfig
 from gateway.config.payload_log import PayloadLogConfig, parse_payload_log
 from gateway.core import errors
 from gateway.core.calls import WorkerResponse
+from gateway.manage.spec import parse_spec, spec_of
 from gateway.observability.payloads import PayloadLog, sink_label
 
 
@@ -117,3 +118,19 @@ def test_the_sink_is_checked_when_the_config_is_read() -> None:
     ]:
         with pytest.raises(ConfigError, match=message):
             parse_payload_log(bad, "p")
+
+
+def test_the_admin_api_describes_and_takes_back_a_payload_log() -> None:
+    svc = _svc("queue:events", rate=0.25, limit=128)
+    spec = spec_of(svc)
+    assert json.loads(json.dumps(spec))["payload_log"] == {
+        "sink": "queue:events",
+        "sample_rate": 0.25,
+        "max_body_bytes": 128,
+    }
+    assert (
+        parse_spec(
+            {**spec_of(svc, redact=False), "entry": "samples/processors/echo.py:EchoProcessor"}
+        ).payload_log
+        == svc.payload_log
+    )
