@@ -41,18 +41,21 @@ DIGITS_INPUT = "input"
 DIGITS_OUTPUTS = ("label", "probabilities")
 MULTI_INPUTS = ("x", "y", "z")
 MULTI_OUTPUTS = ("sum", "yy", "zneg", "mask")
-# What the builds import -> the distribution that brings it (the package's samples extra).
-TOOLS = {"numpy": "numpy", "onnx": "onnx", "skl2onnx": "skl2onnx", "sklearn": "scikit-learn"}
+# What the samples import -> the distribution that brings it (the package's samples extra).
+TOOLS = {"numpy": "numpy", "onnx": "onnx", "skl2onnx": "skl2onnx", "sklearn": "scikit-learn", "PIL": "pillow"}
+# What building the models takes of them.
+BUILD_TOOLS = ("numpy", "onnx", "skl2onnx", "sklearn")
 
 
-def missing_tools() -> list[str]:
-    """The distributions of :data:`TOOLS` this interpreter cannot import."""
-    return [dist for module, dist in TOOLS.items() if importlib.util.find_spec(module) is None]
+def missing_tools(modules: tuple[str, ...] = BUILD_TOOLS) -> list[str]:
+    """The distributions of ``modules`` this interpreter cannot import."""
+    return [TOOLS[m] for m in modules if importlib.util.find_spec(m) is None]
 
 
-def exit_if_tools_missing(script: str) -> None:
-    """Say what is missing and how to get it, instead of an ImportError's traceback."""
-    missing = missing_tools()
+def exit_if_tools_missing(script: str, modules: tuple[str, ...] = BUILD_TOOLS) -> None:
+    """Say what is missing and how to get it, instead of an ImportError's traceback (for
+    this script, or for a sample client by the modules it needs)."""
+    missing = missing_tools(modules)
     if not missing:
         return
     pyproject = (HERE.parent / "pyproject.toml").read_text()
@@ -60,8 +63,7 @@ def exit_if_tools_missing(script: str) -> None:
     # What python -m build makes in the checkout these samples are part of.
     wheel = f"dist/easkit-{version.group(1) if version else '<version>'}-py3-none-any.whl"
     sys.exit(
-        f"{script}: the sample models are built with onnx, skl2onnx and scikit-learn; "
-        f"missing here: {', '.join(missing)}.\n"
+        f"{script} needs {', '.join(TOOLS[m] for m in modules)}; missing here: {', '.join(missing)}.\n"
         "Install the package's samples extra into this environment:\n"
         f'  pip install "{wheel}[gateway,samples]"   # the wheel python -m build made\n'
         '  pip install -e ".[samples]"   # or, in a checkout, the sources themselves'

@@ -15,13 +15,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import parse_args
+from _common import need, parse_args
 
 from eas_sdk import InputQueue, OutputQueue
 
 
 def main(endpoint: str, token: str) -> None:
     image = np.random.default_rng(0).integers(0, 255, (8, 8, 3), dtype=np.uint8)
+    need("PIL")
     from PIL import Image
 
     png = Path(tempfile.mkdtemp(prefix="cs-sample-")) / "sample.png"

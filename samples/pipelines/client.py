@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import io
 import json
 import os
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
-from sklearn.datasets import load_digits
 
 from eas_sdk import PredictClient, StringRequest, TFRequest
 
@@ -27,6 +27,9 @@ DIGIT_NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "e
 def digit_pngs(n: int) -> tuple[list[bytes], list[int]]:
     """The first ``n`` of scikit-learn's bundled 8x8 digits drawn as 32x32 PNGs (dark ink on
     white paper, as a scan would be), and their labels."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
     data = load_digits()
     pngs = []
     for image in data.images[:n]:
@@ -72,6 +75,8 @@ def image_pipeline(endpoint: str) -> None:
     print("Paddle    :", paddle)
     assert paddle["result"]["labels"][0][0] == DIGIT_NAMES[labels[1]]
     # The feature model the pipeline's "features" step calls, called directly by its own clients.
+    from sklearn.datasets import load_digits
+
     pixels = (load_digits().data[:1] / 16.0).tolist()
     features = post(
         endpoint, "/digits-features/prediction", {"feed": [{"pixels": pixels[0]}], "fetch": ["features"]}
@@ -99,7 +104,19 @@ def text_pipeline(endpoint: str) -> None:
     assert kv["err_no"] == 0 and kv["value"][kv["key"].index("label")] == "positive"
 
 
+def _exit_if_tools_missing() -> None:
+    """samples/build_models.py says what the samples extra would bring (loaded by its path)."""
+    spec = importlib.util.spec_from_file_location(
+        "_easkit_sample_models", Path(__file__).resolve().parents[1] / "build_models.py"
+    )
+    assert spec is not None and spec.loader is not None
+    samples = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(samples)
+    samples.exit_if_tools_missing("pipelines/client.py", ("sklearn", "PIL"))
+
+
 if __name__ == "__main__":
+    _exit_if_tools_missing()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--endpoint", default=os.environ.get("EAS_ENDPOINT", "http://127.0.0.1:8080"))
     args = parser.parse_args()
