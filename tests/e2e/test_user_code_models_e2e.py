@@ -1,6 +1,7 @@
 """User code as a model: ``python`` services that declare their tensors, called by the real
 clients of the model protocols (Triton's ``tritonclient`` over HTTP and gRPC, KServe's
-``InferenceRESTClient`` V1/V2 and ``InferenceGRPCClient``, run under .venv-clients), and
+``InferenceRESTClient`` V1/V2 and ``InferenceGRPCClient``, run under .venv-clients, and
+MLServer's V2 types and codecs, under .venv-mlserver), and
 KServe's explain and status routes; what a processor that declares nothing answers.
 
 One gateway serves ``scorer`` (class attributes, predict and explain), ``doubler``
@@ -142,6 +143,15 @@ def test_kserve_clients_call_user_code_as_a_model(clients: dict[str, Any]) -> No
     assert no_explainer.startswith("404 model 'attribution' has no explainer"), no_explainer
     assert res["grpc_undeclared"].startswith("NOT_FOUND"), res["grpc_undeclared"]
     assert "declare inputs/outputs" in res["grpc_undeclared"]
+
+
+def test_mlserver_types_call_user_code_as_a_model(
+    gw: GatewayProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    out = tmp_path_factory.mktemp("mlserver")
+    run_client(".venv-mlserver", "mlserver_user_code.py", gw.url, TOKEN, str(out))
+    res = json.loads((out / "mlserver.json").read_text())
+    assert res == {"model_name": "scorer", "score": SCORES, "label": LABELS}
 
 
 def test_v2_explain_by_the_model_and_by_its_explainer_service(gw: GatewayProcess) -> None:
