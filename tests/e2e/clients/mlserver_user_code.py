@@ -24,6 +24,8 @@ def main() -> None:
     request = InferenceRequest(
         inputs=[NumpyCodec.encode_input("x", x), StringCodec.encode_input("tag", ["cat", "dög"])]
     )
+    # StringCodec encodes a list as shape [2, 1]; the model declares tag as [-1].
+    request.inputs[1].shape = [2]
     req = urllib.request.Request(
         f"{base}/v2/models/scorer/infer",
         data=request.model_dump_json(exclude_none=True).encode(),
