@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 
 from gateway.backends.supervision import (
@@ -33,6 +34,7 @@ from gateway.backends.supervision import (
 )
 from gateway.codecs.ipc import IPCClient, IPCTimeout, WorkerConnectionError
 from gateway.core.metadata import ModelMetadata
+from gateway.core.tls import client_context
 
 log = logging.getLogger("gateway.pool")
 
@@ -73,6 +75,13 @@ class RemoteSupervision(Supervisor):
                 w.lost.set()
                 return True
         return False
+
+    def _worker_tls(self) -> ssl.SSLContext | None:
+        """The gateway's side of mTLS with its remote workers (``gateway.worker_tls``): its
+        certificate, and the CA the workers' must chain to. Made again for each connection,
+        so a certificate replaced on disk is used from the next reconnection on."""
+        cfg = self.gateway.worker_tls
+        return client_context(cfg) if cfg is not None else None
 
     def _expired(self, w: Worker) -> bool:
         ttl = self.service.remote_workers.ttl_s if self.service.remote_workers else 0.0
@@ -116,7 +125,11 @@ class RemoteSupervision(Supervisor):
         assert self.service.remote_workers is not None
         w.lost = asyncio.Event()
         client = IPCClient(
-            w.socket_path, CONNECTIONS_PER_WORKER, on_lost=w.lost.set, key=self.service.remote_workers.token
+            w.socket_path,
+            CONNECTIONS_PER_WORKER,
+            on_lost=w.lost.set,
+            key=self.service.remote_workers.token,
+            tls=self._worker_tls(),
         )
         try:
             await asyncio.wait_for(client.connect(), max(1.0, self.gateway.health_interval_s * 2))

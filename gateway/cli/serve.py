@@ -185,14 +185,26 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         with contextlib.suppress(Exception):
             await runner.cleanup()
         return 1
+    tls = None
+    if gw.tls is not None:  # HTTPS on the HTTP port: one context for the listener's life
+        from gateway.core.tls import ServerTls, TlsError
+
+        try:
+            server_tls = ServerTls(gw.tls)
+        except TlsError as exc:
+            log.error("start-up failed: gateway.tls: %s", exc)
+            await runner.cleanup()
+            return 1
+        tls = server_tls.context
+        parts.state.tls_reloads.append(server_tls.reload)
     try:
         site: web.BaseSite
         if gw.predict_fast_path or (gw.queue_fast_path and parts.queues is not None):
             from gateway.fronts.fast_front import FastSite
 
-            site = FastSite(runner, gw.host, gw.port, conns=runner.fast_conns, backlog=1024)
+            site = FastSite(runner, gw.host, gw.port, conns=runner.fast_conns, backlog=1024, ssl_context=tls)
         else:
-            site = web.TCPSite(runner, gw.host, gw.port, backlog=1024)
+            site = web.TCPSite(runner, gw.host, gw.port, backlog=1024, ssl_context=tls)
         try:
             await site.start()
         except OSError as exc:
@@ -210,7 +222,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
         qm = parts.queues
         if qm is not None:  # where gateways sharing a Redis forward to
             qm.advertise(gw.advertise_host or gw.host, port)
-        url = f"http://{_url_host(gw.host)}:{port}"
+        url = f"{'https' if gw.tls else 'http'}://{_url_host(gw.host)}:{port}"
         log.info(
             "listening on %s (%d service(s), event loop %s); starting the services",
             url, len(cfg.services), type(loop).__module__,
@@ -316,8 +328,14 @@ def reloader(app: Any, cfg: Config) -> Callable[[], Awaitable[dict[str, Any]]]:
 
 
 def on_sighup(app: Any) -> None:
+    from gateway.core.tls import TlsError
     from gateway.fronts.state import GATEWAY_KEY
 
+    for reload_tls in app[GATEWAY_KEY].state.tls_reloads:
+        try:
+            reload_tls()
+        except TlsError as exc:  # the listener keeps the certificate it has
+            log.error("SIGHUP: %s; the previous certificate stays in use", exc)
     reload = app[GATEWAY_KEY].state.reload
     if reload is None:
         log.info("SIGHUP received: nothing to reload (no config file or model repository)")

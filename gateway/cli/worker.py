@@ -38,6 +38,13 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--heartbeat", type=float, help="seconds between registrations (default: ttl_s / 3)")
     w.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     w.add_argument(
+        "--tls-cert",
+        help="this worker's certificate (PEM): with --tls-key and --tls-ca, gateways reach it over "
+        "mutual TLS and it registers with them over HTTPS presenting it (gateway.worker_tls)",
+    )
+    w.add_argument("--tls-key", help="the private key of --tls-cert")
+    w.add_argument("--tls-ca", help="the CA bundle the gateways' certificates must chain to")
+    w.add_argument(
         "--scheduling",
         choices=POLICIES,
         default="batch",
@@ -69,7 +76,13 @@ def run(args: argparse.Namespace) -> int:
         advertise=args.advertise,
         heartbeat_s=args.heartbeat,
         log_level=args.log_level,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
     )
+    if len({opts.tls_cert is None, opts.tls_key is None, opts.tls_ca is None}) > 1:
+        print("eas-gateway worker: --tls-cert, --tls-key and --tls-ca go together", file=sys.stderr)
+        return 2
     return run_agent(opts)
 
 

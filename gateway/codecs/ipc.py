@@ -30,6 +30,7 @@ import asyncio
 import hmac
 import itertools
 import json
+import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -275,9 +276,11 @@ class IPCClient:
         connections: int = 2,
         on_lost: Callable[[], None] | None = None,
         key: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.path = path
         self._key = key
+        self._tls = tls  # a remote worker's TCP connection over (mutual) TLS
         self.connections = max(1, connections)
         self._conns: list[_ClientProtocol] = []
         self._ids = itertools.count(1)
@@ -289,7 +292,13 @@ class IPCClient:
         for _ in range(self.connections):
             if self.path.startswith(TCP_PREFIX):
                 host, port = split_tcp(self.path)
-                _, proto = await loop.create_connection(lambda: _ClientProtocol(self._lost), host, port)
+                _, proto = await loop.create_connection(
+                    lambda: _ClientProtocol(self._lost),
+                    host,
+                    port,
+                    ssl=self._tls,
+                    server_hostname=host if self._tls is not None else None,
+                )
             else:
                 _, proto = await loop.create_unix_connection(lambda: _ClientProtocol(self._lost), self.path)
             if self._key is not None:

@@ -33,6 +33,7 @@ from gateway.config.sections import (
     RemoteWorkersConfig,
 )
 from gateway.config.sources import parse_model_sources
+from gateway.config.tls import TlsConfig, parse_tls
 from gateway.config.values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
 from gateway.config.values import Errors as _Errors
 from gateway.config.values import as_bool as _bool
@@ -229,6 +230,11 @@ class GatewayConfig:
     # data_dir's ``models``), reused across restarts while the object is unchanged.
     model_sources: tuple[ModelSource, ...] = ()
     model_cache_dir: str | None = None
+    # HTTPS on ``port`` and TLS on ``grpc_port`` (None: plain; ``grpc_tls`` None: ``tls``'s),
+    # and mTLS on the link to remote workers (gateway.config.tls; loaded again on SIGHUP).
+    tls: TlsConfig | None = None
+    grpc_tls: TlsConfig | None = None
+    worker_tls: TlsConfig | None = None
 
     @property
     def advertised_worker_host(self) -> str:
@@ -463,11 +469,16 @@ def _gateway(raw: Any) -> GatewayConfig:
     # A number or a word: read here, not by the generic reader (which takes one type per key).
     skew = raw.pop("signature_max_skew_s", _UNSET) if isinstance(raw, dict) else _UNSET
     sources = raw.pop("model_sources", None) if isinstance(raw, dict) else None
+    tls = {k: raw.pop(k, None) for k in ("tls", "grpc_tls", "worker_tls")} if isinstance(raw, dict) else {}
     gw, errs = _coerce_partial(GatewayConfig, raw, "gateway")
     if sources is not None:
         gw = replace(
             gw, model_sources=errs.check(parse_model_sources, sources, "gateway.model_sources", default=())
         )
+    for key, value in tls.items():
+        if value is not None:
+            mutual = key == "worker_tls"
+            gw = replace(gw, **{key: errs.check(parse_tls, value, f"gateway.{key}", mutual=mutual)})
     if skew is not _UNSET:
         skew = errs.check(_max_skew, skew, "gateway.signature_max_skew_s", default=gw.signature_max_skew_s)
         gw = replace(gw, signature_max_skew_s=skew)

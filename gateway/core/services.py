@@ -27,6 +27,9 @@ class GatewayState:
     on_services_changed: list[Callable[[], None]] = field(default_factory=list)
     # Re-reads the config file and applies it (set by the CLI; SIGHUP and the admin API).
     reload: Callable[[], Awaitable[dict[str, Any]]] | None = None
+    # Load each listener's TLS certificate and key again (SIGHUP; gateway.core.tls): the
+    # connections already open keep theirs.
+    tls_reloads: list[Callable[[], None]] = field(default_factory=list)
 
 
 def backend_ready(backend: ServiceBackend) -> bool:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -264,16 +265,23 @@ class FastSite(web.BaseSite):
     else it needs it keeps itself."""
 
     def __init__(
-        self, runner: web.AppRunner, host: str, port: int, *, conns: set[FastProtocol], backlog: int = 128
+        self,
+        runner: web.AppRunner,
+        host: str,
+        port: int,
+        *,
+        conns: set[FastProtocol],
+        backlog: int = 128,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(runner, backlog=backlog)
+        super().__init__(runner, backlog=backlog, ssl_context=ssl_context)
         self.front_runner = runner
         self.host, self.port, self.backlog = host, port, backlog
         self.conns = conns
 
     @property
     def name(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self._ssl_context else 'http'}://{self.host}:{self.port}"
 
     async def start(self) -> None:
         await super().start()  # registers the site with the runner
@@ -292,5 +300,5 @@ class FastSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         # BaseSite's contract with its subclasses: the server it closes on stop().
         self._server = await loop.create_server(
-            admitted, self.host, self.port, backlog=self.backlog, reuse_address=True
+            admitted, self.host, self.port, backlog=self.backlog, reuse_address=True, ssl=self._ssl_context
         )

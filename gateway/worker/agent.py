@@ -29,7 +29,9 @@ import aiohttp
 
 from gateway.codecs.ipc import TCP_PREFIX
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig, parse_service
+from gateway.config.tls import TlsConfig
 from gateway.core.metadata import ModelMetadata
+from gateway.core.tls import TlsError, client_context
 from gateway.worker.serve import serve
 
 log = logging.getLogger("gateway.agent")
@@ -49,6 +51,17 @@ class AgentOptions:
     advertise: str | None = None  # the address gateways and clients reach it at
     heartbeat_s: float | None = None  # default: a third of the service's ttl_s
     log_level: str = "INFO"
+    # Mutual TLS with the gateways (their gateway.worker_tls): this worker's certificate and
+    # key, and the CA the gateways' certificates chain to. None: plain TCP and HTTP.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+
+    @property
+    def tls(self) -> TlsConfig | None:
+        if self.tls_cert is None or self.tls_key is None or self.tls_ca is None:
+            return None
+        return TlsConfig(self.tls_cert, self.tls_key, self.tls_ca, "required")
 
 
 class AgentError(Exception):
@@ -147,9 +160,15 @@ class Agent:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        tls = self.opts.tls
+        try:
+            # Registrations over HTTPS, presenting this worker's certificate.
+            connector = aiohttp.TCPConnector(ssl=client_context(tls)) if tls is not None else None
+        except TlsError as exc:
+            raise AgentError(str(exc)) from None
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             service = await self.describe(session)
-            gateway = GatewayConfig(worker_host=self.opts.host, log_level=self.opts.log_level)
+            gateway = GatewayConfig(worker_host=self.opts.host, log_level=self.opts.log_level, worker_tls=tls)
             ours, theirs = Pipe()
             listen = f"{TCP_PREFIX}{self.opts.host}:{self.opts.port}"
             worker = asyncio.create_task(serve(service, gateway, listen, theirs, 10.0, key=self.opts.token))

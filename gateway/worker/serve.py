@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway.codecs.ipc import TCP_PREFIX, IPCServerProtocol, split_tcp
 from gateway.config import GatewayConfig, ServiceConfig
+from gateway.core.tls import ServerTls
 from gateway.lean_http import FastProtocol, Limits, close_all, protocol_factory
 from gateway.worker.compute import ComputeQueue
 from gateway.worker.direct import DirectHTTP
@@ -80,8 +81,10 @@ async def serve(
     if socket_path.startswith(TCP_PREFIX):
         # A remote worker: the gateway connects over TCP and must say the worker token first.
         host, port = split_tcp(socket_path)
+        # With worker_tls, over mutual TLS: the gateway must present a certificate of its CA.
+        tls = ServerTls(gateway.worker_tls, alpn=()).context if gateway.worker_tls is not None else None
         server = await loop.create_server(
-            lambda: IPCServerProtocol(compute, limit, key), host, port, backlog=128
+            lambda: IPCServerProtocol(compute, limit, key), host, port, backlog=128, ssl=tls
         )
         socket_path = f"{TCP_PREFIX}{host}:{server.sockets[0].getsockname()[1]}"
     else:

@@ -17,6 +17,8 @@ from aiohttp import web
 
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from gateway.config import GatewayConfig
+from gateway.config.tls import TlsConfig
+from gateway.core.tls import ServerTls
 from gateway.fronts.grpc.servicer import InferenceServicer
 from gateway.fronts.state import GATEWAY_KEY
 
@@ -33,6 +35,34 @@ def server_options(gw: GatewayConfig) -> list[tuple[str, Any]]:
     ]
 
 
+class GrpcTls:
+    """TLS on the gRPC port from files, loaded again on SIGHUP: grpcio asks for the
+    certificate configuration at each new handshake, and is handed the new one once after a
+    reload (connections already open keep theirs)."""
+
+    def __init__(self, cfg: TlsConfig) -> None:
+        self.tls = ServerTls(cfg, alpn=())  # checks the files as the HTTP port's do
+        self.require_client = cfg.client_auth == "required"
+        self._next: Any = None
+
+    def _configuration(self) -> Any:
+        cert, key, ca = self.tls.read_files()
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.dynamic_ssl_server_credentials(
+            self._configuration(), self._fetch, require_client_authentication=self.require_client
+        )
+
+    def _fetch(self) -> Any:
+        pending, self._next = self._next, None
+        return pending  # None: keep the configuration in use
+
+    def reload(self) -> None:
+        self.tls.reload()  # raises TlsError on files that do not load: nothing changes
+        self._next = self._configuration()
+
+
 def listen_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
@@ -43,12 +73,18 @@ async def start_server(app: web.Application) -> grpc.aio.Server:
     server = grpc.aio.server(options=server_options(gw))
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(app), server)
     address = listen_address(gw.host, gw.grpc_port)
+    tls_cfg = gw.grpc_tls or gw.tls
     try:
-        server.add_insecure_port(address)
+        if tls_cfg is None:
+            server.add_insecure_port(address)
+        else:
+            tls = GrpcTls(tls_cfg)
+            server.add_secure_port(address, tls.credentials())
+            app[GATEWAY_KEY].state.tls_reloads.append(tls.reload)
     except RuntimeError as exc:
         raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
     await server.start()
-    log.info("gRPC listening on %s", address)
+    log.info("gRPC listening on %s%s", address, " (TLS)" if tls_cfg is not None else "")
     return server
 
 

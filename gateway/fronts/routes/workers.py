@@ -44,7 +44,19 @@ def _service(request: web.Request) -> tuple[ServiceConfig, ServiceBackend]:
     token = auth[7:] if auth[:7].lower() == "bearer " else auth
     if not token or not hmac.compare_digest(token.encode(), svc.remote_workers.token.encode()):
         raise errors.Unauthorized("a remote worker must present the service's worker token")
+    if parts.config.gateway.worker_tls is not None and not _has_client_certificate(request):
+        raise errors.Forbidden(
+            "with gateway.worker_tls, a remote worker registers over HTTPS presenting a certificate "
+            "the gateway's listener verifies (gateway.tls.client_ca_file)"
+        )
     return svc, pool
+
+
+def _has_client_certificate(request: web.Request) -> bool:
+    """Whether the connection's client presented a certificate the listener verified (an
+    unverified one never gets this far: the handshake refuses it)."""
+    transport = request.transport
+    return bool(transport is not None and transport.get_extra_info("peercert"))
 
 
 def _host_port(value: Any, where: str) -> tuple[str, int]:

@@ -1,0 +1,296 @@
+"""TLS end to end, with certificates the tests make (trustme): HTTPS on the HTTP port (the
+lean front and aiohttp), TLS on the gRPC port, a certificate replaced on SIGHUP while a
+connection made before keeps working, client certificates (mTLS), and remote workers
+reached over mutual TLS. The clients: our SDK (``https://`` with ``ca_certs``), the real
+``eas-prediction`` client, urllib and grpcio."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from eas_sdk import PredictClient, TFRequest
+from tests.eas_reference import run_reference
+from tests.waiting import wait_until
+
+trustme = pytest.importorskip("trustme")
+
+TOKEN = "tls-token-0123456789abcdef"
+WORKER_TOKEN = "worker-secret-0123456789abcdef"
+ROW = np.linspace(0, 16, 64, dtype=np.float32).reshape(1, 64)
+
+
+class Pki:
+    """A CA and the files a test hands the gateway and its clients."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.ca = trustme.CA()
+        self.ca_file = folder / "ca.pem"
+        self.ca.cert_pem.write_to_path(str(self.ca_file))
+
+    def issue(self, name: str, *hosts: str) -> tuple[str, str]:
+        cert = self.ca.issue_cert(*(hosts or ("127.0.0.1",)))
+        chain, key = self.folder / f"{name}.pem", self.folder / f"{name}.key"
+        chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+        cert.private_key_pem.write_to_path(str(key))
+        return str(chain), str(key)
+
+    def client_ctx(self, cert: tuple[str, str] | None = None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        if cert is not None:
+            ctx.load_cert_chain(*cert)
+        return ctx
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path / "pki")
+
+
+def _tf() -> TFRequest:
+    req = TFRequest("serving_default")
+    req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, ROW)
+    return req
+
+
+def _get(url: str, ctx: ssl.SSLContext, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def _wait_ready(base: str, ctx: ssl.SSLContext, name: str = "digits") -> None:
+    def ready() -> bool:
+        status, body = _get(f"{base}/readyz?service={name}", ctx)
+        return status == 200 and body["ready"]
+
+    wait_until(ready, 60, f"{name} ready over https")
+
+
+def _served_cert(port: int, ctx: ssl.SSLContext) -> bytes:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        cert = tls.getpeercert(binary_form=True)
+        assert cert is not None
+        return cert
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _config(digits_model: Path, **gateway: Any) -> dict[str, Any]:
+    return {
+        "gateway": gateway,
+        "services": [{"name": "digits", "processor": "onnx", "model": str(digits_model), "token": TOKEN}],
+    }
+
+
+REFERENCE = r"""
+import sys
+import numpy as np
+from eas_prediction import PredictClient, TFRequest
+client = PredictClient(sys.argv[1], "digits")
+client.set_token(sys.argv[2])
+client.init()
+# eas-prediction 0.36 puts http:// in front of every endpoint it is given (https:// too):
+# its gateway endpoint is pointed at the https:// address after init instead.
+client.endpoint.domain = sys.argv[1]
+req = TFRequest("serving_default")
+req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, list(np.linspace(0, 16, 64, dtype=np.float32)))
+resp = client.predict(req)
+print(len(resp.response.outputs["probabilities"].float_val))
+"""
+
+
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-front", "aiohttp"])
+def test_https_serves_the_sdk_the_reference_client_and_aiohttp_routes(
+    pki: Pki, digits_model: Path, gateway_factory: Any, lean: bool
+) -> None:
+    cert, key = pki.issue("server")
+    paths = {} if lean else {"predict_fast_path": False, "queue_fast_path": False}
+    gw = gateway_factory(_config(digits_model, tls={"cert_file": cert, "key_file": key}, **paths))
+    base = f"https://127.0.0.1:{gw.port}"
+    assert f"listening on {base}" in gw.output()
+    ctx = pki.client_ctx()
+    _wait_ready(base, ctx)
+    with PredictClient(base, "digits", token=TOKEN, ca_certs=str(pki.ca_file)) as client:
+        out = client.predict(_tf())
+        assert len(out.get_values("probabilities")) == 10
+    # A route aiohttp serves, on the same TLS listener.
+    status, body = _get(f"{base}/api/services", ctx)
+    assert status == 200 and body["services"][0]["name"] == "digits"
+    # The real eas-prediction client, trusting the test CA through OpenSSL's variable.
+    proc = run_reference(REFERENCE, base, TOKEN, env={"SSL_CERT_FILE": str(pki.ca_file)})
+    assert proc.stdout.decode().strip() == "10"
+    # Plain HTTP to the HTTPS port is no call, and a client that does not trust the CA is refused.
+    with pytest.raises((ConnectionError, http.client.HTTPException, urllib.error.URLError, OSError)):
+        urllib.request.urlopen(f"http://127.0.0.1:{gw.port}/healthz", timeout=5)
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(f"{base}/healthz", timeout=5, context=ssl.create_default_context())
+
+
+def test_sighup_loads_a_new_certificate_and_open_connections_keep_working(
+    pki: Pki, digits_model: Path, gateway_factory: Any
+) -> None:
+    cert, key = pki.issue("server")
+    grpc_port = _free_port()
+    gw = gateway_factory(_config(digits_model, tls={"cert_file": cert, "key_file": key}, grpc_port=grpc_port))
+    base = f"https://127.0.0.1:{gw.port}"
+    ctx = pki.client_ctx()
+    _wait_ready(base, ctx)
+    grpc_ctx = pki.client_ctx()
+    grpc_ctx.set_alpn_protocols(["h2"])
+    grpc_first = _served_cert(grpc_port, grpc_ctx)
+    kept = http.client.HTTPSConnection("127.0.0.1", gw.port, context=ctx, timeout=10)
+    kept.request("GET", "/healthz")
+    assert kept.getresponse().read() and kept.sock is not None
+    first = kept.sock.getpeercert(binary_form=True)
+    assert first == _served_cert(gw.port, ctx)
+
+    # A broken pair: the reload is refused, the certificate in use stays.
+    Path(cert).write_text("not a certificate\n")
+    os.kill(gw.pid, signal.SIGHUP)
+    wait_until(lambda: "the previous certificate stays in use" in gw.output(), 10, "a refused reload")
+    assert _served_cert(gw.port, ctx) == first
+
+    fresh_cert, fresh_key = pki.issue("fresh")
+    os.replace(fresh_cert, cert)
+    os.replace(fresh_key, key)
+    os.kill(gw.pid, signal.SIGHUP)
+    wait_until(lambda: _served_cert(gw.port, ctx) != first, 10, "the new certificate served")
+    # The gRPC port too, from its next handshake on.
+    wait_until(lambda: _served_cert(grpc_port, grpc_ctx) != grpc_first, 10, "gRPC's new certificate")
+    assert _served_cert(grpc_port, grpc_ctx) == _served_cert(gw.port, ctx)
+    # The connection made before the reload goes on with its session.
+    kept.request("GET", "/healthz")
+    resp = kept.getresponse()
+    assert resp.status == 200 and resp.read()
+    assert kept.sock.getpeercert(binary_form=True) == first
+    kept.close()
+
+
+def test_client_certificates_on_http_and_grpc(pki: Pki, digits_model: Path, gateway_factory: Any) -> None:
+    import grpc
+
+    from gateway._proto import grpc_service_pb2 as pb
+    from gateway._proto import grpc_service_pb2_grpc as pb_grpc
+
+    cert, key = pki.issue("server")
+    clients = Pki(pki.folder / "clients")
+    good = clients.issue("client", "client.example")
+    strangers = Pki(pki.folder / "strangers")
+    stranger = strangers.issue("stranger", "client.example")
+    grpc_port = _free_port()
+    tls = {
+        "cert_file": cert,
+        "key_file": key,
+        "client_ca_file": str(clients.ca_file),
+        "client_auth": "required",
+    }
+    gw = gateway_factory(_config(digits_model, tls=tls, grpc_port=grpc_port))
+    base = f"https://127.0.0.1:{gw.port}"
+
+    def ctx(client: tuple[str, str] | None) -> ssl.SSLContext:
+        c = pki.client_ctx()
+        if client is not None:
+            c.load_cert_chain(*client)
+        return c
+
+    _wait_ready(base, ctx(good))
+    for who in (None, stranger):
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+            _get(f"{base}/healthz", ctx(who))
+
+    ca = pki.ca_file.read_bytes()
+
+    def ready(client: tuple[str, str] | None) -> bool:
+        pair = {} if client is None else {"private_key": Path(client[1]).read_bytes()}
+        if client is not None:
+            pair["certificate_chain"] = Path(client[0]).read_bytes()
+        creds = grpc.ssl_channel_credentials(root_certificates=ca, **pair)
+        with grpc.secure_channel(f"127.0.0.1:{grpc_port}", creds) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            return bool(stub.ServerLive(pb.ServerLiveRequest(), timeout=5).live)
+
+    assert ready(good)
+    for who in (None, stranger):
+        with pytest.raises(grpc.RpcError) as err:
+            ready(who)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_remote_workers_over_mutual_tls(
+    pki: Pki, digits_model: Path, gateway_factory: Any, tmp_path: Path
+) -> None:
+    server = pki.issue("server")
+    gateway_side = pki.issue("gateway", "gateway.internal")
+    worker_side = pki.issue("worker", "127.0.0.1")
+    ca = str(pki.ca_file)
+    cfg = _config(
+        digits_model,
+        tls={"cert_file": server[0], "key_file": server[1], "client_ca_file": ca, "client_auth": "optional"},
+        worker_tls={"cert_file": gateway_side[0], "key_file": gateway_side[1], "client_ca_file": ca},
+    )
+    cfg["services"][0].update(workers=0, remote_workers={"token": WORKER_TOKEN, "ttl_s": 3})
+    gw = gateway_factory(cfg)
+    base = f"https://127.0.0.1:{gw.port}"
+    log = tmp_path / "worker.log"
+    argv = [
+        sys.executable, "-m", "gateway", "worker", "--gateway", base, "--service", "digits",
+        "--host", "127.0.0.1", "--heartbeat", "0.3", "--model", str(digits_model),
+        "--tls-cert", worker_side[0], "--tls-key", worker_side[1], "--tls-ca", ca,
+    ]  # fmt: skip
+    env = {**os.environ, "EAS_WORKER_TOKEN": WORKER_TOKEN, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as out:
+        agent = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_ready(base, pki.client_ctx())
+        with PredictClient(base, "digits", token=TOKEN, ca_certs=ca) as client:
+            assert len(client.predict(_tf()).get_values("probabilities")) == 10
+        _, body = _get(f"{base}/api/services", pki.client_ctx())
+        (worker,) = [w for w in body["services"][0]["workers"] if w.get("remote")]
+        host, port = worker["remote"].removeprefix("tcp://").rsplit(":", 1)
+
+        # The worker's RPC port keeps a connection that presented a certificate of the CA
+        # (waiting for its first frame) and drops one that presented none.
+        def kept_open(cert: tuple[str, str] | None) -> bool:
+            ctx = pki.client_ctx(cert)
+            with socket.create_connection((host, int(port)), timeout=5) as raw:
+                try:
+                    with ctx.wrap_socket(raw, server_hostname=host) as tls:
+                        tls.settimeout(1.0)
+                        return tls.recv(1) != b""
+                except TimeoutError:
+                    return True
+                except (ssl.SSLError, ConnectionError):
+                    return False
+
+        assert kept_open(gateway_side)
+        assert not kept_open(None)
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(15)
+    assert "registration accepted" in log.read_text(), log.read_text()
