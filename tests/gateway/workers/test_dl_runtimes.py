@@ -88,6 +88,19 @@ def test_torch_declared_inputs_check_requests_and_give_the_outputs(models: dict[
         proc.handle(WorkerRequest(eas.encode_torch_request([x.astype(np.float64)])))  # type: ignore[attr-defined]
 
 
+def test_torch_requests_share_one_run_along_rows(models: dict[str, Path]) -> None:
+    proc = _loaded("torch", models["torch"], inputs=(IMAGE,), batching=BatchingConfig(max_batch_size=8))
+    x = features("torch", 3)
+    items = [proc.prepare(WorkerRequest(eas.encode_torch_request([x[i : i + 1]]))) for i in range(3)]  # type: ignore[attr-defined]
+    assert len({item.key for item in items}) == 1 and [item.rows for item in items] == [1, 1, 1]
+    answers = proc.process_batch(items)  # type: ignore[attr-defined]
+    want = expected("torch", models["torch"], x)
+    for i, answer in enumerate(answers):
+        outputs, _ = eas.decode_torch_response(answer.body)
+        np.testing.assert_allclose(outputs[0].to_tensor("0").array, want["output__0"][i : i + 1], rtol=2e-6)
+        assert outputs[1].to_tensor("1").array.tolist() == want["output__1"][i : i + 1].tolist()
+
+
 def test_torch_without_a_declaration_takes_what_the_module_takes(models: dict[str, Path]) -> None:
     proc = _loaded("torch", models["torch"])
     meta = proc.metadata()  # type: ignore[attr-defined]
