@@ -290,6 +290,16 @@ def test_remote_workers_over_mutual_tls(
 
         assert kept_open(gateway_side)
         assert not kept_open(None)
+        # The worker token alone does not register a worker: its certificate is asked for too.
+        req = urllib.request.Request(
+            f"{base}/api/v1/workers/digits",
+            data=json.dumps({"id": "w-1", "ipc": "tcp://127.0.0.1:9", "http": "127.0.0.1:9"}).encode(),
+            headers={"Authorization": f"Bearer {WORKER_TOKEN}", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10, context=pki.client_ctx())
+        assert refused.value.code == 403
+        assert "presenting a certificate" in json.loads(refused.value.read())["message"]
     finally:
         os.killpg(agent.pid, signal.SIGTERM)
         agent.wait(15)
