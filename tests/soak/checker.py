@@ -10,9 +10,9 @@ The gateway's memory has one part that grows with the load by design: the queue 
 remembers the request ids of the last ``RECENT_LIMIT`` (100,000) records removed from each
 queue, so a retried put is recognised after its record was consumed (docs/queue.md). That
 costs about ``REMEMBERED_ID_BYTES`` each (``python -m tests.soak.remembered_ids`` measures
-it: 33 MB over the first 100,000 removals of one queue, nothing after), and at the soak's
-rate its five queues take some 95 minutes to fill. The gateway's RSS bound is therefore
-raised by what the queues' remembered ids grew over the judged stretch (their removals
+it: 33 MB over the first 100,000 removals of one queue, nothing after); the soak's queue
+callers go at a couple of puts a second so it stays small. The gateway's RSS bound is
+therefore raised by what the queues' remembered ids grew over the judged stretch (their removals
 from the history, each queue up to the limit), and the report shows that allowance.
 
 Failures: a failed call is explained when its service had a worker killed and the call

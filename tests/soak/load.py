@@ -83,6 +83,10 @@ def config(grpc_port: int, admin_port: int, extra: bool) -> dict[str, Any]:
     }
 
 
+# What one call gave: answered well, its status, what went wrong.
+Outcome = tuple[bool, int | None, str | None]
+
+
 class History:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -147,6 +151,10 @@ class Soak:
     fault_every_s: float
     sample_every_s: float
     pace_s: float = 0.05
+    # Queue and asynchronous puts go slower: every record a queue removes is remembered by the
+    # queue store (its last 100,000 request ids, checker.py), memory that grows with them by
+    # design; a couple a second keeps that growth small beside the bound.
+    queue_pace_s: float = 0.5
     history: History = field(init=False)
     samples: list[Sample] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
@@ -166,7 +174,8 @@ class Soak:
         self._watchers: list[Any] = []
 
     # ------------------------------------------------------------------ one caller
-    def _loop(self, name: str, call: Callable[[int], tuple[bool, int | None, str | None]]) -> None:
+    def _loop(self, name: str, call: Callable[[int], Outcome], pace_s: float | None = None) -> None:
+        pace = self.pace_s if pace_s is None else pace_s
         n = 0
         while not self.stopping.is_set():
             n += 1
@@ -178,7 +187,7 @@ class Soak:
                 if not isinstance(status, int):
                     status = None
             self.history.add(p=name, t0=t0, t1=time.monotonic(), ok=ok, status=status, error=error)
-            self.stopping.wait(self.pace_s)
+            self.stopping.wait(pace)
 
     def _row(self, n: int) -> tuple[list[float], int]:
         i = n % len(self.rows)
@@ -288,7 +297,7 @@ class Soak:
             return True, 200, None
 
         try:
-            self._loop(name, call)
+            self._loop(name, call, self.queue_pace_s)
         finally:
             closer()
 
