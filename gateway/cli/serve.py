@@ -214,7 +214,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             from gateway.fronts.routes.status import SAMPLER_KEY
 
             try:
-                admin_runner = await start_admin(app, app[SAMPLER_KEY].snapshot)
+                admin_runner = await start_admin(app, app[SAMPLER_KEY].snapshot, tls)
             except OSError as exc:
                 log.error("start-up failed: %s", named["admin API"].failed(exc))
                 return 1
@@ -228,7 +228,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             url, len(cfg.services), type(loop).__module__,
         )  # fmt: skip
         if admin_runner is not None:
-            print(f"admin API listening on {admin_url(admin_runner)}", flush=True)
+            print(f"admin API listening on {admin_url(admin_runner, tls is not None)}", flush=True)
         for warning in open_service_warnings(cfg):
             log.warning("%s", warning)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -30,6 +31,7 @@ trustme = pytest.importorskip("trustme")
 
 TOKEN = "tls-token-0123456789abcdef"
 WORKER_TOKEN = "worker-secret-0123456789abcdef"
+ADMIN_TOKEN = "admin-token-7c1d9e2f40a3b856"
 ROW = np.linspace(0, 16, 64, dtype=np.float32).reshape(1, 64)
 
 
@@ -131,11 +133,17 @@ def test_https_serves_the_sdk_the_reference_client_and_aiohttp_routes(
 ) -> None:
     cert, key = pki.issue("server")
     paths = {} if lean else {"predict_fast_path": False, "queue_fast_path": False}
-    gw = gateway_factory(_config(digits_model, tls={"cert_file": cert, "key_file": key}, **paths))
+    cfg = _config(digits_model, tls={"cert_file": cert, "key_file": key}, **paths)
+    cfg["admin"] = {"host": "127.0.0.1", "port": 0, "token": ADMIN_TOKEN}
+    gw = gateway_factory(cfg)
     base = f"https://127.0.0.1:{gw.port}"
     assert f"listening on {base}" in gw.output()
     ctx = pki.client_ctx()
     _wait_ready(base, ctx)
+    # The admin API listens over TLS too, with the same certificate.
+    admin = re.findall(r"admin API listening on (https://\S+)", gw.output())[-1]
+    status, body = _get(f"{admin}/admin/services", ctx, {"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert status == 200 and body["services"][0]["name"] == "digits"
     with PredictClient(base, "digits", token=TOKEN, ca_certs=str(pki.ca_file)) as client:
         out = client.predict(_tf())
         assert len(out.get_values("probabilities")) == 10

@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -172,14 +173,17 @@ def create_admin_app(main: web.Application, snapshot: SnapshotFn) -> web.Applica
     return app
 
 
-async def start_admin(main: web.Application, snapshot: SnapshotFn) -> web.AppRunner | None:
-    """Listen for the admin API when ``admin:`` is configured; the runner to clean up."""
+async def start_admin(
+    main: web.Application, snapshot: SnapshotFn, ssl_context: ssl.SSLContext | None = None
+) -> web.AppRunner | None:
+    """Listen for the admin API when ``admin:`` is configured (over TLS with ``ssl_context``:
+    the HTTP port's, gateway.tls); the runner to clean up."""
     admin = main[GATEWAY_KEY].config.admin
     if admin is None:
         return None
     runner = web.AppRunner(create_admin_app(main, snapshot), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, admin.host, admin.port)
+    site = web.TCPSite(runner, admin.host, admin.port, ssl_context=ssl_context)
     try:
         await site.start()
     except OSError:
@@ -188,11 +192,11 @@ async def start_admin(main: web.Application, snapshot: SnapshotFn) -> web.AppRun
     return runner
 
 
-def admin_url(runner: web.AppRunner) -> str:
+def admin_url(runner: web.AppRunner, tls: bool = False) -> str:
     for addr in runner.addresses:
         if isinstance(addr, tuple) and len(addr) >= 2:
             host = str(addr[0])
-            return f"http://{f'[{host}]' if ':' in host else host}:{addr[1]}"
+            return f"{'https' if tls else 'http'}://{f'[{host}]' if ':' in host else host}:{addr[1]}"
     raise RuntimeError("the admin API is not listening")
 
 
