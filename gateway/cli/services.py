@@ -67,6 +67,13 @@ def add_parsers(sub: Any) -> None:
     scale.add_argument("name")
     scale.add_argument("workers", type=int)
     scale.add_argument("-q", "--quiet", action="store_true", help=quiet)
+    traffic = ops.add_parser(
+        "traffic",
+        help="split the calls between a service's versions (percents adding up to 100)",
+        parents=[common],
+    )
+    traffic.add_argument("name")
+    traffic.add_argument("weights", nargs="+", metavar="VERSION=PERCENT", help="e.g. 1=90 2=10")
     delete = ops.add_parser("delete", help="drain and remove a service", parents=[common])
     delete.add_argument("name")
     st = sub.add_parser(
@@ -215,6 +222,20 @@ def _change(
     )  # fmt: skip
 
 
+def _weights(items: list[str]) -> dict[str, int]:
+    """``1=90 2=10`` -> {"1": 90, "2": 10}; the gateway checks the versions and the sum."""
+    out: dict[str, int] = {}
+    for item in items:
+        version, sep, percent = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[version.strip()] = int(percent)
+        except ValueError:
+            raise AdminError(f"traffic: expected VERSION=PERCENT (e.g. 1=90), got {item!r}") from None
+    return out
+
+
 def _execute(args: argparse.Namespace, admin: Admin) -> int:
     op = args.op
     failed = 0
@@ -241,6 +262,11 @@ def _execute(args: argparse.Namespace, admin: Admin) -> int:
         path, body = f"/admin/services/{args.name}/scale", {"workers": args.workers}
         doc = _change(args, admin, args.name, "scaling", "POST", path, body)
         print(f"service {doc['name']} scaled to {args.workers} worker(s) ({_workers(doc)} ready)")
+    elif op == "traffic":
+        doc = admin.call("PUT", f"/admin/services/{args.name}/traffic", {"traffic": _weights(args.weights)})
+        split = doc["spec"].get("traffic") or {}
+        shown = ", ".join(f"version {v}: {w}%" for v, w in split.items()) or "all to the latest version"
+        print(f"service {doc['name']} traffic: {shown}")
     elif op == "delete":
         admin.call("DELETE", f"/admin/services/{args.name}")
         print(f"service {args.name} deleted")

@@ -34,6 +34,7 @@ from gateway.config.sections import (
 )
 from gateway.config.sources import parse_model_sources
 from gateway.config.tls import TlsConfig, parse_tls
+from gateway.config.traffic import parse_traffic
 from gateway.config.values import QUEUE_BACKEND_SCHEMES, ConfigError, is_loopback
 from gateway.config.values import Errors as _Errors
 from gateway.config.values import as_bool as _bool
@@ -108,6 +109,9 @@ class ServiceConfig:
     env_pass: tuple[str, ...] = ()
     # A model service: (version, model file) ascending, ``model`` the latest's; empty: one version, "1".
     versions: tuple[tuple[str, str], ...] = ()
+    # The share of calls each version takes when a call names none (gateway.config.traffic);
+    # empty: the latest takes them all.
+    traffic: tuple[tuple[str, int], ...] = ()
     # sklearn, xgboost, lightgbm: the model's input as the service declares it (name, dtype,
     # shape), where the model file does not say it (gateway.worker.processors.estimator).
     inputs: tuple[TensorDecl, ...] = ()
@@ -276,8 +280,8 @@ _SERVICE_KEYS = {
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
-    "payload_log",
-    "device", "explainer",
+    "payload_log", "explainer",
+    "device", "traffic",
 }  # fmt: skip
 
 
@@ -300,6 +304,9 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     token, extra_tokens, public = errs.check(_tokens_of, raw, where, default=(None, (), False))
     versions = errs.check(
         _versions, raw.get("versions"), processor, raw.get("model"), base, where, default=()
+    )
+    traffic = errs.check(
+        parse_traffic, raw.get("traffic"), [v for v, _ in versions], f"{where}.traffic", default=()
     )
     if versions:
         model: str | None = versions[-1][1]
@@ -383,12 +390,13 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         env_pass=env_pass,
         cluster_serving=cluster_serving,
         versions=versions,
+        traffic=traffic,
         pipeline=pipeline,
         remote_workers=remote,
         placement=placement,
         inputs=inputs,
-        explainer=explainer,
         device=device,
+        explainer=explainer,
         **values,
     )
 

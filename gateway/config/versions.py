@@ -19,6 +19,13 @@ def version_key(name: str, version: str) -> str:
     return f"{name}@{version}"
 
 
+def served_version(svc: ServiceConfig) -> str:
+    """The version a service from :func:`version_services` serves: an older one's from its
+    name, else the service's latest."""
+    _, _, version = svc.name.partition("@")
+    return version or svc.version_names[-1]
+
+
 def version_services(svc: ServiceConfig) -> dict[str, ServiceConfig]:
     """Version -> the service that serves it: the latest is ``svc`` itself (its name, its
     workers), every older one a copy of ``svc`` under :func:`version_key` with that version's
@@ -29,9 +36,9 @@ def version_services(svc: ServiceConfig) -> dict[str, ServiceConfig]:
     return {
         v: svc
         if v == latest
-        else replace(svc, name=version_key(svc.name, v), model=path, versions=(), async_=False)
+        else replace(svc, name=version_key(svc.name, v), model=path, versions=(), traffic=(), async_=False)
         for v, path in svc.versions
     }
 
 
-__all__ = ["version_key", "version_services"]
+__all__ = ["served_version", "version_key", "version_services"]

@@ -14,8 +14,12 @@ and each call runs its steps in one order, which only this module decides::
 
     find ─> wrong kind ─> early refusal ─> hold the body ─> deadline ─> read ─> authenticate
     (400/404)  (400/405)      (401)            (429)        (400/408)  (408/413)  (401/400)
-      ─> budget ─> dispatch ─> the answer's size ─> the answer
-         (408)     (429/450/503/504)   (413)
+      ─> budget ─> version ─> dispatch ─> the answer's size ─> the answer
+         (408)     (404)     (429/450/503/504)   (413)
+
+The version step (:meth:`DataPlane._route`) picks which of a service's model versions runs
+the call: the one its path or ``X-Model-Version`` names, else one drawn from the service's
+``traffic`` split, else the latest; the answer says which in ``X-Model-Version``.
 
 Any failure is a GatewayError (gateway/core/errors.py): one status table. An adapter only
 moves bytes: it turns its transport's request into headers, a raw path and a body (the
@@ -42,6 +46,7 @@ from eas_sdk._core.constants import (
     HEADER_QUEUE_UID,
 )
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
+from gateway.config.versions import served_version, version_key
 from gateway.core import errors, json_answer, tensors
 from gateway.core.admission import Admission, BodyHold
 from gateway.core.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, keep_for, verify
@@ -56,6 +61,7 @@ from gateway.core.calls import (
 from gateway.core.metadata import declared_dtypes
 from gateway.core.observers import DispatchObserver, PayloadObserver, logged
 from gateway.core.parse_pool import parse_off_loop
+from gateway.core.traffic import VERSION_HEADER, draw
 from gateway.lean_http.wire import Headers
 
 log = logging.getLogger("gateway.dataplane")
@@ -251,10 +257,11 @@ class DataPlane:
         if tokens and (svc.name, auth) not in self._verified:  # a raw token seen before passes
             self._authenticate(svc, headers, raw_path, data)
         timeout = self._budget(svc, deadline, arrived)
-        call = self._dispatch(svc, headers, data, subpath=subpath, request_id=request_id, timeout=timeout)
+        runs = self._route(svc, headers) if svc.versions else svc
+        call = self._dispatch(runs, headers, data, subpath=subpath, request_id=request_id, timeout=timeout)
         if svc.payload_log is None or self.payloads is None:
             return await call
-        return await logged(self.payloads, svc, request_id, headers, data, call)
+        return await logged(self.payloads, runs, request_id, headers, data, call)
 
     async def queue_call(
         self,
@@ -311,14 +318,15 @@ class DataPlane:
         data, deadline = await self._take_body(svc, headers, body, deadline)
         self._authenticate(svc, headers, raw_path, data)
         timeout = self._budget(svc, deadline, arrived)
+        runs = runs or self._route(svc, headers)
         call, inputs, outputs = await decode(data or b"")
         work = self._tensors(
-            runs or svc, inputs, outputs, request_id=request_id, timeout=timeout, declared=declared,
+            runs, inputs, outputs, request_id=request_id, timeout=timeout, declared=declared,
             extra=extra, answer_headers=answer_headers,
         )  # fmt: skip
         if svc.payload_log is None or self.payloads is None:
             return call, await work
-        return call, await logged(self.payloads, runs or svc, request_id, headers, data or inputs, work)
+        return call, await logged(self.payloads, runs, request_id, headers, data or inputs, work)
 
     async def arrays_call(
         self,
@@ -345,14 +353,15 @@ class DataPlane:
         data = received or b""  # the body is always read
         self._authenticate(svc, headers, raw_path, data)
         timeout = self._budget(svc, deadline, arrived)
+        runs = runs or self._route(svc, headers)
         call, form = await decode(data)
         work = self._arrays(
-            runs or svc, form, request_id=request_id, timeout=timeout, max_values=max_values, extra=extra,
+            runs, form, request_id=request_id, timeout=timeout, max_values=max_values, extra=extra,
             answer_headers=answer_headers,
         )  # fmt: skip
         if svc.payload_log is None or self.payloads is None:
             return call, await work
-        return call, await logged(self.payloads, runs or svc, request_id, headers, data, work)
+        return call, await logged(self.payloads, runs, request_id, headers, data, work)
 
     async def record_call(
         self,
@@ -370,12 +379,13 @@ class DataPlane:
         (default: the service's timeout)."""
         if timeout is None:
             timeout = svc.timeout_ms / 1000.0
+        runs = self._route(svc, headers) if svc.versions else svc
         call = self._dispatch(
-            svc, headers, body, request_id=request_id, timeout=timeout, content_type=content_type
+            runs, headers, body, request_id=request_id, timeout=timeout, content_type=content_type
         )
         if svc.payload_log is None or self.payloads is None:
             return await call
-        return await logged(self.payloads, svc, request_id, headers, body, call)
+        return await logged(self.payloads, runs, request_id, headers, body, call)
 
     async def record_arrays_call(
         self, svc: ServiceConfig, body: bytes, *, request_id: str
@@ -383,10 +393,40 @@ class DataPlane:
         """A batch of records in the onnx processor's JSON form, read from a stream the gateway
         serves (Cluster Serving's Redis stream: no credentials travel with a record), within
         the service's timeout. -> the output arrays (see :meth:`_arrays`)."""
-        work = self._arrays(svc, body, request_id=request_id, timeout=svc.timeout_ms / 1000.0)
+        runs = self._route(svc, {}) if svc.versions else svc
+        work = self._arrays(runs, body, request_id=request_id, timeout=svc.timeout_ms / 1000.0)
         if svc.payload_log is None or self.payloads is None:
             return await work
-        return await logged(self.payloads, svc, request_id, {}, body, work)
+        return await logged(self.payloads, runs, request_id, {}, body, work)
+
+    # ------------------------------------------------------------------ version
+    def _route(self, svc: ServiceConfig, headers: Mapping[str, str]) -> ServiceConfig:
+        """The service that runs a call to ``svc`` (itself for its latest version, else the
+        copy serving an older one, gateway.config.versions): the version ``X-Model-Version``
+        names (404 for one it does not serve), else one drawn from its traffic split, else
+        the latest. A path that names a version (V2's) gives its service as ``runs``."""
+        if not svc.versions:
+            return svc
+        asked = headers.get(VERSION_HEADER)
+        if asked is None and type(headers) is dict:  # a record's own headers, as they were sent
+            asked = next((v for k, v in headers.items() if k.lower() == "x-model-version"), None)
+        if asked is not None:
+            version = asked.strip()
+            if version not in svc.version_names:
+                raise errors.NotFound(
+                    f"service {svc.name!r} has no version {version[:32]!r} ({VERSION_HEADER}); "
+                    f"it serves {', '.join(svc.version_names)}"
+                )
+        elif svc.traffic:
+            version = draw(svc.traffic)
+        else:
+            return svc
+        if version == svc.version_names[-1]:
+            return svc
+        runs = self.services.get(version_key(svc.name, version))
+        if runs is None or runs.name not in self.backends:
+            raise errors.ServiceNotFound(f"service {svc.name!r}: version {version} is not served now")
+        return runs
 
     def authorize(
         self, svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None = None
@@ -644,6 +684,12 @@ class DataPlane:
             stats.record(status < 400, elapsed, compute_us)
         if self.observer is not None:
             self.observer.observe_dispatch(svc, status, elapsed, compute_us, resp.body)
+        if svc.versions or "@" in svc.name:  # a service with versions: the answer says which
+            resp.headers = (
+                {**resp.headers, VERSION_HEADER: served_version(svc)}
+                if resp.headers
+                else {VERSION_HEADER: served_version(svc)}
+            )
         return resp
 
     async def _arrays(
@@ -736,6 +782,7 @@ __all__ = [
     "JSON_FORM_HEADERS",
     "MIN_DEADLINE_MS",
     "TF_FORM_HEADERS",
+    "VERSION_HEADER",
     "Backend",
     "Body",
     "BodyReader",

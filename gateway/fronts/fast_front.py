@@ -216,18 +216,22 @@ class Front:
         return Reply(int(wresp.status), wresp.body, ctype, headers)
 
     async def _v2(self, svc: ServiceConfig, req: FastRequest, rid: str) -> Reply:
-        """The KServe route's V2 inference for the model's latest version (the body is in)."""
+        """The KServe route's V2 inference for a model whose path names no version: its
+        traffic split or ``X-Model-Version`` picks one (the body is in)."""
+        extra: dict[str, str] = {}
         try:
             out, header_length = await v2_call.infer(
-                self.plane, svc, svc, svc.version_names[-1], self.parts.backends[svc.name].metadata,
+                self.plane, svc, None, svc.version_names[-1], self.parts.backends[svc.name].metadata,
                 req.headers, req.path, req.body, request_id=rid, arrived=time.monotonic(),
+                answer_headers=extra,
             )  # fmt: skip
         except v2_call.ERRORS as exc:
             return _error(exc, rid, Shape.V2)
+        extra[HEADER_REQUEST_ID] = rid
         if header_length is None:
-            return Reply(200, out, kserve.JSON_TYPE, {HEADER_REQUEST_ID: rid})
-        headers = {kserve.BINARY_HEADER: str(header_length), HEADER_REQUEST_ID: rid}
-        return Reply(200, out, OCTET_STREAM, headers)
+            return Reply(200, out, kserve.JSON_TYPE, extra)
+        extra[kserve.BINARY_HEADER] = str(header_length)
+        return Reply(200, out, OCTET_STREAM, extra)
 
     async def _queue(self, svc: ServiceConfig, name: str, req: FastRequest, query: Query, rid: str) -> Reply:
         try:

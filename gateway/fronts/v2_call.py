@@ -25,6 +25,7 @@ from gateway.core import errors, json_answer
 from gateway.core.dataplane import Body, DataPlane
 from gateway.core.metadata import ModelMetadata
 from gateway.core.parse_pool import parse_off_loop
+from gateway.core.traffic import VERSION_HEADER
 
 LARGE_BODY = 1 << 20  # parse bigger bodies off the event loop
 ENCODE_ON_LOOP_MAX = 16 << 10  # answers of more elements are written in a thread
@@ -37,7 +38,7 @@ ERRORS = (proto.KServeRequestError, v2_tensors.TensorError, errors.GatewayError)
 async def infer(
     plane: DataPlane,
     svc: ServiceConfig,
-    runs: ServiceConfig,
+    runs: ServiceConfig | None,
     version: str,
     meta: ModelMetadata | None,
     headers: Mapping[str, str],
@@ -51,7 +52,9 @@ async def infer(
 ) -> tuple[bytes | bytearray, int | None]:
     """-> (answer body, JSON header length when binary tensors follow it, else None).
     ``svc``: the model as clients name it; ``runs``: the service whose workers serve
-    ``version``; ``meta``: their signature (None before a worker was ready); ``headers``,
+    ``version`` when the path names it (None: the dataplane picks the version, and the
+    answer names the one that served it); ``meta``: their signature (None before a worker
+    was ready); ``headers``,
     ``raw_path``, ``body`` and ``arrived``: the call as the front received it; ``extra``:
     the caller's headers a backend reads, ``answer_headers``: filled with the backend's own
     (a pipeline's timings, see gateway.backends.pipelines.timings)."""
@@ -68,12 +71,15 @@ async def infer(
     # No signature yet (no worker was ever ready): the call goes on, and the pool answers
     # 503 naming why (a model that does not load, workers starting).
     declared, order = _outputs_of(meta)
+    if answer_headers is None:
+        answer_headers = {}
     req, arrays = await plane.tensors_call(
         svc, headers, raw_path, body, decode, runs=runs, request_id=request_id, arrived=arrived,
         declared=declared, extra=extra, answer_headers=answer_headers,
     )  # fmt: skip
     # The outputs' size can follow the client's shapes: refused before the answer is built
     # past the limit; a large one written in a thread (it takes the GIL a block at a time).
+    version = answer_headers.get(VERSION_HEADER, version)  # the one that served it
     answer = functools.partial(
         v2_infer.answer, svc.name, version, req, arrays, order, None, plane.max_response_bytes
     )

@@ -34,13 +34,14 @@ from gateway.config import (
     check_model_dirs,
     source_prefixes,
 )
+from gateway.config.traffic import parse_traffic, traffic_doc
 from gateway.config.versions import version_services
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
 from gateway.core.dataplane import DataPlane
 from gateway.core.services import GatewayState, service_ready
 from gateway.manage.rollout import Rollout
-from gateway.manage.spec import IN_PLACE_FIELDS, changed_fields, parse_spec, spec_of
+from gateway.manage.spec import IN_PLACE_FIELDS, ROUTING_FIELDS, changed_fields, parse_spec, spec_of
 from gateway.manage.store import ManagedStore
 from gateway.observability.metrics import GatewayMetrics
 from gateway.queue.interfaces import QueueService
@@ -159,6 +160,21 @@ class ServiceManager:
             self._store().put(new)
         return self.describe(name)
 
+    async def set_traffic(self, name: str, raw: Any) -> dict[str, Any]:
+        """A new traffic split between the service's versions, applied in place: every
+        version's pool serves on, so no call is dropped; a refused split leaves the running
+        one as it was."""
+        async with self.lock:
+            old = self.service(name)
+            try:
+                traffic = parse_traffic(raw, old.version_names if old.versions else (), "traffic")
+            except ConfigError as exc:
+                raise errors.BadRequest(str(exc)) from None
+            new = replace(old, traffic=traffic)
+            await self._update(old, new)
+            self._store().put(new)
+        return self.describe(name)
+
     async def delete(self, name: str) -> None:
         async with self.lock:
             _refuse_queue(self.service(name))
@@ -254,6 +270,12 @@ class ServiceManager:
     async def _update(self, old: ServiceConfig, new: ServiceConfig) -> None:
         changed = changed_fields(old, new)
         if not changed:
+            return
+        if changed <= ROUTING_FIELDS:  # the same pools, calls split another way
+            self._publish(new, {s.name: self.gw.backends[s.name] for s in (new, *_older(new))})
+            log.info(
+                "service %s: traffic %s", new.name, traffic_doc(new.traffic) or "all to the latest version"
+            )
             return
         if changed <= IN_PLACE_FIELDS and not old.versions and not new.versions:
             pool = self.gw.backends[old.name]

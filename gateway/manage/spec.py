@@ -8,9 +8,12 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from gateway.config import ConfigError, ServiceConfig, parse_service
+from gateway.config.traffic import traffic_doc
 
 # Fields whose change reaches only the gateway side: applied without restarting workers.
 IN_PLACE_FIELDS = frozenset({"workers", "timeout_ms", "max_pending"})
+# Fields whose change reaches only the dataplane: the pools of every version serve on.
+ROUTING_FIELDS = frozenset({"traffic"})
 REDACTED = "***"
 
 
@@ -37,6 +40,8 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
         elif key == "versions":  # the model is the latest version's: versions alone say it
             out.pop("model", None)
             out["versions"] = {int(v): path for v, path in value}
+        elif key == "traffic":
+            out["traffic"] = traffic_doc(value)
         elif key == "remote_workers":
             out[key] = {**asdict(value), "token": REDACTED if redact else value.token}
         elif key == "env":
@@ -92,4 +97,12 @@ def changed_fields(old: ServiceConfig, new: ServiceConfig) -> set[str]:
     return {f.name for f in fields(ServiceConfig) if getattr(old, f.name) != getattr(new, f.name)}
 
 
-__all__ = ["IN_PLACE_FIELDS", "REDACTED", "changed_fields", "parse_body", "parse_spec", "spec_of"]
+__all__ = [
+    "IN_PLACE_FIELDS",
+    "REDACTED",
+    "ROUTING_FIELDS",
+    "changed_fields",
+    "parse_body",
+    "parse_spec",
+    "spec_of",
+]

@@ -3,7 +3,9 @@ services (one worker pool each) they expand into."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +56,49 @@ def test_bad_versions_name_the_problem(tmp_path: Path, versions: object, extra: 
         raw["versions"] = {k: str(tmp_path / v) for k, v in versions.items()}
     with pytest.raises(ConfigError, match=message):
         parse_config({"services": [raw]})
+
+
+def _versioned(tmp_path: Path, traffic: Any, numbers: tuple[int, ...] = (1, 2)) -> dict[str, Any]:
+    versions = {}
+    for n in numbers:
+        (tmp_path / f"v{n}.onnx").write_bytes(b"onnx")
+        versions[n] = str(tmp_path / f"v{n}.onnx")
+    svc = {"name": "m", "processor": "onnx", "public": True, "versions": versions, "traffic": traffic}
+    return {"services": [svc]}
+
+
+@pytest.mark.parametrize(
+    ("traffic", "message"),
+    [
+        ({1: 90, 2: 20}, "services[0] (m).traffic: the percents add up to 110, not 100"),
+        ({1: 90, 3: 10}, "services[0] (m).traffic: version '3' is not one the service serves (1, 2)"),
+        ({1: 90.5, 2: 9.5}, "services[0] (m).traffic.1: expected a whole percent from 0 to 100, got 90.5"),
+        ([90, 10], "services[0] (m).traffic: expected a mapping of versions to percents"),
+    ],
+)
+def test_a_bad_traffic_split_is_a_config_error_naming_the_key(
+    tmp_path: Path, traffic: Any, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(_versioned(tmp_path, traffic))
+
+
+def test_traffic_needs_versions(tmp_path: Path) -> None:
+    (tmp_path / "m.onnx").write_bytes(b"onnx")
+    svc = {
+        "name": "m",
+        "processor": "onnx",
+        "public": True,
+        "model": str(tmp_path / "m.onnx"),
+        "traffic": {1: 100},
+    }
+    with pytest.raises(
+        ConfigError, match=re.escape("services[0] (m).traffic: the service serves one version")
+    ):
+        parse_config({"services": [svc]})
+
+
+def test_a_split_is_kept_in_version_order_and_older_versions_carry_none(tmp_path: Path) -> None:
+    svc = parse_config(_versioned(tmp_path, {10: 5, 1: 95}, (1, 2, 10))).services[0]
+    assert svc.traffic == (("1", 95), ("10", 5))
+    assert all(s.traffic == () for s in version_services(svc).values() if s is not svc)

@@ -113,6 +113,16 @@ async def scale_service(request: web.Request) -> web.Response:
     return _json(await _manager(request).scale(_name(request), doc["workers"]))
 
 
+async def set_traffic(request: web.Request) -> web.Response:
+    """``{"traffic": {"1": 90, "2": 10}}`` (or the mapping alone): the service's new split."""
+    doc = await _body(request)
+    if isinstance(doc, dict) and set(doc) == {"traffic"}:
+        doc = doc["traffic"]
+    if not isinstance(doc, dict):
+        raise errors.BadRequest('expected {"traffic": {"<version>": <percent>, ...}}')
+    return _json(await _manager(request).set_traffic(_name(request), doc))
+
+
 async def delete_service(request: web.Request) -> web.Response:
     name = _name(request)
     await _manager(request).delete(name)
@@ -166,6 +176,7 @@ def create_admin_app(main: web.Application, snapshot: SnapshotFn) -> web.Applica
     r.add_put("/admin/services/{name}", update_service)
     r.add_delete("/admin/services/{name}", no_body(delete_service))
     r.add_post("/admin/services/{name}/scale", scale_service)
+    r.add_put("/admin/services/{name}/traffic", set_traffic)
     r.add_get("/admin/status", no_body(status))
     r.add_post("/admin/reload", no_body(reload))
     r.add_get("/admin/openapi.json", no_body(openapi))

@@ -128,6 +128,26 @@ OPENAPI: dict[str, Any] = {
                 "responses": {"200": _answer("scaled", _SERVICE), **_errors(400, 404)},
             },
         },
+        "/admin/services/{name}/traffic": {
+            "parameters": [_NAME],
+            "put": {
+                "summary": "Split the calls that name no version between the service's versions "
+                "(percents adding up to 100), in place",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "properties": {
+                                    "traffic": {"type": "object", "additionalProperties": {"type": "integer"}}
+                                }
+                            }
+                        }
+                    },
+                },
+                "responses": {"200": _answer("the new split", _SERVICE), **_errors(400, 404)},
+            },
+        },
         "/admin/services/{name}/groups": {
             "parameters": [_NAME],
             "get": {

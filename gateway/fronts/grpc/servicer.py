@@ -39,6 +39,7 @@ from gateway.config.versions import version_key
 from gateway.core import errors
 from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.core.metadata import ModelMetadata
+from gateway.core.traffic import VERSION_HEADER
 from gateway.fronts.grpc.status import grpc_code, trailers
 from gateway.fronts.model_kinds import check_served, is_model, not_served
 from gateway.fronts.routes.repository import authorize_model_control
@@ -314,11 +315,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             extra = None
             if answer_headers is not None:
                 extra = timings_asked(dict(context.invocation_metadata() or ()))
+            else:
+                answer_headers = {}
+            # A call that names no version: the dataplane picks it (the traffic split).
+            pins = runs if request.model_version else None
             call, arrays = await self.plane.tensors_call(
-                svc, auth_headers(context), "", None, decode, runs=runs, request_id=rid,
+                svc, auth_headers(context), "", None, decode, runs=pins, request_id=rid,
                 arrived=arrived, deadline=context.time_remaining(), declared=declared, extra=extra,
                 answer_headers=answer_headers,
             )  # fmt: skip
+            version = answer_headers.get(VERSION_HEADER, version)  # the one that served it
             order = list(call.outputs)
             if meta is not None:
                 order = order or [t.name for t in meta.outputs]

@@ -75,6 +75,13 @@ class _Target:
     svc: ServiceConfig
     version: str
     runs: ServiceConfig
+    # The path names the version; else the dataplane picks one (the traffic split).
+    pinned: bool = True
+
+    @property
+    def pins(self) -> ServiceConfig | None:
+        """What the call runs on when its path decides it; None: the dataplane picks."""
+        return self.runs if self.pinned else None
 
 
 def _versions(request: web.Request, svc: ServiceConfig) -> list[_Target]:
@@ -99,7 +106,7 @@ def _model(request: web.Request) -> _Target:
     for svc in _models(request):
         if svc.name == name:
             if version is None or version == svc.version_names[-1]:
-                return _Target(svc, svc.version_names[-1], svc)
+                return _Target(svc, svc.version_names[-1], svc, pinned=version is not None)
             for target in _versions(request, svc):
                 if target.version == version:
                     return target
@@ -309,7 +316,7 @@ async def v2_infer(request: web.Request) -> web.Response:
     out, header_length = await v2_call.infer(
         parts.dataplane,
         target.svc,
-        target.runs,
+        target.pins,
         target.version,
         parts.backends[target.runs.name].metadata,
         request.headers,
@@ -356,7 +363,7 @@ async def v2_explain(request: web.Request) -> web.Response:
     target, verb = _explainer(request, model)
     extra: dict[str, str] = {}
     out, header_length = await v2_call.infer(
-        parts.dataplane, model.svc, target.runs, model.version, parts.backends[target.runs.name].metadata,
+        parts.dataplane, model.svc, target.pins, model.version, parts.backends[target.runs.name].metadata,
         request.headers, request.rel_url.raw_path, _body(request), request_id=request_id(request),
         arrived=arrived, extra=_asks(request, verb), answer_headers=extra,
     )  # fmt: skip
@@ -386,7 +393,7 @@ async def _v1_call(request: web.Request, *, explain: bool) -> web.Response:
 
     extra: dict[str, str] = {}
     req, outputs = await plane.arrays_call(
-        model.svc, request.headers, request.rel_url.raw_path, _body(request), decode, runs=target.runs,
+        model.svc, request.headers, request.rel_url.raw_path, _body(request), decode, runs=target.pins,
         request_id=request_id(request), arrived=arrived, max_values=parts.config.gateway.max_json_values,
         extra=_asks(request, verb), answer_headers=extra,
     )  # fmt: skip
