@@ -207,6 +207,13 @@ def test_a_failed_fetch_is_the_reason_naming_the_url_and_the_stores_error(
     cfg["gateway"]["model_sources"] += [
         {"prefix": "s3://locked/", "endpoint": s3.endpoint, "credentials_file": wrong},
         {"prefix": "s3://gone/", "endpoint": gone, "credentials_file": wrong, "timeout_s": 2},
+        # oss:// is the same store through the S3-compatible API (path-style for this server).
+        {
+            "prefix": f"oss://{BUCKET}/",
+            "endpoint": s3.endpoint,
+            "addressing_style": "path",
+            "credentials_file": str(tmp_path / "s3.secret"),
+        },
     ]
     gw = gateway_factory(cfg)
 
@@ -243,6 +250,15 @@ def test_a_failed_fetch_is_the_reason_naming_the_url_and_the_stores_error(
         assert json.loads(r.read())["ready"] is True
     assert _infer(gw, "late", [1.0] * 64) == {"doubled": [2.0] * 64}
     assert set(_infer(gw, "late/versions/1", [1.0] * 64)) == {"label", "probabilities"}
+    alias = {"name": "alias", "processor": "onnx", "public": True, "model": f"oss://{BUCKET}/v2.onnx"}
+    req = urllib.request.Request(
+        f"{admin}/admin/services",
+        data=json.dumps(alias).encode(),
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert json.loads(r.read())["ready"] is True
+    assert _infer(gw, "alias", [0.5] * 64) == {"doubled": [1.0] * 64}
 
 
 class _Files(http.server.BaseHTTPRequestHandler):
