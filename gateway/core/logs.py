@@ -22,6 +22,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web import BaseRequest, StreamResponse
 
 from eas_sdk._core.constants import HEADER_REQUEST_ID
+from gateway.core.traffic import VERSION_HEADER
 
 ACCESS_LOGGER = "gateway.access"
 _CTRL_RE = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -187,7 +188,15 @@ def _fast_timestamp(now: float) -> str:
 
 
 def log_access(
-    logger: logging.Logger, remote: str, method: str, path: str, status: int, size: int, ms: float, rid: str
+    logger: logging.Logger,
+    remote: str,
+    method: str,
+    path: str,
+    status: int,
+    size: int,
+    ms: float,
+    rid: str,
+    version: str | None = None,
 ) -> None:
     """One access line, as ``logger.info(...)`` with the access fields would write it.
 
@@ -195,19 +204,26 @@ def log_access(
     one that sees the line, the line is formatted here and handed to it directly: the same
     text, without a LogRecord and the logging call chain, which cost the gateway about a
     third of its throughput at full load. Anything else (other handlers, filters: tests,
-    embedding applications) goes through ``logger.info``.
+    embedding applications) goes through ``logger.info``. ``version``: the model version that
+    answered (a service with versions), last on the line.
     """
     handler = _direct_handler(logger)
     if handler is None:
-        logger.info(
-            _ACCESS_FORMAT, remote, method, path, status, size, ms, rid,
-            extra={
-                "request_id": rid, "method": method, "path": path, "status": status,
-                "bytes": size, "duration_ms": round(ms, 3), "remote": remote,
-            },
+        fmt = _ACCESS_FORMAT if version is None else _ACCESS_FORMAT + " version=%s"
+        args = (remote, method, path, status, size, ms, rid) if version is None else (
+            remote, method, path, status, size, ms, rid, version
         )  # fmt: skip
+        extra = {
+            "request_id": rid, "method": method, "path": path, "status": status,
+            "bytes": size, "duration_ms": round(ms, 3), "remote": remote,
+        }  # fmt: skip
+        if version is not None:
+            extra["version"] = version
+        logger.info(fmt, *args, extra=extra)
         return
     msg = _ACCESS_FORMAT % (remote, method, path, status, size, ms, rid)
+    if version is not None:
+        msg += f" version={version}"
     ts = _fast_timestamp(time.time())
     if handler.json:
         fields = {
@@ -215,6 +231,8 @@ def log_access(
             "method": method, "path": path, "status": status, "bytes": size,
             "duration_ms": round(ms, 3), "remote": remote,
         }  # fmt: skip
+        if version is not None:
+            fields["version"] = version
         line = json.dumps(fields, ensure_ascii=True, default=str)
     else:
         line = f"{ts} INFO    {logger.name}: {escape(msg)}"
@@ -245,7 +263,7 @@ class GatewayAccessLogger(AbstractAccessLogger):
         rid = response.headers.get(HEADER_REQUEST_ID, "-")
         log_access(
             self.logger, request.remote or "-", request.method, request.rel_url.raw_path,
-            response.status, response.body_length, time * 1000.0, rid,
+            response.status, response.body_length, time * 1000.0, rid, response.headers.get(VERSION_HEADER),
         )  # fmt: skip
 
     @property

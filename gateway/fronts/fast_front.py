@@ -53,6 +53,7 @@ from gateway.config.catalog import MODEL_PROCESSORS
 from gateway.core import errors
 from gateway.core.admission import BodyHold
 from gateway.core.logs import ACCESS_LOGGER, log_access
+from gateway.core.traffic import VERSION_HEADER
 from gateway.fronts import v2_call
 from gateway.fronts.server import Refused
 from gateway.fronts.state import GATEWAY_KEY
@@ -257,7 +258,7 @@ class Front:
         assert self.access is not None
         log_access(
             self.access, req.remote or "-", req.method, req.path, reply.status, len(reply.body),
-            elapsed * 1000.0, rid,
+            elapsed * 1000.0, rid, reply.headers.get(VERSION_HEADER) if reply.headers else None,
         )  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import __version__
-from gateway.config import Config
+from gateway.config import Config, ServiceConfig
 from gateway.core.backend import ServiceBackend
 from gateway.core.services import GatewayState, not_ready_reason, service_ready
 from gateway.observability.history import HISTORY_INTERVAL_S, REFUSED, StatusHistory, quantile
@@ -163,6 +163,8 @@ class StatusSampler:
                 entry["restarts"] = int(backend.restarts_total)
             if svc.processor == "queue" or svc.async_:
                 entry["queues"] = {q: queues[q] for q in (name, f"{name}/sink") if q in queues}
+            if svc.versions:
+                entry["versions"] = self._versions(svc)
             out.append(entry)
         return {
             "gateway": {"version": __version__},
@@ -173,6 +175,23 @@ class StatusSampler:
             "unknown_service_total": self.metrics.unknown_service.value,
             "services": out,
         }
+
+    def _versions(self, svc: ServiceConfig) -> dict[str, dict[str, Any]]:
+        """Per model version: its share of the calls that name none (the traffic split, or
+        all to the latest), and the calls it answered and failed (5xx) since the start."""
+        latest = svc.version_names[-1]
+        share = dict(svc.traffic) if svc.traffic else {latest: 100}
+        out = {
+            v: {"traffic_percent": share.get(v, 0), "requests_total": 0, "errors_total": 0}
+            for v in svc.version_names
+        }
+        for (name, version, status), n in self.metrics.versions.counts.items():
+            figures = out.get(version) if name == svc.name else None
+            if figures is not None:
+                figures["requests_total"] += n
+                if status >= 500:
+                    figures["errors_total"] += n
+        return out
 
 
 def _last_error(error: tuple[float, int, str] | None) -> dict[str, Any] | None:

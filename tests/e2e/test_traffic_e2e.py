@@ -93,13 +93,23 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
                 "versions": {1: str(v1), 2: str(v2)}, "traffic": {1: 90, 2: 10},
             },
             {"name": "single", "processor": "onnx", "placement": "thread", "public": True, "model": str(v1)},
+            # Changed only by reloads of the file (a split set through the API stays on top of it).
+            {
+                "name": "r", "processor": "onnx", "placement": "thread", "public": True,
+                "versions": {1: str(v1), 2: str(v2)}, "traffic": {1: 100, 2: 0},
+            },
         ],
     }  # fmt: skip
     proc = GatewayProcess.start(config, workdir)
     try:
-        for name in ("m", "single"):
+        for name in ("m", "single", "r"):
             proc.wait_workers_ready(name, 1)
-        wait_until(lambda: proc.get_json("/v2/models/m/versions/1/ready")[0] == 200, 30, "version 1 ready")
+        for name in ("m", "r"):
+            wait_until(
+                lambda name=name: proc.get_json(f"/v2/models/{name}/versions/1/ready")[0] == 200,
+                30,
+                "version 1 ready",
+            )
         yield proc
     finally:
         proc.kill()
@@ -276,3 +286,61 @@ def test_a_bad_split_is_refused_and_the_running_one_stays(
 def test_the_cli_refuses_a_malformed_weight(gw: GatewayProcess) -> None:
     out = cli(gw, "services", "traffic", "m", "1:90")
     assert out.returncode == 1 and "traffic: expected VERSION=PERCENT (e.g. 1=90), got '1:90'" in out.stderr
+
+
+def test_status_page_metrics_and_access_lines_carry_the_version(gw: GatewayProcess) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    try:
+        rid = "traffic-access-line-check"
+        headers = {"X-Model-Version": "1", "X-Request-Id": rid}
+        assert _call(conn, "/api/predict/m", EAS_BODY, headers)[:2] == (200, "1")
+        status, _, _ = _call(
+            conn, "/v1/models/m:predict", V1_BODY, {"X-Model-Version": "2", "X-Request-Id": rid + "-2"}
+        )
+        assert status == 200
+    finally:
+        conn.close()
+    status, doc = gw.get_json("/api/status")
+    entry = next(s for s in doc["services"] if s["name"] == "m")
+    assert set(entry["versions"]) == {"1", "2"}
+    assert entry["versions"]["1"]["traffic_percent"] == 90 and entry["versions"]["2"]["traffic_percent"] == 10
+    assert entry["versions"]["1"]["requests_total"] >= 1 and entry["versions"]["2"]["requests_total"] >= 1
+    assert "versions" not in next(s for s in doc["services"] if s["name"] == "single")
+    with urllib.request.urlopen(gw.url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert 'easgw_version_requests_total{service="m",status="200",version="1"}' in metrics
+    wait_until(lambda: f"rid={rid} version=1" in gw.output(), 10, "the access line naming version 1")
+    wait_until(lambda: f"rid={rid}-2 version=2" in gw.output(), 10, "the access line naming version 2")
+
+
+def test_a_reload_changes_the_split_without_a_failed_call(gw: GatewayProcess) -> None:
+    import yaml
+
+    assert _calls(gw, "/api/predict/r", EAS_BODY, 20) == Counter({(200, "1", "1"): 20})
+    path = gw.workdir / "services.yaml"
+    config = yaml.safe_load(path.read_text())
+    for svc in config["services"]:
+        if svc["name"] == "r":
+            svc["traffic"] = {1: 0, 2: 100}
+    path.write_text(yaml.safe_dump(config))
+    results: Counter = Counter()
+    stop = threading.Event()
+
+    def load() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        try:
+            while not stop.is_set():
+                results[_call(conn, "/api/predict/r", EAS_BODY)[0]] += 1
+        finally:
+            conn.close()
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        status, done = _admin(gw, "POST", "/admin/reload")
+        assert status == 200 and done["changed"] == ["r"], done
+        assert _calls(gw, "/api/predict/r", EAS_BODY, 20) == Counter({(200, "2", "2"): 20})
+    finally:
+        stop.set()
+        loader.join()
+    assert set(results) == {200}, results
