@@ -1,13 +1,17 @@
 """KServe REST endpoints: the V2 Open Inference Protocol and V1, for model services.
 
 V2: ``GET /v2``, ``/v2/health/live``, ``/v2/health/ready``, ``/v2/models``,
-``/v2/models/<name>[/versions/<v>]`` (metadata), ``.../ready``, ``.../config``, ``.../stats``
-and ``POST .../infer``; ``/v2/models/stats`` and ``POST /v2/repository/index``.
-V1: ``GET /v1/models``, ``/v1/models/<name>`` and ``POST /v1/models/<name>:predict``.
-A model is a model service (onnx, sklearn, xgboost, lightgbm; the service name is the model
+``/v2/models/<name>[/versions/<v>]`` (metadata), ``.../ready`` (and KServe's older
+``.../status``), ``.../config``, ``.../stats``, ``POST .../infer`` and ``POST .../explain``;
+``/v2/models/stats`` and ``POST /v2/repository/index``. V1: ``GET /v1/models``,
+``/v1/models/<name>``, ``POST /v1/models/<name>:predict`` and ``:explain``.
+A model is a model service (onnx, sklearn, xgboost, lightgbm), a pipeline, or a python
+service that declares its tensors (gateway.fronts.model_kinds; the service name is the model
 name); its calls run on the service's workers like an EAS predict, with the service's token
-checked (plain or ``EAS`` signature over the request path). Errors are ``{"error": "..."}`` with a
-4xx/5xx status and the gateway's ``X-Request-Id``. See gateway.codecs.kserve.
+checked (plain or ``EAS`` signature over the request path). An explain call runs on the
+model's explainer: the service named as its ``explainer``, else its own processor's
+``explain``. Errors are ``{"error": "..."}`` with a 4xx/5xx status and the gateway's
+``X-Request-Id``. See gateway.codecs.kserve.
 """
 
 from __future__ import annotations
