@@ -35,6 +35,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -214,6 +215,11 @@ class DataPlane:
         if svc.name not in self.backends:
             raise errors.ServiceNotFound(f"service {raw_name!r} not found")
         return svc
+
+    def step_span(self, pipeline: str, step: str) -> AbstractContextManager[Any]:
+        """A pipeline's step as a traced call shows it (gateway.observability.tracing's
+        dataplane makes it a span); nothing here."""
+        return nullcontext()
 
     # ------------------------------------------------------------------ entry calls
     # One per kind of entry. Each runs the steps below in the one order the core keeps:

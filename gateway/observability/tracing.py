@@ -16,7 +16,8 @@ if any, still reaches the worker unchanged. A traced call gives::
         ├── admission                    the call counted against the service's calls in flight (429)
         ├── worker queue                 in the worker process: waiting for the compute thread
         └── model run                    in the worker process: the processor's run
-    (a pipeline's step that calls another service: ``call <service>`` under the pipeline's hop)
+    (a pipeline's steps: ``step <name>`` under the pipeline's hop; a step that calls another
+    service has a ``call <service>`` under it, with that service's hop and worker spans)
 
 The worker's two spans are made by the worker process (gateway.worker.tracing), exported by
 it to the same endpoint, and joined to the trace by the ``traceparent`` in the call.
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -201,6 +202,11 @@ class TracedDataPlane(DataPlane):
             return self.plain.record_arrays_call(svc, body, **kw)
         call = super().record_arrays_call(svc, body, **kw)
         return self._traced("record", svc, context, kw.get("request_id", ""), call)
+
+    def step_span(self, pipeline: str, step: str) -> AbstractContextManager[Any]:
+        if not _recording():
+            return nullcontext()
+        return self.tracing.span(f"step {step}", **{"easkit.pipeline": pipeline, "easkit.step": step})
 
     async def _step(self, svc: ServiceConfig, call: Any) -> Any:
         with self.tracing.span(f"call {svc.name}", **{"easkit.service": svc.name}):

@@ -5,11 +5,13 @@ tree under the caller's ``traceparent``; a call not sampled exports nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,13 +123,21 @@ def _post(url: str, headers: dict[str, str]) -> int:
 
 
 def test_a_traced_call_is_one_tree_across_the_gateway_and_its_worker(
-    gateway_factory: Any, collector: tuple[str, Collector]
+    gateway_factory: Any, collector: tuple[str, Collector], digits_model: Path
 ) -> None:
     endpoint, spans = collector
     config = {
         "gateway": {"trace_endpoint": endpoint, "trace_sample_ratio": 0.0, "trace_export_interval_ms": 100},
-        "services": [{"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "token": "tok"}],
-    }
+        "services": [
+            {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "token": "tok"},
+            {"name": "digits", "processor": "onnx", "model": str(digits_model), "public": True},
+            {"name": "pipe", "processor": "pipeline", "public": True, "pipeline": {
+                "inputs": {"pixels": {"dtype": "float32", "shape": [-1, 64]}},
+                "steps": [{"name": "classify", "service": "digits", "inputs": {"input": "request.pixels"},
+                           "outputs": ["label"]}],
+                "outputs": {"label": "classify.label"}}},
+        ],
+    }  # fmt: skip
     gw: GatewayProcess = gateway_factory(config)
     gw.wait_workers_ready("echo", 1)
     url = gw.url + "/api/predict/echo"
@@ -167,3 +177,26 @@ def test_a_traced_call_is_one_tree_across_the_gateway_and_its_worker(
         "the refused call's span",
     )
     assert refused[0].attributes["easkit.error"] == "Unauthorized"
+
+    # A pipeline: its step is a span under the pipeline's hop, the service it calls under the step.
+    gw.wait_workers_ready("digits", 1)
+    other = "4bf92f3577b34da6a3ce929d0e0e4736"
+    v2 = {"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}
+    req = urllib.request.Request(
+        gw.url + "/v2/models/pipe/infer", data=json.dumps(v2).encode(), method="POST",
+        headers={"Content-Type": "application/json", "traceparent": f"00-{other}-{PARENT_ID}-01"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+
+    def pipeline() -> dict[str, Span] | None:
+        got = {s.name: s for s in spans.spans if s.trace_id == other}
+        names = {"tensors pipe", "worker pipe", "step classify", "call digits", "worker digits", "model run"}
+        return got if names <= set(got) else None
+
+    got = wait_until(pipeline, 30, "the pipeline's spans")
+    assert got["worker pipe"].parent_id == got["tensors pipe"].span_id
+    assert got["step classify"].parent_id == got["worker pipe"].span_id
+    assert got["call digits"].parent_id == got["step classify"].span_id
+    assert got["worker digits"].parent_id == got["call digits"].span_id
+    assert got["model run"].parent_id == got["worker digits"].span_id

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -288,6 +289,9 @@ class PipelineBackend(RunsInGateway):
         self._local[step.name] = local
         return local
 
+    def _step_span(self, step: str) -> AbstractContextManager[Any]:
+        return self.plane.step_span(self.service.name, step) if self.plane is not None else nullcontext()
+
     def attach(self, plane: DataPlane) -> None:
         """Call other services through the gateway's dataplane (set before start)."""
         self.plane = plane
@@ -375,7 +379,7 @@ class PipelineBackend(RunsInGateway):
         deadline = time.monotonic() + timeout
         if req.deadline:
             deadline = min(deadline, req.deadline)
-        ctx = CallContext(rid, deadline)
+        ctx = CallContext(rid, deadline, span=self._step_span)
         self._pending += 1  # runs under way: the service's calls in flight (``pending``)
         try:
             # A step's own model calls keep to the deadline; an op cannot be interrupted, so

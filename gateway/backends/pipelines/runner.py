@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -49,6 +50,8 @@ class CallContext:
     deadline: float  # absolute time.monotonic()
     # The steps started and not yet finished: what a request that runs out of time waits on.
     running: set[str] = field(default_factory=set)
+    # A step's span in the call's trace (the dataplane's step_span); none outside one.
+    span: Callable[[str], AbstractContextManager[Any]] = lambda _step: nullcontext()
 
 
 class StepExec(Protocol):
@@ -312,7 +315,8 @@ class Runner:
         t0 = time.perf_counter()
         ctx.running.add(step.name)
         try:
-            out = await self.execs[step.name].run(inputs, ctx)
+            with ctx.span(step.name):
+                out = await self.execs[step.name].run(inputs, ctx)
         except asyncio.CancelledError:
             raise  # left in ctx.running: the request ran out of time while this step ran
         except Exception as exc:
