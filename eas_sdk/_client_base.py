@@ -110,6 +110,7 @@ class _ClientBase:
         first_discovery_wait: float = FIRST_DISCOVERY_WAIT,
         keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
         ca_certs: str | None = None,
+        client_cert: str | tuple[str, str] | None = None,
         transport: BaseTransport | AsyncBaseTransport | None = None,
     ) -> None:
         self._endpoint = endpoint
@@ -132,6 +133,9 @@ class _ClientBase:
         self._keepalive_expiry = keepalive_expiry
         # https is always verified; ca_certs names a PEM bundle to trust instead of the system's.
         self._ca_certs = ca_certs
+        # Presented to a gateway that asks for client certificates (mTLS): a PEM file with the
+        # certificate and key, or (certificate, key).
+        self._client_cert = client_cert
         # Tests (and callers with special needs) hand in a transport, e.g. MockTransport.
         self._transport = transport
         self._cached: ClientConfig | None = None
@@ -351,6 +355,7 @@ class _ClientBase:
             max_connections=self._max_connection_count,
             keepalive_expiry=self._keepalive_expiry,
             ca_certs=self._ca_certs,
+            client_cert=self._client_cert,
         )
 
     def _async_transport(self) -> AsyncBaseTransport:
@@ -362,6 +367,7 @@ class _ClientBase:
             max_connections=self._max_connection_count,
             keepalive_expiry=self._keepalive_expiry,
             ca_certs=self._ca_certs,
+            client_cert=self._client_cert,
         )
 
     def _prepare(self) -> ClientConfig:

@@ -78,6 +78,7 @@ class _Base:
         self.ping_interval = PING_INTERVAL
         self.ping_timeout = PING_TIMEOUT
         self.ca_certs: str | None = None  # a PEM bundle trusted instead of the system's
+        self.client_cert: str | tuple[str, str] | None = None  # presented for mTLS
         self._base: str | None = None
         self._rng = random.Random()
 
@@ -173,6 +174,7 @@ class _Base:
             ping_interval=self.ping_interval,
             ping_timeout=self.ping_timeout,
             ca_certs=self.ca_certs,
+            client_cert=self.client_cert,
             logger=self.logger,
         )
 

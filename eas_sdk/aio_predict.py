@@ -42,7 +42,9 @@ class AsyncPredictClient(_ClientBase):
         self._http = self._async_transport()
         if cfg.direct:
             self._ready_event = asyncio.Event()
-            discovery = self._transport or AsyncHTTPTransport(max_connections=1, ca_certs=self._ca_certs)
+            discovery = self._transport or AsyncHTTPTransport(
+                max_connections=1, ca_certs=self._ca_certs, client_cert=self._client_cert
+            )
             self._task = asyncio.create_task(
                 async_discovery_loop(
                     weakref.ref(self),

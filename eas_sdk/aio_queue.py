@@ -29,6 +29,7 @@ class AsyncQueueClient(_Base):
         self._http: AsyncBaseTransport | None = None
         self._given: AsyncBaseTransport | None = kwargs.get("transport")  # e.g. a MockTransport in tests
         self.ca_certs: str | None = kwargs.get("ca_certs")  # a PEM bundle trusted instead of the system's
+        self.client_cert: str | tuple[str, str] | None = kwargs.get("client_cert")  # for mTLS
         self._watch_slot: WatchSlot[AsyncWatcher] = WatchSlot()  # one running watcher, as QueueClient
 
     def init(
@@ -53,7 +54,7 @@ class AsyncQueueClient(_Base):
         """One queue call with the SDK retry rules; see ``QueueClient._request`` for ``idempotent``."""
         if self._http is None:
             self._http = self._given or AsyncHTTPTransport(
-                max_connections=self.max_connections, ca_certs=self.ca_certs
+                max_connections=self.max_connections, ca_certs=self.ca_certs, client_cert=self.client_cert
             )
         http = self._http
         headers = self._headers(accept_protobuf)

@@ -110,7 +110,9 @@ class PredictClient(_ClientBase):
             if cfg.direct:
                 self._stop = threading.Event()
                 self._ready = threading.Event()
-                discovery = self._transport or HTTPTransport(max_connections=1, ca_certs=self._ca_certs)
+                discovery = self._transport or HTTPTransport(
+                    max_connections=1, ca_certs=self._ca_certs, client_cert=self._client_cert
+                )
                 self._thread = threading.Thread(
                     target=sync_discovery_loop,
                     # A weak reference: an abandoned client is collected and its thread ends.

@@ -58,6 +58,7 @@ class QueueClient(_Base):
         self._http: BaseTransport | None = None
         self._given: BaseTransport | None = kwargs.get("transport")  # e.g. a MockTransport in tests
         self.ca_certs: str | None = kwargs.get("ca_certs")  # a PEM bundle trusted instead of the system's
+        self.client_cert: str | tuple[str, str] | None = kwargs.get("client_cert")  # for mTLS
         self.watch_lock = threading.Lock()  # the reference client's name for the watcher lock
         self._watch_slot: WatchSlot[Watcher] = WatchSlot(self.watch_lock)
         self._fixed: dict[tuple[Any, ...], dict[str, str]] = {}
@@ -99,7 +100,7 @@ class QueueClient(_Base):
         if self._http is not None:
             self._http.close()
         self._http = self._given or HTTPTransport(
-            max_connections=self.max_connections, ca_certs=self.ca_certs
+            max_connections=self.max_connections, ca_certs=self.ca_certs, client_cert=self.client_cert
         )
 
     # --- transport -------------------------------------------------------------

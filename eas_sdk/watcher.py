@@ -53,6 +53,7 @@ class WatchSettings:
     ping_interval: float | None
     ping_timeout: float | None
     ca_certs: str | None = None  # a PEM bundle trusted for wss:// instead of the system's CAs
+    client_cert: str | tuple[str, str] | None = None  # presented for mTLS
     logger: logging.Logger | None = None
 
 
@@ -76,7 +77,7 @@ def _reconnect_delay(attempt: int, rng: random.Random) -> float:
 
 def _tls(settings: WatchSettings, url: str) -> ssl.SSLContext | None:
     """For wss://, the client's trust: its ``ca_certs`` bundle, else the system's CAs."""
-    return tls_context(settings.ca_certs) if url.startswith("wss://") else None
+    return tls_context(settings.ca_certs, settings.client_cert) if url.startswith("wss://") else None
 
 
 def _connect_options(

@@ -82,9 +82,18 @@ def parse_origin(origin: str) -> Origin:
     return Origin(scheme, host, port, header.encode("idna" if not header.isascii() else "ascii"))
 
 
-def tls_context(ca_certs: str | None) -> ssl.SSLContext:
-    """A verifying client context: the system CAs, or the PEM bundle ``ca_certs`` instead."""
+# A client certificate for a server that asks for one (mTLS): a PEM file holding the
+# certificate and its key, or (certificate file, key file).
+ClientCert = str | tuple[str, str]
+
+
+def tls_context(ca_certs: str | None, client_cert: ClientCert | None = None) -> ssl.SSLContext:
+    """A verifying client context: the system CAs, or the PEM bundle ``ca_certs`` instead;
+    presenting ``client_cert`` when given."""
     ctx = ssl.create_default_context(cafile=ca_certs)
+    if client_cert is not None:
+        cert, key = (client_cert, None) if isinstance(client_cert, str) else client_cert
+        ctx.load_cert_chain(cert, key)
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
 
@@ -105,12 +114,14 @@ class PoolSet(Generic[P]):
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
         ca_certs: str | None = None,
+        client_cert: ClientCert | None = None,
     ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         self.max_connections = max_connections
         self.keepalive_expiry = keepalive_expiry
         self.ca_certs = ca_certs
+        self.client_cert = client_cert
         self._tls: ssl.SSLContext | None = None
         self._pools: dict[str, P] = {}
         # Guards the pool table where threads share a transport (the sync one).
@@ -126,7 +137,7 @@ class PoolSet(Generic[P]):
         tls = None
         if origin.tls:
             if self._tls is None:
-                self._tls = tls_context(self.ca_certs)
+                self._tls = tls_context(self.ca_certs, self.client_cert)
             tls = self._tls
         pool = self._make_pool(origin, tls)
         if len(self._pools) >= MAX_POOLS:

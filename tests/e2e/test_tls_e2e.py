@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from eas_sdk import PredictClient, TFRequest
+from eas_sdk.errors import TransportError
 from tests.eas_reference import run_reference
 from tests.waiting import wait_until
 
@@ -228,6 +229,12 @@ def test_client_certificates_on_http_and_grpc(pki: Pki, digits_model: Path, gate
         return c
 
     _wait_ready(base, ctx(good))
+    # Our SDK presents a client certificate when given one; without it, the handshake fails.
+    with PredictClient(base, "digits", token=TOKEN, ca_certs=str(pki.ca_file), client_cert=good) as client:
+        assert len(client.predict(_tf()).get_values("probabilities")) == 10
+    with PredictClient(base, "digits", token=TOKEN, ca_certs=str(pki.ca_file), retry_count=0) as client:
+        with pytest.raises(TransportError):
+            client.predict(_tf())
     for who in (None, stranger):
         with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
             _get(f"{base}/healthz", ctx(who))
