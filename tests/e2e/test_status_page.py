@@ -203,7 +203,8 @@ def test_the_charts_show_the_last_hour_kept_by_the_gateway(
     # Before anyone looks: refused calls, calls to a service that does not exist, one to the
     # service that is not ready.
     assert {_post(gw.url + "/api/predict/svc") for _ in range(5)} == {401}
-    assert {_post(gw.url + "/api/predict/nope") for _ in range(3)} == {404}
+    assert {_post(gw.url + "/api/predict/nope") for _ in range(2)} == {404}
+    assert _post(gw.url + "/v2/models/nope/infer") == 404  # every front counts them
     assert _post(gw.url + "/api/predict/broken") == 503
 
     def history() -> Any:

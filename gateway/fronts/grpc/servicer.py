@@ -140,11 +140,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             svc = self.plane.find(name)  # 400 for a malformed name, as on every entry point
         except errors.ServiceNotFound:
             svc = None
+        except errors.InvalidServiceName:
+            self.metrics.unknown_service.inc()  # counted, never labelled with the client's name
+            raise
         if svc is not None:
             check_served(svc, self.backends, name)  # user code that declares no tensors: what to add
             if not is_model(svc, self.backends):
                 raise errors.ServiceNotFound(not_served(svc, name))  # a kind with no V2 form
         if svc is None:
+            self.metrics.unknown_service.inc()
             raise errors.ServiceNotFound(f"model {name[:64]!r} not found")
         latest = svc.version_names[-1]
         if version in ("", latest):

@@ -93,6 +93,8 @@ async def test_lookups_and_tokens(live: tuple[Live, pb_grpc.GRPCInferenceService
             await call
         assert info.value.code() is code, info.value.details()
     assert not gw.pools["digits"].calls  # nothing refused reached a worker
+    # The names no service has (nosuch twice, ../x) are counted, never labelled.
+    assert gw.app[GATEWAY_KEY].metrics.unknown_service.value == 3
     # Statistics without a name: only the models whose token the caller holds.
     assert [s.name for s in (await stub.ModelStatistics(pb.ModelStatisticsRequest())).model_stats] == []
     stats = await stub.ModelStatistics(pb.ModelStatisticsRequest(), metadata=AUTH)
