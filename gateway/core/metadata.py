@@ -35,6 +35,9 @@ V2_DATATYPES = frozenset(
 )
 # A tensor whose element type has no V2 name, or a value that is not a tensor (a map, a sequence).
 UNKNOWN = "UNKNOWN"
+# The platform of an existing ``kserve.Model`` served as it is (gateway.worker.processors.
+# kserve_model): its KServe V1 calls are handed to it as they came, and answered as it answers.
+KSERVE_PLATFORM = "kserve"
 
 
 @dataclass(frozen=True)
@@ -125,4 +128,12 @@ def declared_dtypes(meta: ModelMetadata | None) -> dict[str, np.dtype[Any]]:
     return {t.name: DATATYPES[t.datatype] for t in outputs if t.datatype in DATATYPES}
 
 
-__all__ = ["DATATYPES", "UNKNOWN", "V2_DATATYPES", "ModelMetadata", "TensorSpec", "declared_dtypes"]
+__all__ = [
+    "DATATYPES",
+    "KSERVE_PLATFORM",
+    "UNKNOWN",
+    "V2_DATATYPES",
+    "ModelMetadata",
+    "TensorSpec",
+    "declared_dtypes",
+]

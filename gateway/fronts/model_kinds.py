@@ -2,9 +2,10 @@
 as models, and which of them explain.
 
 A model service (onnx and the other runtimes) and a pipeline always are. A ``python`` service
-is one once its workers said it declares its inputs (docs/processors.md); until a worker has
-been ready nothing is known, so it is named like a model that is not ready yet (503) but not
-listed, and one that declares nothing is refused with what to add. One place for the REST routes, the
+is one once its workers said it declares its inputs, or that it is an existing
+``kserve.Model`` (docs/processors.md); until a worker has been ready nothing is known, so it
+is named like a model that is not ready yet (503) but not listed, and one that declares
+nothing is refused with what to add. One place for the REST routes, the
 gRPC servicer and the lean front alike.
 """
 
@@ -16,6 +17,7 @@ from gateway.config import ServiceConfig
 from gateway.config.catalog import MODEL_PROCESSORS
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
+from gateway.core.metadata import KSERVE_PLATFORM, ModelMetadata
 
 # Kinds whose calls are tensors by nature.
 TENSOR_KINDS = (*MODEL_PROCESSORS, "pipeline")
@@ -32,7 +34,12 @@ def is_model(svc: ServiceConfig, backends: Mapping[str, ServiceBackend]) -> bool
     if svc.processor in TENSOR_KINDS:
         return True
     meta = backend.metadata
-    return svc.processor == USER_CODE and meta is not None and meta.tensors
+    return svc.processor == USER_CODE and meta is not None and (meta.tensors or as_it_came(meta))
+
+
+def as_it_came(meta: ModelMetadata | None) -> bool:
+    """Whether the model is an existing ``kserve.Model``: its V1 calls reach it as they came."""
+    return meta is not None and meta.platform == KSERVE_PLATFORM
 
 
 def check_served(svc: ServiceConfig, backends: Mapping[str, ServiceBackend], name: str) -> None:
@@ -44,7 +51,7 @@ def check_served(svc: ServiceConfig, backends: Mapping[str, ServiceBackend], nam
     meta = backend.metadata
     if meta is None:
         raise errors.ServiceNotReady(f"model {name!r} is not ready: no worker of it has been ready yet")
-    if not meta.tensors:
+    if not meta.tensors and not as_it_came(meta):
         raise errors.NotFound(
             f"model {name!r} is not served over V2: declare inputs/outputs (a metadata() method, "
             "or inputs and outputs beside predict(inputs); docs/processors.md)"
@@ -58,4 +65,4 @@ def not_served(svc: ServiceConfig, name: str) -> str:
     return f"model {name!r} is not served over V2: it is a {svc.processor} service; call it over {use}{name}"
 
 
-__all__ = ["TENSOR_KINDS", "USER_CODE", "check_served", "is_model", "not_served"]
+__all__ = ["TENSOR_KINDS", "USER_CODE", "as_it_came", "check_served", "is_model", "not_served"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from gateway import __version__
 from gateway.backends.pipelines.timings import timings_asked
@@ -36,7 +37,7 @@ from gateway.core import errors, json_answer
 from gateway.core.calls import EXPLAIN, VERB_HEADER
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts import v2_call
-from gateway.fronts.model_kinds import check_served, is_model, not_served
+from gateway.fronts.model_kinds import as_it_came, check_served, is_model, not_served
 from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.body import RequestBody, read_body
 from gateway.http.middleware import request_id
@@ -392,6 +393,8 @@ async def _v1_call(request: web.Request, *, explain: bool) -> web.Response:
     app = request.app
     parts = app[GATEWAY_KEY]
     plane = parts.dataplane
+    if target.runs is model.svc and as_it_came(parts.backends[model.svc.name].metadata):
+        return await _as_it_came(request, model, verb, arrived)
 
     async def decode(body: bytes) -> tuple[kserve_v1.V1Request, bytes]:
         req = await _parse(body, kserve_v1.parse_v1_predict, _signature(app, target))
@@ -413,6 +416,26 @@ async def _v1_call(request: web.Request, *, explain: bool) -> web.Response:
         return _error(exc)
     except (ValueError, TypeError) as exc:
         return _error(errors.of_status(502, f"the service's outputs have no JSON form ({exc})"))
+
+
+async def _as_it_came(
+    request: web.Request, model: _Target, verb: dict[str, str], arrived: float
+) -> web.Response:
+    """An existing ``kserve.Model``: the V1 body reaches it as it came (the EAS predict entry,
+    with the verb), and its own answer is the call's."""
+    headers = CIMultiDict(request.headers)
+    headers.update(verb)
+    resp = await request.app[GATEWAY_KEY].dataplane.predict_call(
+        model.svc, headers, request.rel_url.raw_path, _body(request), request_id=request_id(request),
+        arrived=arrived,
+    )  # fmt: skip
+    if resp.status != 200:
+        raise errors.ProcessorFailed(int(resp.status), errors.message_of(bytes(resp.body)))
+    return (
+        _answer(request, resp.body)
+        if resp.content_type == proto.JSON_TYPE
+        else web.Response(body=resp.body, content_type=resp.content_type)
+    )
 
 
 def setup(app: web.Application) -> None:

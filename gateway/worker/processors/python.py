@@ -43,6 +43,7 @@ from gateway.core.calls import EXPLAIN, RESPONSE_FORMAT_HEADER, VERB_HEADER, Wor
 from gateway.core.metadata import ModelMetadata
 from gateway.worker.processors import user_tensors
 from gateway.worker.processors.base import LoadError, Processor, ProcessorError
+from gateway.worker.processors.kserve_model import KServeModel, is_kserve_model
 
 log = logging.getLogger("gateway.worker")
 
@@ -57,8 +58,14 @@ def load_entry(entry: str) -> type:
 
 
 class PythonProcessor(Processor):
+    _kserve: KServeModel | None = None
+
     def load(self) -> None:
         cls = load_entry(self.service.entry or "")
+        if is_kserve_model(cls):  # served as KServe's model server serves it
+            self._kserve = KServeModel(cls, self.service.name, dict(self.service.config))
+            self._metadata = self._kserve.metadata()
+            return
         obj: Any = cls()
         obj.config = dict(self.service.config)
         obj.model_path = self.service.model
@@ -97,6 +104,16 @@ class PythonProcessor(Processor):
         return self._metadata
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
+        if self._kserve is not None:
+            if req.header("X-Eas-Request-Format"):
+                raise ProcessorError(
+                    "a kserve.Model is served over KServe V1 (:predict, :explain) and EAS calls; "
+                    "V2 tensors need the inputs declared (docs/processors.md)",
+                    404,
+                    "NotFound",
+                )
+            verb = EXPLAIN if req.header(VERB_HEADER) == EXPLAIN else "predict"
+            return self._kserve.call(req.body, req.headers, verb)
         if self._binding is not None:
             form = req.header("X-Eas-Request-Format")
             verb = req.header(VERB_HEADER)
@@ -212,6 +229,9 @@ class PythonProcessor(Processor):
         return WorkerResponse(200, answer, eas.CONTENT_TYPE_PROTOBUF)
 
     def close(self) -> None:
+        if self._kserve is not None:
+            self._kserve.close()
+            return
         close = getattr(getattr(self, "obj", None), "close", None)
         if callable(close):
             close()
