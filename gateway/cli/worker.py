@@ -45,6 +45,11 @@ def add_parser(sub: Any) -> None:
     w.add_argument("--tls-key", help="the private key of --tls-cert")
     w.add_argument("--tls-ca", help="the CA bundle the gateways' certificates must chain to")
     w.add_argument(
+        "--model-cache-dir",
+        help="where a model named by a URL (s3://, oss://, https://) is downloaded to "
+        "(default ~/.cache/easkit/models); the store and its credentials come from the environment",
+    )
+    w.add_argument(
         "--scheduling",
         choices=POLICIES,
         default="batch",
@@ -79,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,
+        **({"cache_dir": args.model_cache_dir} if args.model_cache_dir else {}),
     )
     if len({opts.tls_cert is None, opts.tls_key is None, opts.tls_ca is None}) > 1:
         print("eas-gateway worker: --tls-cert, --tls-key and --tls-ca go together", file=sys.stderr)

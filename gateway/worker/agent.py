@@ -17,10 +17,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Pipe
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,9 +30,11 @@ import aiohttp
 
 from gateway.codecs.ipc import TCP_PREFIX
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig, parse_service
+from gateway.config.model_urls import is_model_url, redact_url
 from gateway.config.tls import TlsConfig
 from gateway.core.metadata import ModelMetadata
 from gateway.core.tls import TlsError, client_context
+from gateway.sources import FetchError, Progress, fetch_model
 from gateway.worker.serve import serve
 
 log = logging.getLogger("gateway.agent")
@@ -56,6 +59,8 @@ class AgentOptions:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None
+    # Where a model named by a URL is downloaded to (the gateway's download cache's layout).
+    cache_dir: str = os.path.join(os.path.expanduser("~"), ".cache", "easkit", "models")
 
     @property
     def tls(self) -> TlsConfig | None:
@@ -134,6 +139,17 @@ class Agent:
         except ConfigError as exc:
             raise AgentError(str(exc)) from None
 
+    async def fetch(self, service: ServiceConfig) -> str:
+        """The service's model URL fetched into this host's download cache (the store and
+        its credentials from the environment: AWS_*, OSS_*)."""
+        assert service.model is not None
+        progress = Progress(redact_url(service.model))
+        try:
+            fetched = await asyncio.to_thread(fetch_model, service.model, (), self.opts.cache_dir, progress)
+        except FetchError as exc:
+            raise AgentError(str(exc)) from None
+        return str(fetched.path)
+
     async def register_all(self, session: aiohttp.ClientSession) -> None:
         for base in gateway_urls(self.opts.gateway):
             url = f"{base}{PATH}/{self.opts.service}"
@@ -168,6 +184,8 @@ class Agent:
             raise AgentError(str(exc)) from None
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             service = await self.describe(session)
+            if is_model_url(service.model):  # fetched on this host, once for its restarts too
+                service = replace(service, model=await self.fetch(service))
             gateway = GatewayConfig(worker_host=self.opts.host, log_level=self.opts.log_level, worker_tls=tls)
             ours, theirs = Pipe()
             listen = f"{TCP_PREFIX}{self.opts.host}:{self.opts.port}"

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
+import signal
 import ssl
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -402,3 +406,38 @@ def test_a_model_repository_in_a_bucket(
     )
     assert _infer(gw, "digits", [1.0] * 64) == {"doubled": [2.0] * 64}
     assert (tmp_path / "data" / "models").is_dir()
+
+
+def test_a_remote_worker_fetches_its_model_on_its_own_host(
+    s3: S3, digits_model: Path, tmp_path: Path, gateway_factory: Any
+) -> None:
+    s3.put("remote/model.onnx", digits_model)
+    token = "worker-secret-0123456789abcdef"
+    service = {"name": "far", "processor": "onnx", "model": f"s3://{BUCKET}/remote/model.onnx"}
+    service |= {"workers": 0, "remote_workers": {"token": token, "ttl_s": 3}}
+    gw = gateway_factory(_config(s3, tmp_path, [service]))
+    env = {
+        **os.environ,
+        "EAS_WORKER_TOKEN": token,
+        "AWS_ENDPOINT_URL": s3.endpoint,
+        "AWS_ACCESS_KEY_ID": s3.key_id,
+        "AWS_SECRET_ACCESS_KEY": s3.secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    argv = [
+        sys.executable, "-m", "gateway", "worker", "--gateway", gw.url, "--service", "far",
+        "--host", "127.0.0.1", "--heartbeat", "0.3", "--model-cache-dir", str(tmp_path / "worker-cache"),
+    ]  # fmt: skip
+    log = tmp_path / "worker.log"
+    with log.open("ab") as out:
+        agent = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_ready(gw, "far")
+        assert set(_infer(gw, "far", [1.0] * 64)) == {"label", "probabilities"}
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(15)
+    (cached,) = (tmp_path / "worker-cache").glob("*/*/model.onnx")
+    assert cached.read_bytes() == digits_model.read_bytes()
+    assert not (tmp_path / "cache").exists()  # the gateway fetched nothing: the worker's host did
+    assert "model s3://models/remote/model.onnx: downloading" in log.read_text()
