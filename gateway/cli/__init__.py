@@ -32,7 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the gateway")
     what = s.add_mutually_exclusive_group(required=True)
     what.add_argument("--config", "-c", help="services YAML file")
-    what.add_argument("--model", "-m", action="append", help="serve this .onnx file (repeat for several)")
+    what.add_argument(
+        "--model",
+        "-m",
+        action="append",
+        help="serve this model file (repeat for several): .onnx; .joblib/.pkl sklearn, "
+        ".json/.ubj xgboost, .txt lightgbm",
+    )
     what.add_argument("--model-repository", help="serve every model in this folder (Triton layout)")
     s.add_argument("--name", action="append", help="service name of the --model at the same place")
     s.add_argument("--workers", type=int, help="workers per service (--model, --model-repository)")

@@ -1,4 +1,7 @@
-"""Serving without a config file: ``serve --model PATH.onnx`` and ``serve --model-repository DIR``.
+"""Serving without a config file: ``serve --model PATH`` and ``serve --model-repository DIR``.
+
+A ``--model`` file is served by the runtime its suffix names (``.onnx``; ``.joblib``, ``.pkl``:
+sklearn; ``.json``, ``.ubj``: xgboost; ``.txt``: lightgbm).
 
 The services are built here as ``services:`` entries and validated like a config file's;
 once the gateway is ready, how to call each one is printed (this SDK or ``eas-prediction``,
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SERVICE_NAME_RE, Config, ConfigError, parse_config
+from gateway.config.catalog import PICKLE_PROCESSORS
 from gateway.config.model_urls import is_model_url, redact_url
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.manage.repository import scan, scan_url
@@ -36,6 +40,14 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
         # gateway warns at start when it listens beyond loopback.
         out["public"] = True
     return out
+
+
+# A --model file's runtime by its suffix, as each library names its files; anything else is ONNX.
+RUNTIME_SUFFIXES = {
+    ".joblib": "sklearn", ".pkl": "sklearn", ".pickle": "sklearn",
+    ".json": "xgboost", ".ubj": "xgboost",
+    ".txt": "lightgbm",
+}  # fmt: skip
 
 
 def quick_services(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -60,12 +72,20 @@ def quick_services(args: argparse.Namespace) -> list[dict[str, Any]]:
         name = names[i] if i < len(names) else Path(model).stem
         if not SERVICE_NAME_RE.fullmatch(name):
             raise ConfigError(f"--name: {name!r} is not a valid service name (use --name)")
-        out.append({**_defaults(args), "name": name, "processor": "onnx", "model": model})
+        processor = RUNTIME_SUFFIXES.get(Path(model).suffix.lower(), "onnx")
+        out.append({**_defaults(args), "name": name, "processor": processor, "model": model})
     return out
 
 
 def quick_config(args: argparse.Namespace) -> Config:
-    return parse_config({"services": quick_services(args)})
+    services = quick_services(args)
+    gateway: dict[str, Any] = {}
+    if not args.model_repository and any(s["processor"] in PICKLE_PROCESSORS for s in services):
+        # A pickle loads only from model folders: the files named on the command line are
+        # the operator's choice, so their folders are the ones allowed.
+        local = (s["model"] for s in services if not is_model_url(s["model"]))
+        gateway["model_dirs"] = sorted({str(Path(m).resolve().parent) for m in local})
+    return parse_config({"gateway": gateway, "services": services})
 
 
 # A zero tensor longer than this is made by a Python one-liner piped into curl, not written out.

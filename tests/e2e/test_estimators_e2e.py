@@ -8,6 +8,7 @@ threads, and as a pipeline step. A wrong dtype or shape is a 400 naming the inpu
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -292,3 +293,26 @@ def test_tritonclient_http_and_grpc(
             for name in OUTPUTS[SERVICES[service]]:
                 same(got[f"{service}.{call}.{name}"], wanted[name], f"{service} {call} {name}")
         assert res["wrong_dtype"].startswith("400") and "input 'input'" in res["wrong_dtype"], res
+
+
+def test_serve_model_files_without_a_config(tmp_path: Path, models: dict[str, Path]) -> None:
+    """``serve --model`` picks each file's runtime by its suffix; the pickle's folder is the
+    one model folder allowed, as the operator named the file; the printed curl runs."""
+    args = ("--model", str(models["sklearn"]), "--model", str(models["lightgbm"]), "--name", "iris")
+    gw = GatewayProcess.start({}, tmp_path / "gw", serve_args=args, env={"EASGW_DATA_DIR": str(tmp_path)})
+    try:
+        meta = get(gw, "/v2/models/iris")
+        assert meta["platform"] == "sklearn"
+        assert get(gw, "/v2/models/iris-lgb")["platform"] == "lightgbm"
+        out = gw.output()
+        curl = next(
+            line for line in out.split("service iris: ", 1)[1].splitlines() if line.startswith("  curl")
+        )
+        ran = subprocess.run(
+            ["bash", "-c", curl.split(": ", 1)[1]], capture_output=True, text=True, timeout=30
+        )
+        answer = {o["name"]: o for o in json.loads(ran.stdout)["outputs"]}
+        zeros = np.zeros((1, 4))
+        same(np.array(answer["predict"]["data"]), want(models, "sklearn", zeros)["predict"], "zeros")
+    finally:
+        assert gw.stop() == 0
