@@ -310,8 +310,8 @@ class HttpObject:
             self.auth = f"Basic {base64.b64encode(pair).decode()}"
         self.name = file_name(urlsplit(url).path)
 
-    def _open(self, method: str) -> Any:
-        req = urllib.request.Request(self.url, method=method)  # noqa: S310 - http(s) only (config)
+    def _open(self, method: str, headers: dict[str, str] | None = None) -> Any:
+        req = urllib.request.Request(self.url, method=method, headers=headers or {})  # noqa: S310
         if self.auth:
             # Unredirected: a redirect to another host does not carry the credentials there.
             req.add_unredirected_header("Authorization", self.auth)
@@ -326,10 +326,22 @@ class HttpObject:
             raise StoreError(str(exc) or type(exc).__name__) from None
 
     def stat(self) -> ObjectInfo:
-        with self._open("HEAD") as r:
-            headers = r.headers
+        # The first byte, not HEAD: a presigned URL is signed for GET only. A server that
+        # ignores the range answers the whole file, of which nothing is read here.
+        try:
+            with self._open("GET", {"Range": "bytes=0-0"}) as r:
+                headers = r.headers
+                status = r.status
+        except StoreError as exc:
+            if not str(exc).startswith("HTTP 416"):  # an empty file has no first byte
+                raise
+            with self._open("HEAD") as r:
+                headers, status = r.headers, r.status
         length = headers.get("Content-Length")
         size = int(length) if length and length.isdigit() else None
+        total = str(headers.get("Content-Range", "")).rpartition("/")[2]
+        if status == 206:
+            size = int(total) if total.isdigit() else None
         etag = headers.get("ETag")
         modified = headers.get("Last-Modified")
         if etag and not etag.startswith("W/"):
