@@ -74,6 +74,36 @@ def add_parsers(sub: Any) -> None:
     )
     traffic.add_argument("name")
     traffic.add_argument("weights", nargs="+", metavar="VERSION=PERCENT", help="e.g. 1=90 2=10")
+    canary = ops.add_parser(
+        "canary",
+        help="move a service's calls to a new version step by step, rolled back by itself when it does worse "
+        "than the old one (--steps 100: blue-green)",
+        parents=[common],
+    )
+    canary.add_argument("name")
+    canary.add_argument("--version", help="the version to release")
+    canary.add_argument(
+        "--steps", default="100", help="percents, rising (default 100: all at once, blue-green)"
+    )
+    canary.add_argument(
+        "--interval", default="60s", help="how long each step lasts: 60s, 500ms, 2m (default 60s)"
+    )
+    canary.add_argument(
+        "--max-error-increase", type=float, default=0.02,
+        help="how far the new version's error rate may exceed the old one's (default 0.02: 2 points)",
+    )  # fmt: skip
+    canary.add_argument(
+        "--max-p99-ratio",
+        type=float,
+        default=2.0,
+        help="how many times the old version's p99 the new one's may be",
+    )
+    canary.add_argument(
+        "--min-calls", type=int, default=20, help="calls the new version answers before a step is judged"
+    )
+    canary.add_argument("--abort", action="store_true", help="stop the canary under way, its split put back")
+    canary.add_argument("--no-wait", action="store_true", help="return once the canary has started")
+    canary.add_argument("-q", "--quiet", action="store_true", help=quiet)
     delete = ops.add_parser("delete", help="drain and remove a service", parents=[common])
     delete.add_argument("name")
     st = sub.add_parser(
@@ -236,6 +266,81 @@ def _weights(items: list[str]) -> dict[str, int]:
     return out
 
 
+def _canary(args: argparse.Namespace, admin: Admin) -> int:
+    """Start (or abort) a canary, then follow it to its end: a line on stderr per step and
+    per judged window, the outcome on stdout; 0 when the new version was promoted."""
+    path = f"/admin/services/{args.name}/canary"
+    if args.abort:
+        doc = admin.call("DELETE", path)
+        print(f"service {args.name}: canary aborted; {_split_text(doc)}")
+        return 0
+    if args.version is None:
+        raise AdminError("canary: --version is required (the version to release)")
+    try:
+        steps = [int(p) for p in args.steps.split(",")]
+    except ValueError:
+        raise AdminError(
+            f"canary: --steps expects percents separated by commas, e.g. 5,25,50,100; got {args.steps!r}"
+        ) from None
+    body = {
+        "version": args.version, "steps": steps, "interval_s": args.interval,
+        "max_error_increase": args.max_error_increase, "max_p99_ratio": args.max_p99_ratio,
+        "min_calls": args.min_calls,
+    }  # fmt: skip
+    canary = admin.call("POST", path, body)["canary"]
+    if args.no_wait:
+        print(f"service {args.name}: canary of version {canary['version']} started")
+        return 0
+    import time
+
+    shown: tuple[Any, ...] = ()
+    printed = 0  # windows already shown
+    while True:
+        doc = admin.call("GET", f"/admin/services/{args.name}")
+        canary = doc["canary"]
+        state = (canary["phase"], canary["percent"])
+        if not args.quiet:
+            for window in canary["windows"][printed:]:
+                print(f"service {args.name}: {_window_text(canary, window)}", file=sys.stderr)
+            printed = len(canary["windows"])
+            if state != shown and canary["phase"] in ("running", "waiting for calls"):
+                step = canary["steps"].index(canary["percent"]) + 1
+                print(
+                    f"service {args.name}: version {canary['version']} takes {canary['percent']}% "
+                    f"(step {step}/{len(canary['steps'])}, {canary['phase']}, {canary['elapsed_s']:g} s)",
+                    file=sys.stderr,
+                )
+            shown = state
+        if canary["phase"] not in ("starting", "running", "waiting for calls"):
+            break
+        time.sleep(0.5)
+    outcome = f"service {args.name}: version {canary['version']} {canary['phase']}"
+    if canary["reason"]:
+        outcome += f" at {canary['percent']}%: {canary['reason']}"
+    print(f"{outcome}; {_split_text(doc)}")
+    return 0 if canary["phase"] == "promoted" else 1
+
+
+def _window_text(canary: dict[str, Any], window: dict[str, Any]) -> str:
+    new, old = window["new"], window["old"]
+
+    def p99(w: dict[str, Any]) -> str:
+        return "-" if w["p99_ms"] is None else f"{w['p99_ms']:g} ms"
+
+    return (
+        f"at {window['percent']}%: version {canary['version']} failed {new['error_rate']:.1%} "
+        f"of {new['calls']} calls, p99 {p99(new)}; version {canary['from']} {old['error_rate']:.1%} "
+        f"of {old['calls']}, p99 {p99(old)}"
+    )
+
+
+def _split_text(doc: dict[str, Any]) -> str:
+    split = doc["spec"].get("traffic") or {}
+    return "traffic: " + (
+        ", ".join(f"version {v}: {w}%" for v, w in split.items()) or "all to the latest version"
+    )
+
+
 def _execute(args: argparse.Namespace, admin: Admin) -> int:
     op = args.op
     failed = 0
@@ -267,6 +372,8 @@ def _execute(args: argparse.Namespace, admin: Admin) -> int:
         split = doc["spec"].get("traffic") or {}
         shown = ", ".join(f"version {v}: {w}%" for v, w in split.items()) or "all to the latest version"
         print(f"service {doc['name']} traffic: {shown}")
+    elif op == "canary":
+        failed = _canary(args, admin)
     elif op == "delete":
         admin.call("DELETE", f"/admin/services/{args.name}")
         print(f"service {args.name} deleted")

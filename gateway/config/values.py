@@ -280,12 +280,14 @@ def check_model(path: str, processor: str, where: str) -> None:
 def as_versions(
     raw: Any, kind: str, model: Any, base: Path | None, where: str
 ) -> tuple[tuple[str, str], ...]:
-    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file."""
+    """``versions: {1: a.onnx, 2: b.onnx}``: positive integer versions, each a model file (for
+    ``python``, the ``model`` each version's processor is given, checked by none)."""
     if raw is None:
         return ()
     w = f"{where}.versions"
-    if kind not in MODEL_PROCESSORS:
-        raise ConfigError(f"{w}: only a model service ({', '.join(MODEL_PROCESSORS)}) has model versions")
+    if kind not in MODEL_PROCESSORS and kind != "python":
+        kinds = ", ".join((*MODEL_PROCESSORS, "python"))
+        raise ConfigError(f"{w}: only a model service or user code ({kinds}) has model versions")
     if model is not None:
         raise ConfigError(f"{w}: give either model or versions, not both")
     if not isinstance(raw, dict) or not raw:
@@ -302,7 +304,8 @@ def as_versions(
         if is_file_url(value):
             value = file_url_path(value, f"{w}.{key}")
         resolved = resolve_path(value, base, f"{w}.{key}")
-        check_model(resolved, kind, f"{w}.{key}")
+        if kind != "python":
+            check_model(resolved, kind, f"{w}.{key}")
         out[number] = resolved
     return tuple((str(n), out[n]) for n in sorted(out))
 
@@ -475,8 +478,8 @@ __all__ = [
     "as_tokens",
     "as_versions",
     "check_file",
-    "check_model",
     "check_keys",
+    "check_model",
     "check_model_dirs",
     "check_queue_backend",
     "coerce_dataclass",

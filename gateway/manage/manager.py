@@ -20,6 +20,7 @@ Changes made through the API persist in the data directory (gateway.manage.store
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -34,12 +35,13 @@ from gateway.config import (
     check_model_dirs,
     source_prefixes,
 )
-from gateway.config.traffic import parse_traffic, traffic_doc
+from gateway.config.traffic import Traffic, parse_traffic, traffic_doc
 from gateway.config.versions import version_services
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
 from gateway.core.dataplane import DataPlane
 from gateway.core.services import GatewayState, service_ready
+from gateway.manage.canary import Canary, parse_plan
 from gateway.manage.rollout import Rollout
 from gateway.manage.spec import IN_PLACE_FIELDS, ROUTING_FIELDS, changed_fields, parse_spec, spec_of
 from gateway.manage.store import ManagedStore
@@ -82,6 +84,9 @@ class ServiceManager:
         self.started: list[ServiceBackend] = []
         # Rolls under way, by service: their new workers are not published until the swap.
         self.rollouts: dict[str, Rollout] = {}
+        # Each service's canary under way, or its last one (gateway.manage.canary).
+        self.canaries: dict[str, Canary] = {}
+        self._canary_tasks: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ reading
     @property
@@ -114,6 +119,11 @@ class ServiceManager:
         rollout = self.rollouts.get(name)
         if rollout is not None:
             out["rollout"] = rollout.view()
+        canary = self.canaries.get(name)
+        if canary is not None:
+            out["canary"] = canary.view()
+        if self.store is not None and self.store.history.get(name):
+            out["history"] = self.store.history[name][-10:]
         qm = gw.queues
         if qm is not None and (svc.processor == "queue" or svc.async_):
             queue = qm.snapshot().get("queues", {}).get(name)
@@ -174,6 +184,76 @@ class ServiceManager:
             await self._update(old, new)
             self._store().put(new)
         return self.describe(name)
+
+    # ------------------------------------------------------------------ canaries
+    async def canary(self, name: str, raw: Any) -> dict[str, Any]:
+        """Start moving the service's calls to a new version (gateway.manage.canary); returns
+        at once, the canary's progress in the service's description."""
+        async with self.lock:
+            svc = self.service(name)
+            running = self.canaries.get(name)
+            if running is not None and not running.done:
+                raise errors.Conflict(
+                    f"service {name!r} has a canary of version {running.plan.version} under way; "
+                    "abort it first"
+                )
+            try:
+                plan, old = parse_plan(raw, svc)
+            except ConfigError as exc:
+                raise errors.BadRequest(str(exc)) from None
+
+            async def apply(traffic: Traffic, keep: bool) -> None:
+                await self._set_split(name, traffic, keep)
+
+            canary = Canary(name, old, plan, svc.traffic, self.gw.metrics.versions, apply)
+            self.canaries[name] = canary
+            self._canary_tasks[name] = asyncio.create_task(self._run_canary(canary))
+            log.info(
+                "service %s: canary of version %s from %s, steps %s", name, plan.version, old, plan.steps
+            )
+        return self.describe(name)
+
+    async def abort_canary(self, name: str) -> dict[str, Any]:
+        """Stop the service's canary under way and put its split back as it was."""
+        self.service(name)
+        canary, task = self.canaries.get(name), self._canary_tasks.get(name)
+        if canary is None or canary.done or task is None:
+            raise errors.Conflict(f"service {name!r} has no canary under way")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return self.describe(name)
+
+    async def _run_canary(self, canary: Canary) -> None:
+        try:
+            await canary.run()
+        except asyncio.CancelledError:
+            if not self.gw.state.shutting_down:
+                await canary.apply(canary.original, False)
+            self._record(canary)
+            raise
+        except Exception as exc:  # the service went away or changed under it: reported, never raised
+            canary.phase, canary.reason = "failed", str(exc)
+            if not self.gw.state.shutting_down:
+                with contextlib.suppress(Exception):
+                    await canary.apply(canary.original, False)
+        self._record(canary)
+
+    def _record(self, canary: Canary) -> None:
+        log.log(
+            logging.INFO if canary.phase == "promoted" else logging.WARNING,
+            "service %s: canary of version %s %s%s", canary.service, canary.plan.version, canary.phase,
+            f": {canary.reason}" if canary.reason else "",
+        )  # fmt: skip
+        self._store().record(canary.service, canary.event())
+
+    async def _set_split(self, name: str, traffic: Traffic, keep: bool) -> None:
+        async with self.lock:
+            old = self.service(name)
+            new = replace(old, traffic=traffic)
+            await self._update(old, new)
+            if keep:
+                self._store().put(new)
 
     async def delete(self, name: str) -> None:
         async with self.lock:

@@ -22,6 +22,9 @@ from gateway.manage.spec import spec_of
 log = logging.getLogger("gateway.manage")
 
 FILE_NAME = "managed-services.json"
+# Each service's releases (canaries, blue-green switches) and their outcomes, newest last.
+HISTORY_FILE = "service-history.json"
+HISTORY_MAX = 50  # per service
 
 
 class ManagedStore:
@@ -29,10 +32,19 @@ class ManagedStore:
         self.path = Path(data_dir) / FILE_NAME
         # name -> ServiceConfig (created or updated) or None (deleted), in order of change.
         self.overlay: dict[str, ServiceConfig | None] = {}
+        self.history_path = Path(data_dir) / HISTORY_FILE
+        self.history: dict[str, list[dict[str, Any]]] = {}
 
     def load(self) -> None:
         """Read the overlay; an entry that no longer validates (its model file is gone) is
         logged and left out, so one stale entry cannot keep the gateway from starting."""
+        try:
+            history = json.loads(self.history_path.read_text(encoding="utf-8"))
+            self.history = {k: v for k, v in history.items() if isinstance(v, list)}
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, AttributeError) as exc:
+            log.error("%s: the services' history is left out: %s", self.history_path, exc)
         try:
             doc = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -59,6 +71,13 @@ class ManagedStore:
         self.overlay[name] = None
         self._save()
 
+    def record(self, name: str, event: dict[str, Any]) -> None:
+        """Add an event to the service's history (kept across restarts, the last ones only)."""
+        events = self.history.setdefault(name, [])
+        events.append(event)
+        del events[:-HISTORY_MAX]
+        _write(self.history_path, {"version": 1, **self.history}, ".history-")
+
     def apply(self, services: tuple[ServiceConfig, ...]) -> tuple[ServiceConfig, ...]:
         """The config file's services with the overlay on top."""
         out: list[ServiceConfig] = []
@@ -76,18 +95,23 @@ class ManagedStore:
             "version": 1,
             "services": {n: None if s is None else spec_of(s, redact=False) for n, s in self.overlay.items()},
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".managed-", dir=str(self.path.parent))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=2)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write(self.path, doc, ".managed-")
 
 
-__all__ = ["FILE_NAME", "ManagedStore"]
+def _write(path: Path, doc: dict[str, Any], prefix: str) -> None:
+    """Replace ``path`` with ``doc`` atomically, readable by the gateway's user only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["FILE_NAME", "HISTORY_FILE", "ManagedStore"]

@@ -232,6 +232,22 @@ class _VersionCalls(Collector):
         buckets[bisect.bisect_left(self._bounds, seconds)] += 1
         self._sums[pair] += seconds
 
+    @property
+    def bounds(self) -> list[float]:
+        """The dispatch time histogram's upper bounds (seconds; one more bucket is unbounded)."""
+        return self._bounds
+
+    def figures(self, service: str, version: str) -> tuple[int, int, list[int]]:
+        """(calls, calls not answered with success (4xx and 5xx: a processor that raises
+        answers 400), dispatch time per bucket) of one version so far: two of them apart make
+        a window's figures."""
+        calls = failed = 0
+        for (name, v, status), n in self.counts.items():
+            if name == service and v == version:
+                calls += n
+                failed += n if status >= 400 else 0
+        return calls, failed, list(self.buckets.get((service, version), [0] * len(self._les)))
+
     def collect(self) -> Iterable[Metric]:
         requests = CounterMetricFamily(
             "easgw_version_requests",

@@ -337,6 +337,9 @@ BAD_BODIES: list[tuple[str, str, bytes, str]] = [
     ("GET", "/admin/openapi.json", b"{}", "GET /admin/openapi.json takes no body"),
     ("GET", "/admin/services/echo/groups", b"{}", "GET /admin/services/echo/groups takes no body"),
     ("DELETE", "/admin/services/echo/groups/g", b"{}", "DELETE /admin/services/echo/groups/g takes no body"),
+    ("PUT", "/admin/services/echo/traffic", b"[90, 10]", 'expected {"traffic": {"<version>"'),
+    ("POST", "/admin/services/echo/canary", b"[2]", 'canary: expected {"version": N'),
+    ("DELETE", "/admin/services/echo/canary", b"{}", "DELETE /admin/services/echo/canary takes no body"),
 ]
 
 

@@ -45,7 +45,7 @@ def test_versions_expand_into_one_service_per_version(tmp_path: Path) -> None:
         ({1: "missing.onnx"}, {}, "file not found"),
         ([], {}, "expected a mapping"),
         ({1: "a"}, {"model": "a"}, "either model or versions"),
-        ({1: "a"}, {"processor": "python", "entry": "x.py:C"}, "only a model service"),
+        ({1: "a"}, {"processor": "queue"}, "only a model service or user code"),
     ],
 )
 def test_bad_versions_name_the_problem(tmp_path: Path, versions: object, extra: dict, message: str) -> None:

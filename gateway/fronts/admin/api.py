@@ -123,6 +123,16 @@ async def set_traffic(request: web.Request) -> web.Response:
     return _json(await _manager(request).set_traffic(_name(request), doc))
 
 
+async def start_canary(request: web.Request) -> web.Response:
+    """``{"version": 2, "steps": [5, 25, 50, 100], "interval_s": "60s"}``: 202, the canary
+    under way in the service's description."""
+    return _json(await _manager(request).canary(_name(request), await _body(request)), 202)
+
+
+async def abort_canary(request: web.Request) -> web.Response:
+    return _json(await _manager(request).abort_canary(_name(request)))
+
+
 async def delete_service(request: web.Request) -> web.Response:
     name = _name(request)
     await _manager(request).delete(name)
@@ -177,6 +187,8 @@ def create_admin_app(main: web.Application, snapshot: SnapshotFn) -> web.Applica
     r.add_delete("/admin/services/{name}", no_body(delete_service))
     r.add_post("/admin/services/{name}/scale", scale_service)
     r.add_put("/admin/services/{name}/traffic", set_traffic)
+    r.add_post("/admin/services/{name}/canary", start_canary)
+    r.add_delete("/admin/services/{name}/canary", no_body(abort_canary))
     r.add_get("/admin/status", no_body(status))
     r.add_post("/admin/reload", no_body(reload))
     r.add_get("/admin/openapi.json", no_body(openapi))

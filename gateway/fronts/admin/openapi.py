@@ -148,6 +148,35 @@ OPENAPI: dict[str, Any] = {
                 "responses": {"200": _answer("the new split", _SERVICE), **_errors(400, 404)},
             },
         },
+        "/admin/services/{name}/canary": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "Move the calls to a new version step by step, rolled back by itself when it does "
+                "worse than the old one (steps [100]: blue-green); progress in the service's canary",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "properties": {
+                                    "version": {"type": "string"},
+                                    "steps": {"type": "array", "items": {"type": "integer"}},
+                                    "interval_s": {"type": ["number", "string"]},
+                                    "max_error_increase": {"type": "number"},
+                                    "max_p99_ratio": {"type": "number"},
+                                    "min_calls": {"type": "integer"},
+                                }
+                            }
+                        }
+                    },
+                },
+                "responses": {"202": _answer("started", _SERVICE), **_errors(400, 404, 409)},
+            },
+            "delete": {
+                "summary": "Abort the canary under way: the split goes back to what it was",
+                "responses": {"200": _answer("aborted", _SERVICE), **_errors(400, 404, 409)},
+            },
+        },
         "/admin/services/{name}/groups": {
             "parameters": [_NAME],
             "get": {
