@@ -19,7 +19,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gateway.config.catalog import DECLARED_INPUTS, DEVICE_PROCESSORS, MODEL_PROCESSORS, ONE_INPUT
+from gateway.config.catalog import (
+    DECLARED_INPUTS,
+    DECLARED_OUTPUTS,
+    DEVICE_PROCESSORS,
+    MODEL_PROCESSORS,
+    ONE_INPUT,
+)
 from gateway.config.located import relocated
 from gateway.config.model_urls import ModelSource
 from gateway.config.payload_log import PayloadLogConfig, check_payload_sinks, parse_payload_log
@@ -115,6 +121,9 @@ class ServiceConfig:
     # sklearn, xgboost, lightgbm: the model's input as the service declares it (name, dtype,
     # shape), where the model file does not say it (gateway.worker.processors.estimator).
     inputs: tuple[TensorDecl, ...] = ()
+    # python: the outputs its class gives, as the service declares them (with ``inputs``: its
+    # tensors, gateway.worker.processors.user_tensors).
+    outputs: tuple[TensorDecl, ...] = ()
     # torch: the device the module runs on (``cpu``, ``cuda``, ``cuda:1``).
     device: str = "cpu"
     pipeline: PipelineSpec | None = None  # a pipeline service's steps (docs/pipelines.md)
@@ -280,7 +289,7 @@ _SERVICE_KEYS = {
     "timeout_ms", "intra_op_threads", "request_format", "batching", "async", "queue",
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
-    "payload_log", "explainer",
+    "payload_log", "explainer", "outputs",
     "device", "traffic",
 }  # fmt: skip
 
@@ -370,6 +379,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     cluster_serving = errs.check(_cluster_serving, raw.get("cluster_serving"), processor, where)
     pipeline = errs.check(pipeline_of, raw, processor, where, base)
     inputs = errs.check(_declared_inputs, raw.get("inputs"), processor, f"{where}.inputs", default=())
+    outputs = errs.check(_declared_outputs, raw.get("outputs"), processor, f"{where}.outputs", default=())
     device = errs.check(_device, raw.get("device"), processor, f"{where}.device", default="cpu")
     explainer = raw.get("explainer")
     if explainer is not None and (not isinstance(explainer, str) or not SERVICE_NAME_RE.fullmatch(explainer)):
@@ -397,6 +407,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         inputs=inputs,
         device=device,
         explainer=explainer,
+        outputs=outputs,
         **values,
     )
 
@@ -408,8 +419,29 @@ def _declared_inputs(raw: Any, processor: str, where: str) -> tuple[TensorDecl, 
     if processor not in DECLARED_INPUTS:
         raise ConfigError(f"{where}: only a {', '.join(DECLARED_INPUTS)} service declares its inputs")
     decls = tensor_decls(raw, where)
+    if processor in DECLARED_OUTPUTS:
+        return _shaped(decls, where)
     if processor in ONE_INPUT and len(decls) != 1:
         raise ConfigError(f"{where}: the model takes one input (its feature matrix); {len(decls)} given")
+    return decls
+
+
+def _declared_outputs(raw: Any, processor: str, where: str) -> tuple[TensorDecl, ...]:
+    """``outputs: {name: {dtype, shape}}``: what a python class's predict gives."""
+    if raw is None:
+        return ()
+    if processor not in DECLARED_OUTPUTS:
+        raise ConfigError(f"{where}: only a {', '.join(DECLARED_OUTPUTS)} service declares its outputs")
+    return _shaped(tensor_decls(raw, where), where)
+
+
+def _shaped(decls: tuple[TensorDecl, ...], where: str) -> tuple[TensorDecl, ...]:
+    """User code's tensors: each with its dtype and shape, as its model metadata says them."""
+    for d in decls:
+        if d.dtype is None or d.shape is None:
+            raise ConfigError(
+                f"{where}.{d.name}: give its dtype and shape ({{dtype: float32, shape: [-1, 4]}})"
+            )
     return decls
 
 

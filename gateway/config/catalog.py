@@ -37,7 +37,9 @@ MODEL_PROCESSORS = ("onnx", "sklearn", "xgboost", "lightgbm", "torch", "tensorfl
 PICKLE_PROCESSORS = ("sklearn",)
 # Model runtimes whose files do not say everything about their input (a dtype, a width):
 # a service may declare it (``inputs:``).
-DECLARED_INPUTS = ("sklearn", "xgboost", "lightgbm", "torch")
+DECLARED_INPUTS = ("sklearn", "xgboost", "lightgbm", "torch", "python")
+# User code that declares its outputs beside its inputs (gateway.worker.processors.user_tensors).
+DECLARED_OUTPUTS = ("python",)
 # Of those, the ones whose model takes one input, a feature matrix (TorchScript takes several).
 ONE_INPUT = ("sklearn", "xgboost", "lightgbm")
 # Model runtimes whose model is a folder, by the file that marks one (others' are a file).
@@ -55,6 +57,7 @@ NOT_A_STEP = {
 
 __all__ = [
     "DECLARED_INPUTS",
+    "DECLARED_OUTPUTS",
     "DEVICE_PROCESSORS",
     "DTYPES",
     "FOLDER_MODELS",

@@ -82,7 +82,7 @@ class PythonProcessor(Processor):
         process, predict, explain = (_method(obj, n) for n in ("process", "predict", "explain"))
         self._process = process
         self._pass_headers = process is not None and _takes_headers(process)
-        meta = user_tensors.declared(obj, predict is not None)
+        meta = user_tensors.declared(obj, predict is not None, self.service)
         if predict is None and explain is not None:
             explain = None  # explain has predict's contract: a class without predict has neither
         if explain is not None and not meta.tensors:

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from eas_sdk.codecs import eas
-from gateway.core.metadata import DATATYPES, ModelMetadata, TensorSpec
+from gateway.config import ServiceConfig
+from gateway.core.metadata import DATATYPES, UNKNOWN, ModelMetadata, TensorSpec
 from gateway.worker.processors.base import ProcessorError
 
 # What ``predict`` and ``explain`` may return: a mapping by output name, a sequence in the
@@ -27,10 +28,17 @@ from gateway.worker.processors.base import ProcessorError
 RETURNS = "a mapping of output name to array, a list in the declared outputs' order, or one array"
 
 
-def declared(obj: Any, has_predict: bool) -> ModelMetadata:
-    """The class's declaration: what ``metadata()`` returns, else (for a class with
-    ``predict``) its ``inputs`` and ``outputs`` attributes; empty when it declares none.
-    A malformed declaration raises TypeError naming the field."""
+def declared(obj: Any, has_predict: bool, service: ServiceConfig | None = None) -> ModelMetadata:
+    """The tensors: the service's ``inputs``/``outputs`` when its config declares them (the
+    operator's word wins), else what the class's ``metadata()`` returns, else (for a class
+    with ``predict``) its ``inputs`` and ``outputs`` attributes; empty when nothing declares
+    them. A malformed declaration raises TypeError naming the field."""
+    if service is not None and service.inputs:
+        specs = {
+            key: tuple(TensorSpec(d.name, d.dtype or UNKNOWN, tuple(d.shape or ())) for d in decls)
+            for key, decls in (("inputs", service.inputs), ("outputs", service.outputs))
+        }
+        return ModelMetadata(specs["inputs"], specs["outputs"])
     method = getattr(obj, "metadata", None)
     if callable(method):
         return ModelMetadata.from_json(method())

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gateway.config import ServiceConfig
+from gateway.config import ConfigError, ServiceConfig, parse_config
 from gateway.core import tensors
 from gateway.core.calls import EXPLAIN, VERB_HEADER, WorkerRequest
 from gateway.worker.processors.base import LoadError, ProcessorError
@@ -161,3 +161,24 @@ def test_process_keeps_eas_bodies_and_explain_is_asked_by_the_verb(code: Path) -
     helper = processor(code, "Helper")  # no declaration: an EAS processor as ever
     assert not helper.metadata().tensors
     assert helper.handle(WorkerRequest(b"abc", headers={"X-Eas-Request-Format": "json"})).body == b"abc"
+
+
+def test_the_service_config_may_declare_the_tensors(code: Path) -> None:
+    svc = {"name": "m", "processor": "python", "entry": f"{code}:Undeclared", "public": True}
+    decl = {
+        "inputs": {"x": {"dtype": "int32", "shape": [-1, 2]}},
+        "outputs": {"total": {"dtype": "INT64", "shape": [-1]}},
+    }
+    config = parse_config({"services": [{**svc, **decl}]})
+    p = PythonProcessor(config.services[0])
+    p.load()  # Undeclared alone cannot load: its predict has no declared inputs
+    meta = p.metadata()
+    assert [(t.name, t.datatype, t.shape) for t in meta.inputs] == [("x", "INT32", (-1, 2))]
+    assert [(t.name, t.datatype, t.shape) for t in meta.outputs] == [("total", "INT64", (-1,))]
+    with pytest.raises(ProcessorError) as info:
+        p.handle(tf_call(X))  # its predict answers {}, which the declared outputs do not fit
+    assert info.value.message == "predict() returned no output 'total'"
+    with pytest.raises(ConfigError, match=r"outputs\.total: give its dtype and shape"):
+        parse_config({"services": [{**svc, "inputs": decl["inputs"], "outputs": ["total"]}]})
+    with pytest.raises(ConfigError, match="only a python service declares its outputs"):
+        parse_config({"services": [{"name": "o", "processor": "onnx", "model": str(code), **decl}]})
