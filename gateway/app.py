@@ -194,6 +194,11 @@ def create_app(
         from gateway.fronts.grpc.server import grpc_lifecycle
 
         app.cleanup_ctx.append(grpc_lifecycle)
+    if any(s.rpc_port for s in config.services):
+        # Paddle's pipeline gRPC service on each service's own port, started as gRPC's is.
+        from gateway.fronts.grpc.paddle_pipeline import paddle_pipeline_lifecycle
+
+        app.cleanup_ctx.append(paddle_pipeline_lifecycle)
     if qm is not None:
         app.on_shutdown.append(_end_queue_streams)
     if any(s.async_ for s in config.services):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the protobuf code from proto/ with the pinned protoc:
 #   eas_sdk/_proto/*_pb2.py and .pyi    (the EAS wire formats)
-#   gateway/_proto/*_pb2.py and .pyi    (the V2 gRPC service) and its grpc stubs (*_pb2_grpc.py)
+#   gateway/_proto/*_pb2.py and .pyi    (the V2 gRPC service, Paddle's pipeline service) and
+#                                       their grpc stubs (*_pb2_grpc.py)
 # Usage: scripts/gen_proto.sh [OUTPUT_ROOT]   (default: the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +15,5 @@ mkdir -p "$out/eas_sdk/_proto" "$out/gateway/_proto"
 # imports its siblings from the gateway._proto package.
 "$py" -m grpc_tools.protoc -Iproto --python_out="$out" --pyi_out="$out" proto/gateway/_proto/*.proto
 "$py" -m grpc_tools.protoc -Iproto --grpc_python_out="$out" proto/gateway/_proto/grpc_service.proto
+# Paddle Serving's pipeline service (its PipelineClient's gRPC calls).
+"$py" -m grpc_tools.protoc -Iproto --grpc_python_out="$out" proto/gateway/_proto/pipeline_service.proto

@@ -10,6 +10,7 @@
 #   .venv-mlserver MLServer's V2 types, for compatibility tests, and its scikit-learn, XGBoost
 #                  and LightGBM runtimes, for benchmarks/bench_runtimes.py
 #   .venv-bigdl    the public bigdl-serving 2.4.0 client (Cluster Serving on Redis), for compatibility tests
+#   .venv-paddle   Paddle Serving's PipelineClient (paddle-serving-server 0.9.0), for compatibility tests
 #   .venv-deploy   kubernetes-validate, for checking deploy/kubernetes/ against the schemas offline
 # It also installs redis-server (the queue's Redis backend is tested against a real one)
 # from the distribution's packages when it is missing.
@@ -114,6 +115,10 @@ if ! .venv-mlserver/bin/python -c "import mlserver_sklearn, mlserver_xgboost, ml
 fi
 build_venv .venv-bigdl "$(stamp_of requirements/bigdl.txt)" \
   -r requirements/bigdl.txt
+# Without dependencies: requirements/paddle.txt pins every one (the package's own bounds
+# have no builds for this Python).
+build_venv .venv-paddle "$(stamp_of requirements/paddle.txt)" \
+  --no-deps -r requirements/paddle.txt
 build_venv .venv-deploy "$(stamp_of requirements/deploy.txt)" \
   -r requirements/deploy.txt
 

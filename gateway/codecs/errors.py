@@ -19,6 +19,9 @@ PADDLE_KEY_VALUE   the same with empty ``key`` and ``value``      application/js
 QUEUE              the message as text                            text/plain; charset=utf-8
 =================  =============================================  ==============================
 
+Paddle's pipeline gRPC service answers with its ``Response`` message: the
+``(err_no, err_msg)`` of :func:`paddle_pipeline_error`, Paddle's codes for each status.
+
 Nothing else in the gateway formats an error body: the fronts, the worker's direct port,
 the processors' and pipelines' error answers (:func:`eas_body`) and the queue's refusals
 all come here.
@@ -119,6 +122,25 @@ def render(exc: BaseException, shape: Shape, request_id: str = "") -> ErrorAnswe
     return ErrorAnswer(status, message.encode("utf-8"), _TEXT, headers, err.close)
 
 
+# Paddle Serving's pipeline error codes (its CustomExceptionCode) for the gateway's statuses:
+# a refused input, a timeout, a service that is not there or not ready, anything else.
+PADDLE_INPUT_ERROR = 5000
+PADDLE_TIMEOUT = 6000
+PADDLE_NO_SERVICE = 3002
+PADDLE_CLOSED = 3001
+PADDLE_UNKNOWN = 10000
+_PADDLE_CODES = {400: PADDLE_INPUT_ERROR, 401: PADDLE_INPUT_ERROR, 403: PADDLE_INPUT_ERROR,
+                 413: PADDLE_INPUT_ERROR, 422: PADDLE_INPUT_ERROR, 404: PADDLE_NO_SERVICE,
+                 450: PADDLE_CLOSED, 429: PADDLE_CLOSED, 503: PADDLE_CLOSED, 504: PADDLE_TIMEOUT}  # fmt: skip
+
+
+def paddle_pipeline_error(exc: BaseException) -> tuple[int, str]:
+    """``(err_no, err_msg)`` as Paddle's pipeline server answers a failure: its own code for
+    the kind of failure, the message with the gateway's status in it."""
+    err = gateway_error(exc) or internal()
+    return _PADDLE_CODES.get(err.status, PADDLE_UNKNOWN), f"[{err.status}] {err.message}"
+
+
 def paddle_shape(form: str) -> Shape:
     """The Paddle error shape for a body in ``form`` (gateway.codecs.paddle.FEED or KEY_VALUE)."""
     return Shape.PADDLE_KEY_VALUE if form == paddle.KEY_VALUE else Shape.PADDLE
@@ -131,6 +153,7 @@ __all__ = [
     "eas_body",
     "gateway_error",
     "internal",
+    "paddle_pipeline_error",
     "paddle_shape",
     "render",
 ]

@@ -93,7 +93,7 @@ def _feed(doc: Mapping[str, Any]) -> PaddleRequest:
     return PaddleRequest(FEED, {n: [inst[n] for inst in feed] for n in names}, _fetch(doc))
 
 
-def _text_value(text: str) -> Any:
+def text_value(text: str) -> Any:
     """One instance from a key/value text: a JSON array, numbers separated by commas, or the text."""
     stripped = text.strip()
     if stripped.startswith("["):
@@ -119,7 +119,7 @@ def _key_value(doc: Mapping[str, Any]) -> PaddleRequest:
         raise PaddleRequestError("'key' and 'value' must hold strings")
     # Each value is one instance: the batch of one it makes.
     return PaddleRequest(
-        KEY_VALUE, {k: [_text_value(v)] for k, v in zip(keys, values, strict=True)}, _fetch(doc)
+        KEY_VALUE, {k: [text_value(v)] for k, v in zip(keys, values, strict=True)}, _fetch(doc)
     )
 
 
@@ -158,4 +158,13 @@ def form_of(body: bytes) -> str:
     return KEY_VALUE if b'"key"' in body[:4096] and b'"feed"' not in body[:4096] else FEED
 
 
-__all__ = ["FEED", "KEY_VALUE", "PaddleRequest", "PaddleRequestError", "answer", "form_of", "parse"]
+__all__ = [
+    "FEED",
+    "KEY_VALUE",
+    "PaddleRequest",
+    "PaddleRequestError",
+    "answer",
+    "form_of",
+    "parse",
+    "text_value",
+]

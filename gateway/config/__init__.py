@@ -136,6 +136,9 @@ class ServiceConfig:
     # Another service that explains this model's calls (KServe's ``:explain``), given the same
     # inputs; None: the model's own processor explains them, when it can.
     explainer: str | None = None
+    # Paddle Serving's pipeline gRPC service for this service on its own port (Paddle's
+    # ``rpc_port``, on the gateway's host); 0: none.
+    rpc_port: int = 0
 
     # Cached: read on every call (a frozen config never changes; a changed service is a new one).
     @functools.cached_property
@@ -290,7 +293,7 @@ _SERVICE_KEYS = {
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
     "payload_log", "explainer", "outputs",
-    "device", "traffic",
+    "device", "traffic", "rpc_port",
 }  # fmt: skip
 
 
@@ -368,6 +371,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
             _float, raw.get("stall_timeout_s", 60.0), f"{where}.stall_timeout_s", lo=0.0, default=60.0
         ),
         "queue": errs.check(_coerce_dataclass, QueueConfig, raw.get("queue"), f"{where}.queue", default=None),
+        "rpc_port": errs.check(_int, raw.get("rpc_port", 0), f"{where}.rpc_port", lo=0, hi=65535, default=0),
         "payload_log": errs.check(parse_payload_log, raw.get("payload_log"), f"{where}.payload_log"),
         "signature_max_skew_s": None
         if raw.get("signature_max_skew_s") is None
@@ -613,7 +617,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
         errs.add(problem)
     _check_explainers(services, errs)
     cfg = apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
-    for clash in port_clashes(cfg.gateway, admin):
+    for clash in port_clashes(cfg.gateway, admin, services=cfg.services):
         errs.add(clash)
     errs.raise_any()
     return cfg

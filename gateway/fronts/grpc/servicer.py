@@ -92,7 +92,7 @@ def _rpc(
     return wrapped
 
 
-def _remote(peer: str) -> str:
+def remote(peer: str) -> str:
     """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` -> the address alone."""
     address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
     host = address.rsplit(":", 1)[0] if ":" in address else address
@@ -126,7 +126,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         if self.access_log is not None and self.access_log.isEnabledFor(logging.INFO):
             size = resp.ByteSize() if resp is not None else 0
             ms = (time.perf_counter() - started) * 1000.0
-            log_access(self.access_log, _remote(context.peer()), "GRPC", path, status, size, ms, rid)
+            log_access(self.access_log, remote(context.peer()), "GRPC", path, status, size, ms, rid)
 
     # ------------------------------------------------------------------ lookups
     def _models(self) -> list[ServiceConfig]:
