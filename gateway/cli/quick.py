@@ -1,7 +1,8 @@
 """Serving without a config file: ``serve --model PATH`` and ``serve --model-repository DIR``.
 
-A ``--model`` file is served by the runtime its suffix names (``.onnx``; ``.joblib``, ``.pkl``:
-sklearn; ``.json``, ``.ubj``: xgboost; ``.txt``: lightgbm).
+A ``--model`` file is served by the runtime its suffix names (gateway.config.catalog's
+MODEL_SUFFIXES: ``.onnx``; ``.joblib``, ``.pkl``: sklearn; ``.json``, ``.ubj``: xgboost; ``.txt``:
+lightgbm; ``.pt``: torch; ``.pmml``: pmml), a SavedModel folder by tensorflow.
 
 The services are built here as ``services:`` entries and validated like a config file's;
 once the gateway is ready, how to call each one is printed (this SDK or ``eas-prediction``,
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SERVICE_NAME_RE, Config, ConfigError, parse_config
-from gateway.config.catalog import PICKLE_PROCESSORS
+from gateway.config.catalog import PICKLE_PROCESSORS, runtime_for
 from gateway.config.model_urls import is_model_url, redact_url
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.manage.repository import scan, scan_url
@@ -42,12 +43,12 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-# A --model file's runtime by its suffix, as each library names its files; anything else is ONNX.
-RUNTIME_SUFFIXES = {
-    ".joblib": "sklearn", ".pkl": "sklearn", ".pickle": "sklearn",
-    ".json": "xgboost", ".ubj": "xgboost",
-    ".txt": "lightgbm",
-}  # fmt: skip
+def runtime_of(model: str) -> str:
+    """A ``--model``'s processor, by the rule the model repository uses too (a SavedModel
+    folder: tensorflow); a file whose suffix names no runtime is tried as ONNX."""
+    path = Path(model)
+    inside = {p.name for p in path.iterdir()} if not is_model_url(model) and path.is_dir() else None
+    return runtime_for(model, inside) or "onnx"
 
 
 def quick_services(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -55,14 +56,14 @@ def quick_services(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.model_repository and is_model_url(args.model_repository):  # a bucket: s3://b/models/
         from gateway.sources.stores import StoreError
 
-        try:
+        try:  # its errors name no repository: the caller's message does
             return scan_url(args.model_repository, _defaults(args))
         except StoreError as exc:
-            raise ConfigError(f"--model-repository {redact_url(args.model_repository)}: {exc}") from None
+            raise ConfigError(str(exc)) from None
     if args.model_repository:
         root = Path(args.model_repository)
         if not root.is_dir():
-            raise ConfigError(f"--model-repository: not a folder: {root}")
+            raise ConfigError("not a folder")
         return scan(root, _defaults(args))
     names = args.name or []
     if len(names) > len(args.model):
@@ -72,20 +73,38 @@ def quick_services(args: argparse.Namespace) -> list[dict[str, Any]]:
         name = names[i] if i < len(names) else Path(model).stem
         if not SERVICE_NAME_RE.fullmatch(name):
             raise ConfigError(f"--name: {name!r} is not a valid service name (use --name)")
-        processor = RUNTIME_SUFFIXES.get(Path(model).suffix.lower(), "onnx")
+        processor = runtime_of(model)
         out.append({**_defaults(args), "name": name, "processor": processor, "model": model})
     return out
 
 
-def quick_config(args: argparse.Namespace) -> Config:
-    services = quick_services(args)
-    gateway: dict[str, Any] = {}
-    if not args.model_repository and any(s["processor"] in PICKLE_PROCESSORS for s in services):
+def _gateway(args: argparse.Namespace, services: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``gateway:`` section the services need: the model folders a pickle may load from."""
+    if args.model_repository:
+        # The repository folder is the operator's choice: every model in it is theirs to load.
+        local = not is_model_url(args.model_repository)
+        return {"model_dirs": [str(Path(args.model_repository).resolve())]} if local else {}
+    if any(s["processor"] in PICKLE_PROCESSORS for s in services):
         # A pickle loads only from model folders: the files named on the command line are
         # the operator's choice, so their folders are the ones allowed.
         local = (s["model"] for s in services if not is_model_url(s["model"]))
-        gateway["model_dirs"] = sorted({str(Path(m).resolve().parent) for m in local})
-    return parse_config({"gateway": gateway, "services": services})
+        return {"model_dirs": sorted({str(Path(m).resolve().parent) for m in local})}
+    return {}
+
+
+def quick_config(args: argparse.Namespace) -> Config:
+    try:
+        services = quick_services(args)
+    except ConfigError as exc:
+        if not args.model_repository:
+            raise
+        where = (
+            redact_url(args.model_repository)
+            if is_model_url(args.model_repository)
+            else args.model_repository
+        )
+        raise ConfigError(f"--model-repository {where}: {exc}") from None
+    return parse_config({"gateway": _gateway(args, services), "services": services})
 
 
 # A zero tensor longer than this is made by a Python one-liner piped into curl, not written out.
@@ -164,7 +183,8 @@ def repository_reloader(app: Any, root: Path | str, args: argparse.Namespace) ->
 
     async def reload() -> dict[str, Any]:
         try:
-            new = parse_config({"services": quick_services(args)})
+            services = quick_services(args)
+            new = parse_config({"gateway": _gateway(args, services), "services": services})
         except ConfigError as exc:  # logged by SIGHUP's handler or the poller, answered by the admin API
             raise ConfigError(f"model repository {root}: {exc}") from None
         done: dict[str, Any] = await app[GATEWAY_KEY].manager.reload(new)

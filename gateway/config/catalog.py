@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import PurePath
+
 # Config dtype spellings -> the V2 datatype names the rest of the gateway uses.
 DTYPES: dict[str, str] = {
     "float32": "FP32", "float": "FP32", "fp32": "FP32", "float64": "FP64", "double": "FP64",
@@ -44,8 +47,28 @@ DECLARED_OUTPUTS = ("python",)
 ONE_INPUT = ("sklearn", "xgboost", "lightgbm")
 # Model runtimes whose model is a folder, by the file that marks one (others' are a file).
 FOLDER_MODELS = {"tensorflow": "saved_model.pb"}
+# A model file's runtime by its suffix, as each library names its files (``serve --model`` and
+# the model repository pick a service's processor by it; runtime_for).
+MODEL_SUFFIXES: dict[str, str] = {
+    ".onnx": "onnx",
+    ".joblib": "sklearn", ".pkl": "sklearn", ".pickle": "sklearn",
+    ".json": "xgboost", ".ubj": "xgboost",
+    ".txt": "lightgbm",
+    ".pt": "torch",
+    ".pmml": "pmml",
+}  # fmt: skip
 # Model runtimes that run on a device the service names (``device: cuda:0``); others on the CPU.
 DEVICE_PROCESSORS = ("torch",)
+
+
+def runtime_for(name: str, inside: Collection[str] | None = None) -> str | None:
+    """The processor that serves a model: a file by its name's suffix, a folder (``inside``:
+    the names in it) by the file that marks its kind (a SavedModel's ``saved_model.pb``).
+    None when neither says."""
+    if inside is not None:
+        return next((kind for kind, marker in FOLDER_MODELS.items() if marker in inside), None)
+    return MODEL_SUFFIXES.get(PurePath(name).suffix.lower())
+
 
 # The processors of the services a model step may call (gateway.backends.pipelines.forms speaks each),
 # and why the others cannot be one.
@@ -62,10 +85,12 @@ __all__ = [
     "DTYPES",
     "FOLDER_MODELS",
     "MODEL_PROCESSORS",
+    "MODEL_SUFFIXES",
     "NOT_A_STEP",
     "ONE_INPUT",
     "PICKLE_PROCESSORS",
     "STEP_PROCESSORS",
     "TRANSFORMS",
     "TRANSFORM_DTYPES",
+    "runtime_for",
 ]

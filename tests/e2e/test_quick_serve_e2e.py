@@ -227,3 +227,73 @@ def test_serve_model_that_cannot_load_exits_1_with_the_load_error(tmp_path: Path
     assert len(failed) == 1, proc.stderr
     assert "service junk cannot serve: its workers failed to start: " in failed[0]
     assert "junk.onnx" in failed[0] and "ready" not in proc.stderr.split("start-up failed", 1)[1], proc.stderr
+
+
+def _v2(gw: GatewayProcess, model: str, x: Any) -> dict[str, Any]:
+    import numpy as np
+
+    x = np.asarray(x)
+    datatype = {"float32": "FP32", "float64": "FP64"}[x.dtype.name]
+    body = {
+        "inputs": [
+            {"name": "input", "shape": list(x.shape), "datatype": datatype, "data": x.ravel().tolist()}
+        ]
+    }
+    req = urllib.request.Request(
+        f"{gw.url}/v2/models/{model}/infer", data=json.dumps(body).encode(), method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in json.loads(r.read())["outputs"]}
+
+
+def test_model_repository_serves_every_runtime(tmp_path: Path, digits_model: Path) -> None:
+    """scikit-learn, XGBoost, LightGBM and PMML files beside an ONNX model, in Triton's layout,
+    each served by its runtime with the numbers the library computes; the pickle loads because
+    the repository is the operator's folder. A folder it cannot tell stops the start, named."""
+    from tests.e2e import estimator_models, runtime_models
+
+    built = estimator_models.build(tmp_path / "built")
+    repo = tmp_path / "repo"
+    layout = {"iris-sk": ("sklearn", "model.joblib"), "iris-xgb": ("xgboost", "model.json"),
+              "iris-ubj": ("booster", "model.ubj"), "iris-lgb": ("lightgbm", "model.txt")}  # fmt: skip
+    for service, (model, file) in layout.items():
+        (repo / service / "1").mkdir(parents=True)
+        shutil.copy(built[model], repo / service / "1" / file)
+    (repo / "iris-lgb" / "1" / "labels.txt").write_text("setosa\nversicolor\nvirginica\n")  # left alone
+    (repo / "card" / "2").mkdir(parents=True)
+    runtime_models.sample_builder().build_pmml(repo / "card" / "2" / "model.pmml")
+    shutil.copy(digits_model, repo / "digits.onnx")
+    gw = GatewayProcess.start(
+        {},
+        tmp_path / "gw",
+        serve_args=("--model-repository", str(repo)),
+        env={"EASGW_DATA_DIR": str(tmp_path)},
+    )
+    try:
+        assert set(gw.services()) == {*layout, "card", "digits"}
+        for service, (model, file) in layout.items():
+            x = estimator_models.features(model)
+            want = estimator_models.expected(model, repo / service / "1" / file, x)
+            got = _v2(gw, service, x)
+            assert set(got) == set(want), service
+            for name, array in want.items():
+                runtime_models.same(got[name], array, f"{service}.{name}")
+        x = runtime_models.features("pmml", rows=4)
+        want = runtime_models.expected("pmml", repo / "card" / "2" / "model.pmml", x)
+        got = _v2(gw, "card", x)
+        for name, array in want.items():
+            runtime_models.same(got[name], array, f"card.{name}")
+        assert _status(gw, "/v2/models/digits/ready") == 200
+    finally:
+        assert gw.stop() == 0
+
+    (repo / "odd" / "1").mkdir(parents=True)
+    (repo / "odd" / "1" / "model.bin").write_bytes(b"?")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--model-repository", str(repo), "--port", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "EASGW_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"--model-repository {repo}: odd/1/model.bin: not a model file the gateway can tell" in proc.stderr
+    assert ".joblib, .pkl" in proc.stderr and ".pmml" in proc.stderr, proc.stderr

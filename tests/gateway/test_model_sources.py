@@ -200,15 +200,3 @@ async def test_a_backend_whose_model_cannot_be_fetched_answers_503_with_the_reas
         await backend.dispatch(WorkerRequest(b"", "", "", "r", {}), 1.0)
     assert inner.started_with is None  # never started without its model
     await backend.stop(0.0)
-
-
-def test_a_bucket_repository_reads_the_folder_layout() -> None:
-    from gateway.manage.repository import _locate_keys
-
-    e = ("etag", 1)
-    assert _locate_keys({"": e}) == ("", "1")
-    assert _locate_keys({"model.onnx": e, "other.onnx": e}) == ("model.onnx", "1")
-    assert _locate_keys({"a.onnx": e, "config.pbtxt": e}) == ("a.onnx", "1")
-    assert _locate_keys({"a.onnx": e, "b.onnx": e}) is None
-    assert _locate_keys({"1/model.onnx": e, "3/x.onnx": e, "0/model.onnx": e}) == ("3/x.onnx", "3")
-    assert _locate_keys({"2/sub/model.onnx": e}) is None
