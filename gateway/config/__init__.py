@@ -27,6 +27,7 @@ from gateway.config.catalog import (
     ONE_INPUT,
 )
 from gateway.config.located import relocated
+from gateway.config.mirror import MirrorConfig, mirror_problems, parse_mirror
 from gateway.config.model_urls import ModelSource
 from gateway.config.payload_log import PayloadLogConfig, check_payload_sinks, parse_payload_log
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
@@ -118,6 +119,8 @@ class ServiceConfig:
     # The share of calls each version takes when a call names none (gateway.config.traffic);
     # empty: the latest takes them all.
     traffic: tuple[tuple[str, int], ...] = ()
+    # A share of the calls copied to another version or service, answers discarded; None: none.
+    mirror: MirrorConfig | None = None
     # sklearn, xgboost, lightgbm: the model's input as the service declares it (name, dtype,
     # shape), where the model file does not say it (gateway.worker.processors.estimator).
     inputs: tuple[TensorDecl, ...] = ()
@@ -293,7 +296,7 @@ _SERVICE_KEYS = {
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
     "payload_log", "explainer", "outputs",
-    "device", "traffic", "rpc_port",
+    "device", "traffic", "rpc_port", "mirror",
 }  # fmt: skip
 
 
@@ -320,6 +323,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     traffic = errs.check(
         parse_traffic, raw.get("traffic"), [v for v, _ in versions], f"{where}.traffic", default=()
     )
+    mirror = errs.check(parse_mirror, raw.get("mirror"), [v for v, _ in versions], f"{where}.mirror")
     if versions:
         model: str | None = versions[-1][1]
     else:
@@ -405,6 +409,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         cluster_serving=cluster_serving,
         versions=versions,
         traffic=traffic,
+        mirror=mirror,
         pipeline=pipeline,
         remote_workers=remote,
         placement=placement,
@@ -616,6 +621,8 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     for problem in check_payload_sinks(services):
         errs.add(problem)
     _check_explainers(services, errs)
+    for problem in mirror_problems(services):
+        errs.add(problem)
     cfg = apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
     for clash in port_clashes(cfg.gateway, admin, services=cfg.services):
         errs.add(clash)

@@ -60,6 +60,7 @@ from gateway.core.calls import (
     WorkerResponse,
 )
 from gateway.core.metadata import declared_dtypes
+from gateway.core.mirror import Mirrors
 from gateway.core.observers import DispatchObserver, PayloadObserver, logged
 from gateway.core.parse_pool import parse_off_loop
 from gateway.core.traffic import VERSION_HEADER, draw
@@ -176,6 +177,7 @@ class DataPlane:
         # so a success stays one; a signature covers one call and is always checked. Bounded.
         self._verified: dict[tuple[str, str], None] = {}
         self.stats: dict[str, InferStats] = {name: InferStats() for name in self.services}
+        self.mirrors = Mirrors(backends, observer)
 
     # ------------------------------------------------------------------ services at run time
     def set_service(self, svc: ServiceConfig) -> None:
@@ -415,7 +417,7 @@ class DataPlane:
             return svc
         asked = headers.get(VERSION_HEADER)
         if asked is None and type(headers) is dict:  # a record's own headers, as they were sent
-            asked = next((v for k, v in headers.items() if k.lower() == "x-model-version"), None)
+            asked = {k.lower(): v for k, v in headers.items()}.get("x-model-version")
         if asked is not None:
             version = asked.strip()
             if version not in svc.version_names:
@@ -656,6 +658,8 @@ class DataPlane:
         backend = self.backends.get(svc.name)
         if backend is None:
             raise errors.ServiceNotFound(f"service {svc.name!r} not found")
+        if svc.mirror is not None:  # a copy for the mirror, which the call never waits for
+            self.mirrors.copy(svc, req)
         t0 = time.perf_counter()
         stats = self.stats.get(svc.name)
         self.admission.enter(svc.name)
@@ -691,11 +695,7 @@ class DataPlane:
         if self.observer is not None:
             self.observer.observe_dispatch(svc, status, elapsed, compute_us, resp.body)
         if svc.versions or "@" in svc.name:  # a service with versions: the answer says which
-            resp.headers = (
-                {**resp.headers, VERSION_HEADER: served_version(svc)}
-                if resp.headers
-                else {VERSION_HEADER: served_version(svc)}
-            )
+            resp.headers = {**(resp.headers or {}), VERSION_HEADER: served_version(svc)}
         return resp
 
     async def _arrays(

@@ -38,6 +38,14 @@ class DispatchObserver(Protocol):
         """The backend did not answer: refused, timed out, lost its worker; or too large."""
         ...
 
+    def observe_mirror(
+        self, service: str, mirror: str, outcome: str | None, seconds: float, in_flight: int
+    ) -> None:
+        """A copy of one of ``service``'s calls to its mirror left (``outcome`` None) or ended
+        (gateway.core.mirror): ``outcome`` the status it was answered with, or ``shed`` when it
+        was not sent; ``in_flight`` the copies running now."""
+        ...
+
 
 class PayloadObserver(Protocol):
     """Told of each call of a service that logs its payloads (``payload_log``), once it is

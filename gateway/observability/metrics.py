@@ -268,6 +268,65 @@ class _VersionCalls(Collector):
         yield seconds
 
 
+class _MirrorCalls(Collector):
+    """Copies of calls sent to services' mirrors (gateway.core.mirror), apart from the calls
+    themselves: ``easgw_mirror_requests_total{service, mirror, outcome}`` (the status the
+    mirror answered, or ``shed``: not sent, too many in flight), their dispatch time
+    ``easgw_mirror_dispatch_seconds{service, mirror}`` and ``easgw_mirror_in_flight{service}``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.counts: dict[tuple[str, str, str], int] = {}
+        self.in_flight: dict[str, int] = {}
+        self._bounds = list(_LATENCY_BUCKETS)
+        self._les = [floatToGoString(b) for b in (*_LATENCY_BUCKETS, math.inf)]
+        self.buckets: dict[tuple[str, str], list[int]] = {}
+        self._sums: dict[tuple[str, str], float] = {}
+        registry.register(self)
+
+    def observe(self, service: str, mirror: str, outcome: str | None, seconds: float, in_flight: int) -> None:
+        self.in_flight[service] = in_flight
+        if outcome is None:  # a copy left: only the count in flight changes
+            return
+        key = (service, mirror, outcome)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if outcome == "shed":
+            return
+        pair = (service, mirror)
+        buckets = self.buckets.get(pair)
+        if buckets is None:
+            buckets = self.buckets[pair] = [0] * len(self._les)
+            self._sums[pair] = 0.0
+        buckets[bisect.bisect_left(self._bounds, seconds)] += 1
+        self._sums[pair] += seconds
+
+    def collect(self) -> Iterable[Metric]:
+        requests = CounterMetricFamily(
+            "easgw_mirror_requests",
+            "Copies of a service's calls sent to its mirror, by outcome (the status, or shed: not sent)",
+            labels=["service", "mirror", "outcome"],
+        )
+        for (service, mirror, outcome), n in sorted(self.counts.items()):
+            requests.add_metric([service, mirror, outcome], float(n))
+        yield requests
+        seconds = HistogramMetricFamily(
+            "easgw_mirror_dispatch_seconds",
+            "Time from sending a copy to its mirror to the mirror's answer",
+            labels=["service", "mirror"],
+        )
+        for (service, mirror), counts in sorted(self.buckets.items()):
+            buckets = list(zip(self._les, itertools.accumulate(counts), strict=True))
+            seconds.add_metric([service, mirror], buckets, self._sums[(service, mirror)])
+        yield seconds
+        running = GaugeMetricFamily(
+            "easgw_mirror_in_flight",
+            "Copies of a service's calls its mirror is running now",
+            labels=["service"],
+        )
+        for service, n in sorted(self.in_flight.items()):
+            running.add_metric([service], float(n))
+        yield running
+
+
 class _Count(Collector):
     """A counter without labels, kept as a plain integer (event loop only), read at scrape time."""
 
@@ -389,6 +448,7 @@ class GatewayMetrics:
             registry,
         )
         self.versions = _VersionCalls(registry)
+        self.mirrors = _MirrorCalls(registry)
         # Service -> its last failed call: (wall-clock time, status, message), for the status page.
         self.last_error: dict[str, tuple[float, int, str]] = {}
         self.inflight = _Inflight(
@@ -453,6 +513,13 @@ class GatewayMetrics:
             return
         self.versions.observe(service, version, error.status, dispatch_s)
         self.last_error[service] = (time.time(), error.status, error.message)
+
+    def observe_mirror(
+        self, service: str, mirror: str, outcome: str | None, seconds: float, in_flight: int
+    ) -> None:
+        """A copy of a call sent to the service's mirror ended, or was shed (the dataplane's observer)."""
+        if service in self.services:
+            self.mirrors.observe(service, mirror, outcome, seconds, in_flight)
 
     def _service_timers(self, service: str) -> tuple[Timer, Timer, Timer]:
         timers = self._timers_of.get(service)
