@@ -11,9 +11,12 @@ either or both hooks, in the shape of a Paddle Serving op or a KServe transforme
 
 On a step with a model, ``preprocess`` turns the step's inputs into the model's feeds and
 ``postprocess`` turns the model's outputs (with the step's inputs at hand) into the step's
-outputs. On a step without one, ``preprocess``'s answer is handed to ``postprocess`` as its
-outputs. Values are numpy arrays or plain Python values; nothing is serialised between
-steps in this process. ``OpError(message, status)`` answers the request with that status;
+outputs; a ``SkipModel`` from ``preprocess`` skips the model and is handed on in place of
+its outputs. On a step without one, ``preprocess``'s answer is handed to ``postprocess`` as
+its outputs. A class written as a Paddle Serving ``Op`` (``init_op``,
+``preprocess(input_dicts, data_id, log_id)``, ...) runs through gateway.worker.paddle_ops.
+Values are numpy arrays or plain Python values; nothing is serialised between steps in this
+process. ``OpError(message, status)`` answers the request with that status;
 any other exception is a 500 that names the step.
 """
 
@@ -26,6 +29,8 @@ import numpy as np
 
 from gateway.config.catalog import DTYPES
 from gateway.config.user_code import import_class
+from gateway.worker.op_types import OpError, SkipModel
+from gateway.worker.paddle_ops import PaddleOp, is_paddle_op
 
 # V2 datatype -> numpy dtype for ``cast``.
 _NUMPY: dict[str, np.dtype[Any]] = {
@@ -37,18 +42,14 @@ _NUMPY: dict[str, np.dtype[Any]] = {
 }  # fmt: skip
 
 
-class OpError(Exception):
-    """Raised by an op (or a transform) to answer the request with ``status``."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-
-
 def load_op(entry: str, config: Mapping[str, Any]) -> Any:
     """An initialised instance of the op class ``entry`` names."""
     cls = import_class(entry)
+    if is_paddle_op(cls):  # Paddle's signatures, run through an adapter of the same hooks
+        paddle_op = PaddleOp(cls())
+        paddle_op.config = dict(config)
+        paddle_op.initialize()
+        return paddle_op
     if not (callable(getattr(cls, "preprocess", None)) or callable(getattr(cls, "postprocess", None))):
         raise TypeError(
             f"entry {entry!r}: class {cls.__name__} has neither preprocess(inputs)"
@@ -122,4 +123,4 @@ TRANSFORM_FUNCTIONS: dict[str, Transform] = {
     "concat": _concat,
 }
 
-__all__ = ["TRANSFORM_FUNCTIONS", "OpError", "Transform", "load_op"]
+__all__ = ["TRANSFORM_FUNCTIONS", "OpError", "SkipModel", "Transform", "load_op"]

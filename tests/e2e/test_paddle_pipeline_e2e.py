@@ -21,6 +21,8 @@ from tests.e2e.gateway_proc import GatewayProcess
 from tests.paddle_reference import run_paddle
 from tests.redis_server import free_port
 
+OPS = Path(__file__).with_name("paddle_ops.py")
+
 WEIGHTS = np.linspace(-1.0, 1.0, 13, dtype=np.float32).reshape(13, 1)
 BIAS = np.float32(20.0)
 FEATURES = np.array(
@@ -91,16 +93,32 @@ def _model(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rpc_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    """Each service's rpc_port: the model's own, and a pipeline's whose step is a Paddle op."""
     work = tmp_path_factory.mktemp("paddle-pipeline")
-    port = free_port()
+    port, op_port = free_port(), free_port()
     services = [
         {"name": "uci", "processor": "onnx", "model": str(_model(work / "uci.onnx")), "rpc_port": port},
-    ]
+        {
+            "name": "uci-op",
+            "processor": "pipeline",
+            "rpc_port": op_port,
+            "pipeline": {
+                "inputs": {"x": {"dtype": "float32"}, "mode": {"dtype": "bytes"}},
+                "steps": [
+                    {
+                        "name": "uci", "op": f"{OPS}:UciOp", "service": "uci",
+                        "inputs": {"x": "request.x", "mode": "request.mode"}, "outputs": {"price": "float32"},
+                    }
+                ],
+                "outputs": {"price": "uci.price"},
+            },
+        },
+    ]  # fmt: skip
     gw = GatewayProcess.start({"services": services}, work / "gw")
     try:
         gw.wait_workers_ready("uci", 1)
-        yield port
+        yield {"uci": port, "uci-op": op_port}
     finally:
         gw.stop()
 
@@ -109,7 +127,7 @@ def _price(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) @ WEIGHTS + BIAS
 
 
-def test_key_value_and_tensor_forms_answer_as_paddle_does(rpc_port: int) -> None:
+def test_key_value_and_tensor_forms_answer_as_paddle_does(ports: dict[str, int]) -> None:
     feats = json.dumps(FEATURES.tolist())
     code = (
         CLIENT
@@ -123,7 +141,7 @@ call(feed_dict={{"x": x}}, pack_tensor_format=True, use_tensor_bytes=True)
 print(json.dumps(results))
 """
     )
-    results = run_paddle(code, str(rpc_port))
+    results = run_paddle(code, str(ports["uci"]))
     expected = _price(FEATURES)
     for r in results:
         assert r["err_no"] == 0, r
@@ -136,7 +154,7 @@ print(json.dumps(results))
     np.testing.assert_allclose(results[3]["values"]["price"], _price(both), rtol=1e-5)
 
 
-def test_refusals_are_paddle_errors_and_the_service_answers_on(rpc_port: int) -> None:
+def test_refusals_are_paddle_errors_and_the_service_answers_on(ports: dict[str, int]) -> None:
     code = (
         CLIENT
         + """
@@ -150,7 +168,7 @@ call(feed_dict={"x": x})
 print(json.dumps(results))
 """
     )
-    *refused, last = run_paddle(code, str(rpc_port))
+    *refused, last = run_paddle(code, str(ports["uci"]))
     for r in refused:
         assert r["err_no"] == 5000, r  # Paddle's INPUT_PARAMS_ERROR
         assert r["err_msg"].startswith("[400] "), r
@@ -160,3 +178,29 @@ print(json.dumps(results))
     assert "rectangular" in refused[2]["err_msg"]
     assert last["err_no"] == 0
     np.testing.assert_allclose(last["values"]["price"], _price(np.ones((1, 13))), rtol=1e-5)
+
+
+def test_a_paddle_op_runs_with_its_own_signatures(ports: dict[str, int]) -> None:
+    feats = json.dumps(FEATURES.tolist())
+    code = (
+        CLIENT
+        + f"""
+x = np.array({feats}, dtype="float32")
+for mode in ("predict", "skip", "refuse", "raise", "short", "bad-post", "predict"):
+    call(feed_dict={{"x": x, "mode": mode}})
+print(json.dumps(results))
+"""
+    )
+    ok, skipped, refused, raised, short, bad_post, again = run_paddle(code, str(ports["uci-op"]))
+    for r in (ok, again):
+        assert r["err_no"] == 0, r
+        np.testing.assert_allclose(r["values"]["price"], _price(FEATURES), rtol=1e-5)
+    assert skipped["err_no"] == 0 and skipped["values"] == {"price": [[-1.0]]}
+    assert refused["err_no"] == 5000
+    assert "errcode 7: the features are out of range" in refused["err_msg"]
+    assert "step 'uci'" in refused["err_msg"]
+    assert raised["err_no"] == 10000 and "RuntimeError: the op broke" in raised["err_msg"]
+    assert short["err_no"] == 10000
+    assert "preprocess() returned a tuple of 2" in short["err_msg"], short
+    assert bad_post["err_no"] == 10000
+    assert "postprocess() returned dict; expected (dict, errcode, errinfo)" in bad_post["err_msg"]

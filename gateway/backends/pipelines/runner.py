@@ -30,7 +30,7 @@ from gateway.config.pipelines import REQUEST, PipelineSpec, StepSpec
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
 from gateway.core.calls import WorkerRequest, WorkerResponse
-from gateway.worker.ops import TRANSFORM_FUNCTIONS, OpError
+from gateway.worker.ops import TRANSFORM_FUNCTIONS, OpError, SkipModel
 
 
 class StepFailed(Exception):
@@ -247,7 +247,7 @@ class OpStep:
         values: Mapping[str, Any] = inputs
         if self.pre is not None:
             values = self._mapping(await loop.run_in_executor(self.threads, self.pre, inputs), "preprocess")
-        if self.model is not None:
+        if self.model is not None and not isinstance(values, SkipModel):
             values = await self.model(values, ctx)
         if self.post is not None:
             values = self._mapping(
