@@ -40,6 +40,7 @@ from typing import Any
 
 from gateway.config.catalog import DTYPES, NOT_A_STEP, STEP_PROCESSORS, TRANSFORM_DTYPES, TRANSFORMS
 from gateway.config.files import ConfigError, existing_file
+from gateway.config.model_urls import check_model_url, file_url_path, is_file_url, is_model_url
 from gateway.config.user_code import ENTRY_FORMS
 
 REQUEST = "request"  # the source "step" of the request's own inputs
@@ -112,7 +113,7 @@ class StepSpec:
     inputs: tuple[StepInput, ...]
     outputs: tuple[TensorDecl, ...]
     service: str | None = None  # a model step that calls another service's workers
-    model: str | None = None  # a model step with its own ONNX file (its own workers)
+    model: str | None = None  # a model step with its own ONNX file or URL (its own workers)
     op: str | None = None  # "path/to/file.py:Class" or "package.module:Class"
     transform: str | None = None
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -267,7 +268,7 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
         raise _fail(where, "a step needs one of: service, model, predictor, op, transform")
     kind = "transform" if transform else ("op" if op else "model")
     if model:
-        model = existing_file(model, base, f"{where}.model")
+        model = _step_model(model, base, f"{where}.model")
     if op:
         if ":" not in op:
             raise _fail(f"{where}.op", f"expected {ENTRY_FORMS}")
@@ -332,6 +333,15 @@ def _predictor(raw: Any, where: str) -> PredictorSpec:
         timeout_ms=_int(raw.get("timeout_ms", 0), f"{where}.timeout_ms", 0, 3_600_000),
         retries=_int(raw.get("retries", 0), f"{where}.retries", 0, 10),
     )  # fmt: skip
+
+
+def _step_model(value: str, base: Path | None, where: str) -> str:
+    """A step's own model: a file, or a URL the gateway fetches (as a service's ``model``)."""
+    if is_model_url(value):
+        return check_model_url(value, where)
+    if is_file_url(value):
+        value = file_url_path(value, where)
+    return existing_file(value, base, where)
 
 
 def _placement(value: Any, model: str | None, op: str | None, elsewhere: str | None, where: str) -> str:

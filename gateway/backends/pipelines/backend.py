@@ -30,7 +30,7 @@ import numpy as np
 from eas_sdk.codecs import eas
 from gateway.backends.in_gateway import RunsInGateway
 from gateway.backends.pipelines.forms import STEP_FORMS
-from gateway.backends.pipelines.local import LocalModel
+from gateway.backends.pipelines.local import FetchedModel, LocalModel
 from gateway.backends.pipelines.remote import RemoteModelCall
 from gateway.backends.pipelines.runner import (
     CallContext,
@@ -44,11 +44,13 @@ from gateway.backends.pipelines.runner import (
     TransformStep,
 )
 from gateway.backends.pipelines.timings import TIMINGS_HEADER, StepTimings, server_timing, wants_timings
+from gateway.backends.sourced import cache_dir
 from gateway.codecs import v2_tensors
 from gateway.codecs.errors import eas_body
 from gateway.codecs.shm import SHM_ENV, ShmArea
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.config.catalog import DTYPES
+from gateway.config.model_urls import is_model_url
 from gateway.config.pipelines import REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
 from gateway.core import errors, json_answer
 from gateway.core.backend import ServiceBackend
@@ -186,6 +188,9 @@ class PipelineBackend(RunsInGateway):
         self._metadata: ModelMetadata | None = None
         self.plane: DataPlane | None = None
         self._local: dict[str, LocalModel] = {}
+        # The in-gateway models named by a URL, fetched before they load (the steps' own
+        # pools fetch theirs as any service does: the pool factory wraps them).
+        self._fetches: dict[str, FetchedModel] = {}
         # The model steps whose predictor is another server (gateway.backends.pipelines.remote).
         self._remote: dict[str, RemoteModelCall] = {}
         self.input_specs = [_tensor_spec(d) for d in self.spec.inputs]
@@ -252,6 +257,8 @@ class PipelineBackend(RunsInGateway):
                 remote = RemoteModelCall(step.name, step.predictor, step.output_names)
                 self._remote[step.name] = remote
                 model = remote
+            elif step.model is not None and is_model_url(step.model):  # placement: thread, fetched first
+                model = self._fetched_model(step, wanted)
             elif step.model is not None:  # placement: thread
                 model = await self._local_model(step, wanted)
             if step.kind == "transform":
@@ -272,8 +279,19 @@ class PipelineBackend(RunsInGateway):
                 assert model is not None
                 execs[step.name] = ModelStep(model)
         self.runner = Runner(self.spec, execs)
+        for fetch in self._fetches.values():
+            fetch.start()
         for pool in self.own_pools.values():
             await pool.start()
+
+    def _fetched_model(self, step: StepSpec, wanted: tuple[str, ...]) -> LocalModel:
+        assert step.model is not None
+        given = [i.name for i in step.inputs] if step.kind == "model" else []
+        local = LocalModel(step.name, step.model, wanted, step.concurrency, step.intra_op_threads, given)
+        self._fetches[step.name] = FetchedModel(local, self.gateway.model_sources, cache_dir(self.gateway))
+        self._closers.append(local.close)
+        self._local[step.name] = local
+        return local
 
     async def _local_model(self, step: StepSpec, wanted: tuple[str, ...]) -> LocalModel:
         assert step.model is not None
@@ -304,12 +322,19 @@ class PipelineBackend(RunsInGateway):
         return await self.plane.record_call(svc, headers, body, request_id=request_id, timeout=timeout)
 
     async def wait_ready(self, timeout: float) -> bool:
-        results = await asyncio.gather(*(b.wait_ready(timeout) for b in self.model_backends.values()))
+        results = await asyncio.gather(
+            *(b.wait_ready(timeout) for b in self.model_backends.values()),
+            *(f.wait(timeout) for f in self._fetches.values()),
+        )
         return all(results)
 
     async def wait_all_ready(self, timeout: float) -> bool:
-        """Every worker of every model step's backend ready (see ``wait_ready``)."""
-        results = await asyncio.gather(*(b.wait_all_ready(timeout) for b in self.model_backends.values()))
+        """Every worker of every model step's backend ready (see ``wait_ready``); a fetched
+        model, once its fetch ends (bounded by the store's timeouts)."""
+        results = await asyncio.gather(
+            *(b.wait_all_ready(timeout) for b in self.model_backends.values()),
+            *(f.wait(None) for f in self._fetches.values()),
+        )
         return all(results)
 
     async def scale(self, workers: int, drain_timeout: float) -> None:
@@ -320,12 +345,16 @@ class PipelineBackend(RunsInGateway):
         """Ready when every model step's backend is (a pipeline of ops only: once started)."""
         if self.runner is None:
             return False
-        return all(backend_ready(b) for b in self.model_backends.values())
+        fetched = all(f.loaded for f in self._fetches.values())
+        return fetched and all(backend_ready(b) for b in self.model_backends.values())
 
     def not_ready_reason(self) -> str | None:
         """None while ready; otherwise the first model step whose backend is not, and why."""
         if self.runner is None:
             return "the pipeline is not started"
+        for step, fetch in self._fetches.items():
+            if not fetch.loaded:
+                return f"step {step}: {fetch.reason()}"
         for step, backend in self.model_backends.items():
             if not backend_ready(backend):
                 return f"step {step}: {backend.not_ready_reason() or 'it has no ready worker'}"
@@ -336,6 +365,8 @@ class PipelineBackend(RunsInGateway):
         return self._pending
 
     async def stop(self, drain_timeout: float) -> None:
+        for fetch in self._fetches.values():
+            await fetch.stop()
         await asyncio.gather(
             *(p.stop(drain_timeout) for p in self.own_pools.values()), return_exceptions=True
         )
@@ -366,6 +397,11 @@ class PipelineBackend(RunsInGateway):
         rid = req.request_id
         if self.runner is None:
             return self._error(503, "ServiceNotReady", f"pipeline {self.service.name!r} is not started", rid)
+        if not all(f.loaded for f in self._fetches.values()):
+            reason = self.not_ready_reason()
+            return self._error(
+                503, "ServiceNotReady", f"pipeline {self.service.name!r} is not ready: {reason}", rid
+            )
         try:
             decoded = eas.decode_request(
                 req.body, self.service.request_format, req.header("X-Eas-Request-Format")

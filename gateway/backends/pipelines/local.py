@@ -6,11 +6,19 @@ come from the earlier step and go to the next as they are: no encoding, no IPC, 
 beyond a cast to the model's own input type. This is Paddle Serving's in-process
 ``local_predictor``; a step that needs isolation (a model that may crash or leak) keeps the
 default ``placement: process`` and runs on worker processes of its own.
+
+A step's model named by a URL is fetched first (:class:`FetchedModel`: gateway.sources, into
+the gateway's download cache, as a service's model is) and loaded once it is on disk; until
+then the step is not ready, and a fetch that fails is its reason, naming the URL without
+credentials.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +27,12 @@ from typing import Any
 import numpy as np
 
 from gateway.backends.pipelines.runner import CallContext, StepFailed
+from gateway.config.model_urls import ModelSource, redact_url
+from gateway.sources import FetchCancelled, FetchError, Progress, fetch_model
 from gateway.worker.ops import OpError
 from gateway.worker.processors.onnx import ORT_DTYPES, ORT_TO_V2, open_session
+
+log = logging.getLogger("gateway.pipelines")
 
 
 class LocalModel:
@@ -89,4 +101,62 @@ class LocalModel:
         self.threads.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["LocalModel"]
+class FetchedModel:
+    """A :class:`LocalModel` whose file is fetched from its URL before it loads."""
+
+    def __init__(self, local: LocalModel, sources: tuple[ModelSource, ...], cache_dir: str) -> None:
+        self.local = local
+        self.url = local.path
+        self.sources = sources
+        self.cache_dir = cache_dir
+        self.progress = Progress(redact_url(local.path))
+        self.error: str | None = None
+        self.loaded = False
+        self._cancel = threading.Event()
+        self._done: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._done = asyncio.Event()
+        self._task = asyncio.create_task(self._fetch_then_load(), name=f"fetch-step-{self.local.step}")
+
+    async def _fetch_then_load(self) -> None:
+        assert self._done is not None
+        try:
+            fetched = await asyncio.to_thread(
+                fetch_model, self.url, self.sources, self.cache_dir, self.progress, self._cancel
+            )
+            self.local.path = str(fetched.path)
+            await asyncio.to_thread(self.local.load)
+            self.loaded = True
+        except FetchCancelled:
+            return
+        except FetchError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # the file came but does not load
+            self.error = f"cannot load model {self.progress.url}: {str(exc).splitlines()[0][:300]}"
+        finally:
+            self._done.set()
+        if self.error is not None:
+            log.error("pipeline step %s: %s", self.local.step, self.error)
+
+    def reason(self) -> str:
+        return self.error or self.progress.text()
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Whether the model is loaded, waiting for the fetch at most ``timeout`` (None: until it ends)."""
+        if self._done is None:
+            return False
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._done.wait(), timeout)
+        return self.loaded
+
+    async def stop(self) -> None:
+        self._cancel.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+__all__ = ["FetchedModel", "LocalModel"]
