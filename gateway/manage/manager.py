@@ -288,7 +288,8 @@ class ServiceManager:
         start, changed ones update (rolling), removed ones drain and stop."""
         async with self.lock:
             wanted = self._store().apply(new.services) if self.store is not None else new.services
-            current = dict(self.gw.dataplane.services)
+            # The services the file names; an older model version's is its service's to manage.
+            current = {n: s for n, s in self.gw.dataplane.services.items() if "@" not in n}
             done: dict[str, list[str]] = {"added": [], "changed": [], "removed": [], "failed": []}
             for svc in wanted:
                 old = current.get(svc.name)

@@ -93,6 +93,11 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
                 "versions": {1: str(v1), 2: str(v2)}, "traffic": {1: 90, 2: 10},
             },
             {"name": "single", "processor": "onnx", "placement": "thread", "public": True, "model": str(v1)},
+            # Asynchronous: its dispatcher's calls are split too (all to the older version here).
+            {
+                "name": "am", "processor": "onnx", "placement": "thread", "public": True, "async": True,
+                "versions": {1: str(v1), 2: str(v2)}, "traffic": {1: 100, 2: 0},
+            },
             # Changed only by reloads of the file (a split set through the API stays on top of it).
             {
                 "name": "r", "processor": "onnx", "placement": "thread", "public": True,
@@ -340,7 +345,34 @@ def test_a_reload_changes_the_split_without_a_failed_call(gw: GatewayProcess) ->
         status, done = _admin(gw, "POST", "/admin/reload")
         assert status == 200 and done["changed"] == ["r"], done
         assert _calls(gw, "/api/predict/r", EAS_BODY, 20) == Counter({(200, "2", "2"): 20})
+        # Every older version serves on after the reload, this service's and the others'.
+        for path in ("/api/predict/r", "/api/predict/m"):
+            assert _calls(gw, path, EAS_BODY, 4, {"X-Model-Version": "1"}) == Counter({(200, "1", "1"): 4})
     finally:
         stop.set()
         loader.join()
     assert set(results) == {200}, results
+
+
+def test_an_asynchronous_service_s_records_follow_the_split(gw: GatewayProcess) -> None:
+    from tests.e2e.async_common import SinkCollector
+
+    sink = SinkCollector(gw.endpoint, "am")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        try:
+            for _ in range(5):
+                conn.request(
+                    "POST", "/api/predict/am", body=EAS_BODY, headers={"Content-Type": "application/json"}
+                )
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status == 200
+        finally:
+            conn.close()
+        frames = sink.wait(5, 60)
+    finally:
+        sink.stop()
+    assert len(frames) == 5, frames
+    # Every record was served by version 1, which the split gives every call.
+    assert {json.loads(body)["outputs"]["y"]["data"][0] for _, _, body in frames} == {1.0}, frames
