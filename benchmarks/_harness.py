@@ -21,10 +21,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+TOKEN = "bench-token-0123456789"  # every benchmark's services take this token
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 NCPU = os.cpu_count() or 1
 
@@ -226,6 +230,46 @@ def start_gateway(config: Path, env: dict[str, str], *, core: int = 0) -> tuple[
     return gateway, port_file.read_text().strip()
 
 
+def serve(
+    folder: Path,
+    gateway: dict[str, Any],
+    services: list[dict[str, Any]],
+    env: dict[str, str],
+    *,
+    core: int = 0,
+) -> tuple[Child, str]:
+    """A gateway with ``gateway``'s settings and ``services``, its config written to
+    ``FOLDER/services.yaml``, started by :func:`start_gateway`."""
+    import yaml
+
+    config = folder / "services.yaml"
+    config.write_text(yaml.safe_dump({"gateway": gateway, "services": services}))
+    return start_gateway(config, env, core=core)
+
+
+def sample_model(name: str) -> Path:
+    """``samples/models/NAME``; a run without it ends saying how to build it."""
+    model = ROOT / "samples" / "models" / name
+    if not model.exists():
+        raise SystemExit(f"samples/models/{name} is missing: python samples/build_models.py")
+    return model
+
+
+def tf_predict_body(
+    path: Path, x: np.ndarray, *, input_name: str = "input", signature_name: str = "serving_default"
+) -> Path:
+    """``x`` (float32) as the EAS TF PredictRequest a wrk run posts, written to ``path``."""
+    from eas_sdk._proto import tf_predict_pb2 as tf
+
+    req = tf.PredictRequest(signature_name=signature_name)
+    arr = req.inputs[input_name]
+    arr.dtype = tf.DT_FLOAT
+    arr.array_shape.dim.extend(x.shape)
+    arr.float_val.extend(x.ravel().tolist())
+    path.write_bytes(req.SerializeToString())
+    return path
+
+
 def stop_group(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM the process group of ``proc`` (started with start_new_session), SIGKILL if stuck."""
     if proc.poll() is None:
@@ -244,6 +288,22 @@ def median(values: Sequence[float]) -> float:
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def checked(label: str, r: WrkResult, *, socket_errors_ok: bool = False) -> WrkResult:
+    """``r``, or the end of the run when a call failed: a figure over failed calls is not one."""
+    if r.non2xx or (r.errors and not socket_errors_ok):
+        raise SystemExit(f"{label}: {r.non2xx} non-2xx, {r.errors} socket errors")
+    return r
+
+
+def paired(base: Sequence[WrkResult], other: Sequence[WrkResult]) -> tuple[float, float]:
+    """``other`` against ``base``, measured in the same rounds: the median of the per-round
+    throughput ratios and of the per-round differences in server CPU per call (µs)."""
+    pairs = list(zip(base, other, strict=True))
+    ratio = median([o.rps / b.rps for b, o in pairs])
+    extra = median([o.cpu_us_per_req - b.cpu_us_per_req for b, o in pairs])
+    return ratio, extra
 
 
 @dataclass

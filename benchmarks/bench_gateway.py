@@ -38,8 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import (
     PY,
     ROOT,
+    TOKEN,
     Child,
     Target,
+    checked,
     free_port,
     median,
     pin,
@@ -48,24 +50,16 @@ from _harness import (
     round_options,
     run_wrk,
     start_gateway,
+    tf_predict_body,
     tree_pids,
     wait_port,
 )
 from gateway_floor_server import worker_socket
 
-TOKEN = "bench-token-0123456789"
-
 
 def build_body(path: Path, input_name: str) -> None:
-    from eas_sdk._proto import tf_predict_pb2 as tf
-
     x = np.linspace(0, 16, 64, dtype=np.float32).reshape(1, 64)
-    req = tf.PredictRequest(signature_name="predict")
-    arr = req.inputs[input_name]
-    arr.dtype = tf.DT_FLOAT
-    arr.array_shape.dim.extend(x.shape)
-    arr.float_val.extend(x.ravel().tolist())
-    path.write_bytes(req.SerializeToString())
+    tf_predict_body(path, x, input_name=input_name, signature_name="predict")
 
 
 def main() -> None:
@@ -147,11 +141,7 @@ def main() -> None:
                     token=TOKEN,
                     server_pids=pids,
                 )
-                if r.non2xx or r.errors:
-                    raise SystemExit(
-                        f"{name}: {r.non2xx} non-2xx, {r.errors} socket errors: the run is invalid"
-                    )
-                res[name] = r
+                res[name] = checked(name, r)
                 rows[name].append(r)
             one = {}
             for name in paths:

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import (
     NCPU,
     ROOT,
+    TOKEN,
     Target,
     WrkResult,
     median,
@@ -45,7 +46,7 @@ from _harness import (
     start_gateway,
     tree_pids,
 )
-from bench_gateway import TOKEN, build_body
+from bench_gateway import build_body
 from bench_queue import Redis
 
 CORES_NEEDED = 4

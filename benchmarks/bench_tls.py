@@ -27,35 +27,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from benchmarks._harness import (  # noqa: E402
+    TOKEN,
     Child,
     Target,
     WrkResult,
+    checked,
     median,
+    paired,
     quick_rounds,
     report_targets,
     round_options,
     run_wrk,
-    start_gateway,
+    sample_model,
+    serve,
+    tf_predict_body,
     tree_pids,
 )
-
-TOKEN = "bench-token-0123456789"
-
-
-def _body(folder: Path) -> Path:
-    from eas_sdk._proto import tf_predict_pb2
-
-    req = tf_predict_pb2.PredictRequest(signature_name="serving_default")
-    x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
-    req.inputs["input"].dtype = tf_predict_pb2.DT_FLOAT
-    req.inputs["input"].array_shape.dim.extend(x.shape)
-    req.inputs["input"].float_val.extend(x.ravel().tolist())
-    path = folder / "body.bin"
-    path.write_bytes(req.SerializeToString())
-    return path
 
 
 def _gateway(folder: Path, model: Path, tls: dict[str, str] | None) -> tuple[Child, str]:
@@ -65,9 +54,7 @@ def _gateway(folder: Path, model: Path, tls: dict[str, str] | None) -> tuple[Chi
         gateway["tls"] = tls
     service = {"name": "digits", "processor": "onnx", "model": str(model), "token": TOKEN}
     service |= {"placement": "thread", "workers": 1}
-    config = folder / "services.yaml"
-    config.write_text(yaml.safe_dump({"gateway": gateway, "services": [service]}))
-    return start_gateway(config, {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
+    return serve(folder, gateway, [service], {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
 
 
 def _row(name: str, r: WrkResult) -> str:
@@ -81,9 +68,7 @@ def main() -> int:
     args = quick_rounds(ap.parse_args())
     import trustme
 
-    model = ROOT / "samples" / "models" / "digits.onnx"
-    if not model.exists():
-        raise SystemExit("samples/models/digits.onnx is missing: python samples/build_models.py")
+    model = sample_model("digits.onnx")
     with tempfile.TemporaryDirectory(prefix="easkit-bench-tls-") as tmp:
         folder = Path(tmp)
         ca = trustme.CA()
@@ -91,7 +76,8 @@ def main() -> int:
         chain, key = folder / "server.pem", folder / "server.key"
         chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
         cert.private_key_pem.write_to_path(str(key))
-        body = _body(folder)
+        x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
+        body = tf_predict_body(folder / "body.bin", x)
         plain, plain_addr = _gateway(folder / "plain", model, None)
         secure, secure_addr = _gateway(folder / "tls", model, {"cert_file": str(chain), "key_file": str(key)})
         urls = {
@@ -119,8 +105,7 @@ def main() -> int:
                             headers=headers,
                             server_pids=tree_pids(pids[name]),
                         )
-                        if r.non2xx or (r.errors and mode == "keep-alive"):
-                            raise SystemExit(f"{name} {mode}: {r.non2xx} non-2xx, {r.errors} socket errors")
+                        checked(f"{name} {mode}", r, socket_errors_ok=mode != "keep-alive")
                         results.setdefault((mode, name), []).append(r)
                         print(_row(f"{mode}, {name}", r))
         finally:
@@ -129,10 +114,8 @@ def main() -> int:
 
     targets: list[Target] = []
     for mode in ("keep-alive", "connection per call"):
-        pairs = list(zip(results[(mode, "plain")], results[(mode, "tls")], strict=True))
-        ratio = median([t.rps / p.rps for p, t in pairs])
-        extra = median([t.cpu_us_per_req - p.cpu_us_per_req for p, t in pairs])
-        plain_cpu = median([p.cpu_us_per_req for p, _ in pairs])
+        ratio, extra = paired(results[(mode, "plain")], results[(mode, "tls")])
+        plain_cpu = median([p.cpu_us_per_req for p in results[(mode, "plain")]])
         print(f"\n{mode}: TLS/plain throughput {ratio:.2f}, TLS adds {extra:.1f} µs of gateway CPU per call "
               f"(plain: {plain_cpu:.1f} µs)")  # fmt: skip
         goal = (">=", 0.7) if mode == "keep-alive" else ("", None)

@@ -26,36 +26,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from benchmarks._harness import (  # noqa: E402
+    TOKEN,
     Child,
     Target,
     WrkResult,
-    median,
+    checked,
+    paired,
     quick_rounds,
     report_targets,
     round_options,
     run_wrk,
-    start_gateway,
+    sample_model,
+    serve,
+    tf_predict_body,
     tree_pids,
 )
 
-TOKEN = "bench-token-0123456789"
 RATIOS = {"off": None, "1%": 0.01, "100%": 1.0}
-
-
-def _body(folder: Path) -> Path:
-    from eas_sdk._proto import tf_predict_pb2
-
-    req = tf_predict_pb2.PredictRequest(signature_name="serving_default")
-    x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
-    req.inputs["input"].dtype = tf_predict_pb2.DT_FLOAT
-    req.inputs["input"].array_shape.dim.extend(x.shape)
-    req.inputs["input"].float_val.extend(x.ravel().tolist())
-    path = folder / "body.bin"
-    path.write_bytes(req.SerializeToString())
-    return path
 
 
 class Collector:
@@ -101,9 +90,7 @@ def _gateway(folder: Path, model: Path, endpoint: str, ratio: float | None) -> t
     if ratio is not None:
         gateway |= {"trace_endpoint": endpoint, "trace_sample_ratio": ratio}
     service = {"name": "digits", "processor": "onnx", "model": str(model), "token": TOKEN, "workers": 1}
-    config = folder / "services.yaml"
-    config.write_text(yaml.safe_dump({"gateway": gateway, "services": [service]}))
-    return start_gateway(config, {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
+    return serve(folder, gateway, [service], {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
 
 
 def _row(name: str, r: WrkResult) -> str:
@@ -115,13 +102,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     round_options(ap)
     args = quick_rounds(ap.parse_args())
-    model = ROOT / "samples" / "models" / "digits.onnx"
-    if not model.exists():
-        raise SystemExit("samples/models/digits.onnx is missing: python samples/build_models.py")
+    model = sample_model("digits.onnx")
     collector = Collector()
     with tempfile.TemporaryDirectory(prefix="easkit-bench-tracing-") as tmp:
         folder = Path(tmp)
-        body = _body(folder)
+        x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
+        body = tf_predict_body(folder / "body.bin", x)
         gateways = {
             name: _gateway(folder / name.strip("%"), model, collector.url, r) for name, r in RATIOS.items()
         }
@@ -144,9 +130,7 @@ def main() -> int:
                         token=TOKEN,
                         server_pids=tree_pids(child.pid),
                     )
-                    if r.non2xx or r.errors:
-                        raise SystemExit(f"tracing {name}: {r.non2xx} non-2xx, {r.errors} socket errors")
-                    results[name].append(r)
+                    results[name].append(checked(f"tracing {name}", r))
                     print(_row(name, r))
         finally:
             for child, _ in gateways.values():
@@ -154,9 +138,7 @@ def main() -> int:
     print(f"\nthe collector read {collector.exports} export requests")
     targets: list[Target] = []
     for name in ("1%", "100%"):
-        pairs = list(zip(results["off"], results[name], strict=True))
-        ratio = median([t.rps / o.rps for o, t in pairs])
-        extra = median([t.cpu_us_per_req - o.cpu_us_per_req for o, t in pairs])
+        ratio, extra = paired(results["off"], results[name])
         print(f"tracing {name}: throughput / off {ratio:.3f}, {extra:+.1f} µs CPU per call")
         goal = (">=", 0.95) if name == "1%" else ("", None)
         targets.append(Target(f"tracing at {name} / off req/s", ratio, *goal))
