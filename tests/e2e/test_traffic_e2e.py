@@ -376,3 +376,30 @@ def test_an_asynchronous_service_s_records_follow_the_split(gw: GatewayProcess) 
     assert len(frames) == 5, frames
     # Every record was served by version 1, which the split gives every call.
     assert {json.loads(body)["outputs"]["y"]["data"][0] for _, _, body in frames} == {1.0}, frames
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/m/prediction", json.dumps({"feed": [{"x": [0.0]}], "fetch": ["y"]}).encode()),  # Paddle
+        ("/api/cluster-serving/m/predict", json.dumps({"instances": [{"x": [0.0]}]}).encode()),
+    ],
+)
+def test_paddle_and_cluster_serving_pin_and_name_the_version(
+    gw: GatewayProcess, path: str, body: bytes
+) -> None:
+    for version in ("1", "2"):
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        try:
+            conn.request(
+                "POST",
+                path,
+                body=body,
+                headers={"Content-Type": "application/json", "X-Model-Version": version},
+            )
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        assert (resp.status, resp.getheader("X-Model-Version")) == (200, version), data
+        assert f"{float(version)}".encode() in data, data  # the model's answer: 0 + version

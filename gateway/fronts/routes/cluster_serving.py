@@ -83,14 +83,17 @@ async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Resp
         return batch, batch.body
 
     body = RequestBody(request, gw.max_body_bytes, gw.body_timeout_s, hold_limit=gw.max_body_bytes)
+    extra: dict[str, str] = {}  # the backend's own answer headers (the version that served it)
     try:
         top_n, output = _top_n(request)
         batch, outputs = await plane.arrays_call(
             service, request.headers, request.rel_url.raw_path, body, decode,
             request_id=request_id(request), arrived=arrived, max_values=gw.max_json_values,
+            answer_headers=extra,
         )  # fmt: skip
         if top_n is not None:
-            return web.Response(body=_top_answer(outputs, batch.size, top_n, output), content_type=JSON_TYPE)
+            top = _top_answer(outputs, batch.size, top_n, output)
+            return web.Response(body=top, content_type=JSON_TYPE, headers=extra)
         # Its size follows the client's shapes: refused before it is built past the limit.
         answer = functools.partial(predictions_answer, outputs, batch.size, plane.max_response_bytes)
         if sum(a.size for a in outputs.values()) > _ENCODE_ON_LOOP_MAX:
@@ -103,7 +106,7 @@ async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Resp
         return _error(exc)
     except (ValueError, TypeError) as exc:
         return _error(errors.of_status(502, f"the service's outputs have no JSON form ({exc})"))
-    return web.Response(body=out, content_type=JSON_TYPE)
+    return web.Response(body=out, content_type=JSON_TYPE, headers=extra)
 
 
 def _top_n(request: web.Request) -> tuple[int | None, str | None]:
