@@ -40,7 +40,14 @@ def _parser() -> argparse.ArgumentParser:
         ".json/.ubj xgboost, .txt lightgbm",
     )
     what.add_argument("--model-repository", help="serve every model in this folder (Triton layout)")
-    s.add_argument("--name", action="append", help="service name of the --model at the same place")
+    what.add_argument(
+        "--paddle-config", help="serve the pipeline of Paddle Serving's config.yml (ONNX models in its place)"
+    )
+    s.add_argument(
+        "--name",
+        action="append",
+        help="service name of the --model at the same place (or of the Paddle pipeline)",
+    )
     s.add_argument("--workers", type=int, help="workers per service (--model, --model-repository)")
     s.add_argument("--token", help="token every service asks for (--model, --model-repository)")
     s.add_argument("--poll", type=float, help="rescan the --model-repository every SECONDS")
@@ -90,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup_logging(cfg.gateway.log_level, cfg.gateway.log_format)
     try:
-        return _run(serve(cfg, None if args.config else args))
+        return _run(serve(cfg, None if args.config or args.paddle_config else args))
     except ConfigError as exc:  # raised while building pools/queues
         print(f"eas-gateway: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

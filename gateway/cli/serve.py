@@ -48,6 +48,12 @@ def build_config(args: argparse.Namespace) -> Config:
         if args.name or args.workers is not None or args.token or args.poll is not None:
             raise ConfigError("--name, --workers, --token and --poll go with --model or --model-repository")
         cfg = load_config(args.config)
+    elif args.paddle_config:
+        if args.workers is not None or args.token or args.poll is not None:
+            raise ConfigError("--workers, --token and --poll go with --model or --model-repository")
+        from gateway.cli.paddle_config import paddle_config
+
+        cfg = paddle_config(args)
     else:
         from gateway.cli.quick import quick_config
 
