@@ -14,15 +14,21 @@ a slow build's line is printed as it starts, every model's when it is done:
   Its run time is chosen by the caller (about 1 us per iteration).
 * ``cluster_serving.onnx``: the async ``cs`` service's model in ``services.yaml``, one input
   of each Cluster Serving kind (built by ``build_cluster_serving_model.py``, reused here).
+* ``digits.joblib``, ``digits-xgb.json``, ``digits-lgb.txt`` (not built by ``build_all``;
+  :func:`build_estimators`, served by ``samples/estimators.yaml``): the digits classifier as
+  scikit-learn (a random forest, with joblib), XGBoost (``save_model``'s JSON) and LightGBM
+  (its text file) save it, for the ``sklearn``, ``xgboost`` and ``lightgbm`` processors;
+  trained on the same pixels as ``digits.onnx`` (scaled to 0..1). Each only where its
+  library is installed (the package's extra of the same name); a line names the others.
 * ``mlp_1024x1024x4.onnx`` (not built by ``build_all``; :func:`build_mlp`, used by
   benchmarks/bench_batching.py): input ``x`` float32[N,1024], four 1024x1024 MatMul+Add
   layers with Relu between them (random weights, fixed seed); output ``y`` float32[N,1024].
 
 Usage: ``python samples/build_models.py [out_dir]`` (default ``samples/models``): every
-model ``samples/services.yaml`` names. Idempotent: an existing, loadable model is kept
-(``cluster_serving.onnx`` is rewritten only when its bytes differ). The tools come with the
-package's ``samples`` extra; without them the script says which are missing and how to
-install them.
+model ``samples/services.yaml`` names, then those of ``samples/estimators.yaml``. Idempotent:
+an existing, loadable model is kept (``cluster_serving.onnx`` is rewritten only when its bytes
+differ). The tools come with the package's ``samples`` extra; without them the script says
+which are missing and how to install them.
 """
 
 from __future__ import annotations
@@ -277,9 +283,77 @@ def build_all(out_dir: str | Path | None = None, progress: Any = None) -> dict[s
     return paths
 
 
+# samples/estimators.yaml's models: file -> the module its library is imported as (and the
+# package's extra that brings it).
+ESTIMATORS = {"digits.joblib": "sklearn", "digits-xgb.json": "xgboost", "digits-lgb.txt": "lightgbm"}
+
+
+def _digits_scaled() -> tuple[Any, Any]:
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    return (x / 16.0).astype(np.float32), y
+
+
+def _fit_estimator(name: str, path: Path) -> None:
+    x, y = _digits_scaled()
+    tmp = path.with_name(".tmp-" + path.name)  # the suffix says the format to save_model
+    if name == "digits.joblib":
+        import joblib
+        from sklearn.ensemble import RandomForestClassifier
+
+        joblib.dump(
+            RandomForestClassifier(n_estimators=10, max_depth=8, random_state=0, n_jobs=1).fit(x, y), tmp
+        )
+    elif name == "digits-xgb.json":
+        import xgboost
+
+        xgboost.XGBClassifier(n_estimators=20, max_depth=4, random_state=0, n_jobs=1).fit(x, y).save_model(
+            tmp
+        )
+    else:
+        import lightgbm
+
+        model = lightgbm.LGBMClassifier(n_estimators=20, num_leaves=15, random_state=0, n_jobs=1, verbose=-1)
+        model.fit(x, y).booster_.save_model(tmp)
+    tmp.replace(path)
+
+
+def build_estimators(out_dir: str | Path | None = None, progress: Any = None) -> dict[str, Path]:
+    """The digits classifier for the sklearn, xgboost and lightgbm processors, each where its
+    library is installed (idempotent); return name -> path of those built or found."""
+    out = Path(out_dir) if out_dir is not None else DEFAULT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    missing = []
+    for name, module in ESTIMATORS.items():
+        path = out / name
+        if importlib.util.find_spec(module) is None:
+            missing.append(module)
+            continue
+        started = time.monotonic()
+        if path.is_file() and path.stat().st_size:
+            note = "already built"
+        else:
+            _fit_estimator(name, path)
+            note = f"built in {time.monotonic() - started:.1f} s"
+        if progress is not None:
+            progress(f"{name}: {note}")
+        paths[name] = path
+    if missing and progress is not None:
+        extras = ",".join(missing)  # each library's extra has its module's name
+        progress(
+            f"not built (samples/estimators.yaml serves them): the {', '.join(missing)} model(s); "
+            f'install their extras to build them: pip install -e ".[{extras}]"'
+        )
+    return paths
+
+
 if __name__ == "__main__":
     exit_if_tools_missing("build_models.py")
     out_dir = sys.argv[1] if len(sys.argv) > 1 else None
     built = build_all(out_dir, progress=lambda line: print(line, flush=True))
+    built |= build_estimators(out_dir, progress=lambda line: print(line, flush=True))
     for name, p in built.items():
         print(f"{name}: {p}")

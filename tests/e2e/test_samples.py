@@ -148,3 +148,53 @@ def test_build_models_names_the_missing_tools_and_how_to_install_them(tmp_path: 
     assert "missing here: numpy, onnx, skl2onnx, scikit-learn" in out.stderr, out.stderr
     assert '-py3-none-any.whl[gateway,samples]"' in out.stderr, out.stderr
     assert not list(tmp_path.iterdir())
+
+
+def _readme_estimators_call() -> tuple[str, str]:
+    """The README's call of the samples/estimators.yaml gateway and the output it shows."""
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(
+        r'<!-- skip: next "a call of the gateway samples/estimators\.yaml[^"]*" -->\s*'
+        r"```python\n(.*?)```\s*```text\n(.*?)```",
+        readme,
+        re.S,
+    )
+    assert found, "README.md: the estimators sample's call"
+    return found.group(1), found.group(2)
+
+
+@pytest.mark.timeout(180)
+def test_the_estimators_sample_answers_the_readme_call(tmp_path: Path) -> None:
+    """build_models.py's scikit-learn, XGBoost and LightGBM digits, served by
+    samples/estimators.yaml, answer the README's call as it shows."""
+    import importlib.util
+
+    from tests.e2e.gateway_proc import GatewayProcess
+
+    for module in ("xgboost", "lightgbm"):
+        pytest.importorskip(module)
+    spec = importlib.util.spec_from_file_location("sample_build_models", ROOT / "samples" / "build_models.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    models = tmp_path / "models"
+    built = builder.build_estimators(models)
+    assert set(built) == {"digits.joblib", "digits-xgb.json", "digits-lgb.txt"}
+
+    config = yaml.safe_load((ROOT / "samples" / "estimators.yaml").read_text())
+    config["gateway"]["model_dirs"] = [str(models)]
+    for service in config["services"]:
+        service["model"] = str(models / Path(service["model"]).name)
+    gw = GatewayProcess.start(config, tmp_path / "gw")
+    try:
+        names = [s["name"] for s in config["services"]]
+        wait_until(lambda: all(gw.services()[n]["ready"] for n in names), 60, "the three services ready")
+        code, shown = _readme_estimators_call()
+        ran = subprocess.run(
+            [sys.executable, "-c", code.replace("127.0.0.1:8090", gw.endpoint)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == shown
+    finally:
+        assert gw.stop() == 0
