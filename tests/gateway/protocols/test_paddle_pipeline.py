@@ -156,3 +156,19 @@ def test_errors_carry_paddles_codes(exc: Exception, code: int) -> None:
     err_no, err_msg = paddle_pipeline_error(exc)
     assert err_no == code
     assert "a defect" not in err_msg  # a defect's details stay in the log
+
+
+def test_an_rpc_port_is_a_listener_of_its_own() -> None:
+    from gateway.config import ConfigError, parse_config
+
+    svc = {"processor": "python", "entry": "samples/processors/echo.py:EchoProcessor", "public": True}
+    doc = {
+        "gateway": {"port": 9100, "grpc_port": 9101},
+        "services": [{**svc, "name": "a", "rpc_port": 9101}, {**svc, "name": "b", "rpc_port": 70000}],
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert "services[1] (b).rpc_port: must be <= 65535, got 70000" in str(info.value)
+    doc["services"] = [{**svc, "name": "a", "rpc_port": 9101}]
+    with pytest.raises(ConfigError, match=r"gateway.grpc_port and services \(a\).rpc_port are both 9101"):
+        parse_config(doc)
