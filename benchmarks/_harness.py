@@ -40,18 +40,28 @@ def pin(core: int) -> list[str]:
     return []
 
 
-def round_options(ap: argparse.ArgumentParser, *, seconds: float = 4.0, connections: int = 16) -> None:
-    """``--rounds``, ``--seconds``, ``--connections`` and ``--quick`` (see :func:`quick_rounds`)."""
-    ap.add_argument("--rounds", type=int, default=3)
+def round_options(
+    ap: argparse.ArgumentParser,
+    *,
+    rounds: int = 3,
+    seconds: float = 4.0,
+    connections: int | None = 16,
+    quick_seconds: float = 2.0,
+) -> None:
+    """``--rounds``, ``--seconds``, ``--connections`` (unless ``connections`` is None: a benchmark
+    that sets its own) and ``--quick`` (see :func:`quick_rounds`)."""
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--seconds", type=float, default=seconds)
-    ap.add_argument("--connections", type=int, default=connections)
-    ap.add_argument("--quick", action="store_true", help="1 round x 2 s (smoke run)")
+    if connections is not None:
+        ap.add_argument("--connections", type=int, default=connections)
+    ap.add_argument("--quick", action="store_true", help=f"1 round x {quick_seconds:g} s (smoke run)")
+    ap.set_defaults(quick_seconds=quick_seconds)
 
 
 def quick_rounds(args: argparse.Namespace) -> argparse.Namespace:
-    """``--quick``: one round of 2 s."""
+    """``--quick``: one round of ``quick_seconds`` (2 s unless :func:`round_options` was told)."""
     if args.quick:
-        args.rounds, args.seconds = 1, 2.0
+        args.rounds, args.seconds = 1, args.quick_seconds
     return args
 
 

@@ -49,22 +49,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import (
     PY,
     ROOT,
+    TOKEN,
     Child,
     Target,
-    free_port,
     median,
     pin,
+    quick_rounds,
     report_targets,
+    round_options,
     run_wrk,
     start_gateway,
     tree_pids,
 )
-from bench_servers import accepted, wait_http
+from bench_servers import CONCURRENCY, JSON_TYPE, MLSERVER, RESULTS, accepted, start_mlserver, wait_http
 
-TOKEN = "bench-token-0123456789"
-RESULTS = ROOT / "benchmarks" / "results"
-MLSERVER = ROOT / ".venv-mlserver" / "bin" / "mlserver"
-CONCURRENCY = (1, 32)
 RUNTIMES = ("sklearn", "xgboost", "lightgbm")
 SIZES = ("small", "large")
 DTYPES = {"sklearn": np.float64, "xgboost": np.float32, "lightgbm": np.float64}
@@ -74,7 +72,6 @@ MLSERVER_IMPL = {
     "lightgbm": "mlserver_lightgbm.LightGBMModel",
 }
 FILES = {"sklearn": "model.joblib", "xgboost": "model.json", "lightgbm": "model.txt"}
-JSON_TYPE = "application/json"
 
 
 def build(folder: Path) -> dict[tuple[str, str], Path]:
@@ -170,30 +167,10 @@ def start(work: Path, models: dict[tuple[str, str], Path]) -> tuple[dict[str, An
         for suffix in ("", "-thread"):
             wait_http(f"http://{addr}/v2/models/{rt}-{size}{suffix}/ready", gw)
     if MLSERVER.exists():
-        root = work / "mlserver"
-        port = free_port()
-        for (rt, size), path in models.items():
-            (root / f"{rt}-{size}").mkdir(parents=True, exist_ok=True)
-            settings = {
-                "name": f"{rt}-{size}",
-                "implementation": MLSERVER_IMPL[rt],
-                "parameters": {"uri": str(path)},
-            }
-            (root / f"{rt}-{size}" / "model-settings.json").write_text(json.dumps(settings))
-        (root / "settings.json").write_text(
-            json.dumps(
-                {
-                    "debug": False, "parallel_workers": 0, "host": "127.0.0.1", "http_port": port,
-                    "grpc_port": free_port(), "metrics_port": free_port(), "metrics_endpoint": None,
-                    "gzip_enabled": False,
-                }
-            )
-        )  # fmt: skip
-        ml = Child([*pin(0), str(MLSERVER), "start", str(root)], env=env, cwd=root)
+        ml_models = {f"{rt}-{size}": (MLSERVER_IMPL[rt], path) for (rt, size), path in models.items()}
+        ml_base, ml = start_mlserver(work / "mlserver", ml_models, env)
         children.append(ml)
-        for rt, size in models:
-            wait_http(f"http://127.0.0.1:{port}/v2/models/{rt}-{size}/ready", ml)
-        bases["mlserver"] = (f"http://127.0.0.1:{port}", ml)
+        bases["mlserver"] = (ml_base, ml)
     return bases, children
 
 
@@ -215,12 +192,8 @@ def bodies(work: Path, name: str, x: np.ndarray) -> dict[str, Path]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--quick", action="store_true", help="1 round x 1 s (smoke run)")
-    args = ap.parse_args()
-    if args.quick:
-        args.rounds, args.seconds = 1, 1.0
+    round_options(ap, rounds=2, seconds=3.0, connections=None, quick_seconds=1.0)
+    args = quick_rounds(ap.parse_args())
     work = Path(tempfile.mkdtemp(prefix="easkit-bench-runtimes-"))
     models = build(work / "models")
     xs = {key: rows_of(*key) for key in models}

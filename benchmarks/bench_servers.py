@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _harness import (
     ROOT,
+    TOKEN,
     Child,
     Target,
     free_port,
@@ -52,7 +53,6 @@ from _harness import (
     tree_pids,
 )
 
-TOKEN = "bench-token-0123456789"
 RESULTS = ROOT / "benchmarks" / "results"
 KSERVE_PY = ROOT / ".venv-clients" / "bin" / "python"
 MLSERVER = ROOT / ".venv-mlserver" / "bin" / "mlserver"
@@ -159,6 +159,39 @@ def wait_http(url: str, child: Child, timeout: float = 120.0) -> None:
     raise SystemExit(f"{url} not ready after {timeout:.0f} s:\n{child.output()[-3000:]}")
 
 
+def start_mlserver(root: Path, models: dict[str, tuple[str, Path]], env: dict[str, str]) -> tuple[str, Child]:
+    """MLServer serving each NAME -> (its runtime's implementation, the model file) from ``root``,
+    pinned to core 0, one process (``parallel_workers: 0``), gzip and metrics off: its base URL
+    and the child, once every model is ready."""
+    port = free_port()
+    for name, (implementation, path) in models.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        settings = {"name": name, "implementation": implementation, "parameters": {"uri": str(path)}}
+        (root / name / "model-settings.json").write_text(json.dumps(settings))
+    (root / "settings.json").write_text(
+        json.dumps(
+            {
+                "debug": False,
+                "parallel_workers": 0,
+                "host": "127.0.0.1",
+                "http_port": port,
+                "grpc_port": free_port(),
+                "metrics_port": free_port(),
+                "metrics_endpoint": None,
+                "gzip_enabled": False,
+            }
+        )
+    )
+    ml = Child([*pin(0), str(MLSERVER), "start", str(root)], env=env, cwd=root)
+    try:
+        for name in models:
+            wait_http(f"http://127.0.0.1:{port}/v2/models/{name}/ready", ml)
+    except BaseException:
+        ml.stop()
+        raise
+    return f"http://127.0.0.1:{port}", ml
+
+
 def start_servers(work: Path, models: dict[str, tuple[Path, str]]) -> tuple[dict[str, Any], list[Child]]:
     children: list[Child] = []
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
@@ -193,39 +226,11 @@ def start_servers(work: Path, models: dict[str, tuple[Path, str]]) -> tuple[dict
             wait_http(f"http://127.0.0.1:{port}/v2/models/{name}/ready", ks)
             bases[f"kserve:{name}"] = (f"http://127.0.0.1:{port}", ks)
     if MLSERVER.exists():
-        root = work / "mlserver"
-        port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-        for name, (path, _) in models.items():
-            (root / name).mkdir(parents=True, exist_ok=True)
-            (root / name / "model-settings.json").write_text(
-                json.dumps(
-                    {
-                        "name": name,
-                        "implementation": "mlserver_onnx.OnnxRuntimeModel",
-                        "parameters": {"uri": str(path)},
-                    }
-                )
-            )
-        (root / "settings.json").write_text(
-            json.dumps(
-                {
-                    "debug": False,
-                    "parallel_workers": 0,
-                    "host": "127.0.0.1",
-                    "http_port": port,
-                    "grpc_port": grpc_port,
-                    "metrics_port": metrics_port,
-                    "metrics_endpoint": None,
-                    "gzip_enabled": False,
-                }
-            )
-        )
+        onnx = {name: ("mlserver_onnx.OnnxRuntimeModel", path) for name, (path, _) in models.items()}
         ml_env = dict(env, PYTHONPATH=str(ROOT / "benchmarks" / "servers"))
-        ml = Child([*pin(0), str(MLSERVER), "start", str(root)], env=ml_env, cwd=root)
+        ml_base, ml = start_mlserver(work / "mlserver", onnx, ml_env)
         children.append(ml)
-        for name in models:
-            wait_http(f"http://127.0.0.1:{port}/v2/models/{name}/ready", ml)
-        bases["mlserver"] = (f"http://127.0.0.1:{port}", ml)
+        bases["mlserver"] = (ml_base, ml)
     return bases, children
 
 
