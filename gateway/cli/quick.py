@@ -24,6 +24,7 @@ from typing import Any
 from gateway.config import SERVICE_NAME_RE, Config, ConfigError, parse_config
 from gateway.config.catalog import PICKLE_PROCESSORS, runtime_for
 from gateway.config.model_urls import is_model_url, redact_url
+from gateway.core.metadata import UNKNOWN
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.manage.repository import scan, scan_url
 
@@ -158,7 +159,9 @@ def usage(url: str, cfg: Config, metadata: dict[str, Any]) -> str:
             f"from eas_sdk import PredictClient; client = PredictClient({endpoint!r}, {svc.name!r}){token}; "
             "client.init()",
         ]
-        if inputs:
+        # A model that does not say its inputs' types and shapes (TorchScript, undeclared) gets
+        # no zero tensor to send: its metadata line says what is known.
+        if inputs and all(t.datatype != UNKNOWN for t in inputs):
             lines.append(f"  curl (KServe V2): {_curl_infer(url, svc.name, auth, inputs)}")
         lines.append(f"  metadata: curl{auth} {url}/v2/models/{svc.name}")
     return "\n".join(lines)

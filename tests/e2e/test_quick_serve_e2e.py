@@ -297,3 +297,67 @@ def test_model_repository_serves_every_runtime(tmp_path: Path, digits_model: Pat
     assert proc.returncode != 0
     assert f"--model-repository {repo}: odd/1/model.bin: not a model file the gateway can tell" in proc.stderr
     assert ".joblib, .pkl" in proc.stderr and ".pmml" in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_model_repository_serves_torchscript_and_savedmodels(tmp_path: Path) -> None:
+    """A TorchScript file and a SavedModel (Triton's model.savedmodel/; TensorFlow Serving's
+    layout is read the same way, tests/gateway/test_model_repository.py) in one repository,
+    each answering as the library computes."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorflow")
+    import numpy as np
+
+    from tests.e2e import runtime_models
+
+    builder = runtime_models.sample_builder()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    repo = tmp_path / "repo"
+    (repo / "net" / "1").mkdir(parents=True)
+    (repo / "mnist" / "1").mkdir(parents=True)
+    builder.build_torch(repo / "net" / "1" / "model.pt")
+    builder.build_savedmodel(repo / "mnist" / "1" / "model.savedmodel")
+    gw = GatewayProcess.start(
+        {},
+        tmp_path / "gw",
+        serve_args=("--model-repository", str(repo)),
+        env={"EASGW_DATA_DIR": str(tmp_path)},
+    )
+    try:
+        assert {n: s["processor"] for n, s in gw.services().items()} == {
+            "net": "torch", "mnist": "tensorflow"
+        }  # fmt: skip
+        for service in ("mnist",):
+            x = runtime_models.features("tensorflow")
+            want = runtime_models.expected("tensorflow", repo / "mnist" / "1" / "model.savedmodel", x)
+            body = {"inputs": [{"name": "images", "shape": list(x.shape), "datatype": "FP32",
+                                "data": x.ravel().tolist()}]}  # fmt: skip
+            req = urllib.request.Request(
+                f"{gw.url}/v2/models/{service}/infer", data=json.dumps(body).encode()
+            )
+            with urllib.request.urlopen(req, timeout=60) as r:
+                got = {
+                    o["name"]: np.asarray(o["data"]).reshape(o["shape"])
+                    for o in json.loads(r.read())["outputs"]
+                }
+            for name, array in want.items():
+                runtime_models.same(got[name], array, f"{service}.{name}")
+        x = runtime_models.features("torch", rows=1)
+        want = runtime_models.expected("torch", repo / "net" / "1" / "model.pt", x)
+        body = {
+            "inputs": [
+                {"name": "image", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}
+            ]
+        }
+        req = urllib.request.Request(f"{gw.url}/v2/models/net/infer", data=json.dumps(body).encode())
+        with urllib.request.urlopen(req, timeout=60) as r:
+            got = {
+                o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in json.loads(r.read())["outputs"]
+            }
+        for name, array in want.items():
+            runtime_models.same(got[name], array, f"net.{name}")
+        # TorchScript keeps no input types: no zero tensor is offered to send, the metadata is.
+        assert "v2/models/net/infer" not in gw.output() and "v2/models/net\n" in gw.output()
+    finally:
+        assert gw.stop() == 0
