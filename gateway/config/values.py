@@ -334,6 +334,11 @@ def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str, prefixes: tupl
     files = [("model", svc.model), *((f"versions.{v}", path) for v, path in svc.versions[:-1])]
     if svc.entry and svc.entry.rpartition(":")[0].endswith(".py"):
         files.append(("entry", svc.entry.rpartition(":")[0]))
+    # A pipeline's steps load models and run ops of their own: held to the same folders.
+    for i, step in enumerate(svc.pipeline.steps if svc.pipeline is not None else ()):
+        files.append((f"pipeline.steps[{i}].model", step.model))
+        if step.op and step.op.rpartition(":")[0].endswith(".py"):
+            files.append((f"pipeline.steps[{i}].op", step.op.rpartition(":")[0]))
     errs = Errors()
     for key, path in files:
         if path is None:

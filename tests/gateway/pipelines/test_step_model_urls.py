@@ -49,3 +49,30 @@ def test_a_bad_step_model_url_is_refused(url: str, message: str) -> None:
         parse_pipeline(_block(url), "svc")
     assert message in str(caught.value), caught.value
     assert "s3cr3t" not in str(caught.value) and "AKIAKEY" not in str(caught.value)
+
+
+def test_model_dirs_hold_a_steps_model_as_a_services(tmp_path: Path) -> None:
+    from gateway.config import parse_config
+
+    inside, outside = tmp_path / "models", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    (outside / "m.onnx").write_bytes(b"x")
+
+    def config(model: str) -> dict[str, Any]:
+        gateway = {
+            "model_dirs": [str(inside)],
+            "model_sources": [{"prefix": "s3://models/", "endpoint": "http://127.0.0.1:9"}],
+        }
+        pipeline = {"name": "p", "processor": "pipeline", "public": True, "pipeline": _block(model)}
+        return {"gateway": gateway, "services": [pipeline]}
+
+    assert parse_config(config("s3://models/m.onnx")).services[0].pipeline is not None
+    with pytest.raises(
+        ConfigError, match=r"pipeline\.steps\[0\]\.model: with gateway\.model_dirs set, a model URL"
+    ):
+        parse_config(config("s3://other/m.onnx"))
+    with pytest.raises(
+        ConfigError, match=r"pipeline\.steps\[0\]\.model: m\.onnx is outside the model directories"
+    ):
+        parse_config(config(str(outside / "m.onnx")))
