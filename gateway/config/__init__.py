@@ -26,6 +26,7 @@ from gateway.config.catalog import (
     MODEL_PROCESSORS,
     ONE_INPUT,
 )
+from gateway.config.groups import Groups, parse_groups
 from gateway.config.located import relocated
 from gateway.config.mirror import MirrorConfig, mirror_problems, parse_mirror
 from gateway.config.model_urls import ModelSource
@@ -266,6 +267,8 @@ class Config:
     services: tuple[ServiceConfig, ...]
     source: str | None = None
     admin: AdminConfig | None = None
+    # Service groups: a name whose calls go to its member services by share (gateway.config.groups).
+    groups: Groups = ()
 
     def service(self, name: str) -> ServiceConfig | None:
         for svc in self.services:
@@ -583,7 +586,7 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError("config: the top level must be a mapping with 'gateway' and 'services'")
     errs = _Errors()
-    errs.check(_check_keys, raw, {"gateway", "services", "admin", "queue"}, "config")
+    errs.check(_check_keys, raw, {"gateway", "services", "admin", "queue", "groups"}, "config")
     raw = errs.check(_with_queue_defaults, raw, default=raw)
     base = Path(source).resolve().parent if source else None
     gw = errs.check(_gateway, raw.get("gateway"), default=GatewayConfig())
@@ -623,7 +626,10 @@ def parse_config(raw: Any, source: str | None = None) -> Config:
     _check_explainers(services, errs)
     for problem in mirror_problems(services):
         errs.add(problem)
-    cfg = apply_env_overrides(Config(gateway=gw, services=services, source=source, admin=admin))
+    groups = errs.check(parse_groups, raw.get("groups"), services, SERVICE_NAME_RE, default=())
+    cfg = apply_env_overrides(
+        Config(gateway=gw, services=services, source=source, admin=admin, groups=groups)
+    )
     for clash in port_clashes(cfg.gateway, admin, services=cfg.services):
         errs.add(clash)
     errs.raise_any()

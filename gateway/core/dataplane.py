@@ -47,7 +47,8 @@ from eas_sdk._core.constants import (
     HEADER_QUEUE_UID,
 )
 from gateway.config import SERVICE_NAME_RE, ServiceConfig
-from gateway.config.versions import served_version, version_key
+from gateway.config.traffic import Traffic
+from gateway.config.versions import served_version
 from gateway.core import errors, json_answer, tensors
 from gateway.core.admission import Admission, BodyHold
 from gateway.core.auth import STRICT, AuthStatus, ReplayCache, SignaturePolicy, keep_for, verify
@@ -63,7 +64,7 @@ from gateway.core.metadata import declared_dtypes
 from gateway.core.mirror import Mirrors
 from gateway.core.observers import DispatchObserver, PayloadObserver, logged
 from gateway.core.parse_pool import parse_off_loop
-from gateway.core.traffic import VERSION_HEADER, draw
+from gateway.core.traffic import VERSION_HEADER, draw, route
 from gateway.lean_http.wire import Headers
 
 log = logging.getLogger("gateway.dataplane")
@@ -178,6 +179,8 @@ class DataPlane:
         self._verified: dict[tuple[str, str], None] = {}
         self.stats: dict[str, InferStats] = {name: InferStats() for name in self.services}
         self.mirrors = Mirrors(backends, observer)
+        # Service groups: a name that splits its calls between services (gateway.config.groups).
+        self.groups: dict[str, Traffic] = {}
 
     # ------------------------------------------------------------------ services at run time
     def set_service(self, svc: ServiceConfig) -> None:
@@ -207,6 +210,8 @@ class DataPlane:
         if not SERVICE_NAME_RE.fullmatch(raw_name):
             raise errors.InvalidServiceName("invalid service name")
         svc = self.services.get(raw_name)
+        if svc is None and raw_name in self.groups:  # a service group: one member per call
+            svc = self.services.get(draw(self.groups[raw_name]))
         if svc is None:
             raise errors.ServiceNotFound(f"service {raw_name!r} not found")
         return svc
@@ -409,32 +414,9 @@ class DataPlane:
 
     # ------------------------------------------------------------------ version
     def _route(self, svc: ServiceConfig, headers: Mapping[str, str]) -> ServiceConfig:
-        """The service that runs a call to ``svc`` (itself for its latest version, else the
-        copy serving an older one, gateway.config.versions): the version ``X-Model-Version``
-        names (404 for one it does not serve), else one drawn from its traffic split, else
-        the latest. A path that names a version (V2's) gives its service as ``runs``."""
-        if not svc.versions:
-            return svc
-        asked = headers.get(VERSION_HEADER)
-        if asked is None and type(headers) is dict:  # a record's own headers, as they were sent
-            asked = {k.lower(): v for k, v in headers.items()}.get("x-model-version")
-        if asked is not None:
-            version = asked.strip()
-            if version not in svc.version_names:
-                raise errors.NotFound(
-                    f"service {svc.name!r} has no version {version[:32]!r} ({VERSION_HEADER}); "
-                    f"it serves {', '.join(svc.version_names)}"
-                )
-        elif svc.traffic:
-            version = draw(svc.traffic)
-        else:
-            return svc
-        if version == svc.version_names[-1]:
-            return svc
-        runs = self.services.get(version_key(svc.name, version))
-        if runs is None or runs.name not in self.backends:
-            raise errors.ServiceNotFound(f"service {svc.name!r}: version {version} is not served now")
-        return runs
+        """The version of ``svc`` that runs a call (gateway.core.traffic); a path that names a
+        version (V2's) gives its service as ``runs`` instead."""
+        return route(svc, headers, self.services, self.backends)
 
     def authorize(
         self, svc: ServiceConfig, headers: Mapping[str, str], raw_path: str, body: bytes | None = None

@@ -84,6 +84,8 @@ class ServiceManager:
         self.started: list[ServiceBackend] = []
         # Rolls under way, by service: their new workers are not published until the swap.
         self.rollouts: dict[str, Rollout] = {}
+        # The service groups the file names (a reload changes them, as it changes services).
+        gw.dataplane.groups = dict(gw.config.groups)
         # Each service's canary under way, or its last one (gateway.manage.canary).
         self.canaries: dict[str, Canary] = {}
         self._canary_tasks: dict[str, asyncio.Task[None]] = {}
@@ -306,6 +308,9 @@ class ServiceManager:
                 except errors.GatewayError as exc:
                     log.error("reload: service %s not applied: %s", svc.name, exc.message)
                     done["failed"].append(svc.name)
+            # Groups follow the file once its services are in place; a group whose members
+            # did not all come is still resolved, its missing member's calls a 404.
+            self.gw.dataplane.groups = dict(new.groups)
             names = {s.name for s in wanted}
             for name, old in current.items():
                 if name in names:
