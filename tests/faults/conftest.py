@@ -12,19 +12,14 @@ import pytest
 from tests.faults import netns
 from tests.faults.cluster import Cluster
 from tests.faults.scenario import stale_mounts, umount
+from tests.opt_in import skip_unless_selected
 
 HOSTS = ("redis", "gw1", "gw2", "worker", "client")
 LONG = "faults_long"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The long schedule runs only when asked for by its marker (``-m faults_long``).
-    if LONG in (config.getoption("markexpr", "") or ""):
-        return
-    skip = pytest.mark.skip(reason=f"the long fault schedule runs with -m {LONG} (minutes)")
-    for item in items:
-        if LONG in item.keywords:
-            item.add_marker(skip)
+    skip_unless_selected(config, items, LONG, f"the long fault schedule runs with -m {LONG} (minutes)")
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.conftest import digits_model
+from tests.opt_in import skip_unless_selected
 
 __all__ = ["digits_model"]
 
@@ -13,9 +14,4 @@ LONG = "soak"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if LONG in (config.getoption("markexpr", "") or ""):
-        return
-    skip = pytest.mark.skip(reason=f"the long soak runs with -m {LONG} (30 minutes by default)")
-    for item in items:
-        if item.get_closest_marker(LONG) is not None:
-            item.add_marker(skip)
+    skip_unless_selected(config, items, LONG, f"the long soak runs with -m {LONG} (30 minutes by default)")
