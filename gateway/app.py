@@ -28,6 +28,7 @@ from gateway.core.services import GatewayState
 from gateway.core.tracing import require_tracing
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.middleware import gateway_middleware
+from gateway.manage.autoscale import Autoscaler
 from gateway.manage.manager import GatewayParts, ServiceManager
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.payloads import PayloadLog
@@ -187,6 +188,8 @@ def create_app(
 
         cluster_serving_routes.setup(app)
     app.cleanup_ctx.append(_lifecycle)
+    # After _lifecycle: autoscaling starts once the pools have, and stops before they do.
+    app.cleanup_ctx.append(_autoscaling)
     # After _lifecycle: the payload log writes what it holds before the queue store closes.
     app.cleanup_ctx.append(_payload_log(payloads))
     if gw.grpc_port:
@@ -229,6 +232,14 @@ async def _end_queue_streams(app: web.Application) -> None:
     qm = app[GATEWAY_KEY].queues
     if qm is not None:
         await qm.shutdown()
+
+
+async def _autoscaling(app: web.Application) -> AsyncIterator[None]:
+    """Autoscaled services' worker counts follow their load (gateway.manage.autoscale)."""
+    scaler = Autoscaler(app[GATEWAY_KEY].manager)
+    scaler.start()
+    yield
+    await scaler.stop()
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:

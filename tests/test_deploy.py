@@ -32,6 +32,7 @@ from eas_sdk import PredictClient, TFRequest
 from eas_sdk.queue import QueueClient
 from gateway.config import parse_config
 from tests.redis_server import RedisServer, free_port
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
@@ -198,6 +199,11 @@ def test_the_gateway_container_command_runs_here(
             assert c.xlen("easq:jobs:records") == 1 and int(index) == 1  # the queue lives in Redis
 
 
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
 def test_the_worker_container_command_joins_the_gateway(
     redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -251,6 +257,13 @@ def test_the_worker_container_command_joins_the_gateway(
             while _wait_http(f"http://127.0.0.1:{port}/readyz") != 200:
                 assert time.monotonic() < deadline, "/readyz stays 503 with the remote worker joined"
                 time.sleep(0.1)
+            # The gateway publishes the gauge the workers' HPA follows, for the service it scales:
+            # the service's min_workers while idle.
+            hpa = _one("HorizontalPodAutoscaler", "easkit-worker-digits")["spec"]
+            [metric] = [m["external"]["metric"] for m in hpa["metrics"] if m["type"] == "External"]
+            labels = ",".join(f'{k}="{v}"' for k, v in metric["selector"]["matchLabels"].items())
+            sample = f"{metric['name']}{{{labels}}} {float(hpa['minReplicas'])}"
+            wait_until(lambda: sample in _metrics(port), 10, f"{sample!r} on /metrics")
         finally:
             proc.send_signal(signal.SIGTERM)  # deregisters, answers what it holds, exits
             try:

@@ -10,6 +10,10 @@ and the dispatch of requests to them.
   queued in the worker never runs.
 * ``scale(n)`` adds workers, or drains the last ones (out of routing, their requests
   answered, then stopped) while the others keep serving.
+* An autoscaled service (``autoscale:``) with no worker running, scaled to zero while idle,
+  starts one on its next call; the calls that arrive until it is ready wait for it (within
+  their timeout, at most ``autoscale.max_waiting`` of them; past that 503 at once), and
+  their answers carry the wait as ``Server-Timing: cold-start;dur=<ms>``.
 * Workers on other hosts join and leave by themselves (gateway.backends.remote) and are
   routed to like the pool's own.
 """
@@ -61,6 +65,7 @@ class WorkerPool(RemoteSupervision):
         self._rr = 0
         self._drained: asyncio.Event | None = None
         self._dir: str | None = None
+        self._waking = 0  # calls waiting for a worker to start from zero
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -91,6 +96,8 @@ class WorkerPool(RemoteSupervision):
             return True  # served by remote workers only: they join when they are ready
         deadline = time.monotonic() + timeout
         while not self._ready_event.is_set():
+            if self.service.autoscale is not None and not self._local():
+                return True  # scaled to zero: the next call starts a worker
             if self._workers and all(w.failures and not w.ever_ready for w in self._workers):
                 return False
             left = deadline - time.monotonic()
@@ -116,7 +123,8 @@ class WorkerPool(RemoteSupervision):
     async def scale(self, workers: int, drain_timeout: float) -> None:
         """Run ``workers`` workers: new ones start in the background (ready when they say so);
         surplus ones leave routing at once, answer what they hold, then stop."""
-        local = [w for w in self._workers if w.remote_id is None]  # remote ones come and go by themselves
+        # Remote ones come and go by themselves; draining ones are already on their way out.
+        local = self._local()
         surplus = local[workers:] if workers < len(local) else []
         for _ in range(workers - len(local)):
             self._add_worker()
@@ -124,6 +132,10 @@ class WorkerPool(RemoteSupervision):
             w.retiring = True
             self._set_state(w, WorkerState.DRAINING)
         await asyncio.gather(*(self._retire(w, drain_timeout) for w in surplus))
+
+    def _local(self) -> list[Worker]:
+        """The pool's own workers that are not leaving."""
+        return [w for w in self._workers if w.remote_id is None and not w.retiring]
 
     async def _retire(self, w: Worker, drain_timeout: float) -> None:
         deadline = time.monotonic() + max(0.0, drain_timeout)
@@ -214,6 +226,7 @@ class WorkerPool(RemoteSupervision):
             deadline = time.monotonic() + timeout
             if not req.deadline or req.deadline > deadline:
                 req.deadline = deadline
+            cold = await self._wake(timeout) if self._cold() else 0.0
             failed: Worker | None = None
             for _attempt in range(2):
                 w = self._pick(failed)
@@ -226,7 +239,11 @@ class WorkerPool(RemoteSupervision):
                     )
                 w.outstanding += 1
                 try:
-                    return await w.client.call(req, left)
+                    resp = await w.client.call(req, left)
+                    if cold:
+                        timing = f"cold-start;dur={cold * 1000:.1f}"
+                        resp.headers = {**(resp.headers or {}), "Server-Timing": timing}
+                    return resp
                 except WorkerConnectionError:
                     # The worker died or is going away: out of routing now, try another one.
                     if w.state is WorkerState.READY:
@@ -242,6 +259,44 @@ class WorkerPool(RemoteSupervision):
             if self._stopping and self._pending == 0 and self._drained is not None:
                 self._drained.set()
 
+    def _cold(self) -> bool:
+        """An autoscaled pool with no ready worker whose own workers, if any, are all starting
+        for the first time (scaled to zero, or woken from it): a call waits for one. A worker
+        restarting after a failure is answered 503 at once, as in any pool."""
+        if self.service.autoscale is None or any(w.state is WorkerState.READY for w in self._workers):
+            return False
+        return all(w.state is WorkerState.STARTING and not w.failures for w in self._local())
+
+    async def _wake(self, timeout: float) -> float:
+        """Start a worker if none is starting and wait until one is ready, within the call's
+        ``timeout``; -> the seconds waited."""
+        assert self.service.autoscale is not None and self._ready_event is not None
+        name, bound = self.service.name, self.service.autoscale.max_waiting
+        if self._waking >= bound:
+            raise NoReadyWorker(
+                f"service {name} is starting a worker from zero: {self._waking} calls already wait "
+                f"for it (autoscale.max_waiting {bound})",
+                1,
+            )
+        if not self._local():
+            log.info("service %s: a call arrived with no worker running: starting one", name)
+            self._add_worker()
+        self._waking += 1
+        t0 = time.monotonic()
+        try:
+            while not self._ready_event.is_set():
+                local = self._local()
+                if self._stopping or any(w.failures and not w.ever_ready for w in local):
+                    raise self._not_ready()
+                left = t0 + timeout - time.monotonic()
+                if left <= 0:
+                    raise UpstreamTimeout(f"no worker of service {name} started within {timeout:.3g} s")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._ready_event.wait(), min(left, 0.1))
+        finally:
+            self._waking -= 1
+        return time.monotonic() - t0
+
     def _not_ready(self) -> NoReadyWorker:
         """503 naming why no worker takes the call; Retry-After: when the next start is due."""
         reason = self.not_ready_reason() or "it has no ready worker"
@@ -256,7 +311,12 @@ class WorkerPool(RemoteSupervision):
 
     def is_ready(self) -> bool:
         """A worker is ready and the pool is not stopping (``not_ready_reason`` says why not)."""
-        return not self._stopping and any(w.state is WorkerState.READY for w in self._workers)
+        if self._stopping:
+            return False
+        # Scaled to zero: the next call starts a worker and waits for it.
+        return any(w.state is WorkerState.READY for w in self._workers) or (
+            self.service.autoscale is not None and not self._local()
+        )
 
     @property
     def pending(self) -> int:

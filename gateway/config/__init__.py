@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gateway.config.autoscale import AutoscaleConfig, parse_autoscale
 from gateway.config.catalog import (
     DECLARED_INPUTS,
     DECLARED_OUTPUTS,
@@ -143,6 +144,8 @@ class ServiceConfig:
     # Paddle Serving's pipeline gRPC service for this service on its own port (Paddle's
     # ``rpc_port``, on the gateway's host); 0: none.
     rpc_port: int = 0
+    # The worker count follows the load within bounds (gateway.config.autoscale); None: fixed.
+    autoscale: AutoscaleConfig | None = None
 
     # Cached: read on every call (a frozen config never changes; a changed service is a new one).
     @functools.cached_property
@@ -299,7 +302,7 @@ _SERVICE_KEYS = {
     "config", "env", "stall_timeout_s", "public", "providers", "inter_op_threads", "cluster_serving",
     "versions", "pipeline", "remote_workers", "placement", "signature_max_skew_s", "inputs",
     "payload_log", "explainer", "outputs",
-    "device", "traffic", "rpc_port", "mirror",
+    "device", "traffic", "rpc_port", "autoscale", "mirror",
 }  # fmt: skip
 
 
@@ -395,6 +398,9 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     explainer = raw.get("explainer")
     if explainer is not None and (not isinstance(explainer, str) or not SERVICE_NAME_RE.fullmatch(explainer)):
         errs.add(f"{where}.explainer: expected the name of another service")
+    autoscale = errs.check(parse_autoscale, raw.get("autoscale"), f"{where}.autoscale")
+    if autoscale is not None and (processor in ("queue", "pipeline") or placement == "thread"):
+        errs.add(f"{where}.autoscale: only a service run by worker processes scales its workers")
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -420,6 +426,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         device=device,
         explainer=explainer,
         outputs=outputs,
+        autoscale=autoscale,
         **values,
     )
 

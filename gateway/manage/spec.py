@@ -8,11 +8,12 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from gateway.config import ConfigError, ServiceConfig, parse_service
+from gateway.config.autoscale import autoscale_doc
 from gateway.config.mirror import mirror_doc
 from gateway.config.traffic import traffic_doc
 
 # Fields whose change reaches only the gateway side: applied without restarting workers.
-IN_PLACE_FIELDS = frozenset({"workers", "timeout_ms", "max_pending"})
+IN_PLACE_FIELDS = frozenset({"workers", "timeout_ms", "max_pending", "autoscale"})
 # Fields whose change reaches only the dataplane: the pools of every version serve on.
 ROUTING_FIELDS = frozenset({"traffic", "mirror"})
 REDACTED = "***"
@@ -45,6 +46,8 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
             out["traffic"] = traffic_doc(value)
         elif key == "mirror":
             out["mirror"] = mirror_doc(value)
+        elif key == "autoscale":
+            out["autoscale"] = autoscale_doc(value)
         elif key == "remote_workers":
             out[key] = {**asdict(value), "token": REDACTED if redact else value.token}
         elif key == "env":
