@@ -87,6 +87,16 @@ def env(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterato
         state["gw"].kill()
 
 
+def broken_model_spec(tmp: Path, service: str, stem: str) -> Path:
+    """A spec of ``service`` whose model, ``models/STEM.onnx``, is not a model: its workers
+    cannot start."""
+    bad = tmp / "models" / f"{stem}.onnx"
+    bad.write_bytes(b"not a model")
+    spec = tmp / f"{stem}.yaml"
+    spec.write_text(yaml.safe_dump({"name": service, "processor": "onnx", "public": True, "model": str(bad)}))
+    return spec
+
+
 def _tf() -> TFRequest:
     req = TFRequest("serving_default")
     req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, np.full((1, 64), 0.5, dtype=np.float32))
@@ -204,10 +214,7 @@ def test_create_call_scale_roll_delete_restart(env: dict[str, Any]) -> None:
 
 def test_update_to_a_broken_model_keeps_the_running_version(env: dict[str, Any]) -> None:
     gw, tmp = env["gw"], env["tmp"]
-    bad = tmp / "models" / "broken.onnx"
-    bad.write_bytes(b"not a model")
-    spec = tmp / "roll-bad.yaml"
-    spec.write_text(yaml.safe_dump({"name": "echo", "processor": "onnx", "public": True, "model": str(bad)}))
+    spec = broken_model_spec(tmp, "echo", "broken")
     out = cli(gw, "services", "update", "-f", str(spec))
     assert out.returncode == 1
     assert (
@@ -364,10 +371,7 @@ def test_every_admin_call_answers_a_bad_body_with_400_and_what_is_wrong(env: dic
 
 def test_create_exits_1_when_the_service_does_not_become_ready(env: dict[str, Any]) -> None:
     gw, tmp = env["gw"], env["tmp"]
-    bad = tmp / "models" / "never.onnx"
-    bad.write_bytes(b"not a model")
-    spec = tmp / "never.yaml"
-    spec.write_text(yaml.safe_dump({"name": "never", "processor": "onnx", "public": True, "model": str(bad)}))
+    spec = broken_model_spec(tmp, "never", "never")
     out = cli(gw, "services", "create", "-f", str(spec))
     assert out.returncode == 1, (out.stdout, out.stderr)
     assert out.stdout.startswith("service never created (0/1 workers ready; not ready: "), out.stdout
