@@ -1,0 +1,37 @@
+"""Reference clients that live in virtual environments of their own (their pinned protobuf or
+numpy would clash with ours), driven through a subprocess: each ``tests/*_reference.py`` names
+its interpreter and runs snippets under it with these two calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def venv_python(python: Path, what: str, venv: str) -> str:
+    """``python``, the interpreter of ``what``'s environment (``venv``, built by scripts/setup.sh).
+    A missing one skips the test, and under CI fails it: a suite never passes by skipping."""
+    if not python.exists():
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{what} environment missing: {python}; run scripts/setup.sh")
+        pytest.skip(f"{what} environment ({venv}) is not built")
+    return str(python)
+
+
+def run_json(python: str, code: str, *args: str, client: str, timeout: float) -> Any:
+    """Run ``code`` with ``python``, our own Python settings left out; it prints one JSON document
+    last, returned here. A failure raises with the end of its stderr, naming ``client``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env["PYTHONWARNINGS"] = "ignore"
+    proc = subprocess.run(
+        [python, "-c", code, *args], capture_output=True, timeout=timeout, env=env, check=False
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace")[-4000:]
+        raise AssertionError(f"{client} failed (rc={proc.returncode}):\n{tail}")
+    return json.loads(proc.stdout.decode().strip().splitlines()[-1])
