@@ -82,7 +82,9 @@ def worker_capacity(service: ServiceConfig, compute_s: float = 0.0) -> int:
         per_worker = max(per_worker, min(FAST_PER_WORKER, int(QUEUED_S / compute_s)))
     if service.batching.max_batch_size > 1:
         per_worker = max(per_worker, 2 * service.batching.max_batch_size)
-    return max(1, min(service.workers * per_worker, service.max_pending, service.queue.max_window))
+    # An autoscaled service's workers come and go: the window is that of the most it may run.
+    workers = service.workers if service.autoscale is None else service.autoscale.max_workers
+    return max(1, min(workers * per_worker, service.max_pending, service.queue.max_window))
 
 
 # Input tags that are not handed to the worker as headers: the reserved queue tags (the

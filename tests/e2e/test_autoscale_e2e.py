@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from eas_sdk.queue import QueueClient
 from tests.e2e.gateway_proc import ROOT, GatewayProcess, raw_post
 from tests.waiting import wait_until
 
@@ -41,7 +42,7 @@ def _service(name: str, config: dict[str, Any], autoscale: dict[str, Any]) -> di
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("autoscale")
-    release, gate = tmp / "release", tmp / "gate"
+    release, gate, queued = tmp / "release", tmp / "gate", tmp / "queued"
     gate.touch()  # the first workers start freely
     services = {
         "held": _service(
@@ -61,6 +62,15 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 "max_waiting": 3,
             },
         ),
+        "queued": {
+            **_service(
+                "queued",
+                {"release": str(queued)},
+                {"min_workers": 1, "max_workers": 3, "target": 2, "scale_down_after_s": 1},
+            ),
+            "async": True,
+            "max_pending": 2,  # two records at the workers at most: the rest wait in the queue
+        },
     }
     config = {
         "admin": {"host": "127.0.0.1", "port": 0, "token": ADMIN_TOKEN},
@@ -69,9 +79,10 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     }
     gw = GatewayProcess.start(config, tmp / "gw")
     try:
-        yield {"gw": gw, "release": release, "gate": gate, "services": services}
+        yield {"gw": gw, "release": release, "gate": gate, "queued": queued, "services": services}
     finally:
         release.touch()
+        queued.touch()
         gate.touch()
         gw.stop()
 
@@ -198,3 +209,22 @@ def test_a_service_scaled_to_zero_answers_the_calls_that_wake_it(env: dict[str, 
     # Warm now: no cold start on the next call.
     status, headers, _ = _call(gw, "cold", b"warm")
     assert status == 200 and "server-timing" not in headers
+
+
+def test_an_asynchronous_service_scales_on_the_records_waiting_in_its_queue(env: dict[str, Any]) -> None:
+    gw = env["gw"]
+    gw.wait_workers_ready("queued", 1)
+    with QueueClient(gw.endpoint, "queued") as q:
+        q.init()
+        for i in range(6):  # the one worker holds what it takes; the rest wait in the queue
+            q.put(f"r{i}".encode())
+    # Two records held at the workers and four in the queue: ceil(6 / 2) workers.
+    wait_until(lambda: _ready(gw, "queued") == 3, 90, "three ready workers for the queued records")
+    assert _desired(gw, "queued") == 3
+    env["queued"].touch()
+    with QueueClient(gw.endpoint, "queued/sink") as sink:
+        sink.init()
+        wait_until(lambda: int(sink.attributes().get("stream.length", 0)) == 6, 60, "six results in the sink")
+        records = sink.get(length=6)
+    assert sorted(bytes(r.data) for r in records) == [f"held:r{i}".encode() for i in range(6)]
+    wait_until(lambda: len(gw.services()["queued"]["workers"]) == 1, 90, "the pool back at one worker")
