@@ -98,6 +98,22 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
                 "name": "am", "processor": "onnx", "placement": "thread", "public": True, "async": True,
                 "versions": {1: str(v1), 2: str(v2)}, "traffic": {1: 100, 2: 0},
             },
+            # A pipeline's step calls "pm" through the dataplane: its calls are split too.
+            {
+                "name": "pm", "processor": "onnx", "placement": "thread", "public": True,
+                "versions": {1: str(v1), 2: str(v2)}, "traffic": {1: 100, 2: 0},
+            },
+            {
+                "name": "p", "processor": "pipeline", "public": True,
+                "pipeline": {
+                    "inputs": {"x": {"dtype": "float32", "shape": [-1, 1]}},
+                    "steps": [
+                        {"name": "s", "service": "pm", "inputs": {"x": "request.x"},
+                         "outputs": {"y": "float32"}},
+                    ],
+                    "outputs": {"y": "s.y"},
+                },
+            },
             # Changed only by reloads of the file (a split set through the API stays on top of it).
             {
                 "name": "r", "processor": "onnx", "placement": "thread", "public": True,
@@ -403,3 +419,12 @@ def test_paddle_and_cluster_serving_pin_and_name_the_version(
             conn.close()
         assert (resp.status, resp.getheader("X-Model-Version")) == (200, version), data
         assert f"{float(version)}".encode() in data, data  # the model's answer: 0 + version
+
+
+def test_a_pipeline_step_s_calls_follow_the_split(gw: GatewayProcess) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    try:
+        # Version 1 takes every call that names none; the latest (2) would answer 2.
+        assert {_call(conn, "/v2/models/p/infer", V2_BODY)[2] for _ in range(10)} == {"1"}
+    finally:
+        conn.close()
