@@ -396,6 +396,13 @@ def test_a_model_repository_in_a_bucket(
     s3.put("repo/digits/1/model.onnx", digits_model)
     s3.put("repo/digits/1/config.pbtxt", tmp_path / "doubling.onnx")  # not a model: left alone
     s3.put("repo/double.onnx", doubling)
+    # Every runtime's files, picked by the rule serve --model uses: a LightGBM text model.
+    from tests.e2e import estimator_models
+    from tests.e2e.runtime_models import same
+
+    built = estimator_models.build(tmp_path / "built")
+    s3.put("repo/iris/1/model.txt", built["lightgbm"])
+    s3.put("repo/iris/1/labels.txt", built["lightgbm"])  # beside a model.<ext>: left alone
     env = {
         "AWS_ENDPOINT_URL": s3.endpoint,
         "AWS_ACCESS_KEY_ID": s3.key_id,
@@ -409,6 +416,17 @@ def test_a_model_repository_in_a_bucket(
     _wait_ready(gw, "double")
     assert _infer(gw, "double", [1.0] * 64) == {"doubled": [2.0] * 64}
     assert set(_infer(gw, "digits", [1.0] * 64)) == {"label", "probabilities"}
+    _wait_ready(gw, "iris")
+    assert gw.services()["iris"]["processor"] == "lightgbm"
+    x = estimator_models.features("lightgbm")
+    body = {
+        "inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP64", "data": x.ravel().tolist()}]
+    }
+    req = urllib.request.Request(f"{gw.url}/v2/models/iris/infer", data=json.dumps(body).encode())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        (out,) = json.loads(r.read())["outputs"]
+    want = estimator_models.expected("lightgbm", built["lightgbm"], x)["predict"]
+    same(np.asarray(out["data"]).reshape(out["shape"]), want, "iris.predict")
     # A new version folder in the bucket: the next scan rolls the service to it.
     s3.put("repo/digits/2/model.onnx", doubling)
     wait_until(
