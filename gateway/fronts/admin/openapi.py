@@ -27,7 +27,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         "none), an invalid name, or a config file that does not load",
         401: "missing or wrong admin token",
         404: "no such service",
-        409: "the service exists already",
+        409: "the service exists already; for a canary: one is under way (start), none is (abort)",
         422: "the new version did not start; the running one serves on",
         507: "the queue store refused the write (disk full, read-only)",
     }
