@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import yaml
 
 from eas_sdk.queue import QueueClient
 from tests.e2e.gateway_proc import ROOT, GatewayProcess, raw_post
@@ -170,6 +171,20 @@ def test_a_scheduled_bound_raises_the_floor_and_bad_settings_are_refused_by_name
         assert status == 400 and key in doc["message"], (key, doc)
         status, doc = _admin(gw, "POST", "/admin/services", {**spec, "name": "other", "autoscale": autoscale})
         assert status == 400 and key in doc["message"], (key, doc)
+    # The same from the config file: the reload is refused, naming the key.
+    path = gw.workdir / "services.yaml"
+    good = path.read_text()
+    broken = yaml.safe_load(good)
+    broken["services"][0]["autoscale"] = {"min_workers": 2, "max_workers": 1}
+    path.write_text(yaml.safe_dump(broken))
+    try:
+        status, doc = _admin(gw, "POST", "/admin/reload")
+    finally:
+        path.write_text(good)
+    assert status == 400, doc
+    assert doc["message"].startswith(
+        "reload refused, the running services stay: services[0] (held).autoscale"
+    ), doc
     status, doc = _admin(gw, "GET", "/admin/services/held")
     assert doc["spec"]["autoscale"]["schedule"] == every_minute["schedule"]  # the running one, unchanged
     assert _ready(gw, "held") == 2
