@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import PurePath
 
+from gateway.config.image_transforms import IMAGE_DTYPES, IMAGE_TRANSFORMS
+
 # Config dtype spellings -> the V2 datatype names the rest of the gateway uses.
 DTYPES: dict[str, str] = {
     "float32": "FP32", "float": "FP32", "fp32": "FP32", "float64": "FP64", "double": "FP64",
@@ -23,12 +25,15 @@ TRANSFORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...], frozenset[str]]] =
     "cast": (("x",), ("y",), frozenset({"dtype"})),
     # Fan-in: any number of inputs, joined along the last axis in the order given.
     "concat": ((), ("y",), frozenset()),
+    # Paddle Serving's image preprocessing (gateway.config.image_transforms): x -> y.
+    **{name: (("x",), ("y",), takes) for name, takes in IMAGE_TRANSFORMS.items()},
 }
 # What a transform's outputs are, when it is fixed (the others follow their input).
 TRANSFORM_DTYPES: dict[tuple[str, str], str] = {
     ("topk", "indices"): "INT64",
     ("argmax", "index"): "INT64",
     ("label_map", "label"): "BYTES",
+    **{(name, "y"): dtype for name, dtype in IMAGE_DTYPES.items()},
 }
 
 # The processors that run a model file over named tensors (gateway.worker.processors.model): the

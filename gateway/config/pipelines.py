@@ -40,6 +40,7 @@ from typing import Any
 
 from gateway.config.catalog import DTYPES, NOT_A_STEP, STEP_PROCESSORS, TRANSFORM_DTYPES, TRANSFORMS
 from gateway.config.files import ConfigError, existing_file
+from gateway.config.image_transforms import IMAGE_TRANSFORMS, ImageArgsError, check_image_args, image_dtype
 from gateway.config.model_urls import check_model_url, file_url_path, is_file_url, is_model_url
 from gateway.config.user_code import ENTRY_FORMS
 
@@ -379,6 +380,11 @@ def _check_transform(
     unknown = sorted(set(map(str, args)) - takes)
     if unknown:
         raise _fail(f"{where}.args", f"unknown arg(s) {', '.join(unknown)} for {transform}")
+    if transform in IMAGE_TRANSFORMS:
+        try:
+            check_image_args(transform, args)
+        except ImageArgsError as exc:
+            raise _fail(f"{where}.{exc.where}", exc.message) from None
     if transform == "topk" and "k" in args:
         _int(args["k"], f"{where}.args.k", 1, 1 << 20)
     if transform == "label_map":
@@ -465,6 +471,8 @@ def _declared(inputs: tuple[TensorDecl, ...], steps: Mapping[str, StepSpec], sou
         return next((d.dtype for d in inputs if d.name == source.name), None)
     step = steps[source.step]
     declared = next((d.dtype for d in step.outputs if d.name == source.name), None)
+    if declared is None and step.transform == "sequential":
+        declared = image_dtype(step.transform, step.args)
     if declared is None and step.transform:
         declared = TRANSFORM_DTYPES.get((step.transform, source.name))
     return declared

@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from gateway.config.catalog import DTYPES
+from gateway.config.image_transforms import IMAGE_TRANSFORMS
 from gateway.config.user_code import import_class
+from gateway.worker.image_ops import image_transform
 from gateway.worker.op_types import OpError, SkipModel
 from gateway.worker.paddle_ops import PaddleOp, is_paddle_op
 
@@ -121,6 +123,8 @@ TRANSFORM_FUNCTIONS: dict[str, Transform] = {
     "label_map": _label_map,
     "cast": _cast,
     "concat": _concat,
+    # Paddle Serving's image preprocessing, on OpenCV (gateway.worker.image_ops).
+    **{name: image_transform(name) for name in IMAGE_TRANSFORMS},
 }
 
 __all__ = ["TRANSFORM_FUNCTIONS", "OpError", "SkipModel", "Transform", "load_op"]

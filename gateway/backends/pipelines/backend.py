@@ -50,6 +50,7 @@ from gateway.codecs.errors import eas_body
 from gateway.codecs.shm import SHM_ENV, ShmArea
 from gateway.config import ConfigError, GatewayConfig, ServiceConfig
 from gateway.config.catalog import DTYPES
+from gateway.config.image_transforms import IMAGE_TRANSFORMS, image_dtype
 from gateway.config.model_urls import is_model_url
 from gateway.config.pipelines import REQUEST, PipelineSpec, Source, StepSpec, TensorDecl
 from gateway.core import errors, json_answer
@@ -127,7 +128,11 @@ def _dtype(spec: PipelineSpec, source: Source, model_types: ModelTypes) -> str |
     step = spec.step(source.step)
     if step.transform == "cast":
         return DTYPES.get(str(step.args["dtype"]).lower()) or str(step.args["dtype"]).upper()
-    if (step.transform, source.name) in _FOLLOWS_INPUT:
+    if step.transform in IMAGE_TRANSFORMS:  # decoders, div and normalize fix it; others keep it
+        fixed = image_dtype(step.transform, step.args)
+        if fixed is not None:
+            return fixed
+    if (step.transform, source.name) in _FOLLOWS_INPUT or step.transform in IMAGE_TRANSFORMS:
         found = {_dtype(spec, i.source, model_types) for i in step.inputs}
         return found.pop() if len(found) == 1 else None
     return model_types(step.name, source.name) if step.kind == "model" else None
