@@ -23,15 +23,35 @@ def venv_python(python: Path, what: str, venv: str) -> str:
     return str(python)
 
 
-def run_json(python: str, code: str, *args: str, client: str, timeout: float) -> Any:
-    """Run ``code`` with ``python``, our own Python settings left out; it prints one JSON document
-    last, returned here. A failure raises with the end of its stderr, naming ``client``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONWARNINGS"] = "ignore"
+def run_snippet(
+    python: str,
+    code: str,
+    *args: str,
+    client: str,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    input_bytes: bytes | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``code`` with ``python``, our own Python settings left out (``env`` added); a failure
+    raises with the end of its stderr, naming ``client``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    full_env["PYTHONWARNINGS"] = "ignore"
+    full_env.update(env or {})
     proc = subprocess.run(
-        [python, "-c", code, *args], capture_output=True, timeout=timeout, env=env, check=False
+        [python, "-c", code, *args],
+        capture_output=True,
+        timeout=timeout,
+        env=full_env,
+        input=input_bytes,
+        check=False,
     )
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace")[-4000:]
         raise AssertionError(f"{client} failed (rc={proc.returncode}):\n{tail}")
+    return proc
+
+
+def run_json(python: str, code: str, *args: str, client: str, timeout: float) -> Any:
+    """:func:`run_snippet` for a snippet that prints one JSON document last: that document."""
+    proc = run_snippet(python, code, *args, client=client, timeout=timeout)
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])

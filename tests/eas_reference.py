@@ -12,18 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.client_venv import run_snippet, venv_python
 
 ROOT = Path(__file__).resolve().parent.parent
 REF_PYTHON = Path(os.environ.get("EAS_REF_PYTHON", ROOT / ".venv-eas" / "bin" / "python"))
 
 
 def reference_python() -> str:
-    if not REF_PYTHON.exists():
-        if os.environ.get("CI"):
-            raise RuntimeError(f"reference interpreter missing: {REF_PYTHON}; run scripts/setup.sh")
-        pytest.skip("eas-prediction reference environment (.venv-eas) is not built")
-    return str(REF_PYTHON)
+    return venv_python(REF_PYTHON, "eas-prediction reference", ".venv-eas")
 
 
 def run_reference(
@@ -34,23 +30,15 @@ def run_reference(
     input_bytes: bytes | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``code`` with the reference interpreter; raise with its stderr on failure."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    full_env["PYTHONWARNINGS"] = "ignore"
-    if env:
-        full_env.update(env)
-    proc = subprocess.run(
-        [reference_python(), "-c", code, *args],
-        capture_output=True,
+    return run_snippet(
+        reference_python(),
+        code,
+        *args,
+        client="reference client",
         timeout=timeout,
-        env=full_env,
-        input=input_bytes,
-        check=False,
+        env=env,
+        input_bytes=input_bytes,
     )
-    if proc.returncode != 0:
-        raise AssertionError(
-            f"reference client failed (rc={proc.returncode}):\n{proc.stderr.decode(errors='replace')[-4000:]}"
-        )
-    return proc
 
 
 __all__ = ["ROOT", "reference_python", "run_reference", "sys"]
