@@ -56,6 +56,7 @@ def _call(gw: GatewayProcess, name: str, values: list[float]) -> tuple[int, dict
             return exc.code, json.loads(exc.read())
 
 
+@pytest.mark.timeout(180)
 def test_pipeline_steps_fetch_their_models_by_url(s3: S3, tmp_path: Path, gateway_factory: Any) -> None:
     doubling = tmp_path / "doubling.onnx"
     _doubling_model(doubling)
