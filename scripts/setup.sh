@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or refresh) the project's virtual environments from pinned versions.
-#   .venv          the project: eas_sdk + gateway + dev tools      (requirements/constraints.txt),
+#   .venv          the project: eas_sdk + gateway + dev tools      (requirements/constraints.txt;
+#                  dev brings every light extra, OpenCV's headless wheel (images-cv) included),
 #                  and the model runtimes' extras (torch, tensorflow, pmml)
 #   .venv-py312    the same on Python 3.12, and .venv-py313 on 3.13 (the suite runs on each
 #                  Python that requires-python allows; same constraints file)
