@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
+from tests.e2e.test_kserve_clients_e2e import call as kserve_call
 from tests.e2e.test_kserve_clients_e2e import free_port, run_client
 
 TOKEN = "user-code-models-token-5b0e"
@@ -58,13 +59,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, grpc_port: int) -> Iterator[Gat
 
 
 def call(gw: GatewayProcess, path: str, doc: Any = None) -> tuple[int, Any]:
-    data = None if doc is None else json.dumps(doc).encode()
-    req = urllib.request.Request(gw.url + path, data=data, headers={"Authorization": f"Bearer {TOKEN}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return kserve_call(gw, path, doc, token=TOKEN)
 
 
 def v2_inputs(x: np.ndarray = X, tags: tuple[str, ...] = ("cat", "dög")) -> dict[str, Any]:
