@@ -23,11 +23,11 @@ export EASKIT_BENCH_RESULTS=benchmarks/results  # each benchmark writes its targ
 results=()
 failed=0
 total=0
-for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_runtimes bench_dl_runtimes bench_tls bench_tracing; do
+for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_autoscale bench_runtimes bench_dl_runtimes bench_tls bench_tracing; do
   [[ -f "benchmarks/$bench.py" ]] && total=$((total + 1))
 done
 n=0
-for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_runtimes bench_dl_runtimes bench_tls bench_tracing; do
+for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_autoscale bench_runtimes bench_dl_runtimes bench_tls bench_tracing; do
   if [[ -f "benchmarks/$bench.py" ]]; then
     n=$((n + 1))
     log="benchmarks/results/$bench.log"
