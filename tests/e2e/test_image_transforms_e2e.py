@@ -7,6 +7,7 @@ step, with the gateway answering the next call."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,11 @@ def test_a_base64_jpeg_preprocessed_as_paddle_does_feeds_the_model(gw: GatewayPr
     assert out["pixels"]["shape"] == [2, 3, 32, 32]
     np.testing.assert_allclose(np.reshape(out["pixels"]["data"], want.shape), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.reshape(out["means"]["data"], (2, 3)), want.mean(axis=(2, 3)), atol=1e-4)
+    # Paddle's own key/value form, as a Paddle Serving image client sends its base64 text.
+    status, body, _ = post(gw, "/images/prediction", {"key": ["image"], "value": [images[0]]})
+    assert status == 200 and body["err_no"] == 0, body
+    means = dict(zip(body["key"], body["value"], strict=True))["means"]
+    np.testing.assert_allclose(json.loads(means), want[:1].mean(axis=(2, 3)), atol=1e-4)
 
 
 def test_bad_input_is_a_400_naming_the_step_and_the_gateway_goes_on(gw: GatewayProcess) -> None:
