@@ -46,6 +46,8 @@ class InferRequest:
 
     @property
     def output_names(self) -> tuple[str, ...]:
+        if not self.outputs:  # most calls: every output
+            return ()
         return tuple(o.name for o in self.outputs)
 
 
@@ -129,7 +131,11 @@ def parse_request(body: bytes, binary_header: str | None = None) -> InferRequest
     rid = doc.get("id")
     if rid is not None and not isinstance(rid, str):
         raise KServeRequestError('"id" must be a string')
-    binary_output = bool(_flag(_params(doc.get("parameters"), "request"), "binary_data_output", "request"))
+    # Absent parameters and outputs (most calls) skip their checks' calls.
+    params = doc.get("parameters")
+    binary_output = params is not None and bool(
+        _flag(_params(params, "request"), "binary_data_output", "request")
+    )
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise KServeRequestError('"inputs" must be a non-empty list')
@@ -155,15 +161,16 @@ def parse_request(body: bytes, binary_header: str | None = None) -> InferRequest
             shape = v2_tensors.check_shape(t.get("shape"), where)
         except v2_tensors.TensorError as exc:
             raise KServeRequestError(str(exc)) from None
-        params = _params(t.get("parameters"), where)
-        if params.get("binary_data_size") is not None:
+        params = t.get("parameters")
+        if params is not None and _params(params, where).get("binary_data_size") is not None:
             if "data" in t:
                 raise KServeRequestError(f"{where}: has both data and binary_data_size")
             inputs[name] = section.tensor(params["binary_data_size"], datatype, shape, where)
         else:
             inputs[name] = json_tensor(t.get("data"), datatype, shape, where)
     section.finish()
-    return InferRequest(rid, inputs, _outputs(doc.get("outputs")), binary_output)
+    outputs = doc.get("outputs")
+    return InferRequest(rid, inputs, () if outputs is None else _outputs(outputs), binary_output)
 
 
 def _outputs(raw: Any) -> tuple[RequestedOutput, ...]:
@@ -207,23 +214,33 @@ def answer(
     JSON ``data`` is written straight from the arrays, binary tensors as views of them; an
     answer past ``limit`` bytes (0: none) raises json_answer.AnswerTooLarge, before anything
     is built when its estimate says so."""
-    wanted = req.outputs
-    if not wanted:
-        names = [n for n in model_order if n in arrays] + [n for n in arrays if n not in model_order]
-        wanted = tuple(RequestedOutput(n) for n in names)
+    wanted: Sequence[RequestedOutput | str] = req.outputs
+    if not wanted:  # every output, as plain names
+        names = [n for n in model_order if n in arrays]
+        if len(names) < len(arrays):
+            names += [n for n in arrays if n not in model_order]
+        wanted = names
     entries: list[dict[str, Any]] = []
     binary: list[np.ndarray] = []
     in_json: list[tuple[dict[str, Any], str]] = []  # where the arrays written as JSON are
+    raw = 0  # bytes of the binary tensors after the header
     for o in wanted:
-        arr = arrays.get(o.name)
+        if type(o) is str:
+            name, as_binary, k = o, req.binary_output, 0
+        else:
+            name, k = o.name, o.classification
+            as_binary = req.binary_output if o.binary is None else o.binary
+        arr = arrays.get(name)
         if arr is None:
-            raise KeyError(f"the worker's answer has no output {o.name!r}")
-        if o.classification:
-            arr = classify(arr, o.classification, f"output '{o.name}'", (labels or {}).get(o.name, ()))
+            raise KeyError(f"the worker's answer has no output {name!r}")
+        if k:
+            arr = classify(arr, k, f"output '{name}'", (labels or {}).get(name, ()))
         datatype = v2_tensors.datatype_of(arr)
-        entry: dict[str, Any] = {"name": o.name, "datatype": datatype, "shape": list(arr.shape)}
-        if req.binary_output if o.binary is None else o.binary:
-            entry["parameters"] = {"binary_data_size": json_answer.raw_size(arr)}
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(arr.shape)}
+        if as_binary:
+            size = json_answer.raw_size(arr)
+            entry["parameters"] = {"binary_data_size": size}
+            raw += size
             binary.append(arr)
         else:
             entry["data"] = arr.reshape(-1)  # V2's JSON data is flat
@@ -232,7 +249,6 @@ def answer(
     doc: dict[str, Any] = {"model_name": model_name, "model_version": version, "outputs": entries}
     if req.id is not None:
         doc["id"] = req.id
-    raw = sum(e["parameters"]["binary_data_size"] for e in entries if "parameters" in e)
     header = json_answer.small_with(doc, in_json)  # most answers: encoded once, measured after
     if header is not None:
         if limit:
@@ -241,6 +257,8 @@ def answer(
         if limit:
             json_answer.check(json_answer.estimate(doc) + raw, limit, "about")
         header = json_answer.dumps(doc, max(1, limit - raw) if limit else 0)
+    if not binary:
+        return header, None
     return frame(header, [output_bytes(a) for a in binary])
 
 

@@ -44,8 +44,11 @@ def datatype_of(arr: np.ndarray) -> str:
 
 def check_shape(shape: Any, where: str) -> list[int]:
     """A shape as a list of non-negative ints whose element count stays under the cap."""
-    if not isinstance(shape, (list, tuple)) or not all(type(d) is int and d >= 0 for d in shape):
+    if not isinstance(shape, (list, tuple)):
         raise TensorError(f"{where}: shape must be a list of non-negative integers")
+    for d in shape:  # a loop, not all() over a generator: this runs on every call
+        if type(d) is not int or d < 0:
+            raise TensorError(f"{where}: shape must be a list of non-negative integers")
     if math.prod(shape) > MAX_ELEMENTS:
         raise TensorError(f"{where}: shape {list(shape)} has more than {MAX_ELEMENTS} elements")
     return list(shape)

@@ -662,7 +662,7 @@ class DataPlane:
         if limit:
             size = len(resp.body)
             if isinstance(resp, TensorResponse):  # from the gateway's threads: arrays, no body
-                size += sum(map(json_answer.raw_size, resp.arrays.values()))
+                size += json_answer.raw_total(resp.arrays.values())
             if size > limit:
                 if stats is not None:
                     stats.record(False, elapsed, int(resp.compute_us))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,18 @@ def raw_size(arr: np.ndarray) -> int:
     if arr.dtype.kind not in "OSU":
         return int(arr.size) * arr.dtype.itemsize
     return sum(4 + len(v.encode() if isinstance(v, str) else bytes(v)) for v in arr.reshape(-1).tolist())
+
+
+def raw_total(arrays: Iterable[np.ndarray]) -> int:
+    """The summed :func:`raw_size` of ``arrays`` (numbers without a call each: every call's
+    answer is measured)."""
+    total = 0
+    for arr in arrays:
+        if arr.dtype.kind in "OSU":
+            total += raw_size(arr)
+        else:
+            total += arr.size * arr.dtype.itemsize
+    return total
 
 
 # The dtypes a processor's JSON-form answer may name (never any numpy type string).

@@ -84,7 +84,10 @@ async def infer(
         v2_infer.answer, svc.name, version, req, arrays, order, None, plane.max_response_bytes
     )
     try:
-        if sum(a.size for a in arrays.values()) > ENCODE_ON_LOOP_MAX:
+        elements = 0
+        for a in arrays.values():
+            elements += a.size
+        if elements > ENCODE_ON_LOOP_MAX:
             return await asyncio.to_thread(answer)
         return answer()
     except KeyError as exc:

@@ -458,6 +458,9 @@ class GatewayMetrics:
         self.timers = Timers()
         # Service -> its request, compute and queue timers, kept so a call formats no name.
         self._timers_of: dict[str, tuple[Timer, Timer, Timer]] = {}
+        # What one call updates, found with one look-up (see observe and observe_dispatch).
+        self._request_of: dict[str, tuple[list[int], Timer]] = {}
+        self._dispatch_of: dict[int, _DispatchTargets] = {}
         for name in self.services:
             self.timers.add(_timer(name, "request"))
 
@@ -479,32 +482,88 @@ class GatewayMetrics:
     def attach_admission(self, admission: Any) -> None:
         self.registry.register(_AdmissionCollector(admission))
 
+    # Every call updates a request counter, histograms and Cluster Serving's timers: the
+    # figures' containers are looked up once per service (per configuration for a dispatch)
+    # and updated in place here, each histogram as _ServiceHistogram.observe and each timer
+    # as Timer.observe would, without a call per figure.
     def observe(self, service: str, status: int, seconds: float) -> None:
-        if service not in self.services:  # defensive: labels only from config
-            self.unknown_service.inc()
-            return
+        hit = self._request_of.get(service)
+        if hit is None:
+            if service not in self.services:  # defensive: labels only from config
+                self.unknown_service.inc()
+                return
+            timer = self._service_timers(service)[0]
+            hit = self._request_of[service] = (self.latency._counts[service], timer)
+        buckets, timer = hit
         counts = self.requests.counts
         key = (service, status)  # label values only ever come from the config: stays small
         counts[key] = counts.get(key, 0) + 1
-        self.latency.observe(service, seconds)
-        self._service_timers(service)[0].observe(seconds * 1000.0)
+        buckets[bisect.bisect_left(self.latency._bounds, seconds)] += 1
+        self.latency._sums[service] += seconds
+        ms = seconds * 1000.0
+        if not timer.count:
+            timer.first = time.monotonic()
+        timer.count += 1
+        timer.recent.append(ms)
+        if ms < timer.min:
+            timer.min = ms
+        if ms > timer.max:
+            timer.max = ms
 
     def observe_dispatch(
         self, svc: ServiceConfig, status: int, dispatch_s: float, compute_us: int, body: bytes = b""
     ) -> None:
         """A call its backend answered (the dataplane's observer): any version of any service."""
-        service, version = version_of(svc)
-        if service not in self.services:
-            return
-        self.versions.observe(service, version, status, dispatch_s)
-        compute_s = max(0.0, compute_us / 1e6)
-        self.compute_time.observe(service, compute_s)
-        self.queue_time.observe(service, max(0.0, dispatch_s - compute_s))
-        timers = self._service_timers(service)
-        timers[1].observe(compute_s * 1000.0)
-        timers[2].observe(max(0.0, dispatch_s - compute_s) * 1000.0)
+        hit = self._dispatch_of.get(id(svc))
+        if hit is None or hit[0] is not svc:
+            hit = self._dispatch_targets(svc)
+            if hit is None:
+                return
+        _, service, pair, version_buckets, compute, queue, timers = hit
+        versions = self.versions
+        key = (*pair, status)
+        versions.counts[key] = versions.counts.get(key, 0) + 1
+        bounds = versions._bounds
+        version_buckets[bisect.bisect_left(bounds, dispatch_s)] += 1
+        versions._sums[pair] += dispatch_s
+        compute_s = compute_us / 1e6 if compute_us > 0 else 0.0
+        queue_s = dispatch_s - compute_s
+        if not queue_s > 0.0:
+            queue_s = 0.0
+        compute[bisect.bisect_left(bounds, compute_s)] += 1
+        self.compute_time._sums[service] += compute_s
+        queue[bisect.bisect_left(bounds, queue_s)] += 1
+        self.queue_time._sums[service] += queue_s
+        for timer, ms in ((timers[1], compute_s * 1000.0), (timers[2], queue_s * 1000.0)):
+            if not timer.count:
+                timer.first = time.monotonic()
+            timer.count += 1
+            timer.recent.append(ms)
+            if ms < timer.min:
+                timer.min = ms
+            if ms > timer.max:
+                timer.max = ms
         if status >= 500:
             self.last_error[service] = (time.time(), status, _processor_error(body))
+
+    def _dispatch_targets(self, svc: ServiceConfig) -> _DispatchTargets | None:
+        """What a dispatch to ``svc`` updates (None: not a configured service), kept by the
+        configuration's identity: a reloaded service is a new one."""
+        service, version = version_of(svc)
+        if service not in self.services:
+            return None
+        pair = (service, version)
+        version_buckets = self.versions.buckets.get(pair)
+        if version_buckets is None:
+            version_buckets = self.versions.buckets[pair] = [0] * len(self.versions._les)
+            self.versions._sums[pair] = 0.0
+        if len(self._dispatch_of) >= _DISPATCH_OF_MAX:
+            self._dispatch_of.clear()
+        hit = self._dispatch_of[id(svc)] = (
+            svc, service, pair, version_buckets, self.compute_time._counts[service],
+            self.queue_time._counts[service], self._service_timers(service),
+        )  # fmt: skip
+        return hit
 
     def observe_failure(self, svc: ServiceConfig, error: errors.GatewayError, dispatch_s: float) -> None:
         """A call its backend did not answer (refused, timed out, a worker lost, too large)."""
@@ -537,6 +596,14 @@ class GatewayMetrics:
     def render_json(self) -> bytes:
         """Cluster Serving's ``/metrics``: a JSON list of timers (gateway.observability.timers)."""
         return json.dumps(self.timers.snapshot()).encode()
+
+
+# (the configuration, its service, (service, version), the version's dispatch buckets, the
+# service's compute and queue buckets, its request, compute and queue timers)
+_DispatchTargets = tuple[
+    ServiceConfig, str, tuple[str, str], list[int], list[int], list[int], tuple[Timer, Timer, Timer]
+]
+_DISPATCH_OF_MAX = 256
 
 
 def _timer(service: str, what: str) -> str:
