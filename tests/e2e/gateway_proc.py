@@ -213,7 +213,15 @@ class GatewayProcess:
         return "\n".join(parts)
 
     def get_json(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
-        req = urllib.request.Request(self.url + path)
+        return self.call_json(path, timeout=timeout)
+
+    def call_json(
+        self, path: str, doc: Any = None, headers: Mapping[str, str] | None = None, timeout: float = 10.0
+    ) -> tuple[int, Any]:
+        """A GET, or a POST of ``doc`` (JSON, or bytes sent as they are) -> (status, the JSON
+        answer), an error's answer included."""
+        data = None if doc is None else doc if isinstance(doc, bytes) else json.dumps(doc).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers=dict(headers or {}))
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, json.loads(r.read())

@@ -46,14 +46,7 @@ def top(row: np.ndarray, n: int) -> list[str]:
 
 
 def post(gw: GatewayProcess, path: str, doc: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        gw.url + path, data=json.dumps(doc).encode(), headers={"Authorization": TOKEN, **(headers or {})}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    return gw.call_json(path, doc, {"Authorization": TOKEN, **(headers or {})})
 
 
 def test_query_and_dequeue_answer_the_top_n_classes(

@@ -15,8 +15,6 @@ import os
 import re
 import socket
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,13 +97,7 @@ def expected(versions: dict[str, Path], version: str = "2") -> dict[str, np.ndar
 
 
 def call(gw: GatewayProcess, path: str, doc: Any = None, token: str = TOKEN) -> tuple[int, Any]:
-    data = None if doc is None else json.dumps(doc).encode()
-    req = urllib.request.Request(gw.url + path, data=data, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return gw.call_json(path, doc, {"Authorization": f"Bearer {token}"})
 
 
 # ----------------------------------------------------------------------------- versions

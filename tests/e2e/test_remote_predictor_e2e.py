@@ -8,8 +8,6 @@ ONNX Runtime; a predictor that is down, slow or refuses the token ends the step 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,15 +83,8 @@ def transformer(
 
 
 def post(gw: GatewayProcess, service: str, x: np.ndarray) -> tuple[int, Any]:
-    body = json.dumps(
-        {"inputs": {"x": {"dtype": "float32", "shape": list(x.shape), "data": x.ravel().tolist()}}}
-    )
-    req = urllib.request.Request(f"{gw.url}/api/predict/{service}", data=body.encode())
-    try:
-        with urllib.request.urlopen(req, timeout=20) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    doc = {"inputs": {"x": {"dtype": "float32", "shape": list(x.shape), "data": x.ravel().tolist()}}}
+    return gw.call_json(f"/api/predict/{service}", doc, timeout=20)
 
 
 def test_a_step_calls_the_predictor_over_v2_v1_and_grpc(
