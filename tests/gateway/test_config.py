@@ -140,7 +140,9 @@ def test_placement_thread_is_for_onnx_services_only() -> None:
     echo = {"name": "e", "processor": "python", "entry": "x:Y", "public": True, "placement": "thread"}
     for service in (echo, {"name": "q", "processor": "queue", "public": True, "placement": "thread"}):
         with pytest.raises(
-            ConfigError, match=r"\.placement: only a model service \(onnx, sklearn, xgboost, lightgbm, torch, tensorflow, pmml\)"
+            ConfigError,
+            match=r"\.placement: only a model service "
+            r"\(onnx, sklearn, xgboost, lightgbm, torch, tensorflow, pmml\)",
         ) as info:
             parse_config({"services": [service]})
         assert f"({service['name']}).placement" in str(info.value)

@@ -13,7 +13,9 @@ from gateway.core import errors
 from gateway.observability.history import StatusHistory
 from gateway.observability.metrics import GatewayMetrics
 
-SVC = ServiceConfig(name="m", processor="onnx", model="m.onnx", public=True, versions=(("1", "a"), ("2", "b")))
+SVC = ServiceConfig(
+    name="m", processor="onnx", model="m.onnx", public=True, versions=(("1", "a"), ("2", "b"))
+)
 
 
 def _metrics() -> GatewayMetrics:

@@ -147,7 +147,8 @@ def test_a_model_step_calls_an_onnx_or_a_python_service(tmp_path: Path) -> None:
     msg = _error(_with(steps=steps), [{"name": "q", "processor": "queue", "public": True}])
     assert "services (p).pipeline.steps (a).service: service 'q' is a queue service (a queue" in msg
     assert msg.endswith(
-        "a model step calls a service whose processor is one of onnx, sklearn, xgboost, lightgbm, torch, tensorflow, pmml, python"
+        "a model step calls a service whose processor is one of "
+        "onnx, sklearn, xgboost, lightgbm, torch, tensorflow, pmml, python"
     )
     # Another pipeline is no model step either ...
     other = {"name": "q", "processor": "pipeline", "public": True, "pipeline": copy.deepcopy(BASE)}
