@@ -50,8 +50,14 @@ def cli(gw: GatewayProcess, *args: str, token: str | None = ADMIN_TOKEN) -> subp
     )
 
 
-def http(url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    req = urllib.request.Request(url, data=body, headers=headers or {}, method="POST" if body else "GET")
+def http(
+    url: str, body: bytes | None = None, headers: dict[str, str] | None = None, method: str | None = None
+) -> tuple[int, Any]:
+    """-> (status, the JSON answer), an error's included; a POST when there is a body, unless
+    ``method`` says otherwise."""
+    req = urllib.request.Request(
+        url, data=body, headers=headers or {}, method=method or ("POST" if body else "GET")
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read() or b"null")
@@ -308,18 +314,7 @@ def test_create_roll_and_scale_show_their_progress(env: dict[str, Any]) -> None:
 
 
 def _send(url: str, method: str, body: bytes, content_type: str = "application/json") -> tuple[int, Any]:
-    req = urllib.request.Request(
-        url,
-        data=body,
-        method=method,
-        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": content_type},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read() or b"null")
+    return http(url, body, {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": content_type}, method)
 
 
 _OTHER = json.dumps({"name": "other", "processor": "python", "public": True, "entry": ECHO_ENTRY}).encode()
