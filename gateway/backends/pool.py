@@ -96,7 +96,7 @@ class WorkerPool(RemoteSupervision):
             return True  # served by remote workers only: they join when they are ready
         deadline = time.monotonic() + timeout
         while not self._ready_event.is_set():
-            if self.service.autoscale is not None and not self._local():
+            if self._asleep():
                 return True  # scaled to zero: the next call starts a worker
             if self._workers and all(w.failures and not w.ever_ready for w in self._workers):
                 return False
@@ -259,11 +259,28 @@ class WorkerPool(RemoteSupervision):
             if self._stopping and self._pending == 0 and self._drained is not None:
                 self._drained.set()
 
+    def _to_zero(self) -> bool:
+        """Whether the service may be scaled to zero workers (its own or a scheduled bound)."""
+        auto = self.service.autoscale
+        return auto is not None and (auto.min_workers == 0 or any(e.min_workers == 0 for e in auto.schedule))
+
+    def _remote_only(self) -> bool:
+        return self.service.workers == 0 and self.service.remote_workers is not None
+
+    def _asleep(self) -> bool:
+        """Scaled to zero: no worker at all, the next call waits for one (a remote-only
+        service's from the orchestrator following ``easgw_desired_workers``)."""
+        return (
+            self._to_zero()
+            and not self._local()
+            and not any(w.state is WorkerState.READY for w in self._workers)
+        )
+
     def _cold(self) -> bool:
-        """An autoscaled pool with no ready worker whose own workers, if any, are all starting
-        for the first time (scaled to zero, or woken from it): a call waits for one. A worker
-        restarting after a failure is answered 503 at once, as in any pool."""
-        if self.service.autoscale is None or any(w.state is WorkerState.READY for w in self._workers):
+        """A pool that may scale to zero, with no ready worker and its own workers, if any, all
+        starting for the first time (scaled to zero, or woken from it): a call waits for one.
+        A worker restarting after a failure is answered 503 at once, as in any pool."""
+        if not self._to_zero() or any(w.state is WorkerState.READY for w in self._workers):
             return False
         return all(w.state is WorkerState.STARTING and not w.failures for w in self._local())
 
@@ -278,7 +295,7 @@ class WorkerPool(RemoteSupervision):
                 f"for it (autoscale.max_waiting {bound})",
                 1,
             )
-        if not self._local():
+        if not self._local() and not self._remote_only():
             log.info("service %s: a call arrived with no worker running: starting one", name)
             self._add_worker()
         self._waking += 1
@@ -314,9 +331,7 @@ class WorkerPool(RemoteSupervision):
         if self._stopping:
             return False
         # Scaled to zero: the next call starts a worker and waits for it.
-        return any(w.state is WorkerState.READY for w in self._workers) or (
-            self.service.autoscale is not None and not self._local()
-        )
+        return any(w.state is WorkerState.READY for w in self._workers) or self._asleep()
 
     @property
     def pending(self) -> int:

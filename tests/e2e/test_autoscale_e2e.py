@@ -14,13 +14,16 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from eas_sdk import TFRequest
 from eas_sdk.queue import QueueClient
 from tests.e2e.gateway_proc import ROOT, GatewayProcess, raw_post
+from tests.e2e.test_remote_workers_e2e import CLIENT_TOKEN, ROW, TTL_S, WORKER_TOKEN, Agent
 from tests.waiting import wait_until
 
 ADMIN_TOKEN = "admin-token-5d0e8c7b1a924f36"
@@ -243,3 +246,36 @@ def test_an_asynchronous_service_scales_on_the_records_waiting_in_its_queue(env:
         records = sink.get(length=6)
     assert sorted(bytes(r.data) for r in records) == [f"held:r{i}".encode() for i in range(6)]
     wait_until(lambda: len(gw.services()["queued"]["workers"]) == 1, 90, "the pool back at one worker")
+
+
+def test_a_remote_only_service_at_zero_asks_for_a_worker_and_its_call_waits_for_one(
+    gateway_factory: Any, digits_model: Path, tmp_path: Path
+) -> None:
+    """What KEDA scaling a worker Deployment to zero and back sees: the gauge goes to 0 when
+    idle, to 1 while a call waits, and the call is answered once a worker joins."""
+    gw = gateway_factory({
+        "services": [{
+            "name": "digits", "processor": "onnx", "model": str(digits_model), "token": CLIENT_TOKEN,
+            "workers": 0, "remote_workers": {"token": WORKER_TOKEN, "ttl_s": TTL_S}, "timeout_ms": 60_000,
+            "autoscale": {"min_workers": 0, "max_workers": 3, "target": 1, "idle_after_s": 0.5},
+        }],
+    })  # fmt: skip
+    wait_until(lambda: _desired(gw, "digits") == 0, 30, "no worker wanted while idle")
+    req = TFRequest("serving_default")
+    req.add_feed("input", [1, 64], TFRequest.DT_FLOAT, ROW)
+    agents: list[Agent] = []
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(
+                raw_post, gw.port, "/api/predict/digits", req.to_string(), {"Authorization": CLIENT_TOKEN},
+                timeout=120,
+            )  # fmt: skip
+            wait_until(lambda: _desired(gw, "digits") == 1, 30, "one worker wanted for the waiting call")
+            assert not call.done()
+            agents.append(Agent(gw, tmp_path / "host-a"))  # what the orchestrator starts
+            status, headers, _ = call.result(timeout=120)
+        assert status == 200
+        assert headers.get("server-timing", "").startswith("cold-start;dur="), headers
+    finally:
+        for agent in agents:
+            agent.stop()
