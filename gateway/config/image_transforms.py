@@ -89,8 +89,12 @@ def _check_one(name: str, args: Mapping[str, Any], where: str) -> None:
         if "max_size" in args:
             _size(args["max_size"], f"{where}.max_size")
         interp = args.get("interpolation")
-        if interp is not None and interp not in INTERPOLATIONS:
-            raise ImageArgsError(f"{where}.interpolation", f"expected one of {', '.join(INTERPOLATIONS)}")
+        flag = isinstance(interp, int) and not isinstance(interp, bool) and interp in INTERPOLATIONS.values()
+        if interp is not None and not flag and interp not in INTERPOLATIONS:
+            raise ImageArgsError(
+                f"{where}.interpolation",
+                f"expected one of {', '.join(INTERPOLATIONS)} (or its cv2.INTER_* value)",
+            )
     elif name == "center_crop":
         _size(args.get("size"), f"{where}.size")
     elif name == "transpose":

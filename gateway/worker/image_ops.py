@@ -124,7 +124,8 @@ def _resize(args: Mapping[str, Any]) -> Image:
             width, height = round(w * percent), round(h * percent)  # half to even, as Paddle rounds
         if interpolation is None:
             return _cv2().resize(img, (width, height))
-        return _cv2().resize(img, (width, height), interpolation=INTERPOLATIONS[interpolation])
+        flag = INTERPOLATIONS.get(interpolation, interpolation)  # a name, or Paddle's cv2.INTER_* value
+        return _cv2().resize(img, (width, height), interpolation=flag)
 
     return run
 

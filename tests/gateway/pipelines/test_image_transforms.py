@@ -5,6 +5,9 @@ to float32 rounding where it is float work; and their args checked at load."""
 from __future__ import annotations
 
 import base64
+import importlib.util
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -92,6 +95,7 @@ def test_resize_matches_cv2_resize_with_paddle_s_sizes(args: dict[str, Any]) -> 
     np.testing.assert_array_equal(_run("resize", img, **args), cv2.resize(img, want_wh))
     cubic = cv2.resize(img, want_wh, interpolation=cv2.INTER_CUBIC)
     np.testing.assert_array_equal(_run("resize", img, interpolation="cubic", **args), cubic)
+    np.testing.assert_array_equal(_run("resize", img, interpolation=cv2.INTER_CUBIC, **args), cubic)
 
 
 def test_resize_of_the_shorter_side_keeps_the_aspect() -> None:
@@ -177,6 +181,7 @@ def _load(step_args: dict[str, Any], transform: str = "normalize") -> None:
         ("div", {"value": 0}, "(pre).args.value"),
         ("resize", {"size": [1, 2, 3]}, "(pre).args.size"),
         ("resize", {"size": 8, "interpolation": "bilinear"}, "(pre).args.interpolation"),
+        ("resize", {"size": 8, "interpolation": True}, "(pre).args.interpolation"),
         ("transpose", {"transpose_target": [0, 0, 1]}, "(pre).args.transpose_target"),
         ("sequential", {"transforms": ["bgr2rgb", "decode_image"]}, "transforms[1]: decode_image decodes"),
         ("sequential", {"transforms": [{"softmax": {}}]}, "transforms[0]: expected an image transform"),
@@ -193,6 +198,39 @@ def test_bad_args_fail_the_load_naming_the_step_and_arg(
 
 def test_good_args_load() -> None:
     _load({"mean": MEAN, "std": STD, "channel_first": True})
+    _load({"size": 8, "interpolation": 3}, "resize")  # Paddle passes cv2.INTER_AREA itself
     _load(
         {"transforms": ["decode_image", {"resize": {"size": [8, 8], "interpolation": "area"}}]}, "sequential"
     )
+
+
+def test_a_sequential_s_output_type_is_known_to_the_check() -> None:
+    """A decoder's chain ending in normalize gives float32: a step declaring int64 is refused."""
+    steps = [
+        {"name": "pre", "transform": "sequential", "inputs": {"x": "request.x"}, "outputs": ["y"],
+         "args": {"transforms": ["base64_to_image", {"div": {"value": 255}}]}},
+        {"name": "top", "transform": "argmax", "inputs": {"x": {"from": "pre.y", "dtype": "int64"}},
+         "outputs": ["index"]},
+    ]  # fmt: skip
+    pipeline = {"inputs": {"x": "bytes"}, "steps": steps, "outputs": {"i": "top.index"}}
+    with pytest.raises(ConfigError, match=r"expects INT64, but pre\.y is FP32"):
+        parse_config(
+            {"services": [{"name": "p", "processor": "pipeline", "public": True, "pipeline": pipeline}]}
+        )
+
+
+def test_opencv_is_imported_only_by_a_pipeline_that_uses_it() -> None:
+    code = "import sys, gateway.worker.ops, gateway.backends.pipelines; assert 'cv2' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_missing_opencv_fails_the_load_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "cv2" else real(name, *a)
+    )
+    with pytest.raises(
+        ConfigError, match=r"\(pre\)\.transform: resize needs OpenCV: pip install 'easkit\[images-cv\]'"
+    ):
+        _load({"size": 8}, "resize")
+    _load({"value": 2}, "div")  # numpy alone
