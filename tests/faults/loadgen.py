@@ -91,25 +91,40 @@ class Load:
 
     # ------------------------------------------------------------------ producers
     def produce(self, name: str, url: str) -> None:
-        q = self._queue_client(url, name)
+        self._put_until_stopped(self._queue_client(url, name), name, "put", name, url, self.acked)
+
+    def _put_until_stopped(
+        self,
+        q: QueueClient,
+        who: str,
+        op: str,
+        prefix: str,
+        url: str,
+        acked: set[str],
+        *,
+        by_rid: bool = False,
+    ) -> None:
+        """Put ``PREFIX-1``, ``PREFIX-2``, ... until the run stops, each an ``op`` event of ``who``
+        in the history; ``acked`` takes an accepted record's value, or its request id where
+        ``by_rid`` (an asynchronous result names only that)."""
         n = 0
         pause = self.spec.get("put_pause_s", 0.02)
         while not self.stopping.is_set():
             n += 1
-            value = f"{name}-{n}"
+            value = f"{prefix}-{n}"
             t0 = time.monotonic()
             try:
                 index, rid = q.put(value.encode())
             except PredictException as exc:
                 self.history.add(
-                    p=name, f="put", type=_kind(exc), t0=t0, t1=time.monotonic(), value=value,
+                    p=who, f=op, type=_kind(exc), t0=t0, t1=time.monotonic(), value=value,
                     via=url, status=_status(exc), error=f"{type(exc).__name__}: {str(exc)[:160]}",
                 )  # fmt: skip
             else:
                 with self.lock:
-                    self.acked.add(value)
+                    acked.add(rid if by_rid else value)
                 self.history.add(
-                    p=name, f="put", type="ok", t0=t0, t1=time.monotonic(), value=value, via=url,
+                    p=who, f=op, type="ok", t0=t0, t1=time.monotonic(), value=value, via=url,
                     index=int(index), rid=rid,
                 )  # fmt: skip
             time.sleep(pause)
@@ -154,27 +169,7 @@ class Load:
     # ------------------------------------------------------------------ asynchronous inference
     def produce_async(self, url: str) -> None:
         q = self._queue_client(url, "async", self.spec["async_service"])
-        n = 0
-        while not self.stopping.is_set():
-            n += 1
-            value = f"a-{n}"
-            t0 = time.monotonic()
-            try:
-                index, rid = q.put(value.encode())
-            except PredictException as exc:
-                self.history.add(
-                    p="async", f="aput", type=_kind(exc), t0=t0, t1=time.monotonic(), value=value,
-                    via=url, status=_status(exc), error=f"{type(exc).__name__}: {str(exc)[:160]}",
-                )  # fmt: skip
-            else:
-                with self.lock:
-                    self.async_acked.add(rid)
-                self.history.add(
-                    p="async", f="aput", type="ok", t0=t0, t1=time.monotonic(), value=value, via=url,
-                    index=int(index), rid=rid,
-                )  # fmt: skip
-            time.sleep(self.spec.get("put_pause_s", 0.02))
-        q.close()
+        self._put_until_stopped(q, "async", "aput", "a", url, self.async_acked, by_rid=True)
 
     def read_results(self, url: str) -> None:
         """The sink, watched and committed: one ``aread`` per result delivered."""
