@@ -16,6 +16,7 @@ from gateway.config import Config, ConfigError, GatewayConfig, ServiceConfig, pa
 from gateway.config.autoscale import AutoscaleConfig, ScheduledBounds, parse_autoscale
 from gateway.manage.autoscale import Autoscaler
 from gateway.manage.manager import ServiceManager
+from gateway.manage.spec import parse_spec, spec_of
 from tests.gateway.doubles import BackendDouble
 from tests.gateway.parts import gateway_parts
 
@@ -108,3 +109,15 @@ def test_a_bad_setting_is_a_config_error_naming_its_key(raw: dict[str, Any], key
 def test_only_worker_processes_scale() -> None:
     with pytest.raises(ConfigError, match=r"autoscale: only a service run by worker processes"):
         parse_config({"services": [{"name": "q", "processor": "queue", "public": True, "autoscale": {}}]})
+
+
+def test_the_settings_round_trip_through_the_admin_apis_description() -> None:
+    raw = {
+        "name": "m", "processor": "onnx", "public": True, "model": "samples/models/digits.onnx",
+        "autoscale": {"min_workers": 0, "max_workers": 5, "target": 3, "idle_after_s": 30,
+                      "schedule": [{"cron": "0 8 * * 1-5", "min_workers": 2},
+                                   {"cron": "0 20 * * *", "max_workers": 2}]},
+    }  # fmt: skip
+    svc = parse_spec(raw)
+    assert spec_of(svc)["autoscale"] == {**raw["autoscale"], "target": 3.0, "idle_after_s": 30.0}
+    assert parse_spec(spec_of(svc)) == svc
