@@ -595,20 +595,27 @@ def _grpc_fill(gw: GatewayProcess, dims: list[int], typed: bool) -> Any:
             return exc
 
 
+def _fill_while_probed(gw: GatewayProcess, dims: list[int], typed: bool, kind: type) -> Any:
+    """The answer for ``dims``, asked for again (each answer a ``kind``) until the probe beside
+    it has 20 calls, the probe then holding the gateway to its memory bound."""
+    with Probe(gw, helpers=True, check_latency=False) as probe:
+        first = _grpc_fill(gw, dims, typed=typed)
+        deadline = time.monotonic() + 60
+        while len(probe.latencies) < 20 and time.monotonic() < deadline:
+            assert isinstance(_grpc_fill(gw, dims, typed=typed), kind)
+    probe.check(p99_bound_s=None)
+    return first
+
+
 def test_a_typed_grpc_answer_is_built_within_the_memory_bound(answers_gw: GatewayProcess) -> None:
     """9 million float32 values in fp32_contents (36 MB): written from the model's output as
     the packed field's bytes (a Python float per value took the gateway past the bound)."""
-    with Probe(answers_gw, helpers=True, check_latency=False) as probe:
-        first = _grpc_fill(answers_gw, [3000, 3000], typed=True)
-        deadline = time.monotonic() + 60
-        while len(probe.latencies) < 20 and time.monotonic() < deadline:
-            assert isinstance(_grpc_fill(answers_gw, [3000, 3000], typed=True), pb.ModelInferResponse)
+    first = _fill_while_probed(answers_gw, [3000, 3000], True, pb.ModelInferResponse)
     assert isinstance(first, pb.ModelInferResponse), first
     (out,) = first.outputs
     assert (out.datatype, list(out.shape)) == ("FP32", [1, 3000, 3000]) and not first.raw_output_contents
     values = np.asarray(out.contents.fp32_contents, dtype=np.float32)
     assert values.size == 9_000_000 and bool((values == np.float32(FILL)).all())
-    probe.check(p99_bound_s=None)
 
 
 @pytest.mark.parametrize("typed", [False, True], ids=["raw", "typed"])
@@ -617,16 +624,11 @@ def test_a_grpc_answer_past_the_limit_is_refused_before_it_is_built(
 ) -> None:
     """An 81 MB answer against the 64 MB limit: RESOURCE_EXHAUSTED naming the size, the
     limit and the setting, the message never built; a smaller one of the same kind answers."""
-    with Probe(answers_gw, helpers=True, check_latency=False) as probe:
-        got = _grpc_fill(answers_gw, [4500, 4500], typed=typed)
-        deadline = time.monotonic() + 60
-        while len(probe.latencies) < 20 and time.monotonic() < deadline:
-            assert isinstance(_grpc_fill(answers_gw, [4500, 4500], typed=typed), grpc.RpcError)
+    got = _fill_while_probed(answers_gw, [4500, 4500], typed, grpc.RpcError)
     assert isinstance(got, grpc.RpcError), got
     assert got.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, got  # type: ignore[attr-defined]
     details = got.details()  # type: ignore[attr-defined]
     assert f"over the limit of {LIMIT} bytes" in details and "gateway.max_response_bytes" in details, details
-    probe.check(p99_bound_s=None)
     small = _grpc_fill(answers_gw, [30, 20], typed=typed)
     assert isinstance(small, pb.ModelInferResponse), small
     if typed:
