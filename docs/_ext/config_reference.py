@@ -41,6 +41,7 @@ _TYPES = {
     "Mapping[str, Any]": "mapping",
     "Mapping[str, str]": "mapping of strings",
     "tuple[ModelSource, ...]": "list of mappings",
+    "tuple[ScheduledBounds, ...]": "list of mappings (cron, min_workers, max_workers)",
 }
 _ROW = re.compile(r"^\|\s*`([A-Za-z0-9_.]+)`\s*\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
 
