@@ -215,10 +215,10 @@ def answer(
     answer past ``limit`` bytes (0: none) raises json_answer.AnswerTooLarge, before anything
     is built when its estimate says so."""
     wanted: Sequence[RequestedOutput | str] = req.outputs
-    if not wanted:  # every output, as plain names
-        names = [n for n in model_order if n in arrays]
-        if len(names) < len(arrays):
-            names += [n for n in arrays if n not in model_order]
+    if not wanted:  # every output, as plain names; most answers list them in the model's order
+        names = list(arrays)
+        if names != model_order:
+            names = [n for n in model_order if n in arrays] + [n for n in names if n not in model_order]
         wanted = names
     entries: list[dict[str, Any]] = []
     binary: list[np.ndarray] = []
@@ -235,7 +235,10 @@ def answer(
             raise KeyError(f"the worker's answer has no output {name!r}")
         if k:
             arr = classify(arr, k, f"output '{name}'", (labels or {}).get(name, ()))
-        datatype = v2_tensors.datatype_of(arr)
+        try:
+            datatype = v2_tensors.BY_DTYPE[arr.dtype]
+        except KeyError:  # strings, byte-swapped numbers, or no V2 datatype at all
+            datatype = v2_tensors.datatype_of(arr)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(arr.shape)}
         if as_binary:
             size = json_answer.raw_size(arr)
@@ -251,7 +254,7 @@ def answer(
         doc["id"] = req.id
     header = json_answer.small_with(doc, in_json)  # most answers: encoded once, measured after
     if header is not None:
-        if limit:
+        if limit and len(header) + raw > limit:
             json_answer.check(len(header) + raw, limit)
     else:
         if limit:

@@ -27,6 +27,8 @@ from gateway.core.tensors import TensorError, tf_outputs, tf_request
 _BY_KIND: dict[tuple[str, int], str] = {
     (dt.kind, dt.itemsize): name for name, dt in DATATYPES.items() if name != "BYTES"
 }
+# The same for the native numeric dtypes, looked up without a call on every answer.
+BY_DTYPE: dict[np.dtype[Any], str] = {dt: name for name, dt in DATATYPES.items() if name != "BYTES"}
 _LENGTH = struct.Struct("<I")
 MAX_ELEMENTS = 1 << 28  # per tensor, as the processors' own cap
 
@@ -113,6 +115,7 @@ def to_raw(arr: np.ndarray) -> bytes | memoryview:
 
 
 __all__ = [
+    "BY_DTYPE",
     "DATATYPES",
     "MAX_ELEMENTS",
     "TensorError",

@@ -487,17 +487,21 @@ class GatewayMetrics:
     # and updated in place here, each histogram as _ServiceHistogram.observe and each timer
     # as Timer.observe would, without a call per figure.
     def observe(self, service: str, status: int, seconds: float) -> None:
-        hit = self._request_of.get(service)
-        if hit is None:
+        try:
+            buckets, timer = self._request_of[service]
+        except KeyError:
             if service not in self.services:  # defensive: labels only from config
                 self.unknown_service.inc()
                 return
             timer = self._service_timers(service)[0]
-            hit = self._request_of[service] = (self.latency._counts[service], timer)
-        buckets, timer = hit
+            buckets = self.latency._counts[service]
+            self._request_of[service] = (buckets, timer)
         counts = self.requests.counts
         key = (service, status)  # label values only ever come from the config: stays small
-        counts[key] = counts.get(key, 0) + 1
+        try:
+            counts[key] += 1
+        except KeyError:
+            counts[key] = 1
         buckets[bisect.bisect_left(self.latency._bounds, seconds)] += 1
         self.latency._sums[service] += seconds
         ms = seconds * 1000.0
@@ -514,7 +518,10 @@ class GatewayMetrics:
         self, svc: ServiceConfig, status: int, dispatch_s: float, compute_us: int, body: bytes = b""
     ) -> None:
         """A call its backend answered (the dataplane's observer): any version of any service."""
-        hit = self._dispatch_of.get(id(svc))
+        try:
+            hit = self._dispatch_of[id(svc)]
+        except KeyError:
+            hit = None
         if hit is None or hit[0] is not svc:
             hit = self._dispatch_targets(svc)
             if hit is None:
@@ -522,7 +529,10 @@ class GatewayMetrics:
         _, service, pair, version_buckets, compute, queue, timers = hit
         versions = self.versions
         key = (*pair, status)
-        versions.counts[key] = versions.counts.get(key, 0) + 1
+        try:
+            versions.counts[key] += 1
+        except KeyError:
+            versions.counts[key] = 1
         bounds = versions._bounds
         version_buckets[bisect.bisect_left(bounds, dispatch_s)] += 1
         versions._sums[pair] += dispatch_s
