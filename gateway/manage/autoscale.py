@@ -62,8 +62,8 @@ class Autoscaler:
         self.manager = manager
         self.clock = clock
         self.wall = wall
-        # Service -> the workers it wants now (the gauge).
-        self.desired: dict[str, int] = {}
+        # Service -> the workers it wants now: the gauge, and the service's description.
+        self.desired = manager.desired_workers
         self._tracks: dict[str, _Track] = {}
         self._scaling: dict[str, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None

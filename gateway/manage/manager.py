@@ -89,6 +89,8 @@ class ServiceManager:
         # Each service's canary under way, or its last one (gateway.manage.canary).
         self.canaries: dict[str, Canary] = {}
         self._canary_tasks: dict[str, asyncio.Task[None]] = {}
+        # Service -> the workers its load asks for, kept by the autoscaler (gateway.manage.autoscale).
+        self.desired_workers: dict[str, int] = {}
 
     # ------------------------------------------------------------------ reading
     @property
@@ -118,6 +120,8 @@ class ServiceManager:
             out["in_flight"] = pool.pending
             # Calls waiting behind the one each worker runs.
             out["queue_depth"] = sum(max(0, w["outstanding"] - 1) for w in out["workers"])
+        if name in self.desired_workers:
+            out["desired_workers"] = self.desired_workers[name]
         rollout = self.rollouts.get(name)
         if rollout is not None:
             out["rollout"] = rollout.view()

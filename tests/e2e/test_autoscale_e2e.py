@@ -146,6 +146,7 @@ def test_a_load_step_grows_the_pool_to_the_target_and_it_shrinks_after_the_windo
         wait_until(grown, 90, "three ready workers under the load step")
         # ceil(8 calls / target 2) = 4, capped at max_workers.
         assert _desired(gw, "held") == 3
+        assert _admin(gw, "GET", "/admin/services/held")[1]["desired_workers"] == 3
         env["release"].touch()
         answers = [c.result(timeout=120) for c in calls]
     assert [(status, body) for status, _, body in answers] == [

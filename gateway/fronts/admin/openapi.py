@@ -75,6 +75,10 @@ OPENAPI: dict[str, Any] = {
                     "restarts": {"type": "integer"},
                     "in_flight": {"type": "integer"},
                     "queue_depth": {"type": "integer"},
+                    "desired_workers": {
+                        "type": "integer",
+                        "description": "with autoscale: the workers its load asks for",
+                    },
                     "requests": {"type": "integer"},
                     "latency_sum_s": {"type": "number"},
                     "rollout": {
