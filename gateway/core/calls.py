@@ -50,8 +50,8 @@ class WorkerResponse:
     body: bytes
     content_type: str = "application/octet-stream"
     compute_us: int = 0
-    # Extra answer headers from an in-process backend (a pipeline's Server-Timing); never
-    # sent over the worker IPC.
+    # Extra answer headers the gateway's side of a backend adds (a pipeline's Server-Timing,
+    # a cold start's wait); never sent over the worker IPC.
     headers: dict[str, str] | None = None
 
 
