@@ -10,10 +10,11 @@ and the dispatch of requests to them.
   queued in the worker never runs.
 * ``scale(n)`` adds workers, or drains the last ones (out of routing, their requests
   answered, then stopped) while the others keep serving.
-* An autoscaled service (``autoscale:``) with no worker running, scaled to zero while idle,
-  starts one on its next call; the calls that arrive until it is ready wait for it (within
-  their timeout, at most ``autoscale.max_waiting`` of them; past that 503 at once), and
-  their answers carry the wait as ``Server-Timing: cold-start;dur=<ms>``.
+* A service that may scale to zero (``autoscale``'s ``min_workers: 0``), scaled to zero
+  while idle, starts a worker on its next call (one served by remote workers only waits for
+  one to join); the calls that arrive until it is ready wait for it (within their timeout,
+  at most ``autoscale.max_waiting`` of them; past that 503 at once), and their answers carry
+  the wait as ``Server-Timing: cold-start;dur=<ms>``.
 * Workers on other hosts join and leave by themselves (gateway.backends.remote) and are
   routed to like the pool's own.
 """
