@@ -28,6 +28,8 @@ from gateway.core import json_answer
 
 MAX_INPUTS = 1024
 MAX_OUTPUTS = 1024
+# A JSON-only request's (holds nothing, so it is shared): refuses binary_data_size.
+_NO_BINARY = BinarySection(b"", None)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ def json_tensor(data: Any, datatype: str, shape: list[int], where: str) -> np.nd
         except (ValueError, OverflowError):
             arr = np.empty(0, dtype=object)
         if arr.dtype.kind in "biuf" and arr.size == count:
+            if dt.kind == "f":  # any number is a float: nothing to check
+                return arr.astype(dt, copy=False).reshape(shape)
             return _numbers(arr, dt, datatype, where).reshape(shape)
     flat = flatten(data, where)
     if len(flat) != count:
@@ -141,7 +145,7 @@ def parse_request(body: bytes, binary_header: str | None = None) -> InferRequest
         raise KServeRequestError('"inputs" must be a non-empty list')
     if len(raw_inputs) > MAX_INPUTS:
         raise KServeRequestError(f'"inputs" has more than {MAX_INPUTS} entries')
-    section = BinarySection(body, hlen)
+    section = BinarySection(body, hlen) if hlen is not None else _NO_BINARY
     inputs: dict[str, np.ndarray] = {}
     for i, t in enumerate(raw_inputs):
         where = f"inputs[{i}]"
@@ -230,9 +234,10 @@ def answer(
         else:
             name, k = o.name, o.classification
             as_binary = req.binary_output if o.binary is None else o.binary
-        arr = arrays.get(name)
-        if arr is None:
-            raise KeyError(f"the worker's answer has no output {name!r}")
+        try:
+            arr = arrays[name]
+        except KeyError:
+            raise KeyError(f"the worker's answer has no output {name!r}") from None
         if k:
             arr = classify(arr, k, f"output '{name}'", (labels or {}).get(name, ()))
         try:
