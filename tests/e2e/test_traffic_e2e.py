@@ -10,6 +10,7 @@ shows which version served it.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
@@ -187,6 +188,30 @@ def _calls(
     return seen
 
 
+@contextlib.contextmanager
+def _steady_load(gw: GatewayProcess, path: str) -> Iterator[Counter]:
+    """EAS calls to ``path``, one after another on one connection, for as long as the block
+    runs: the statuses they got."""
+    results: Counter = Counter()
+    stop = threading.Event()
+
+    def load() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        try:
+            while not stop.is_set():
+                results[_call(conn, path, EAS_BODY)[0]] += 1
+        finally:
+            conn.close()
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    try:
+        yield results
+    finally:
+        stop.set()
+        loader.join()
+
+
 def _admin(gw: GatewayProcess, method: str, path: str, doc: Any = None) -> tuple[int, Any]:
     req = urllib.request.Request(
         admin_url(gw) + path,
@@ -252,32 +277,18 @@ def test_grpc_answers_name_the_version(gw: GatewayProcess) -> None:
 
 
 def test_the_split_changes_at_run_time_without_a_failed_call(gw: GatewayProcess) -> None:
-    results: Counter = Counter()
-    stop = threading.Event()
-
-    def load() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
-        try:
-            while not stop.is_set():
-                status, _, _ = _call(conn, "/api/predict/m", EAS_BODY)
-                results[status] += 1
-        finally:
-            conn.close()
-
-    loader = threading.Thread(target=load)
-    loader.start()
     try:
-        status, doc = _admin(gw, "PUT", "/admin/services/m/traffic", {"traffic": {"1": 0, "2": 100}})
-        assert status == 200 and doc["spec"]["traffic"] == {"1": 0, "2": 100}, doc
-        assert _calls(gw, "/api/predict/m", EAS_BODY, 40) == Counter({(200, "2", "2"): 40})
-        out = cli(gw, "services", "traffic", "m", "1=100", "2=0")
-        assert (
-            out.returncode == 0 and out.stdout.strip() == "service m traffic: version 1: 100%, version 2: 0%"
-        )
-        assert _calls(gw, "/api/predict/m", EAS_BODY, 40) == Counter({(200, "1", "1"): 40})
+        with _steady_load(gw, "/api/predict/m") as results:
+            status, doc = _admin(gw, "PUT", "/admin/services/m/traffic", {"traffic": {"1": 0, "2": 100}})
+            assert status == 200 and doc["spec"]["traffic"] == {"1": 0, "2": 100}, doc
+            assert _calls(gw, "/api/predict/m", EAS_BODY, 40) == Counter({(200, "2", "2"): 40})
+            out = cli(gw, "services", "traffic", "m", "1=100", "2=0")
+            assert (
+                out.returncode == 0
+                and out.stdout.strip() == "service m traffic: version 1: 100%, version 2: 0%"
+            )
+            assert _calls(gw, "/api/predict/m", EAS_BODY, 40) == Counter({(200, "1", "1"): 40})
     finally:
-        stop.set()
-        loader.join()
         _admin(gw, "PUT", "/admin/services/m/traffic", {"1": 90, "2": 10})
     assert set(results) == {200} and results[200] > 0, results
 
@@ -344,29 +355,13 @@ def test_a_reload_changes_the_split_without_a_failed_call(gw: GatewayProcess) ->
         if svc["name"] == "r":
             svc["traffic"] = {1: 0, 2: 100}
     path.write_text(yaml.safe_dump(config))
-    results: Counter = Counter()
-    stop = threading.Event()
-
-    def load() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
-        try:
-            while not stop.is_set():
-                results[_call(conn, "/api/predict/r", EAS_BODY)[0]] += 1
-        finally:
-            conn.close()
-
-    loader = threading.Thread(target=load)
-    loader.start()
-    try:
+    with _steady_load(gw, "/api/predict/r") as results:
         status, done = _admin(gw, "POST", "/admin/reload")
         assert status == 200 and done["changed"] == ["r"], done
         assert _calls(gw, "/api/predict/r", EAS_BODY, 20) == Counter({(200, "2", "2"): 20})
         # Every older version serves on after the reload, this service's and the others'.
         for path in ("/api/predict/r", "/api/predict/m"):
             assert _calls(gw, path, EAS_BODY, 4, {"X-Model-Version": "1"}) == Counter({(200, "1", "1"): 4})
-    finally:
-        stop.set()
-        loader.join()
     assert set(results) == {200}, results
 
 
