@@ -32,6 +32,7 @@ from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from tests.e2e.gateway_proc import GatewayProcess
 from tests.e2e.test_services_e2e import ADMIN_TOKEN, admin_url, cli
+from tests.e2e.test_services_e2e import http as json_call
 from tests.waiting import wait_until
 
 CALLS = 4000
@@ -213,18 +214,9 @@ def _steady_load(gw: GatewayProcess, path: str) -> Iterator[Counter]:
 
 
 def _admin(gw: GatewayProcess, method: str, path: str, doc: Any = None) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        admin_url(gw) + path,
-        data=None if doc is None else json.dumps(doc).encode(),
-        method=method,
-        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
+    body = None if doc is None else json.dumps(doc).encode()
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
+    return json_call(admin_url(gw) + path, body, headers, method)
 
 
 def test_a_90_10_split_lands_within_its_binomial_bound(gw: GatewayProcess) -> None:
