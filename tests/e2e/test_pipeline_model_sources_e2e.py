@@ -6,8 +6,6 @@ pipeline's not-ready reason, naming the URL and the store's error, never a crede
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,17 +41,7 @@ def _pipeline(name: str, steps: list[dict[str, Any]], last: str) -> dict[str, An
 
 def _call(gw: GatewayProcess, name: str, values: list[float]) -> tuple[int, dict[str, Any]]:
     body = {"inputs": [{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": values}]}
-    req = urllib.request.Request(
-        f"{gw.url}/v2/models/{name}/infer",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
+    return gw.call_json(f"/v2/models/{name}/infer", body, {"Content-Type": "application/json"}, timeout=30)
 
 
 @pytest.mark.timeout(180)
