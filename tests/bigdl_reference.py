@@ -7,14 +7,11 @@ drives eas-prediction. Under CI a missing environment is an error, never a skip.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
-from tests.client_venv import run_json, venv_python
+from tests.client_venv import interpreter, run_json, venv_python
 
-ROOT = Path(__file__).resolve().parent.parent
-BIGDL_PYTHON = Path(os.environ.get("BIGDL_PYTHON", ROOT / ".venv-bigdl" / "bin" / "python"))
+BIGDL_PYTHON = interpreter("BIGDL_PYTHON", ".venv-bigdl")
 
 
 def bigdl_python() -> str:

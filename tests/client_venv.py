@@ -12,6 +12,13 @@ from typing import Any
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def interpreter(env_var: str, venv: str) -> Path:
+    """The interpreter ``$ENV_VAR`` names, else ``VENV/bin/python`` in this checkout."""
+    return Path(os.environ.get(env_var, ROOT / venv / "bin" / "python"))
+
 
 def venv_python(python: Path, what: str, venv: str) -> str:
     """``python``, the interpreter of ``what``'s environment (``venv``, built by scripts/setup.sh).

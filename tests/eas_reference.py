@@ -7,15 +7,12 @@ subprocess. Under CI a missing environment is an error, never a skip.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
-from tests.client_venv import run_snippet, venv_python
+from tests.client_venv import ROOT, interpreter, run_snippet, venv_python
 
-ROOT = Path(__file__).resolve().parent.parent
-REF_PYTHON = Path(os.environ.get("EAS_REF_PYTHON", ROOT / ".venv-eas" / "bin" / "python"))
+REF_PYTHON = interpreter("EAS_REF_PYTHON", ".venv-eas")
 
 
 def reference_python() -> str:

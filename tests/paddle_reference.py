@@ -8,14 +8,11 @@ never a skip.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
-from tests.client_venv import run_json, venv_python
+from tests.client_venv import interpreter, run_json, venv_python
 
-ROOT = Path(__file__).resolve().parent.parent
-PADDLE_PYTHON = Path(os.environ.get("PADDLE_PYTHON", ROOT / ".venv-paddle" / "bin" / "python"))
+PADDLE_PYTHON = interpreter("PADDLE_PYTHON", ".venv-paddle")
 
 
 def paddle_python() -> str:
