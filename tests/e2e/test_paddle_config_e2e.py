@@ -20,7 +20,7 @@ from tests.e2e.test_paddle_pipeline_e2e import CLIENT, FEATURES, _model, _price
 from tests.paddle_reference import run_paddle
 from tests.redis_server import free_port
 
-OPS = Path(__file__).with_name("paddle_ops.py")
+OPS = Path(__file__).resolve().parents[1] / "processors" / "paddle_ops.py"
 
 
 def _config(folder: Path, rpc_port: int, **extra: object) -> dict[str, object]:

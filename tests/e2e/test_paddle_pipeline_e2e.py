@@ -21,7 +21,7 @@ from tests.e2e.gateway_proc import GatewayProcess
 from tests.paddle_reference import run_paddle
 from tests.redis_server import free_port
 
-OPS = Path(__file__).with_name("paddle_ops.py")
+OPS = Path(__file__).resolve().parents[1] / "processors" / "paddle_ops.py"
 
 WEIGHTS = np.linspace(-1.0, 1.0, 13, dtype=np.float32).reshape(13, 1)
 BIAS = np.float32(20.0)

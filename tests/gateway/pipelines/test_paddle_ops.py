@@ -12,7 +12,7 @@ import pytest
 from gateway.worker.ops import OpError, SkipModel, load_op
 from gateway.worker.paddle_ops import PREDECESSOR, PaddleOp, is_paddle_op
 
-OPS = Path(__file__).resolve().parents[2] / "e2e" / "paddle_ops.py"
+OPS = Path(__file__).resolve().parents[2] / "processors" / "paddle_ops.py"
 
 
 class GatewayStyle:
