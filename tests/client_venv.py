@@ -38,6 +38,7 @@ def run_snippet(
     timeout: float,
     env: dict[str, str] | None = None,
     input_bytes: bytes | None = None,
+    cwd: str | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run ``code`` with ``python``, our own Python settings left out (``env`` added); a failure
     raises with the end of its stderr, naming ``client``."""
@@ -51,6 +52,7 @@ def run_snippet(
         env=full_env,
         input=input_bytes,
         check=False,
+        cwd=cwd,
     )
     if proc.returncode != 0:
         tail = proc.stderr.decode(errors="replace")[-4000:]
@@ -58,7 +60,7 @@ def run_snippet(
     return proc
 
 
-def run_json(python: str, code: str, *args: str, client: str, timeout: float) -> Any:
+def run_json(python: str, code: str, *args: str, client: str, timeout: float, cwd: str | None = None) -> Any:
     """:func:`run_snippet` for a snippet that prints one JSON document last: that document."""
-    proc = run_snippet(python, code, *args, client=client, timeout=timeout)
+    proc = run_snippet(python, code, *args, client=client, timeout=timeout, cwd=cwd)
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])

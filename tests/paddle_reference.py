@@ -8,6 +8,7 @@ never a skip.
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 from tests.client_venv import interpreter, run_json, venv_python
@@ -20,5 +21,7 @@ def paddle_python() -> str:
 
 
 def run_paddle(code: str, *args: str, timeout: float = 60.0) -> Any:
-    """Run ``code`` with the paddle-serving interpreter; it prints one JSON document last."""
-    return run_json(paddle_python(), code, *args, client="PipelineClient", timeout=timeout)
+    """Run ``code`` with the paddle-serving interpreter; it prints one JSON document last. It
+    runs in a folder of its own: the client writes its logs (PipelineServingLogs/) where it runs."""
+    with tempfile.TemporaryDirectory(prefix="paddle-client-") as cwd:
+        return run_json(paddle_python(), code, *args, client="PipelineClient", timeout=timeout, cwd=cwd)
