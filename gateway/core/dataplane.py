@@ -516,6 +516,11 @@ class DataPlane:
             raise errors.Unauthorized("invalid or missing token")
         if not arriving or auth.startswith("EAS ") or (key or svc.name, auth) in self._verified:
             return
+        self._verify_token(svc, headers, auth, key)
+
+    def _verify_token(self, svc: ServiceConfig, headers: Mapping[str, str], auth: str, key: str) -> None:
+        """A raw token checked before the body is in: remembered when it is one of the
+        service's, else 401."""
         if verify(svc.tokens, headers, "", None).ok:
             self._remember(key or svc.name, auth)
             return

@@ -11,7 +11,9 @@ if any, still reaches the worker unchanged. A traced call gives::
 
     predict <service>            SERVER  (tensors, arrays, queue, record: the entry call's kind)
     ├── admission                        a body still arriving held against the gateway's budget (429)
-    ├── auth                             the token or EAS signature checked
+    ├── auth                             the token or EAS signature checked (a raw token is
+    │                                    checked once: a call whose token was seen before, or
+    │                                    checked as its headers came, ahead of the body, has none)
     └── worker <service>         CLIENT  the hop to the backend; its traceparent goes with the call
         ├── admission                    the call counted against the service's calls in flight (429)
         ├── worker queue                 in the worker process: waiting for the compute thread
@@ -226,6 +228,14 @@ class TracedDataPlane(DataPlane):
             return super()._authenticate(svc, headers, raw_path, body, key)
         with self.tracing.span("auth"):
             return super()._authenticate(svc, headers, raw_path, body, key)
+
+    def _verify_token(self, svc: ServiceConfig, headers: Mapping[str, str], auth: str, key: str) -> None:
+        # A token checked while the body still arrives is remembered, so _authenticate
+        # never runs for that call: this check is the call's auth span then.
+        if not _recording():
+            return super()._verify_token(svc, headers, auth, key)
+        with self.tracing.span("auth"):
+            return super()._verify_token(svc, headers, auth, key)
 
     async def _dispatch(
         self, svc: ServiceConfig, headers: Mapping[str, str], body: bytes, **kw: Any

@@ -18,7 +18,7 @@ from gateway.core import errors
 from gateway.core.admission import AdmissionLimits
 from gateway.core.tracing import parent_sampled
 from gateway.observability.tracing import TracedAdmission, TracedDataPlane, Tracing
-from tests.gateway.test_dataplane import Backend
+from tests.gateway.test_dataplane import Backend, Reader
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = "b7ad6b7169203331"
@@ -59,7 +59,7 @@ def test_which_calls_are_traced() -> None:
 
 async def test_a_traced_call_gives_one_tree_and_the_backend_its_traceparent() -> None:
     tracing, exporter = _tracing(0.0)
-    svc = ServiceConfig(name="m", processor="python", entry="x.py:X", token="tok")
+    svc = ServiceConfig(name="m", processor="python", entry="x.py:X", token="tok", extra_tokens=("tok2",))
     backend = Backend()
     plane = TracedDataPlane(
         [svc], {"m": backend}, admission=TracedAdmission(AdmissionLimits(), tracing), tracing=tracing
@@ -78,6 +78,15 @@ async def test_a_traced_call_gives_one_tree_and_the_backend_its_traceparent() ->
     # The worker's spans will be children of the hop.
     ((req, _),) = backend.calls
     assert req.header("traceparent") == f"00-{TRACE}-{hop.context.span_id:016x}-01"
+
+    # A token checked while the body still arrives (then remembered, so checked only then)
+    # is the call's auth span.
+    exporter.clear()
+    arriving = {"Authorization": "tok2", "traceparent": f"00-{TRACE}-{PARENT}-01"}
+    await plane.predict_call("m", arriving, "/api/predict/m", Reader(), request_id="r1b", arrived=0.0)
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"predict m", "auth", "worker m", "admission"}
+    assert spans["auth"].parent.span_id == spans["predict m"].context.span_id
 
     # Not traced: no span, and the caller's own traceparent goes on unchanged.
     exporter.clear()
