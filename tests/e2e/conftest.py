@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.gateway_proc import DIGITS_MODEL, ROOT, STARTED_LOGS, gateway_factory, token_leaks
+from tests.redis_server import free_port
 
 __all__ = ["digits_model", "gateway_factory"]
 
@@ -33,3 +34,9 @@ def _no_token_in_any_gateway_log() -> Iterator[None]:
     yield
     leaks = token_leaks(STARTED_LOGS)
     assert not leaks, f"tokens found in gateway logs: {leaks}"
+
+
+@pytest.fixture(scope="module")
+def grpc_port() -> int:
+    """A free port for the V2 gRPC endpoint of a module's gateway."""
+    return free_port()

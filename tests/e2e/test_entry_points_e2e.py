@@ -13,7 +13,6 @@ gRPC: the code that means it, gateway/fronts/grpc/status.py).
 from __future__ import annotations
 
 import json
-import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from eas_sdk import QueueClient
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
 from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess, raw_post
+from tests.redis_server import free_port
 
 TOKEN = "e2e-entry-points-token-5c1f0e7d"
 AUTH = {"Authorization": TOKEN}
@@ -44,7 +44,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
     broken.write_bytes(b"this is not an onnx model")
     common = {"token": TOKEN, "workers": 1}
     config = {
-        "gateway": {"worker_start_timeout_s": 30, "grpc_port": _free_port()},
+        "gateway": {"worker_start_timeout_s": 30, "grpc_port": free_port()},
         "services": [
             {"name": "digits", "processor": "onnx", "model": str(digits_model), **common},
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, **common},
@@ -60,12 +60,6 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
         yield proc
     finally:
         proc.kill()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _worker_port(gw: GatewayProcess, service: str) -> int:

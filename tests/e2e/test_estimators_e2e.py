@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +21,7 @@ from eas_sdk import PredictClient, StringRequest, TFRequest
 from eas_sdk.errors import BadRequestError
 from tests.e2e.estimator_models import MODELS, OUTPUTS, build, expected, features
 from tests.e2e.gateway_proc import GatewayProcess
-from tests.e2e.test_kserve_clients_e2e import free_port, run_client
+from tests.e2e.test_kserve_clients_e2e import run_client
 from tests.eas_reference import run_reference
 
 TOKEN = "estimators-token-3b8e61f0a2"
@@ -43,11 +41,6 @@ TF_DTYPES = {np.dtype(np.float32): TFRequest.DT_FLOAT, np.dtype(np.float64): TFR
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build(tmp_path_factory.mktemp("estimators"))
-
-
-@pytest.fixture(scope="module")
-def grpc_port() -> int:
-    return free_port()
 
 
 @pytest.fixture(scope="module")
@@ -101,20 +94,15 @@ def same(got: np.ndarray, wanted: np.ndarray, what: str) -> None:
 
 
 def post(gw: GatewayProcess, path: str, doc: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        gw.url + path, data=json.dumps(doc).encode(), headers={"Content-Type": "application/json", **AUTH,
-                                                               **(headers or {})}
-    )  # fmt: skip
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return gw.call_json(
+        path, doc, {"Content-Type": "application/json", **AUTH, **(headers or {})}, timeout=30
+    )
 
 
 def get(gw: GatewayProcess, path: str) -> Any:
-    with urllib.request.urlopen(urllib.request.Request(gw.url + path, headers=AUTH), timeout=10) as r:
-        return json.loads(r.read())
+    status, body = gw.call_json(path, headers=AUTH)
+    assert status == 200, body
+    return body
 
 
 def test_metadata_comes_from_the_model(gw: GatewayProcess) -> None:

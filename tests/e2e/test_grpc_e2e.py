@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
+from tests.redis_server import free_port
 
 TOKEN = "grpc-token-5c1f0e9a7b3d4e62"
 MULTI = ROOT / "samples" / "models" / "multi.onnx"
@@ -47,12 +47,6 @@ def build_strings_model(path: Path) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     path.write_bytes(model.SerializeToString())
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ import yaml
 
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.e2e.kserve_models import build_mixed
+from tests.redis_server import free_port
 
 TOKEN = "kserve-clients-token-7d41c9e2"
 DOCS_TOKEN = "secret-token"  # the token docs/kserve.md's examples send
@@ -82,12 +82,6 @@ def gw(
         yield proc
     finally:
         proc.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def expected(versions: dict[str, Path], version: str = "2") -> dict[str, np.ndarray]:

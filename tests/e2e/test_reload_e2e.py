@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import yaml
 
 from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
 from tests.e2e.reference_load import ReferenceLoad
+from tests.redis_server import free_port
 from tests.waiting import wait_until
 
 ADMIN_TOKEN = "admin-token-e0d4b7a9c3f21865"
@@ -78,12 +78,6 @@ print(json.dumps(out))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _post(url: str, body: bytes) -> tuple[int, bytes]:
     req = urllib.request.Request(url, data=body, method="POST")
     try:
@@ -94,7 +88,7 @@ def _post(url: str, body: bytes) -> tuple[int, bytes]:
             return exc.code, exc.read()
 
 
-GRPC_PORT = _free_port()  # one port for the module: a reloaded file keeps the listener's
+GRPC_PORT = free_port()  # one port for the module: a reloaded file keeps the listener's
 
 
 def _config(tmp: Path, services: list[dict[str, Any]]) -> dict[str, Any]:

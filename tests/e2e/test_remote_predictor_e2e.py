@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
-from tests.e2e.test_kserve_clients_e2e import free_port
+from tests.redis_server import free_port
 
 TOKEN = "remote-predictor-token-8e2d"
 MODELS = f"{ROOT / 'tests' / 'e2e' / 'user_models.py'}"

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,7 +33,7 @@ from tests.e2e.runtime_models import (
     features,
     same,
 )
-from tests.e2e.test_kserve_clients_e2e import free_port, run_client
+from tests.e2e.test_kserve_clients_e2e import run_client
 from tests.eas_reference import ROOT, run_reference
 
 pytest.importorskip("torch")
@@ -68,11 +66,6 @@ BATCHED = ("pytorch_gpu_wl", "mnist_saved_model_example", "scorecard_pmml_exampl
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build(tmp_path_factory.mktemp("runtimes"))
-
-
-@pytest.fixture(scope="module")
-def grpc_port() -> int:
-    return free_port()
 
 
 @pytest.fixture(scope="module")
@@ -125,20 +118,13 @@ def want(
 
 
 def post(gw: GatewayProcess, path: str, doc: Any, token: str = TOKEN) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        gw.url + path, data=json.dumps(doc).encode(),
-        headers={"Content-Type": "application/json", "Authorization": token},
-    )  # fmt: skip
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+    return gw.call_json(path, doc, {"Content-Type": "application/json", "Authorization": token}, timeout=60)
 
 
 def get(gw: GatewayProcess, path: str) -> Any:
-    with urllib.request.urlopen(urllib.request.Request(gw.url + path, headers=AUTH), timeout=10) as r:
-        return json.loads(r.read())
+    status, body = gw.call_json(path, headers=AUTH)
+    assert status == 200, body
+    return body
 
 
 def test_metadata_comes_from_the_model(gw: GatewayProcess) -> None:

@@ -23,17 +23,12 @@ import pytest
 
 from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
 from tests.e2e.test_kserve_clients_e2e import call as kserve_call
-from tests.e2e.test_kserve_clients_e2e import free_port, run_client
+from tests.e2e.test_kserve_clients_e2e import run_client
 
 TOKEN = "user-code-models-token-5b0e"
 MODELS = f"{ROOT / 'tests' / 'e2e' / 'user_models.py'}"
 X = np.array([[1.0, 2.0, 3.0], [0.5, 0.25, 0.25]], dtype=np.float32)
 SCALE = 2.0
-
-
-@pytest.fixture(scope="module")
-def grpc_port() -> int:
-    return free_port()
 
 
 @pytest.fixture(scope="module")
