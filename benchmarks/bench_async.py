@@ -64,6 +64,7 @@ class Gateway:
                 {
                     "name": "dsync",
                     "processor": "onnx",
+                    "placement": "process",
                     "model": str(MODEL),
                     "workers": workers,
                     "public": True,
@@ -71,6 +72,7 @@ class Gateway:
                 {
                     "name": "dasync",
                     "processor": "onnx",
+                    "placement": "process",
                     "model": str(MODEL),
                     "workers": workers,
                     "async": True,

@@ -55,7 +55,10 @@ def build_body(path: Path, name: str, shape: tuple[int, ...]) -> None:
 
 
 def _service(name: str, model: Path, batch: int, wait_ms: float) -> str:
-    out = f"  - name: {name}\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
+    out = (
+        f"  - name: {name}\n    token: {TOKEN}\n    processor: onnx\n    placement: process\n"
+        f"    model: {model}\n    workers: 1\n"
+    )
     out += "    max_pending: 1024\n"
     if batch:
         out += f"    batching: {{max_batch_size: {batch}, max_latency_ms: {wait_ms}}}\n"

@@ -88,7 +88,8 @@ def main() -> None:
         f"  access_log: {'true' if args.access_log else 'false'}\n"
         f"  data_dir: {work / 'data'}\n"
         "services:\n"
-        f"  - name: digits\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
+        f"  - name: digits\n    token: {TOKEN}\n    processor: onnx\n    placement: process\n"
+        f"    model: {model}\n    workers: 1\n"
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="INFO" if args.access_log else "WARNING")
     hello_port = free_port()

@@ -70,7 +70,8 @@ def start_gateway(work: Path, model: Path, grpc_port: int) -> tuple[Child, str]:
         "gateway:\n  host: 127.0.0.1\n  access_log: false\n"
         f"  data_dir: {work / 'data'}\n  grpc_port: {grpc_port}\n"
         "services:\n"
-        f"  - name: pool\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
+        f"  - name: pool\n    token: {TOKEN}\n    processor: onnx\n    placement: process\n"
+        f"    model: {model}\n    workers: 1\n"
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
     return harness_start_gateway(cfg, env)

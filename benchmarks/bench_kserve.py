@@ -112,7 +112,7 @@ def main() -> None:
     cfg = work / "services.yaml"
     cfg.write_text(
         f"gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n  data_dir: {work / 'data'}\n"
-        f"services:\n  - name: pool\n    token: {TOKEN}\n    processor: onnx\n"
+        f"services:\n  - name: pool\n    token: {TOKEN}\n    processor: onnx\n    placement: process\n"
         f"    model: {model}\n    workers: 1\n"
     )
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")

@@ -72,7 +72,10 @@ def build_models(out: Path) -> dict[str, Path]:
 def write_config(work: Path, models: dict[str, Path], port: int) -> Path:
     """The three services, and two pipelines of the same three steps: ``chain`` runs its own
     copies of the models in the gateway's threads, ``chain-workers`` calls the services."""
-    svc = "{name: %s, processor: onnx, public: true, model: %s, workers: 1, max_pending: 4096}"
+    svc = (
+        "{name: %s, processor: onnx, placement: process, public: true, model: %s, workers: 1, "
+        "max_pending: 4096}"
+    )
     inputs = {"features": "pixels: request.pixels", "classify": "features: features.features",
               "top": "probabilities: classify.probabilities"}  # fmt: skip
     outputs = {"features": "features", "classify": "probabilities", "top": "indices"}

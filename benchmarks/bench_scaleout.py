@@ -59,7 +59,8 @@ def write_config(path: Path, data_dir: Path, model: Path, redis_url: str) -> Non
         f"  data_dir: {data_dir}\n"
         f"queue:\n  backend: {redis_url}\n"
         "services:\n"
-        f"  - name: digits\n    token: {TOKEN}\n    processor: onnx\n    model: {model}\n    workers: 1\n"
+        f"  - name: digits\n    token: {TOKEN}\n    processor: onnx\n    placement: process\n"
+        f"    model: {model}\n    workers: 1\n"
         f"  - name: jobs\n    token: {TOKEN}\n    processor: queue\n"
     )
 

@@ -4,8 +4,9 @@ The same ONNX models (the digits MLP and a 1x3x224x224 convolutional model) run 
 ONNX Runtime (one intra-op thread) in each server, pinned to core 0, with wrk on core 1:
 
   * this gateway: V2 JSON, V2 binary (the binary tensor extension) and the EAS TFRequest path,
-    the model on a worker process (``gateway``), and V2 JSON and V2 binary with the model in
-    the gateway's own threads (``gw-thread``: the service's ``placement: thread``);
+    the model on a worker process (``gateway``: ``placement: process``), V2 JSON and V2 binary
+    with the model in the gateway's own threads (``gw-thread``: ``placement: thread``), and
+    V2 JSON as a user writes the service without tuning (``gw-default``: no ``placement``);
   * KServe 0.21 ModelServer (``.venv-clients``): V2 JSON and V2 binary, one uvicorn worker on
     uvloop, no gRPC server, latency logging off;
   * MLServer 1.7 (``.venv-mlserver``): V2 JSON, ``parallel_workers: 0``, httptools installed,
@@ -14,10 +15,12 @@ ONNX Runtime (one intra-op thread) in each server, pinned to core 0, with wrk on
 Each scenario is measured at 1 and 32 connections in interleaved rounds; the ratios are
 taken within a round and the median over rounds is reported. Goals, on the digits model's
 V2 JSON path with the same request: throughput >= 4x KServe's and >= 3x MLServer's, p99 at
-most half of theirs at both concurrencies; reported for both placements of the model.
+most half of theirs at both concurrencies; reported for each placement of the model.
 
 Writes ``benchmarks/results/servers.json`` and, when matplotlib is installed, ``servers.png``.
 Usage: python benchmarks/bench_servers.py [--rounds N] [--seconds S] [--quick]
+    [--models digits] [--protocols "V2 JSON"] (only those scenarios: a short run, whose
+    figures are printed, not written)
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ KSERVE_PY = ROOT / ".venv-clients" / "bin" / "python"
 MLSERVER = ROOT / ".venv-mlserver" / "bin" / "mlserver"
 CONCURRENCY = (1, 32)
 THREAD_SUFFIX = "-thread"  # the gateway's service of the same model with placement: thread
-OURS = ("gateway", "gw-thread")
+DEFAULT_SUFFIX = "-default"  # and with no placement: what the gateway chooses by itself
+OURS = ("gateway", "gw-thread", "gw-default")
 JSON_TYPE = "application/json"
 
 
@@ -196,12 +200,17 @@ def start_servers(work: Path, models: dict[str, tuple[Path, str]]) -> tuple[dict
     children: list[Child] = []
     env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING")
     cfg = work / "services.yaml"
-    # Each model twice: on a worker process, and in the gateway's threads (<name>-thread).
+    # Each model three times: on a worker process, in the gateway's threads (<name>-thread),
+    # and where the gateway puts it by default (<name>-default).
     services = "".join(
         f"  - name: {name}{suffix}\n    token: {TOKEN}\n    processor: onnx\n    model: {path}\n"
-        f"    workers: 1\n    placement: {placement}\n"
+        f"    workers: 1\n{placement}"
         for name, (path, _) in models.items()
-        for suffix, placement in (("", "process"), (THREAD_SUFFIX, "thread"))
+        for suffix, placement in (
+            ("", "    placement: process\n"),
+            (THREAD_SUFFIX, "    placement: thread\n"),
+            (DEFAULT_SUFFIX, ""),
+        )
     )
     cfg.write_text(
         "gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n"
@@ -209,9 +218,9 @@ def start_servers(work: Path, models: dict[str, tuple[Path, str]]) -> tuple[dict
     )
     gw, addr = start_gateway(cfg, env)
     children.append(gw)
-    bases: dict[str, Any] = {"gateway": (f"http://{addr}", gw), "gw-thread": (f"http://{addr}", gw)}
+    bases: dict[str, Any] = {server: (f"http://{addr}", gw) for server in OURS}
     for name in models:
-        for suffix in ("", THREAD_SUFFIX):
+        for suffix in ("", THREAD_SUFFIX, DEFAULT_SUFFIX):
             wait_http(f"{bases['gateway'][0]}/v2/models/{name}{suffix}/ready", gw)
 
     if KSERVE_PY.exists():
@@ -234,7 +243,9 @@ def start_servers(work: Path, models: dict[str, tuple[Path, str]]) -> tuple[dict
     return bases, children
 
 
-def scenarios(work: Path, models: dict[str, tuple[Path, str]], bases: dict[str, Any]) -> list[Scenario]:
+def scenarios(
+    work: Path, models: dict[str, tuple[Path, str]], bases: dict[str, Any], protocols: list[str]
+) -> list[Scenario]:
     out: list[Scenario] = []
     for name, (_, input_name) in models.items():
         shape = (1, 64) if name == "digits" else (1, 3, 224, 224)
@@ -263,6 +274,7 @@ def scenarios(work: Path, models: dict[str, tuple[Path, str]], bases: dict[str, 
                 "binary",
                 bin_headers,
             ),
+            ("gw-default", "V2 JSON", f"{gw_base}/v2/models/{name}{DEFAULT_SUFFIX}/infer", "json", {}),
         ]
         if f"kserve:{name}" in bases:
             ks_base = bases[f"kserve:{name}"][0]
@@ -273,6 +285,8 @@ def scenarios(work: Path, models: dict[str, tuple[Path, str]], bases: dict[str, 
         if "mlserver" in bases:
             candidates.append(("mlserver", "V2 JSON", bases["mlserver"][0] + v2, "json", {}))
         for server, protocol, url, kind, headers in candidates:
+            if protocols and protocol not in protocols:
+                continue
             # KServe parses a binary V2 body only as application/octet-stream (as tritonclient sends it).
             ctype = JSON_TYPE if kind == "json" else "application/octet-stream"
             if not accepted(url, files[kind].read_bytes(), ctype, headers):
@@ -313,6 +327,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--quick", action="store_true", help="1 round x 1 s (smoke run)")
+    ap.add_argument("--models", nargs="+", choices=("digits", "conv224"), help="only these models")
+    ap.add_argument(
+        "--protocols", nargs="+", help='only these protocols ("V2 JSON", "V2 binary", "EAS TFRequest")'
+    )
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.seconds = 1, 1.0
@@ -326,10 +344,11 @@ def main() -> None:
         "digits": (Path(built["digits"]), build_models.DIGITS_INPUT),
         "conv224": (build_conv(work / "models" / "conv224.onnx"), "image"),
     }
+    models = {name: model for name, model in models.items() if not args.models or name in args.models}
     print("starting the gateway, KServe and MLServer ...", flush=True)
     bases, children = start_servers(work, models)
     try:
-        plan = scenarios(work, models, bases)
+        plan = scenarios(work, models, bases, args.protocols or [])
         samples: dict[tuple[str, str, str, int], list[Any]] = {}
         for rnd in range(args.rounds):
             for s in plan:
@@ -406,6 +425,8 @@ def report(rows: list[dict[str, Any]], samples: Samples, args: Any) -> None:
         for g in goals
     ]
     report_targets("bench_servers", targets)
+    if args.models or args.protocols:  # a partial run does not replace the full one's figures
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / "servers.json"
     doc = {"rounds": args.rounds, "seconds": args.seconds, "rows": rows, "goals": goals}

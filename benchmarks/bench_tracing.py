@@ -89,7 +89,8 @@ def _gateway(folder: Path, model: Path, endpoint: str, ratio: float | None) -> t
     gateway: dict[str, object] = {"access_log": False, "data_dir": str(folder / "data")}
     if ratio is not None:
         gateway |= {"trace_endpoint": endpoint, "trace_sample_ratio": ratio}
-    service = {"name": "digits", "processor": "onnx", "model": str(model), "token": TOKEN, "workers": 1}
+    service = {"name": "digits", "processor": "onnx", "placement": "process", "model": str(model)}
+    service |= {"token": TOKEN, "workers": 1}
     return serve(folder, gateway, [service], {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
 
 

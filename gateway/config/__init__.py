@@ -33,6 +33,7 @@ from gateway.config.mirror import MirrorConfig, mirror_problems, parse_mirror
 from gateway.config.model_urls import ModelSource
 from gateway.config.payload_log import PayloadLogConfig, check_payload_sinks, parse_payload_log
 from gateway.config.pipelines import PipelineSpec, TensorDecl, check_pipelines, pipeline_of, tensor_decls
+from gateway.config.placement import DEFAULT_PLACEMENT, PLACEMENTS, process_needs, resolve_placement
 from gateway.config.ports import port_clashes
 from gateway.config.sections import (
     AdminConfig,
@@ -72,7 +73,6 @@ _UNSET = object()  # an entry that could not be expanded
 SERVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 PROCESSORS = (*MODEL_PROCESSORS, "python", "queue", "pipeline")
 REQUEST_FORMATS = ("auto", "tf", "torch", "blade", "json")
-PLACEMENTS = ("process", "thread")
 # Listen addresses meaning "every interface": compared against, never bound here.
 _EVERY_ADDRESS = ("0.0.0.0", "::")  # noqa: S104 - a value to recognise, not a bind
 
@@ -99,8 +99,11 @@ class ServiceConfig:
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     inter_op_threads: int = 1
     # A model service: where the model runs: ``process`` (worker processes) or ``thread`` (the
-    # model loaded in the gateway process, ``workers`` times; gateway.backends.threads).
+    # model loaded in the gateway process, ``workers`` times; gateway.backends.threads); the
+    # config's ``auto`` resolved (gateway.config.placement), never ``auto`` itself.
     placement: str = "process"
+    # Why ``auto`` chose the placement; empty where the config names it.
+    placement_reason: str = ""
     request_format: str = "auto"
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     # A worker whose compute thread has spent longer than this on one run while other
@@ -345,7 +348,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         errs.add(f"{where}.async: a queue service cannot itself be asynchronous")
     remote = errs.check(_remote_workers, raw.get("remote_workers"), f"{where}.remote_workers")
     placement = errs.check(
-        _choice, raw.get("placement", "process"), PLACEMENTS, f"{where}.placement", default="process"
+        _choice, raw.get("placement", DEFAULT_PLACEMENT), PLACEMENTS, f"{where}.placement", default="auto"
     )
     if placement == "thread":
         # Model runtimes release the GIL while they compute; user code, a pipeline or a queue
@@ -399,8 +402,17 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
     if explainer is not None and (not isinstance(explainer, str) or not SERVICE_NAME_RE.fullmatch(explainer)):
         errs.add(f"{where}.explainer: expected the name of another service")
     autoscale = errs.check(parse_autoscale, raw.get("autoscale"), f"{where}.autoscale")
-    if autoscale is not None and (processor in ("queue", "pipeline") or placement == "thread"):
+    needs = process_needs(
+        raw, remote=remote is not None, autoscale=autoscale is not None, env=bool(env or env_pass)
+    )
+    placement, placement_reason = resolve_placement(placement, processor, needs)
+    if autoscale is not None and processor in ("queue", "pipeline"):
         errs.add(f"{where}.autoscale: only a service run by worker processes scales its workers")
+    elif autoscale is not None and placement == "thread":
+        errs.add(
+            f"{where}.autoscale: a service run in the gateway's threads has no worker processes to "
+            "scale; set placement: process (or leave placement out)"
+        )
     errs.raise_any()
     return ServiceConfig(
         name=name,
@@ -422,6 +434,7 @@ def _service(raw: Any, i: int, base: Path | None, prefix: str | None = None) -> 
         pipeline=pipeline,
         remote_workers=remote,
         placement=placement,
+        placement_reason=placement_reason,
         inputs=inputs,
         device=device,
         explainer=explainer,

@@ -111,6 +111,10 @@ class ServiceManager:
         ready = service_ready(gw.backends, gw.state, gw.queues is not None, name)
         out: dict[str, Any] = {"name": name, "spec": spec_of(svc), "ready": ready}
         out["managed"] = self.store is not None and name in self.store.overlay
+        if svc.processor not in ("queue", "pipeline"):
+            out["placement"] = svc.placement
+            if svc.placement_reason:
+                out["placement_reason"] = svc.placement_reason
         if pool is not None:
             reason = None if ready else pool.not_ready_reason()
             if reason:
@@ -171,6 +175,14 @@ class ServiceManager:
             old = self.service(name)
             if old.processor in ("queue", "pipeline"):
                 raise errors.BadRequest(f"service {name!r} is a {old.processor} service: it has no workers")
+            if old.placement == "thread" and old.placement_reason:
+                # Scaling is what worker processes are for; the sessions of a service that asked
+                # for none are not scaled behind its back.
+                raise errors.BadRequest(
+                    f"service {name!r} runs in the gateway's threads ({old.placement_reason}): "
+                    "it has no worker processes to scale; to scale it at runtime, update it with "
+                    "placement: process"
+                )
             new = replace(old, workers=workers)
             await self._update(old, new)
             self._store().put(new)

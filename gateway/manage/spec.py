@@ -10,6 +10,7 @@ from typing import Any
 from gateway.config import ConfigError, ServiceConfig, parse_service
 from gateway.config.autoscale import autoscale_doc
 from gateway.config.mirror import mirror_doc
+from gateway.config.placement import placement_to_write
 from gateway.config.traffic import traffic_doc
 
 # Fields whose change reaches only the gateway side: applied without restarting workers.
@@ -29,7 +30,12 @@ def spec_of(svc: ServiceConfig, *, redact: bool = True) -> dict[str, Any]:
         if key in ("name", "processor"):
             continue
         value = getattr(svc, key)
-        if value == getattr(defaults, key) or (key == "model" and svc.versions):
+        if key == "placement":
+            written = placement_to_write(value, svc.placement_reason, svc.processor)
+            if written is not None:
+                out[key] = written
+            continue
+        if key == "placement_reason" or value == getattr(defaults, key) or (key == "model" and svc.versions):
             continue
         if key == "token":
             out["token"] = REDACTED if redact else value

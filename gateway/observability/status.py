@@ -157,6 +157,9 @@ class StatusSampler:
                 "p50_ms": None if p50 is None else round(p50 * 1000, 3),
                 "p99_ms": None if p99 is None else round(p99 * 1000, 3),
             }
+            if svc.processor not in ("queue", "pipeline"):
+                entry["placement"] = svc.placement
+                entry["placement_reason"] = svc.placement_reason or None
             backend = self.backends.get(name)
             if backend is not None:
                 entry["workers"] = [_worker(w) for w in backend.snapshot()]

@@ -153,3 +153,50 @@ def test_placement_thread_is_for_onnx_services_only() -> None:
     (svc,) = parse_config({"services": [{**onnx, "placement": "thread"}]}).services
     assert spec_of(svc)["placement"] == "thread"
     assert parse_spec(spec_of(svc, redact=False)).placement == "thread"
+
+
+def test_placement_auto_runs_onnx_in_threads_unless_it_asks_for_worker_processes() -> None:
+    onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True, "placement": "auto"}
+    (svc,) = parse_config({"services": [onnx]}).services
+    assert svc.placement == "thread"
+    assert "onnx" in svc.placement_reason and "gateway's threads" in svc.placement_reason
+    # Each thing only a worker process gives: worker processes, the reason naming it.
+    asks = {
+        "remote_workers": {"remote_workers": {"token": "r" * 16}},
+        "autoscale": {"autoscale": {"min_workers": 1, "max_workers": 2}},
+        "env": {"env": {"OMP_WAIT_POLICY": "PASSIVE"}},
+        "stall_timeout_s": {"stall_timeout_s": 5},
+    }
+    for key, extra in asks.items():
+        (svc,) = parse_config({"services": [{**onnx, **extra}]}).services
+        assert svc.placement == "process", key
+        assert svc.placement_reason == f"auto: {key} needs worker processes"
+    (svc,) = parse_config({"services": [{**onnx, "env": ["HOME"], "stall_timeout_s": 5}]}).services
+    assert svc.placement_reason == "auto: env, stall_timeout_s needs worker processes"
+    (svc,) = parse_config({"services": [{**onnx, "stall_timeout_s": 0}]}).services  # never restarted
+    assert svc.placement == "thread"
+    # Every other processor: worker processes, as before.
+    echo = {"name": "e", "processor": "python", "entry": "x:Y", "public": True, "placement": "auto"}
+    (svc,) = parse_config({"services": [echo]}).services
+    assert (svc.placement, svc.placement_reason) == (
+        "process",
+        "auto: a python service runs in worker processes",
+    )
+    # A placement the config names is kept, with no reason; autoscale on threads is refused.
+    for placement in ("process", "thread"):
+        (svc,) = parse_config({"services": [{**onnx, "placement": placement}]}).services
+        assert (svc.placement, svc.placement_reason) == (placement, "")
+    autoscaled = {**onnx, "placement": "thread", "autoscale": {"min_workers": 1, "max_workers": 2}}
+    with pytest.raises(ConfigError, match=r"\(d\)\.autoscale: .*set placement: process"):
+        parse_config({"services": [autoscaled]})
+
+
+def test_what_auto_chose_is_chosen_again_when_read_back() -> None:
+    onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True}
+    for extra in ({"placement": "auto"}, {"placement": "auto", "stall_timeout_s": 5}):
+        (svc,) = parse_config({"services": [{**onnx, **extra}]}).services
+        assert "placement" not in spec_of(svc)
+        again = parse_spec({**spec_of(svc, redact=False), "placement": "auto"})
+        assert (again.placement, again.placement_reason) == (svc.placement, svc.placement_reason)
+    (svc,) = parse_config({"services": [{**onnx, "placement": "process"}]}).services
+    assert parse_spec(spec_of(svc, redact=False)).placement == "process"
