@@ -54,6 +54,7 @@ from eas_sdk._core.cluster_serving import (
 )
 from eas_sdk.codecs.eas.json_form import nested_leaves
 from gateway.core import json_answer
+from gateway.core.metadata import ModelMetadata, misfit
 
 MAX_INSTANCES = 4096
 # Deeper nesting than any tensor has (numpy allows 64 dimensions): refused before recursion.
@@ -222,11 +223,16 @@ def _load(body: bytes) -> Any:
 
 
 def parse_request(
-    body: bytes, *, max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_values: int = DEFAULT_MAX_VALUES
+    body: bytes,
+    *,
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+    max_values: int = DEFAULT_MAX_VALUES,
+    signature: ModelMetadata | None = None,
 ) -> ClusterServingBatch:
     """A /predict body -> one batched onnx-processor request; raises ClusterServingRequestError.
     ``max_image_pixels``: all images of the request together; ``max_values``: JSON values of
-    the document, counted before it is parsed (413 beyond either)."""
+    the document, counted before it is parsed (413 beyond either); ``signature``: see
+    :func:`batch_instances`."""
     # Each JSON value becomes a Python object of 30-80 bytes: counting the separators (in C)
     # bounds what parsing can take before it starts.
     if max_values and body.count(b",") >= max_values:
@@ -260,13 +266,17 @@ def parse_request(
             except ClusterServingInputError as exc:
                 raise ClusterServingRequestError(str(exc)) from None
         parsed.append(row)
-    return batch_instances(parsed)
+    return batch_instances(parsed, signature)
 
 
-def batch_instances(instances: list[dict[str, tuple[str, Any]]]) -> ClusterServingBatch:
+def batch_instances(
+    instances: list[dict[str, tuple[str, Any]]], signature: ModelMetadata | None = None
+) -> ClusterServingBatch:
     """Instances of classified values (``"dense"``/``"exact"`` ndarray or ``"sparse"`` COO,
     per input name) -> one batched onnx-processor request; every instance must name the same
-    inputs with the same shapes. Raises ClusterServingRequestError."""
+    inputs with the same shapes. ``signature``: the model's, when its workers check calls
+    against it: a dtype or shape they would refuse is refused here, with their message,
+    before the request is built. Raises ClusterServingRequestError."""
     names = list(instances[0])
     columns: dict[str, list[tuple[str, Any]]] = {n: [] for n in names}
     for i, inst in enumerate(instances):
@@ -276,20 +286,58 @@ def batch_instances(instances: list[dict[str, tuple[str, Any]]]) -> ClusterServi
             )
         for name in names:
             columns[name].append(inst[name])
+    stacked = {name: _stack(name, col) for name, col in columns.items()}
+    if signature is not None:
+        _refuse_misfit(stacked, signature)
     inputs: dict[str, Any] = {}
-    for name, col in columns.items():
-        inputs.update(_column(name, col))
+    for name, (kind, value) in stacked.items():
+        if kind == "sparse":
+            try:
+                inputs.update(sparse_inputs(name, value))
+            except ClusterServingInputError as exc:
+                raise ClusterServingRequestError(str(exc)) from None
+        else:
+            batched = value[0][np.newaxis] if len(value) == 1 else np.stack(value)  # one: a view
+            inputs[name] = tensor_to_wire(batched, exact=kind == "exact")
     return ClusterServingBatch(size=len(instances), body=dumps({"inputs": inputs}))
 
 
-def _column(name: str, col: list[tuple[str, Any]]) -> dict[str, Any]:
-    """One input's values across the instances -> its wire tensor(s), stacked on the batch axis."""
+# The dtype the onnx processor reads a JSON list with no stated dtype as, by numpy kind (an
+# image's uint8 pixels travel as JSON integers).
+_LOOSE_DTYPES = {
+    "b": np.dtype(np.bool_), "i": np.dtype(np.int64), "u": np.dtype(np.int64), "f": np.dtype(np.float64)
+}  # fmt: skip
+
+
+def _refuse_misfit(stacked: Mapping[str, tuple[str, Any]], signature: ModelMetadata) -> None:
+    """The workers' own 400 for a dtype or shape their signature refuses, given here: a large
+    call they would refuse is never encoded, sent, nor parsed a second time."""
+    described: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+    loose: set[str] = set()
+    for name, (kind, arrays) in stacked.items():
+        if kind == "sparse":  # several tensors by other names: the workers check them
+            return
+        dtype = arrays[0].dtype
+        if kind == "dense" and dtype.kind in _LOOSE_DTYPES:  # sent as JSON numbers, no dtype
+            dtype = _LOOSE_DTYPES[dtype.kind]
+            loose.add(name)
+        described[name] = (dtype, (len(arrays), *arrays[0].shape))
+    message = misfit(signature, described, loose)
+    if message is not None:
+        raise ClusterServingRequestError(message)
+
+
+def _stack(name: str, col: list[tuple[str, Any]]) -> tuple[str, Any]:
+    """One input's values across the instances -> (kind, batched value): a COO for
+    ``"sparse"``, else the instances' arrays, of one shape and dtype, to stack on the batch
+    axis."""
     kinds = {k for k, _ in col}
     if len(kinds) != 1:
         raise ClusterServingRequestError(f"{name}: mixes kinds of values across instances")
-    if kinds == {"sparse"}:
+    (kind,) = kinds
+    if kind == "sparse":
         try:
-            return sparse_inputs(name, batch_sparse([v for _, v in col], name))
+            return kind, batch_sparse([v for _, v in col], name)
         except ClusterServingInputError as exc:
             raise ClusterServingRequestError(str(exc)) from None
     arrays = [v for _, v in col]
@@ -300,13 +348,12 @@ def _column(name: str, col: list[tuple[str, Any]]) -> dict[str, Any]:
                 f"instances[{j}].{name}: shape {list(arr.shape)} differs from {list(first.shape)}"
             )
     dtypes = {a.dtype.kind for a in arrays}
-    exact = kinds == {"exact"}
-    if not exact and dtypes <= {"i", "u", "f"} and "f" in dtypes:
+    if kind != "exact" and dtypes <= {"i", "u", "f"} and "f" in dtypes:
         # JSON numbers of one input: ints and floats across instances widen to float.
         arrays = [a.astype(np.float64) for a in arrays]
     elif len({a.dtype for a in arrays}) != 1:
         raise ClusterServingRequestError(f"{name}: values of different kinds across instances")
-    return {name: tensor_to_wire(np.stack(arrays), exact=exact)}
+    return kind, arrays
 
 
 def split_outputs(outputs: Mapping[str, np.ndarray], size: int) -> list[dict[str, np.ndarray]]:

@@ -8,11 +8,13 @@ model file in the gateway process. Plain data only: it travels over the worker's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from eas_sdk.codecs.eas import binding
 
 # The KServe V2 datatype names: the vocabulary every TensorSpec uses.
 V2_DATATYPES = frozenset(
@@ -75,6 +77,11 @@ class ModelMetadata:
     # Whether the model answers an explain call (KServe's ``:explain``) itself: user code
     # with an ``explain`` method (gateway.worker.processors.python).
     explains: bool = False
+    # Whether the workers refuse (400, naming the input) what ``inputs`` do not fit, as the
+    # model runtimes do (gateway.worker.processors.model); what user code declares is only
+    # checked where it says so. Only then may the gateway refuse such a call before sending
+    # it (:func:`misfit`).
+    checks_inputs: bool = False
 
     @property
     def tensors(self) -> bool:
@@ -98,10 +105,11 @@ class ModelMetadata:
                 raise TypeError(f"metadata(): {key} must be a list")
             where = f"metadata(): {key}"
             tensors[key] = tuple(TensorSpec.from_json(t, f"{where}[{i}]") for i, t in enumerate(items))
-        explains = doc.get("explains", False)
-        if not isinstance(explains, bool):
-            raise TypeError("metadata(): explains must be true or false")
-        return cls(tensors["inputs"], tensors["outputs"], platform, explains=explains)
+        flags = {key: doc.get(key, False) for key in ("explains", "checks_inputs")}
+        for key, value in flags.items():
+            if not isinstance(value, bool):
+                raise TypeError(f"metadata(): {key} must be true or false")
+        return cls(tensors["inputs"], tensors["outputs"], platform, **flags)
 
 
 # V2 datatype -> numpy dtype (little-endian, as on the wire). BYTES elements are bytes objects.
@@ -128,6 +136,32 @@ def declared_dtypes(meta: ModelMetadata | None) -> dict[str, np.dtype[Any]]:
     return {t.name: DATATYPES[t.datatype] for t in outputs if t.datatype in DATATYPES}
 
 
+def misfit(
+    meta: ModelMetadata | None,
+    inputs: Mapping[str, tuple[np.dtype[Any], tuple[int, ...]]],
+    loose: Collection[str] = (),
+) -> str | None:
+    """The 400 message the model's workers answer ``inputs`` (name -> (dtype, shape)) with
+    when their signature refuses a dtype or shape (gateway.worker.processors.model), or None:
+    they take them, or only the workers can say (no checked signature, an input missing or
+    unknown, which they name in their own words). ``loose``: the inputs whose wire form
+    states no dtype (JSON numbers), which the workers cast where that is safe. Needs no
+    element: a call can be refused before anything is built from its values."""
+    if meta is None or not meta.checks_inputs:
+        return None
+    if len(inputs) != len(meta.inputs) or any(t.name not in inputs for t in meta.inputs):
+        return None
+    for t in meta.inputs:
+        dtype, shape = inputs[t.name]
+        # An unknown rank reads as () in metadata: only a shape of known rank is checked.
+        dims = tuple(None if d < 0 else d for d in t.shape) if t.shape else None
+        spec = binding.TensorSpec(t.name, DATATYPES.get(t.datatype), dims)
+        message = binding.refusal(spec, dtype, tuple(shape), t.name in loose)
+        if message is not None:
+            return message
+    return None
+
+
 __all__ = [
     "DATATYPES",
     "KSERVE_PLATFORM",
@@ -136,4 +170,5 @@ __all__ = [
     "ModelMetadata",
     "TensorSpec",
     "declared_dtypes",
+    "misfit",
 ]

@@ -23,7 +23,7 @@ from gateway.codecs import v2_infer, v2_tensors
 from gateway.config import ServiceConfig
 from gateway.core import errors, json_answer
 from gateway.core.dataplane import Body, DataPlane
-from gateway.core.metadata import ModelMetadata
+from gateway.core.metadata import ModelMetadata, misfit
 from gateway.core.parse_pool import parse_off_loop
 from gateway.core.traffic import VERSION_HEADER
 
@@ -59,6 +59,9 @@ async def infer(
     the caller's headers a backend reads, ``answer_headers``: filled with the backend's own
     (a pipeline's timings, see gateway.backends.pipelines.timings)."""
     binary_header = headers.get(proto.BINARY_HEADER)
+    # When one backend runs the call (the version the path names, or a model without
+    # versions), what its workers' signature refuses is refused here, before it is sent.
+    signature = meta if runs is not None or not svc.versions else None
 
     async def decode(data: bytes) -> tuple[v2_infer.InferRequest, Mapping[str, np.ndarray], Sequence[str]]:
         if len(data) > LARGE_BODY:
@@ -66,6 +69,9 @@ async def infer(
             req = await parse_off_loop(functools.partial(v2_infer.parse_request, data, binary_header))
         else:
             req = v2_infer.parse_request(data, binary_header)
+        refused = misfit(signature, {name: (a.dtype, a.shape) for name, a in req.inputs.items()})
+        if refused is not None:
+            raise proto.KServeRequestError(refused)
         return req, req.inputs, req.output_names
 
     # No signature yet (no worker was ever ready): the call goes on, and the pool answers

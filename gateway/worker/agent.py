@@ -104,6 +104,7 @@ def metadata_json(meta: ModelMetadata | None) -> dict[str, Any] | None:
         "outputs": [t.as_json() for t in meta.outputs],
         "platform": meta.platform,
         "explains": meta.explains,
+        "checks_inputs": meta.checks_inputs,
     }
 
 

@@ -108,6 +108,7 @@ class Probe:
         self.proc = psutil.Process(gw.pid)
         self.workers = _model_workers(gw) if helpers else None
         self.latencies: list[float] = []
+        self.calls: list[tuple[float, float]] = []  # each call's (sent, answered) perf_counter
         self.baseline = _baseline(gw) if check_latency else 0.0
         self.rss_peak = self.base_rss = self.rss()
         self._stop = threading.Event()
@@ -129,7 +130,9 @@ class Probe:
             conn.request("POST", "/api/predict/echo", body=b"ping")
             resp = conn.getresponse()
             assert (resp.status, resp.read()) == (200, b"ping")
-            self.latencies.append(time.perf_counter() - t0)
+            t1 = time.perf_counter()
+            self.latencies.append(t1 - t0)
+            self.calls.append((t0, t1))
             self.rss_peak = max(self.rss_peak, self.rss())
             self._stop.wait(0.01)  # a sample about every 10 ms
         conn.close()
@@ -302,20 +305,42 @@ def test_cluster_serving_type_and_image_bombs(gw: GatewayProcess) -> None:
 def test_value_dense_json_is_parsed_one_at_a_time(gw: GatewayProcess) -> None:
     """JSON whose values are tiny (each a Python object of ~80 bytes once parsed): concurrent
     such bodies are parsed one after another, in the parser process (so another service's
-    calls are not held up behind the parse), and a body over max_json_values is refused unparsed."""
+    calls are answered while they are parsed), a body over max_json_values is refused
+    unparsed, and one the model's signature refuses (strings for its float input) is refused
+    there, with the model's own message: its workers never see it."""
     path = "/api/cluster-serving/digits/predict"
     dense = b'{"instances": [{"input": [' + b'"ab",' * 950_000 + b'"ab"]}]}'
     over = b'{"instances": [{"input": [' + b'"ab",' * 1_000_000 + b'"ab"]}]}'
+    answered: list[float] = []
 
     def hit(i: int) -> tuple[int, Any]:
-        return _post(gw, path, over if i == 0 else dense, {"Authorization": TOKEN})
+        out = _post(gw, path, over if i == 0 else dense, {"Authorization": TOKEN})
+        answered.append(time.perf_counter())
+        return out
 
-    with Probe(gw) as probe:
+    failed_before = _worker_failures(gw)
+    with Probe(gw, check_latency=False) as probe:
+        sent = time.perf_counter()
         results = _attack(4, hit)
     assert results[0][0] == 413 and "JSON values" in results[0][1]["error"], results[0]
-    # digits takes floats (400); the test gateway allows 2 calls in flight (429).
-    assert all(status in (400, 429) for status, _ in results[1:]), results
-    probe.check()
+    # The test gateway allows 2 calls in flight (429); the others are refused by the parser.
+    refused = [doc for status, doc in results[1:] if status == 400]
+    assert refused and len(refused) + sum(s == 429 for s, _ in results[1:]) == 3, results
+    assert all(
+        doc == {"error": "input 'input': expected float32[N,64], got string[1,950001]"} for doc in refused
+    )
+    assert _worker_failures(gw) == failed_before  # no call reached a worker
+    # While the bodies were parsed, the other service was answered: an echo call went out
+    # after the attack began and came back before its last answer (an order, not a latency).
+    assert any(sent <= t0 and t1 <= max(answered) for t0, t1 in probe.calls), "echo waited for the attack"
+    probe.check(p99_bound_s=None)
+
+
+def _worker_failures(gw: GatewayProcess) -> int:
+    """The calls of digits its workers answered with an error (Triton's statistics)."""
+    status, doc = gw.call_json("/v2/models/digits/stats", headers={"Authorization": TOKEN})
+    assert status == 200, doc
+    return int(doc["model_stats"][0]["inference_stats"]["fail"]["count"])
 
 
 def test_calls_in_flight_per_service(gw: GatewayProcess) -> None:

@@ -52,7 +52,7 @@ from .arrays import (
     request_array,
     response_array,
 )
-from .binding import TensorSpec, bind_inputs, conform, select_outputs
+from .binding import TensorSpec, bind_inputs, conform, refusal, select_outputs
 from .blade import (
     BladeInput,
     BladeRequestData,
@@ -288,6 +288,7 @@ __all__ = [
     "numpy_dtype",
     "output_info_bytes",
     "read_varint",
+    "refusal",
     "request_array",
     "resolve_format",
     "response_array",

@@ -34,32 +34,43 @@ def _castable(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
     return src.kind == "f" and dst.kind == "f"
 
 
-def conform(tensor: InputTensor, spec: TensorSpec) -> np.ndarray:
-    """Check ``tensor`` against ``spec``; cast loose tensors. Raises InvalidInput."""
-    arr = tensor.array
-    ok_dtype = spec.dtype is None or arr.dtype == spec.dtype
+def refusal(spec: TensorSpec, dtype: np.dtype[Any], shape: tuple[int, ...], loose: bool) -> str | None:
+    """Why :func:`conform` refuses a tensor of ``dtype`` and ``shape`` for ``spec`` (its
+    message), or None when it takes it: a check that needs no array, so a gateway can refuse
+    what a model's workers would before sending it."""
+    ok_dtype = spec.dtype is None or dtype == spec.dtype
     if not ok_dtype and spec.dtype is not None:
-        if arr.dtype.kind == "O" and spec.dtype.kind == "O":
+        if dtype.kind == "O" and spec.dtype.kind == "O":
             ok_dtype = True
-        elif tensor.loose and _castable(arr.dtype, spec.dtype):
-            with np.errstate(all="ignore"):
-                arr = arr.astype(spec.dtype)
-            ok_dtype = True
+        elif loose and _castable(dtype, spec.dtype):
+            dtype, ok_dtype = spec.dtype, True  # conform casts it first
+    if spec.shape == () and shape == (1,):
+        shape = ()  # one value sent without a shape for a scalar input
     ok_shape = True
-    if spec.shape == () and arr.shape == (1,):
-        arr = arr.reshape(())  # one value sent without a shape for a scalar input
     if spec.shape is not None:
-        if len(spec.shape) != arr.ndim:
+        if len(spec.shape) != len(shape):
             ok_shape = False
         else:
-            for want, got in zip(spec.shape, arr.shape, strict=True):
+            for want, got in zip(spec.shape, shape, strict=True):
                 if isinstance(want, int) and want >= 0 and want != got:
                     ok_shape = False
                     break
-    if not (ok_dtype and ok_shape):
-        raise InvalidInput(
-            f"input {spec.name!r}: expected {spec.describe()}, got {type_str(arr.dtype, arr.shape)}"
-        )
+    if ok_dtype and ok_shape:
+        return None
+    return f"input {spec.name!r}: expected {spec.describe()}, got {type_str(dtype, shape)}"
+
+
+def conform(tensor: InputTensor, spec: TensorSpec) -> np.ndarray:
+    """Check ``tensor`` against ``spec``; cast loose tensors. Raises InvalidInput."""
+    arr = tensor.array
+    message = refusal(spec, arr.dtype, arr.shape, tensor.loose)
+    if message is not None:
+        raise InvalidInput(message)
+    if spec.dtype is not None and arr.dtype != spec.dtype and not (arr.dtype.kind == spec.dtype.kind == "O"):
+        with np.errstate(all="ignore"):
+            arr = arr.astype(spec.dtype)
+    if spec.shape == () and arr.shape == (1,):
+        arr = arr.reshape(())
     return arr
 
 

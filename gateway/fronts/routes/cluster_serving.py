@@ -33,8 +33,9 @@ from gateway.codecs.cluster_serving import (
 from gateway.codecs.errors import Shape, render
 from gateway.config import Config, ServiceConfig
 from gateway.core import errors, json_answer
+from gateway.core.metadata import ModelMetadata
 from gateway.core.parse_pool import parse_off_loop
-from gateway.fronts.state import GATEWAY_KEY
+from gateway.fronts.state import GATEWAY_KEY, GatewayParts
 from gateway.http.body import RequestBody
 from gateway.http.middleware import request_id
 
@@ -77,8 +78,9 @@ async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Resp
     async def decode(body: bytes) -> tuple[ClusterServingBatch, bytes]:
         # Images are decoded while parsing: anything beyond a small body runs off the event loop.
         parse = functools.partial(
-            parse_request, body, max_image_pixels=gw.max_image_pixels, max_values=gw.max_json_values
-        )
+            parse_request, body, max_image_pixels=gw.max_image_pixels, max_values=gw.max_json_values,
+            signature=_signature(parts, service),
+        )  # fmt: skip
         batch = await parse_off_loop(parse) if len(body) > _PARSE_ON_LOOP_MAX else parse()
         return batch, batch.body
 
@@ -107,6 +109,17 @@ async def _serve(request: web.Request, service: str | ServiceConfig) -> web.Resp
     except (ValueError, TypeError) as exc:
         return _error(errors.of_status(502, f"the service's outputs have no JSON form ({exc})"))
     return web.Response(body=out, content_type=JSON_TYPE, headers=extra)
+
+
+def _signature(parts: GatewayParts, service: str | ServiceConfig) -> ModelMetadata | None:
+    """The signature the workers check a call to ``service`` against, when one backend runs
+    every such call (neither a service group nor a model with versions, which the data plane
+    routes per call): the codec refuses what it would refuse before it is sent."""
+    svc = service if isinstance(service, ServiceConfig) else parts.dataplane.services.get(service)
+    if svc is None or svc.versions:
+        return None
+    backend = parts.backends.get(svc.name)
+    return backend.metadata if backend is not None else None
 
 
 def _top_n(request: web.Request) -> tuple[int | None, str | None]:

@@ -155,6 +155,7 @@ class OnnxProcessor(ModelProcessor):
             tuple(_tensor_spec(a) for a in self.session.get_inputs()),
             tuple(_tensor_spec(o) for o in self.session.get_outputs()),
             platform="onnxruntime_onnx",
+            checks_inputs=True,  # every call is checked against this signature (ModelProcessor.prepare)
         )
 
     def run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

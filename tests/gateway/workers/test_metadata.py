@@ -4,14 +4,17 @@ the onnx package), and what a user's python processor may declare."""
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from gateway.config import ServiceConfig
-from gateway.core.metadata import ModelMetadata, TensorSpec
+from gateway.core.metadata import ModelMetadata, TensorSpec, misfit
+from gateway.worker.agent import metadata_json
 from gateway.worker.processors.onnx import OnnxProcessor
 from gateway.worker.processors.python import PythonProcessor
 
@@ -130,3 +133,37 @@ def test_a_python_processor_declares_its_metadata(tmp_path: Path) -> None:
 def test_malformed_python_metadata_fails_the_load(tmp_path: Path, returned: str, message: str) -> None:
     with pytest.raises(TypeError, match=message):
         _python(tmp_path, f"    def metadata(self):\n        return {returned}\n")
+
+
+def test_only_a_signature_the_workers_check_refuses_calls_early(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """The onnx processor checks every call against its signature: the gateway may refuse what
+    it would, with its words; a signature nothing checks, or a call only the workers can
+    judge (an input missing or unknown, a rank the model leaves open), goes on to them."""
+    meta = _onnx(models["digits"]).metadata()
+    assert meta.checks_inputs
+    assert ModelMetadata.from_json(metadata_json(meta)) == meta  # as a remote worker registers it
+    f32, strings = np.dtype(np.float32), np.dtype(object)
+    assert misfit(meta, {"input": (f32, (3, 64))}) is None
+    assert (
+        misfit(meta, {"input": (strings, (3, 64))})
+        == "input 'input': expected float32[N,64], got string[3,64]"
+    )
+    assert misfit(meta, {"input": (np.dtype(np.int64), (3, 63))}, loose={"input"}) == (
+        "input 'input': expected float32[N,64], got float32[3,63]"  # a loose input is cast first
+    )
+    assert misfit(meta, {"input": (np.dtype(np.int64), (3, 64))}, loose={"input"}) is None
+    assert misfit(meta, {}) is None and misfit(meta, {"input": (f32, (1,)), "x": (f32, (1,))}) is None
+    assert misfit(replace(meta, checks_inputs=False), {"input": (strings, (3, 64))}) is None
+    open_rank = replace(meta, inputs=(TensorSpec("input", "FP32", ()),))
+    assert misfit(open_rank, {"input": (f32, (3, 63))}) is None
+    assert (
+        misfit(open_rank, {"input": (strings, (3, 63))})
+        == "input 'input': expected float32[], got string[3,63]"
+    )
+    declared = (
+        "    def metadata(self):\n"
+        "        return {'inputs': [{'name': 'x', 'datatype': 'FP32', 'shape': [-1]}]}\n"
+    )
+    assert not _python(tmp_path, declared).metadata().checks_inputs
