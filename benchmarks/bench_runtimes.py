@@ -33,35 +33,18 @@ Usage: python benchmarks/bench_runtimes.py [--rounds N] [--seconds S] [--quick]
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import (
-    PY,
-    ROOT,
-    TOKEN,
-    Child,
-    Target,
-    median,
-    pin,
-    quick_rounds,
-    report_targets,
-    round_options,
-    run_wrk,
-    start_gateway,
-    tree_pids,
-)
-from bench_servers import CONCURRENCY, JSON_TYPE, MLSERVER, RESULTS, accepted, start_mlserver, wait_http
+from _harness import Target, quick_rounds, round_options, tree_pids
+from _runtimes_common import LOOP, Bench, Call, Samples, gateway_env, ratio, start_services, v2_body
+from bench_servers import CONCURRENCY, JSON_TYPE, MLSERVER, start_mlserver
 
 RUNTIMES = ("sklearn", "xgboost", "lightgbm")
 SIZES = ("small", "large")
@@ -111,10 +94,7 @@ def rows_of(runtime: str, size: str) -> np.ndarray:
     return np.ascontiguousarray(load_digits().data[7 : 7 + ROWS[size]], dtype=DTYPES[runtime])
 
 
-INPROC = r"""
-import sys, time, json, numpy as np
-runtime, path, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-x = np.load(sys.argv[4])
+LOADER = r"""
 if runtime == "sklearn":
     import joblib; predict = joblib.load(path).predict
 elif runtime == "xgboost":
@@ -122,72 +102,19 @@ elif runtime == "xgboost":
     predict = lambda a: m.predict(a, validate_features=False)
 else:
     import lightgbm as lgb; b = lgb.Booster(model_file=path); predict = lambda a: b.predict(a, num_threads=1)
-for _ in range(50):
-    predict(x)
-times = []
-end = time.perf_counter() + seconds
-while True:
-    t0 = time.perf_counter(); predict(x); t1 = time.perf_counter()
-    times.append(t1 - t0)
-    if t1 > end:
-        break
-times.sort()
-print(json.dumps({"rps": len(times) / sum(times), "p50_us": times[len(times) // 2] * 1e6,
-                  "p99_us": times[int(len(times) * 0.99)] * 1e6}))
 """
-
-
-def in_process(runtime: str, path: Path, x_file: Path, seconds: float) -> dict[str, float]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        [*pin(0), PY, "-c", INPROC, runtime, str(path), str(seconds), str(x_file)],
-        capture_output=True, text=True, env=env, check=True, timeout=120,
-    )  # fmt: skip
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def start(work: Path, models: dict[tuple[str, str], Path]) -> tuple[dict[str, Any], list[Child]]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING", OMP_NUM_THREADS="1")
-    services = "".join(
-        f"  - name: {rt}-{size}{suffix}\n    token: {TOKEN}\n    processor: {rt}\n    model: {path}\n"
-        f"    workers: 1\n    placement: {placement}\n"
-        for (rt, size), path in models.items()
-        for suffix, placement in (("", "process"), ("-thread", "thread"))
-    )
-    cfg = work / "services.yaml"
-    cfg.write_text(
-        "gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n"
-        f"  data_dir: {work / 'data'}\n  model_dirs: [{work / 'models'}]\nservices:\n{services}"
-    )
-    children: list[Child] = []
-    gw, addr = start_gateway(cfg, env)
-    children.append(gw)
-    bases: dict[str, Any] = {"gateway": (f"http://{addr}", gw)}
-    for rt, size in models:
-        for suffix in ("", "-thread"):
-            wait_http(f"http://{addr}/v2/models/{rt}-{size}{suffix}/ready", gw)
-    if MLSERVER.exists():
-        ml_models = {f"{rt}-{size}": (MLSERVER_IMPL[rt], path) for (rt, size), path in models.items()}
-        ml_base, ml = start_mlserver(work / "mlserver", ml_models, env)
-        children.append(ml)
-        bases["mlserver"] = (ml_base, ml)
-    return bases, children
+# Only our gateway must answer every call: MLServer's failures under load are counted. A call a
+# server refuses is left out of the plan (said so).
+BENCH = Bench("bench_runtimes", "runtimes.json", RUNTIMES, LOADER, cpu_column=False, socket_errors_ok=False,
+              skip_refused=True)  # fmt: skip
 
 
 def bodies(work: Path, name: str, x: np.ndarray) -> dict[str, Path]:
     from eas_sdk.codecs.eas import encode_tf_request
 
-    datatype = "FP32" if x.dtype == np.float32 else "FP64"
-    doc = {
-        "inputs": [
-            {"name": "input", "datatype": datatype, "shape": list(x.shape), "data": x.ravel().tolist()}
-        ],
-        "outputs": [{"name": "predict"}],
-    }
-    files = {"json": work / f"{name}.json", "tf": work / f"{name}.tf"}
-    files["json"].write_bytes(json.dumps(doc, separators=(",", ":")).encode())
-    files["tf"].write_bytes(encode_tf_request("predict", {"input": x}, ["predict"]))
-    return files
+    tf = work / f"{name}.tf"
+    tf.write_bytes(encode_tf_request("predict", {"input": x}, ["predict"]))
+    return {"json": v2_body(work / f"{name}.json", "input", "predict", x), "tf": tf}
 
 
 def main() -> None:
@@ -197,65 +124,33 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="easkit-bench-runtimes-"))
     models = build(work / "models")
     xs = {key: rows_of(*key) for key in models}
-    x_files = {}
-    for (rt, size), x in xs.items():
-        x_files[(rt, size)] = work / f"{rt}-{size}.npy"
-        np.save(x_files[(rt, size)], x)
     files = {key: bodies(work, f"{key[0]}-{key[1]}", x) for key, x in xs.items()}
     print("starting the gateway and MLServer ...", flush=True)
-    bases, children = start(work, models)
+    gw_base, gw = start_services(work, models)
+    children = [gw]
+    ml_base, ml_pids = "", []
     try:
-        gw_base, gw = bases["gateway"]
-        plan: list[tuple[str, str, str, str, str, Path, list[int]]] = []
+        if MLSERVER.exists():
+            ml_models = {f"{rt}-{size}": (MLSERVER_IMPL[rt], path) for (rt, size), path in models.items()}
+            ml_base, ml = start_mlserver(work / "mlserver", ml_models, gateway_env())
+            children.append(ml)
+            ml_pids = tree_pids(ml.pid)
+        calls: list[Call] = []
+        gw_pids = tree_pids(gw.pid)
         for rt, size in models:
             name = f"{rt}-{size}"
             v2, tf = files[(rt, size)]["json"], files[(rt, size)]["tf"]
-            cands = [
-                ("gateway", "V2 JSON", f"{gw_base}/v2/models/{name}/infer", v2, JSON_TYPE, gw),
-                ("gateway", "EAS TF", f"{gw_base}/api/predict/{name}", tf, "application/octet-stream", gw),
-                ("gw-thread", "V2 JSON", f"{gw_base}/v2/models/{name}-thread/infer", v2, JSON_TYPE, gw),
+            ours = [
+                ("gateway", "V2 JSON", f"/v2/models/{name}/infer", v2, JSON_TYPE),
+                ("gateway", "EAS TF", f"/api/predict/{name}", tf, "application/octet-stream"),
+                ("gw-thread", "V2 JSON", f"/v2/models/{name}-thread/infer", v2, JSON_TYPE),
             ]
-            if "mlserver" in bases:
-                ml_base, ml = bases["mlserver"]
-                cands.append(("mlserver", "V2 JSON", f"{ml_base}/v2/models/{name}/infer", v2,
-                              JSON_TYPE, ml))  # fmt: skip
-            for server, proto, url, body, ctype, child in cands:
-                if not accepted(url, body.read_bytes(), ctype, {}):
-                    print(f"  skipped: {server} {proto} on {name} (not accepted)", flush=True)
-                    continue
-                plan.append((rt, size, server, proto, url, body, tree_pids(child.pid)))
-        samples: dict[tuple[str, str, str, str, int], list[dict[str, float]]] = {}
-        for rnd in range(args.rounds):
-            # Each model's own loop right before its servers, so a ratio compares moments close
-            # together on a machine whose load changes.
-            done: set[tuple[str, str]] = set()
-            for rt, size, server, proto, url, body, pids in plan:
-                if (rt, size) not in done:
-                    done.add((rt, size))
-                    r = in_process(rt, models[(rt, size)], x_files[(rt, size)], args.seconds)
-                    for c in CONCURRENCY:
-                        samples.setdefault((rt, size, "in-process", "loop", c), []).append(r)
-                    print(f"round {rnd + 1} {rt:<9}{size:<6}in-process          {r['rps']:>9,.0f} calls/s  "
-                          f"p50 {r['p50_us']:>7.0f} µs  p99 {r['p99_us']:>7.0f} µs", flush=True)  # fmt: skip
-                for c in CONCURRENCY:
-                    ctype = JSON_TYPE if body.suffix == ".json" else "application/octet-stream"
-                    w = run_wrk(url, body, connections=c, seconds=args.seconds, token=TOKEN, server_pids=pids,
-                                content_type=ctype)  # fmt: skip
-                    failed = (
-                        f"{server} {proto} {rt}-{size} c={c}: {w.non2xx} non-2xx, {w.errors} socket errors"
-                    )
-                    if server != "mlserver" and (w.non2xx or w.errors):
-                        raise SystemExit(failed)
-                    if w.non2xx or w.errors:  # the reference's timeouts under load: counted, not fatal
-                        print(f"  {failed} (wrk's 2 s timeout)", flush=True)
-                    samples.setdefault((rt, size, server, proto, c), []).append(
-                        {"rps": w.rps, "p50_us": w.p50_us, "p99_us": w.p99_us, "errors": w.non2xx + w.errors}
-                    )
-                    what = f"round {rnd + 1} {rt:<9}{size:<6}{server:<10}{proto:<9}c={c:<3}"
-                    print(
-                        f"{what}{w.rps:>9,.0f} req/s  p50 {w.p50_us:>7.0f} µs  p99 {w.p99_us:>7.0f} µs",
-                        flush=True,
-                    )
+            calls += [Call(rt, size, srv, proto, gw_base + path, body, ctype, gw_pids)
+                      for srv, proto, path, body, ctype in ours]  # fmt: skip
+            if ml_base:
+                calls.append(Call(rt, size, "mlserver", "V2 JSON", f"{ml_base}/v2/models/{name}/infer", v2,
+                                  JSON_TYPE, ml_pids, reference=True))  # fmt: skip
+        samples = BENCH.measure(calls, models, xs, work, args)
         ok = report(samples, args)
     finally:
         for child in children:
@@ -263,59 +158,26 @@ def main() -> None:
     raise SystemExit(0 if ok else 1)  # a missed target: exit status 1, as scripts/bench.sh reads it
 
 
-def report(samples: dict[tuple[str, str, str, str, int], list[dict[str, float]]], args: Any) -> bool:
-    rows = [
-        {"runtime": rt, "model": size, "server": srv, "protocol": proto, "connections": c,
-         **{k: median([s[k] for s in ss]) for k in ("rps", "p50_us", "p99_us")},
-         "errors": sum(s.get("errors", 0) for s in ss)}
-        for (rt, size, srv, proto, c), ss in samples.items()
-    ]  # fmt: skip
-    print(f"\n{'runtime':<10}{'model':<7}{'server':<11}{'protocol':<10}{'conn':>5}{'req/s':>10}{'p50 µs':>9}"
-          f"{'p99 µs':>9}")  # fmt: skip
-    for r in rows:
-        print(f"{r['runtime']:<10}{r['model']:<7}{r['server']:<11}{r['protocol']:<10}{r['connections']:>5}"
-              f"{r['rps']:>10,.0f}{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}"
-              + (f"  {r['errors']:.0f} failed calls" if r.get("errors") else ""))  # fmt: skip
-
-    def ratio(a: tuple[Any, ...], b: tuple[Any, ...], key: str, op: str = "/") -> float | None:
-        xs, ys = samples.get(a), samples.get(b)
-        if not xs or not ys:
-            return None
-        if op == "-":
-            return median([x[key] - y[key] for x, y in zip(xs, ys, strict=True)])
-        return median([x[key] / y[key] for x, y in zip(xs, ys, strict=True)])
-
+def report(samples: Samples, args: argparse.Namespace) -> bool:
     targets: list[Target] = []
     for rt in RUNTIMES:
         for server in ("gateway", "gw-thread"):
             who = "" if server == "gateway" else "thread "
-            tp = ratio((rt, "large", server, "V2 JSON", 32), (rt, "large", "in-process", "loop", 32), "rps")
-            if tp is not None:
+            large, small = (rt, "large", server, "V2 JSON", 32), (rt, "small", server, "V2 JSON", 1)
+            if (tp := ratio(samples, large, (rt, "large", *LOOP, 32), "rps")) is not None:
                 targets.append(Target(f"{rt} {who}large c=32 vs in-process", tp, ">=", 0.8, "x"))
-            added = ratio(
-                (rt, "small", server, "V2 JSON", 1), (rt, "small", "in-process", "loop", 1), "p50_us", "-"
-            )
-            if added is not None:
-                targets.append(Target(f"{rt} {who}small added p50 c=1", added, "<", 100.0, "µs"))
+            if (added := ratio(samples, small, (rt, "small", *LOOP, 1), "p50_us", "-")) is not None:
+                targets.append(Target(f"{rt} {who}small added p50 c=1", added, "<=", 100.0, "µs"))
             if rt == "lightgbm":
                 continue
             for size in SIZES:
                 for c in CONCURRENCY:
                     ours, theirs = (rt, size, server, "V2 JSON", c), (rt, size, "mlserver", "V2 JSON", c)
-                    if c > 1 and (tp_ml := ratio(ours, theirs, "rps")) is not None:
+                    if c > 1 and (tp_ml := ratio(samples, ours, theirs, "rps")) is not None:
                         targets.append(Target(f"{rt} {who}{size} c={c} vs MLServer", tp_ml, ">=", 3.0, "x"))
-                    if (p99 := ratio(ours, theirs, "p99_us")) is not None:
+                    if (p99 := ratio(samples, ours, theirs, "p99_us")) is not None:
                         targets.append(Target(f"{rt} {who}{size} p99 c={c} vs MLServer", p99, "<=", 0.5, "x"))
-    for t in targets:  # the harness knows >= and <=; "<" here is a bound on a difference
-        if t.op == "<":
-            t.op = "<="
-    ok = report_targets("bench_runtimes", targets)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "runtimes.json"
-    out.write_text(json.dumps({"rounds": args.rounds, "seconds": args.seconds, "rows": rows,
-                               "targets": [t.__dict__ for t in targets]}, indent=1))  # fmt: skip
-    print(f"\nwrote {out.relative_to(ROOT)}")
-    return ok
+    return BENCH.finish(samples, targets, args)
 
 
 if __name__ == "__main__":
