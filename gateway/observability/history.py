@@ -44,7 +44,7 @@ QUEUE_FIELDS = ("depth", "lag")
 
 
 @dataclass(frozen=True)
-class _Totals:
+class Totals:
     """Cumulative counters read at one moment (monotonic ``at``)."""
 
     at: float
@@ -57,7 +57,7 @@ class _Totals:
     unknown: int
 
 
-def read_totals(metrics: GatewayMetrics, services: Sequence[str], at: float) -> _Totals:
+def read_totals(metrics: GatewayMetrics, services: Sequence[str], at: float) -> Totals:
     requests = dict.fromkeys(services, 0)
     errors = dict.fromkeys(services, 0)
     refused = dict.fromkeys(services, 0)
@@ -72,14 +72,14 @@ def read_totals(metrics: GatewayMetrics, services: Sequence[str], at: float) -> 
     for (service, version, status), n in list(metrics.versions.counts.items()):
         total, failed = calls.get((service, version), (0, 0))
         calls[(service, version)] = (total + n, failed + (n if status >= 500 else 0))
-    return _Totals(
+    return Totals(
         at,
         requests,
         errors,
         refused,
         {s: metrics.latency.counts(s) for s in services},
         calls,
-        {k: list(v) for k, v in metrics.versions.buckets.items()},
+        {k: list(v) for k, v in metrics.versions.seconds.counts.items()},
         metrics.unknown_service.value,
     )
 
@@ -122,7 +122,7 @@ class StatusHistory:
         self.interval_s = interval_s
         self.span_s = span_s
         self.points: deque[dict[str, Any]] = deque(maxlen=max(1, int(span_s / interval_s)))
-        self._last: _Totals | None = None
+        self._last: Totals | None = None
 
     def record(
         self,
@@ -210,4 +210,12 @@ class StatusHistory:
         }
 
 
-__all__ = ["HISTORY_INTERVAL_S", "HISTORY_SPAN_S", "REFUSED", "StatusHistory", "quantile", "read_totals"]
+__all__ = [
+    "HISTORY_INTERVAL_S",
+    "HISTORY_SPAN_S",
+    "REFUSED",
+    "StatusHistory",
+    "Totals",
+    "quantile",
+    "read_totals",
+]

@@ -25,6 +25,7 @@ from prometheus_client.utils import floatToGoString
 from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
+from gateway.core.histograms import LabelledBuckets
 from gateway.observability.timers import Timer, Timers
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -215,27 +216,18 @@ class _VersionCalls(Collector):
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.counts: dict[tuple[str, str, int], int] = {}
-        self._bounds = list(_LATENCY_BUCKETS)
-        self._les = [floatToGoString(b) for b in (*_LATENCY_BUCKETS, math.inf)]
-        self.buckets: dict[tuple[str, str], list[int]] = {}
-        self._sums: dict[tuple[str, str], float] = {}
+        self.seconds = LabelledBuckets(_LATENCY_BUCKETS)  # by (service, version)
         registry.register(self)
 
     def observe(self, service: str, version: str, status: int, seconds: float) -> None:
         key = (service, version, status)
         self.counts[key] = self.counts.get(key, 0) + 1
-        pair = (service, version)
-        buckets = self.buckets.get(pair)
-        if buckets is None:
-            buckets = self.buckets[pair] = [0] * len(self._les)
-            self._sums[pair] = 0.0
-        buckets[bisect.bisect_left(self._bounds, seconds)] += 1
-        self._sums[pair] += seconds
+        self.seconds.observe((service, version), seconds)
 
     @property
     def bounds(self) -> list[float]:
         """The dispatch time histogram's upper bounds (seconds; one more bucket is unbounded)."""
-        return self._bounds
+        return self.seconds.bounds
 
     def figures(self, service: str, version: str) -> tuple[int, int, list[int]]:
         """(calls, calls not answered with success (4xx and 5xx: a processor that raises
@@ -246,7 +238,7 @@ class _VersionCalls(Collector):
             if name == service and v == version:
                 calls += n
                 failed += n if status >= 400 else 0
-        return calls, failed, list(self.buckets.get((service, version), [0] * len(self._les)))
+        return calls, failed, list(self.seconds.counts.get((service, version), [0] * len(self.seconds.les)))
 
     def collect(self) -> Iterable[Metric]:
         requests = CounterMetricFamily(
@@ -257,15 +249,11 @@ class _VersionCalls(Collector):
         for (service, version, status), n in sorted(self.counts.items()):
             requests.add_metric([service, version, str(status)], float(n))
         yield requests
-        seconds = HistogramMetricFamily(
+        yield self.seconds.family(
             "easgw_version_dispatch_seconds",
             "Time from dispatch to a version's answer (the worker's queue and compute included)",
-            labels=["service", "version"],
+            ("service", "version"),
         )
-        for (service, version), counts in sorted(self.buckets.items()):
-            buckets = list(zip(self._les, itertools.accumulate(counts), strict=True))
-            seconds.add_metric([service, version], buckets, self._sums[(service, version)])
-        yield seconds
 
 
 class _MirrorCalls(Collector):
@@ -277,10 +265,7 @@ class _MirrorCalls(Collector):
     def __init__(self, registry: CollectorRegistry) -> None:
         self.counts: dict[tuple[str, str, str], int] = {}
         self.in_flight: dict[str, int] = {}
-        self._bounds = list(_LATENCY_BUCKETS)
-        self._les = [floatToGoString(b) for b in (*_LATENCY_BUCKETS, math.inf)]
-        self.buckets: dict[tuple[str, str], list[int]] = {}
-        self._sums: dict[tuple[str, str], float] = {}
+        self.seconds = LabelledBuckets(_LATENCY_BUCKETS)  # by (service, mirror)
         registry.register(self)
 
     def observe(self, service: str, mirror: str, outcome: str | None, seconds: float, in_flight: int) -> None:
@@ -289,15 +274,8 @@ class _MirrorCalls(Collector):
             return
         key = (service, mirror, outcome)
         self.counts[key] = self.counts.get(key, 0) + 1
-        if outcome == "shed":
-            return
-        pair = (service, mirror)
-        buckets = self.buckets.get(pair)
-        if buckets is None:
-            buckets = self.buckets[pair] = [0] * len(self._les)
-            self._sums[pair] = 0.0
-        buckets[bisect.bisect_left(self._bounds, seconds)] += 1
-        self._sums[pair] += seconds
+        if outcome != "shed":
+            self.seconds.observe((service, mirror), seconds)
 
     def collect(self) -> Iterable[Metric]:
         requests = CounterMetricFamily(
@@ -308,15 +286,11 @@ class _MirrorCalls(Collector):
         for (service, mirror, outcome), n in sorted(self.counts.items()):
             requests.add_metric([service, mirror, outcome], float(n))
         yield requests
-        seconds = HistogramMetricFamily(
+        yield self.seconds.family(
             "easgw_mirror_dispatch_seconds",
             "Time from sending a copy to its mirror to the mirror's answer",
-            labels=["service", "mirror"],
+            ("service", "mirror"),
         )
-        for (service, mirror), counts in sorted(self.buckets.items()):
-            buckets = list(zip(self._les, itertools.accumulate(counts), strict=True))
-            seconds.add_metric([service, mirror], buckets, self._sums[(service, mirror)])
-        yield seconds
         running = GaugeMetricFamily(
             "easgw_mirror_in_flight",
             "Copies of a service's calls its mirror is running now",
@@ -533,9 +507,9 @@ class GatewayMetrics:
             versions.counts[key] += 1
         except KeyError:
             versions.counts[key] = 1
-        bounds = versions._bounds
+        bounds = versions.seconds.bounds
         version_buckets[bisect.bisect_left(bounds, dispatch_s)] += 1
-        versions._sums[pair] += dispatch_s
+        versions.seconds.sums[pair] += dispatch_s
         compute_s = compute_us / 1e6 if compute_us > 0 else 0.0
         queue_s = dispatch_s - compute_s
         if not queue_s > 0.0:
@@ -563,10 +537,7 @@ class GatewayMetrics:
         if service not in self.services:
             return None
         pair = (service, version)
-        version_buckets = self.versions.buckets.get(pair)
-        if version_buckets is None:
-            version_buckets = self.versions.buckets[pair] = [0] * len(self.versions._les)
-            self.versions._sums[pair] = 0.0
+        version_buckets = self.versions.seconds.slot(pair)
         if len(self._dispatch_of) >= _DISPATCH_OF_MAX:
             self._dispatch_of.clear()
         hit = self._dispatch_of[id(svc)] = (

@@ -22,42 +22,17 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gateway import __version__
 from gateway.config import Config, ServiceConfig
 from gateway.core.backend import ServiceBackend
 from gateway.core.services import GatewayState, not_ready_reason, service_ready
-from gateway.observability.history import HISTORY_INTERVAL_S, REFUSED, StatusHistory, quantile
+from gateway.observability.history import HISTORY_INTERVAL_S, StatusHistory, Totals, quantile, read_totals
 from gateway.observability.metrics import GatewayMetrics
 
 SAMPLE_INTERVAL_S = 1.0
 WINDOW_SAMPLES = 6  # rates over the last 5 s
-
-
-@dataclass(frozen=True)
-class _Sample:
-    at: float
-    requests: dict[str, int]  # service -> answered requests
-    errors: dict[str, int]  # service -> answers with a status >= 500
-    refused: dict[str, int]  # service -> answers 401, 403 or 429
-    latency: dict[str, list[int]]  # service -> histogram bucket counts
-
-
-def take_sample(metrics: GatewayMetrics, services: list[str], now: float) -> _Sample:
-    requests = dict.fromkeys(services, 0)
-    errors = dict.fromkeys(services, 0)
-    refused = dict.fromkeys(services, 0)
-    for (service, status), n in list(metrics.requests.counts.items()):
-        if service in requests:
-            requests[service] += n
-            if status >= 500:
-                errors[service] += n
-            elif status in REFUSED:
-                refused[service] += n
-    latency = {s: metrics.latency.counts(s) for s in services}
-    return _Sample(now, requests, errors, refused, latency)
 
 
 class StatusSampler:
@@ -79,7 +54,7 @@ class StatusSampler:
         self.state = state
         self.backends = backends
         self.queues = queues
-        self.samples: deque[_Sample] = deque(maxlen=WINDOW_SAMPLES)
+        self.samples: deque[Totals] = deque(maxlen=WINDOW_SAMPLES)
         self.history = StatusHistory(metrics, history_interval_s)
         self._history_due = 0.0
         self.stopping = asyncio.Event()  # set at shutdown: the live streams end
@@ -90,7 +65,7 @@ class StatusSampler:
 
     def sample(self) -> None:
         now = time.monotonic()
-        self.samples.append(take_sample(self.metrics, self.services, now))
+        self.samples.append(read_totals(self.metrics, self.services, now))
         if now >= self._history_due:
             self._history_due = now + self.history.interval_s
             self.record_history(now)
@@ -126,7 +101,7 @@ class StatusSampler:
             await asyncio.sleep(SAMPLE_INTERVAL_S)
 
     def snapshot(self) -> dict[str, Any]:
-        now = take_sample(self.metrics, self.services, time.monotonic())
+        now = read_totals(self.metrics, self.services, time.monotonic())
         old = self.samples[0] if self.samples else now
         window = max(now.at - old.at, 1e-9)
         bounds = self.metrics.latency.bounds
@@ -234,4 +209,4 @@ def _queue_snapshot(qm: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-__all__ = ["StatusSampler", "quantile", "take_sample"]  # quantile: gateway.observability.history
+__all__ = ["StatusSampler", "quantile"]  # quantile: gateway.observability.history

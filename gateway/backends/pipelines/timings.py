@@ -3,15 +3,13 @@ the ``Server-Timing`` answer header a caller asks for with ``X-Eas-Pipeline-Timi
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import math
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import HistogramMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+
+from gateway.core.histograms import LabelledBuckets
 
 # A caller sends this header (any value but "0"/"false") to get the answer's Server-Timing.
 TIMINGS_HEADER = "X-Eas-Pipeline-Timings"
@@ -25,35 +23,23 @@ class StepTimings(Collector):
     name = "easgw_pipeline_step_seconds"
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self._les = [floatToGoString(b) for b in (*_BUCKETS, math.inf)]
-        self._counts: dict[tuple[str, str], list[int]] = {}
-        self._sums: dict[tuple[str, str], float] = {}
+        self._seconds = LabelledBuckets(_BUCKETS)
         if registry is not None:
             registry.register(self)
 
     def declare(self, service: str, steps: Iterable[str]) -> None:
         """Every step shows up from the start, before its first request."""
         for step in steps:
-            self._counts.setdefault((service, step), [0] * len(self._les))
-            self._sums.setdefault((service, step), 0.0)
+            self._seconds.slot((service, step))
 
     def observe(self, service: str, timings: Mapping[str, float]) -> None:
+        declared = self._seconds.counts
         for step, seconds in timings.items():
-            counts = self._counts.get((service, step))
-            if counts is None:
-                continue
-            counts[bisect.bisect_left(_BUCKETS, seconds)] += 1
-            self._sums[(service, step)] += seconds
+            if (service, step) in declared:
+                self._seconds.observe((service, step), seconds)
 
     def collect(self) -> Iterable[Metric]:
-        family = HistogramMetricFamily(
-            self.name, "Time spent in each step of a pipeline", labels=["service", "step"]
-        )
-        for key, counts in self._counts.items():
-            family.add_metric(
-                list(key), list(zip(self._les, itertools.accumulate(counts), strict=True)), self._sums[key]
-            )
-        yield family
+        yield self._seconds.family(self.name, "Time spent in each step of a pipeline", ("service", "step"))
 
 
 def wants_timings(value: str | None) -> bool:
