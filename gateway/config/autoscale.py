@@ -15,7 +15,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.values import ConfigError
+from gateway.config.values import ConfigError, check_keys
 
 MAX_WORKERS = 64
 _KEYS = (
@@ -98,9 +98,7 @@ def _cron(raw: Any, where: str) -> str:
 def _entry(raw: Any, where: str, base_min: int, base_max: int) -> ScheduledBounds:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with cron and min_workers and/or max_workers")
-    unknown = sorted(str(k) for k in raw if k not in _ENTRY_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(_ENTRY_KEYS)})")
+    check_keys(raw, set(_ENTRY_KEYS), where)
     cron = _cron(raw.get("cron"), f"{where}.cron")
     lo, hi = (
         None if raw.get(key) is None else _whole(raw[key], f"{where}.{key}", low, MAX_WORKERS)
@@ -124,9 +122,7 @@ def parse_autoscale(raw: Any, where: str) -> AutoscaleConfig | None:
         return None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping (min_workers, max_workers, target, ...)")
-    unknown = sorted(str(k) for k in raw if k not in _KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(_KEYS)})")
+    check_keys(raw, set(_KEYS), where)
     d = AutoscaleConfig()
     lo = _whole(raw.get("min_workers", d.min_workers), f"{where}.min_workers", 0, MAX_WORKERS)
     hi = _whole(raw.get("max_workers", max(d.max_workers, lo)), f"{where}.max_workers", 1, MAX_WORKERS)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.values import ConfigError
+from gateway.config.values import ConfigError, check_keys
 
 _KEYS = ("version", "service", "percent", "max_in_flight")
 
@@ -31,9 +31,7 @@ def parse_mirror(raw: Any, versions: Sequence[str], where: str) -> MirrorConfig 
         return None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping, e.g. {{version: 2, percent: 10}}")
-    unknown = sorted(str(k) for k in raw if k not in _KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; expected {', '.join(_KEYS)}")
+    check_keys(raw, set(_KEYS), where)
     if ("version" in raw) == ("service" in raw):
         raise ConfigError(f"{where}: give either version (one of this service's) or service (another one)")
     version = service = None
