@@ -21,6 +21,11 @@ def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
+def _json_body(**properties: dict[str, Any]) -> dict[str, Any]:
+    """A required JSON request body: an object with these properties."""
+    return {"required": True, "content": {"application/json": {"schema": {"properties": properties}}}}
+
+
 def _errors(*statuses: int) -> dict[str, Any]:
     text = {
         400: "a body the call cannot use (not a service description, or a body on a call that takes "
@@ -128,12 +133,7 @@ OPENAPI: dict[str, Any] = {
             "parameters": [_NAME],
             "post": {
                 "summary": "Change the number of workers",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {"schema": {"properties": {"workers": {"type": "integer"}}}}
-                    },
-                },
+                "requestBody": _json_body(workers={"type": "integer"}),
                 "responses": {"200": _answer("scaled", _SERVICE), **_errors(400, 404)},
             },
         },
@@ -142,18 +142,9 @@ OPENAPI: dict[str, Any] = {
             "put": {
                 "summary": "Split the calls that name no version between the service's versions "
                 "(percents adding up to 100), in place",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "properties": {
-                                    "traffic": {"type": "object", "additionalProperties": {"type": "integer"}}
-                                }
-                            }
-                        }
-                    },
-                },
+                "requestBody": _json_body(
+                    traffic={"type": "object", "additionalProperties": {"type": "integer"}}
+                ),
                 "responses": {"200": _answer("the new split", _SERVICE), **_errors(400, 404)},
             },
         },
@@ -162,23 +153,14 @@ OPENAPI: dict[str, Any] = {
             "post": {
                 "summary": "Move the calls to a new version step by step, rolled back by itself when it does "
                 "worse than the old one (steps [100]: blue-green); progress in the service's canary",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "properties": {
-                                    "version": {"type": "string"},
-                                    "steps": {"type": "array", "items": {"type": "integer"}},
-                                    "interval_s": {"type": ["number", "string"]},
-                                    "max_error_increase": {"type": "number"},
-                                    "max_p99_ratio": {"type": "number"},
-                                    "min_calls": {"type": "integer"},
-                                }
-                            }
-                        }
-                    },
-                },
+                "requestBody": _json_body(
+                    version={"type": "string"},
+                    steps={"type": "array", "items": {"type": "integer"}},
+                    interval_s={"type": ["number", "string"]},
+                    max_error_increase={"type": "number"},
+                    max_p99_ratio={"type": "number"},
+                    min_calls={"type": "integer"},
+                ),
                 "responses": {"202": _answer("started", _SERVICE), **_errors(400, 404, 409)},
             },
             "delete": {
