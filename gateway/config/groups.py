@@ -1,8 +1,10 @@
 """Service groups: one name in front of several services, each taking a share of its calls
 (EAS's service groups): ``groups: {digits: {digits-a: 70, digits-b: 30}}``.
 
-A call to ``/api/predict/<group>`` runs on one member, drawn with its share (the dataplane's
-``find``); it is checked against that member's tokens and counted in its metrics.
+A call to the group's name (EAS predict, KServe V1 and V2, V2 gRPC, Paddle, Cluster Serving)
+runs on one member, drawn with its share (gateway.core.groups); it is checked against that
+member's tokens and counted in its metrics. A member is a model, or a python service, never
+a queue, an asynchronous service or a pipeline.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def parse_groups(raw: Any, services: Sequence[Any], name_re: re.Pattern[str]) ->
                 raise ConfigError(f"{where}.{member}: no service named {str(member)[:64]!r}")
             if svc.processor == "queue" or svc.async_:
                 raise ConfigError(f"{where}.{member}: a queue or asynchronous service cannot be in a group")
+            if svc.processor == "pipeline":
+                raise ConfigError(
+                    f"{where}.{member}: a pipeline cannot be in a group; split the calls of the "
+                    "services its steps call instead (their versions' traffic)"
+                )
             if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
                 raise ConfigError(
                     f"{where}.{member}: expected a whole percent from 0 to 100, got {percent!r}"

@@ -60,11 +60,12 @@ from gateway.core.calls import (
     WorkerRequest,
     WorkerResponse,
 )
+from gateway.core.groups import ServiceGroups
 from gateway.core.metadata import declared_dtypes
 from gateway.core.mirror import Mirrors
 from gateway.core.observers import DispatchObserver, PayloadObserver, logged
 from gateway.core.parse_pool import parse_off_loop
-from gateway.core.traffic import VERSION_HEADER, draw, route
+from gateway.core.traffic import VERSION_HEADER, route
 from gateway.lean_http.wire import Headers
 
 log = logging.getLogger("gateway.dataplane")
@@ -179,8 +180,16 @@ class DataPlane:
         self._verified: dict[tuple[str, str], None] = {}
         self.stats: dict[str, InferStats] = {name: InferStats() for name in self.services}
         self.mirrors = Mirrors(backends, observer)
-        # Service groups: a name that splits its calls between services (gateway.config.groups).
-        self.groups: dict[str, Traffic] = {}
+        self._groups = ServiceGroups()
+
+    @property
+    def groups(self) -> ServiceGroups:
+        """Service groups: a name that splits its calls between services (gateway.core.groups)."""
+        return self._groups
+
+    @groups.setter
+    def groups(self, groups: Mapping[str, Traffic]) -> None:
+        self._groups = ServiceGroups(groups)
 
     # ------------------------------------------------------------------ services at run time
     def set_service(self, svc: ServiceConfig) -> None:
@@ -210,8 +219,8 @@ class DataPlane:
         if not SERVICE_NAME_RE.fullmatch(raw_name):
             raise errors.InvalidServiceName("invalid service name")
         svc = self.services.get(raw_name)
-        if svc is None and raw_name in self.groups:  # a service group: one member per call
-            svc = self.services.get(draw(self.groups[raw_name]))
+        if svc is None and raw_name in self._groups:  # a service group: one member per call
+            svc = self.services.get(self._groups.draw(raw_name))
         if svc is None:
             raise errors.ServiceNotFound(f"service {raw_name!r} not found")
         return svc
@@ -683,6 +692,8 @@ class DataPlane:
             self.observer.observe_dispatch(svc, status, elapsed, compute_us, resp.body)
         if svc.versions or "@" in svc.name:  # a service with versions: the answer says which
             resp.headers = {**(resp.headers or {}), VERSION_HEADER: served_version(svc)}
+        if self._groups.members:  # a group's member: the answer names it (gateway.core.groups)
+            self._groups.name_member(svc.name, resp)
         return resp
 
     async def _arrays(

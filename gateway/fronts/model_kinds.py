@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from gateway.config import ServiceConfig
 from gateway.config.catalog import MODEL_PROCESSORS
+from gateway.config.traffic import Traffic
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
 from gateway.core.metadata import KSERVE_PLATFORM, ModelMetadata
@@ -65,4 +66,61 @@ def not_served(svc: ServiceConfig, name: str) -> str:
     return f"model {name!r} is not served over V2: it is a {svc.processor} service; call it over {use}{name}"
 
 
-__all__ = ["TENSOR_KINDS", "USER_CODE", "as_it_came", "check_served", "is_model", "not_served"]
+def group_models(
+    groups: Mapping[str, Traffic],
+    services: Mapping[str, ServiceConfig],
+    backends: Mapping[str, ServiceBackend],
+    name: str,
+    version: str | None = None,
+) -> tuple[ServiceConfig, ...] | None:
+    """A service group's members as the model protocols serve them; None when ``name`` is no
+    group. Every member must be a model (else the error naming the member and why, whichever
+    member a call would land on), and a group has no versions of its own (``version``: the
+    one a path names). The core draws the member that runs each call (``DataPlane.find``)."""
+    split = groups.get(name)
+    if split is None:
+        return None
+    if version:
+        raise errors.NotFound(
+            f"model {name!r} is a service group: it has no version {version[:32]!r} of its own; "
+            f"name the version with X-Model-Version, or call a member ({', '.join(m for m, _ in split)})"
+        )
+    members = []
+    for member, _ in split:
+        svc = services.get(member)
+        if svc is None or member not in backends:
+            raise errors.ServiceNotFound(f"service group {name!r}: its member {member!r} is not served now")
+        try:
+            check_served(svc, backends, member)
+        except errors.GatewayError as exc:  # the same error, saying which group it is about
+            exc.message = f"service group {name!r}: {exc.message}"
+            exc.args = (exc.message,)
+            raise
+        if not is_model(svc, backends):
+            raise errors.ServiceNotFound(f"service group {name!r}: {not_served(svc, member)}")
+        members.append(svc)
+    return tuple(members)
+
+
+def agreed(name: str, answers: Mapping[str, bytes], what: str) -> bytes:
+    """The answer every member of group ``name`` gives (each written under the group's name),
+    else 409 naming the members: a group answers for its members only when they agree."""
+    distinct = set(answers.values())
+    if len(distinct) == 1:
+        return distinct.pop()
+    raise errors.Conflict(
+        f"service group {name!r}: its members ({', '.join(answers)}) differ in their {what}; "
+        "ask a member by its name"
+    )
+
+
+__all__ = [
+    "TENSOR_KINDS",
+    "USER_CODE",
+    "agreed",
+    "as_it_came",
+    "check_served",
+    "group_models",
+    "is_model",
+    "not_served",
+]

@@ -102,6 +102,23 @@ def _config(tmp_path: Path, groups: Any) -> dict[str, Any]:
             {"name": "a", **common},
             {"name": "b", **common},
             {"name": "q", "processor": "queue", "public": True},
+            {
+                "name": "p",
+                "processor": "pipeline",
+                "public": True,
+                "pipeline": {
+                    "inputs": {"x": {"dtype": "float32", "shape": [-1, 1]}},
+                    "steps": [
+                        {
+                            "name": "s",
+                            "service": "a",
+                            "inputs": {"x": "request.x"},
+                            "outputs": {"y": "float32"},
+                        }
+                    ],
+                    "outputs": {"y": "s.y"},
+                },
+            },
         ],
         "groups": groups,
     }
@@ -114,6 +131,7 @@ def _config(tmp_path: Path, groups: Any) -> dict[str, Any]:
         ({"g": {"a": 70, "c": 30}}, "groups.g.c: no service named 'c'"),
         ({"a": {"a": 50, "b": 50}}, "groups.a: a service is named 'a' too"),
         ({"g": {"a": 50, "q": 50}}, "groups.g.q: a queue or asynchronous service cannot be in a group"),
+        ({"g": {"a": 50, "p": 50}}, "groups.g.p: a pipeline cannot be in a group"),
         ({"g": {"a": 70.5, "b": 29.5}}, "groups.g.a: expected a whole percent from 0 to 100, got 70.5"),
         ({"g": [["a", 100]]}, "groups.g: expected a mapping of services to percents"),
         ({"bad name": {"a": 100}}, "groups.bad name: a group name must match"),

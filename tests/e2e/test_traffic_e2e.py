@@ -415,3 +415,45 @@ def test_a_pipeline_step_s_calls_follow_the_split(gw: GatewayProcess) -> None:
         assert {_call(conn, "/v2/models/p/infer", V2_BODY)[2] for _ in range(10)} == {"1"}
     finally:
         conn.close()
+
+
+def _version_calls(gw: GatewayProcess, service: str, version: str) -> float:
+    """easgw_version_requests_total of a service's version, status 200 (0 before its first)."""
+    with urllib.request.urlopen(gw.url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    series = f'easgw_version_requests_total{{service="{service}",status="200",version="{version}"}} '
+    return next((float(line[len(series) :]) for line in metrics.splitlines() if line.startswith(series)), 0.0)
+
+
+def test_grpc_calls_are_counted_and_logged_per_version(gw: GatewayProcess) -> None:
+    import yaml
+
+    port = yaml.safe_load((gw.workdir / "services.yaml").read_text())["gateway"]["grpc_port"]
+    infer = "GRPC /inference.GRPCInferenceService/ModelInfer 200"
+
+    def lines() -> list[str]:
+        return [line for line in gw.output().splitlines() if infer in line]
+
+    def naming_2() -> int:
+        return sum(line.endswith(" version=2") for line in lines())
+
+    def listed() -> int:
+        _, doc = gw.get_json("/api/status")
+        return int(next(s for s in doc["services"] if s["name"] == "m")["versions"]["2"]["requests_total"])
+
+    logged, counted, shown = naming_2(), _version_calls(gw, "m", "2"), listed()
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        req = pb.ModelInferRequest(model_name="m", model_version="2")
+        req.inputs.add(name="x", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(0.0)
+        for _ in range(3):
+            assert stub.ModelInfer(req, timeout=10).model_version == "2"
+        one = pb.ModelInferRequest(model_name="single")
+        one.inputs.add(name="x", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(0.0)
+        stub.ModelInfer(one, timeout=10)
+    assert _version_calls(gw, "m", "2") == counted + 3
+    assert listed() >= shown + 3
+    # The access lines name the version that served each call, as an HTTP call's do; a
+    # service without versions names none.
+    wait_until(lambda: naming_2() >= logged + 3, 10, "3 more access lines naming version 2")
+    assert any("version=" not in line for line in lines()), lines()

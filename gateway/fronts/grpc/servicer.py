@@ -41,7 +41,7 @@ from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.core.metadata import ModelMetadata
 from gateway.core.traffic import VERSION_HEADER
 from gateway.fronts.grpc.status import grpc_code, trailers
-from gateway.fronts.model_kinds import check_served, is_model, not_served
+from gateway.fronts.model_kinds import agreed, check_served, group_models, is_model, not_served
 from gateway.fronts.routes.repository import authorize_model_control
 from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.middleware import new_request_id
@@ -122,11 +122,19 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def access(self, context: Context, path: str, status: int, resp: Any, started: float, rid: str) -> None:
         """The call's access line, as an HTTP call's: the peer's address, ``GRPC``, the method's
-        path, the status it means, the answer's size (never metadata: it holds the token)."""
+        path, the status it means, the answer's size (never metadata: it holds the token), and
+        for an inference of a service with versions the version that served it."""
         if self.access_log is not None and self.access_log.isEnabledFor(logging.INFO):
             size = resp.ByteSize() if resp is not None else 0
             ms = (time.perf_counter() - started) * 1000.0
-            log_access(self.access_log, remote(context.peer()), "GRPC", path, status, size, ms, rid)
+            version = self._served(resp) if isinstance(resp, pb.ModelInferResponse) else None
+            log_access(self.access_log, remote(context.peer()), "GRPC", path, status, size, ms, rid, version)
+
+    def _served(self, resp: pb.ModelInferResponse) -> str | None:
+        """The version an inference answer names, when its service has versions (as an HTTP
+        answer names it in X-Model-Version only then)."""
+        svc = self.plane.services.get(resp.model_name)
+        return resp.model_version if svc is not None and svc.versions else None
 
     # ------------------------------------------------------------------ lookups
     def _models(self) -> list[ServiceConfig]:
@@ -135,7 +143,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def _model(self, name: str, version: str) -> tuple[ServiceConfig, ServiceConfig, str]:
         """(the model as clients name it, the service whose workers serve ``version``, that
         version): 400 for a malformed name, 404 for an unknown model or version. An empty
-        version is the latest, which the service serves itself."""
+        version is the latest, which the service serves itself. A service group's name gives
+        the member the core draws for this call (each member a model; no version of its own)."""
+        if name in self.plane.groups:  # each member a model, and no version asked of the group
+            group_models(self.plane.groups, self.plane.services, self.backends, name, version)
         try:
             svc = self.plane.find(name)  # 400 for a malformed name, as on every entry point
         except errors.ServiceNotFound:
@@ -176,6 +187,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self.plane.authorize(svc, auth_headers(context), "")
         return svc, runs, v
 
+    def _group(self, name: str, version: str, context: Context) -> tuple[ServiceConfig, ...] | None:
+        """The members of the service group ``name`` (each a model, the caller holding a token
+        for each), else None."""
+        members = group_models(self.plane.groups, self.plane.services, self.backends, name, version)
+        if members is not None:
+            headers = auth_headers(context)
+            for m in members:
+                self.plane.authorize(m, headers, "")
+        return members
+
     def _metadata(self, svc: ServiceConfig) -> ModelMetadata:
         meta: ModelMetadata | None = self.backends[svc.name].metadata
         if meta is None:
@@ -194,6 +215,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelReady(self, request: Any, context: Context, rid: str) -> pb.ModelReadyResponse:
         try:
+            members = self._group(request.name, request.version, context)
+            if members is not None:  # ready when every member is
+                return pb.ModelReadyResponse(ready=all(service_ready(self.app, m.name) for m in members))
             _, runs, _ = self._authorized(request.name, request.version, context)
         except (errors.ServiceNotFound, errors.NotFound, errors.ServiceNotReady):
             # A model (or version) not served, or unloaded, or user code whose workers have not
@@ -207,10 +231,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelMetadata(self, request: Any, context: Context, rid: str) -> pb.ModelMetadataResponse:
+        members = self._group(request.name, request.version, context)
+        if members is not None:  # what every member answers, under the group's name
+            answers = {m.name: self._model_metadata(request.name, m, m).SerializeToString() for m in members}
+            return pb.ModelMetadataResponse.FromString(agreed(request.name, answers, "metadata"))
         svc, runs, _ = self._authorized(request.name, request.version, context)
+        return self._model_metadata(svc.name, svc, runs)
+
+    def _model_metadata(self, name: str, svc: ServiceConfig, runs: ServiceConfig) -> pb.ModelMetadataResponse:
         meta = self._metadata(runs)
         resp = pb.ModelMetadataResponse(
-            name=svc.name, versions=[v for v, _ in self._versions(svc)], platform=meta.platform
+            name=name, versions=[v for v, _ in self._versions(svc)], platform=meta.platform
         )
         for specs, into in ((meta.inputs, resp.inputs), (meta.outputs, resp.outputs)):
             for t in specs:
@@ -219,19 +250,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @_rpc
     async def ModelConfig(self, request: Any, context: Context, rid: str) -> pb.ModelConfigResponse:
-        svc, runs, _ = self._authorized(request.name, request.version, context)
-        b = svc.batching
-        doc = kserve.triton_config(
-            svc.name, self._metadata(runs), workers=runs.workers,
-            max_batch_size=b.max_batch_size, queue_delay_ms=b.max_latency_ms,
-        )  # fmt: skip
+        members = self._group(request.name, request.version, context)
+        if members is not None:  # what every member answers, under the group's name
+            doc = agreed(
+                request.name, {m.name: self._config(request.name, m, m) for m in members}, "configuration"
+            )
+        else:
+            svc, runs, _ = self._authorized(request.name, request.version, context)
+            doc = self._config(svc.name, svc, runs)
         resp = pb.ModelConfigResponse()
         json_format.ParseDict({"config": json.loads(doc)}, resp, ignore_unknown_fields=True)
         return resp
 
+    def _config(self, name: str, svc: ServiceConfig, runs: ServiceConfig) -> bytes:
+        b = svc.batching
+        return kserve.triton_config(
+            name, self._metadata(runs), workers=runs.workers,
+            max_batch_size=b.max_batch_size, queue_delay_ms=b.max_latency_ms,
+        )  # fmt: skip
+
     @_rpc
     async def ModelStatistics(self, request: Any, context: Context, rid: str) -> pb.ModelStatisticsResponse:
-        if request.name:
+        members = self._group(request.name, request.version, context) if request.name else None
+        if members is not None:  # each member's figures, under its own name
+            figures = [(m.name, v, self.plane.stats[r.name]) for m in members for v, r in self._versions(m)]
+        elif request.name:
             svc, runs, v = self._authorized(request.name, request.version, context)
             figures = [(svc.name, v, self.plane.stats[runs.name])]
             if not request.version:  # every version of the model, as over REST

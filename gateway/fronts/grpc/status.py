@@ -19,6 +19,7 @@ STATUS_CODES: dict[int, grpc.StatusCode] = {
     403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     408: grpc.StatusCode.DEADLINE_EXCEEDED,
+    409: grpc.StatusCode.FAILED_PRECONDITION,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
     450: grpc.StatusCode.RESOURCE_EXHAUSTED,

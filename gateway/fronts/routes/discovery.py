@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from eas_sdk._core.constants import DISCOVERY_PATH_PREFIX, LEGACY_DISCOVERY_PATH_PREFIX
+from gateway.core.groups import refuse_group
 from gateway.fronts.routes import raw_tail, split_service
 from gateway.fronts.state import GATEWAY_KEY
 
@@ -30,6 +31,8 @@ def _handler(prefix: str) -> Any:
         config = parts.config
         plane = parts.dataplane
         name, _ = split_service(raw_tail(request, prefix))
+        # A group has no workers of its own: the gateway draws each call's member.
+        refuse_group(plane.groups, name, "has no workers of its own to call in direct mode")
         svc = plane.find(name)
         if config.gateway.discovery_requires_token:
             # A discovery call has no body to sign: only a raw token can pass.

@@ -35,9 +35,10 @@ from gateway.config import SERVICE_NAME_RE, ServiceConfig
 from gateway.config.versions import version_key
 from gateway.core import errors, json_answer
 from gateway.core.calls import EXPLAIN, VERB_HEADER
+from gateway.core.groups import MEMBER_HEADER
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts import v2_call
-from gateway.fronts.model_kinds import as_it_came, check_served, is_model, not_served
+from gateway.fronts.model_kinds import agreed, as_it_came, check_served, group_models, is_model, not_served
 from gateway.fronts.state import GATEWAY_KEY, all_ready, not_ready_reason, service_ready
 from gateway.http.body import RequestBody, read_body
 from gateway.http.middleware import request_id
@@ -121,7 +122,25 @@ def _model(request: web.Request) -> _Target:
     if svc is not None:
         check_served(svc, parts.backends, name)  # user code that declares no tensors: what to add
         raise proto.KServeRequestError(not_served(svc, name), 404)  # a kind with no V2 form
+    if _group(request) is not None:  # a call to a service group: the core draws its member
+        svc = parts.dataplane.find(name)
+        return _Target(svc, svc.version_names[-1], svc, pinned=False)
     raise proto.KServeRequestError(f"model {name!r} not found", 404)
+
+
+def _group(request: web.Request) -> tuple[ServiceConfig, ...] | None:
+    """The members of the service group the path names (each a model), else None."""
+    parts = request.app[GATEWAY_KEY]
+    plane, info = parts.dataplane, request.match_info
+    return group_models(plane.groups, plane.services, parts.backends, info["model"], info.get("version"))
+
+
+def _group_answer(request: web.Request, members: tuple[ServiceConfig, ...], what: str, answer: Any) -> bytes:
+    """What every member answers under the group's name (``answer(member)``), when they agree;
+    the caller holds a token for each."""
+    for m in members:
+        _authorize(request, m, b"")
+    return agreed(request.match_info["model"], {m.name: answer(m) for m in members}, what)
 
 
 def _signature(app: web.Application, t: _Target) -> ModelMetadata:
@@ -180,6 +199,12 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def model_ready(request: web.Request) -> web.Response:
+    members = _group(request)
+    if members is not None:  # ready when every member is
+        for m in members:
+            _authorize(request, m, b"")
+        ok = all(service_ready(request.app, m.name) for m in members)
+        return _json(200 if ok else 503, proto.dumps({"name": request.match_info["model"], "ready": ok}))
     t = _model(request)
     _authorize(request, t.svc, b"")
     ok = service_ready(request.app, t.runs.name)
@@ -187,26 +212,45 @@ async def model_ready(request: web.Request) -> web.Response:
 
 
 async def model_metadata(request: web.Request) -> web.Response:
+    members = _group(request)
+    if members is not None:
+        name = request.match_info["model"]
+
+        def metadata(m: ServiceConfig) -> bytes:
+            return proto.v2_metadata(name, _signature(request.app, _latest(m)), m.version_names)
+
+        return _json(200, _group_answer(request, members, "metadata", metadata))
     t = _model(request)
     _authorize(request, t.svc, b"")
     return _json(200, proto.v2_metadata(t.svc.name, _signature(request.app, t), t.svc.version_names))
 
 
 async def model_config(request: web.Request) -> web.Response:
+    members = _group(request)
+    if members is not None:
+        name = request.match_info["model"]
+        body = _group_answer(request, members, "configuration", lambda m: _config(request, name, _latest(m)))
+        return _json(200, body)
     t = _model(request)
+    _authorize(request, t.svc, b"")
+    return _json(200, _config(request, t.svc.name, t))
+
+
+def _config(request: web.Request, name: str, t: _Target) -> bytes:
     svc = t.svc
-    _authorize(request, svc, b"")
-    meta = _signature(request.app, t)
     b = svc.batching
-    body = proto.triton_config(
-        svc.name,
-        meta,
+    return proto.triton_config(
+        name,
+        _signature(request.app, t),
         workers=svc.workers,
         max_batch_size=b.max_batch_size,
         queue_delay_ms=b.max_latency_ms,
         all_versions=len(svc.version_names) > 1,
     )
-    return _json(200, body)
+
+
+def _latest(svc: ServiceConfig) -> _Target:
+    return _Target(svc, svc.version_names[-1], svc)
 
 
 def _allowed(request: web.Request, svc: ServiceConfig) -> bool:
@@ -219,7 +263,12 @@ def _allowed(request: web.Request, svc: ServiceConfig) -> bool:
 
 async def model_stats(request: web.Request) -> web.Response:
     plane = request.app[GATEWAY_KEY].dataplane
-    if "version" in request.match_info:
+    members = _group(request) if "model" in request.match_info else None
+    if members is not None:  # each member's figures, under its own name
+        for m in members:
+            _authorize(request, m, b"")
+        targets = [v for m in members for v in _versions(request, m)]
+    elif "version" in request.match_info:
         t = _model(request)
         _authorize(request, t.svc, b"")
         targets = [t]
@@ -256,6 +305,8 @@ async def repository_index(request: web.Request) -> web.Response:
 
 
 async def v1_model(request: web.Request) -> web.Response:
+    if _group(request) is not None:  # as V2's ready: ready when every member is
+        return await model_ready(request)
     svc = _model(request).svc
     _authorize(request, svc, b"")
     return _json(200, proto.dumps({"name": svc.name, "ready": service_ready(request.app, svc.name)}))
@@ -305,9 +356,11 @@ def _observed(fn: Any) -> Any:
         started = time.perf_counter()
         resp = await fn(request)
         svc_name = request.match_info.get("model", "")
+        if svc_name in parts.dataplane.groups:  # counted for the member that ran it, if one did
+            svc_name = resp.headers.get(MEMBER_HEADER, "")
         if svc_name in parts.backends:  # a configured service, never a client's string
             parts.metrics.observe(svc_name, resp.status, time.perf_counter() - started)
-        elif svc_name not in parts.dataplane.services and resp.status in (400, 404):
+        elif svc_name and svc_name not in parts.dataplane.services and resp.status in (400, 404):
             parts.metrics.unknown_service.inc()  # a name nothing serves: counted, never labelled
         return resp
 
@@ -431,11 +484,11 @@ async def _as_it_came(
     )  # fmt: skip
     if resp.status != 200:
         raise errors.ProcessorFailed(int(resp.status), errors.message_of(bytes(resp.body)))
-    return (
-        _answer(request, resp.body)
-        if resp.content_type == proto.JSON_TYPE
-        else web.Response(body=resp.body, content_type=resp.content_type)
-    )
+    if resp.content_type == proto.JSON_TYPE:
+        return _answer(request, resp.body, extra=resp.headers)
+    answer = web.Response(body=resp.body, content_type=resp.content_type)
+    answer.headers.update(resp.headers or {})  # the member (or version) that answered
+    return answer
 
 
 def setup(app: web.Application) -> None:

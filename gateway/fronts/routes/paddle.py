@@ -20,6 +20,7 @@ from gateway.backends.pipelines.timings import TIMINGS_HEADER
 from gateway.codecs import paddle
 from gateway.codecs.errors import paddle_shape, render
 from gateway.core import errors, json_answer
+from gateway.core.groups import MEMBER_HEADER
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.body import RequestBody
 from gateway.http.middleware import request_id
@@ -64,6 +65,8 @@ async def prediction(request: web.Request) -> web.Response:
         resp = _reply(answer.status, answer.body, answer.headers)
         if answer.close:
             resp.force_close()
+    if name in parts.dataplane.groups:  # a service group: counted for the member that ran it
+        name = resp.headers.get(MEMBER_HEADER, "")
     if name in parts.backends:  # a configured service, never a client's string
         parts.metrics.observe(name, resp.status, time.perf_counter() - started)
     return resp

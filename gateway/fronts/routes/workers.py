@@ -24,6 +24,7 @@ from gateway.codecs.ipc import TCP_PREFIX, split_tcp
 from gateway.config import ServiceConfig
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
+from gateway.core.groups import refuse_group
 from gateway.core.metadata import ModelMetadata
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.http.body import read_body
@@ -36,6 +37,7 @@ _ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 def _service(request: web.Request) -> tuple[ServiceConfig, ServiceBackend]:
     parts = request.app[GATEWAY_KEY]
+    refuse_group(parts.dataplane.groups, request.match_info["service"], "takes no workers of its own")
     svc = parts.dataplane.find(request.match_info["service"])
     pool = parts.backends.get(svc.name)
     if svc.remote_workers is None or pool is None:
