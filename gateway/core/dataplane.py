@@ -692,7 +692,8 @@ class DataPlane:
             self.observer.observe_dispatch(svc, status, elapsed, compute_us, resp.body)
         if svc.versions or "@" in svc.name:  # a service with versions: the answer says which
             resp.headers = {**(resp.headers or {}), VERSION_HEADER: served_version(svc)}
-        if self._groups.members:  # a group's member: the answer names it (gateway.core.groups)
+        members = self._groups.members  # a group's member: the answer names it (gateway.core.groups)
+        if members and (svc.name in members or "@" in svc.name):
             self._groups.name_member(svc.name, resp)
         return resp
 

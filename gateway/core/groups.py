@@ -38,7 +38,8 @@ class ServiceGroups(dict[str, Traffic]):
 
     def name_member(self, served: str, resp: WorkerResponse) -> None:
         """Name the member in an answer from ``served`` (a service, or one of its versions,
-        ``name@version``) when it is in a group."""
+        ``name@version``) when it is in a group. The dataplane asks only for a name in
+        ``members`` or a version's, so any other call pays a set lookup."""
         member = served if served in self.members else served.partition("@")[0]
         if member in self.members:
             resp.headers = {**(resp.headers or {}), MEMBER_HEADER: member}
