@@ -34,12 +34,14 @@ from gateway.backends.supervision import (
 )
 from gateway.codecs.ipc import IPCClient, IPCTimeout, WorkerConnectionError
 from gateway.core.metadata import ModelMetadata
-from gateway.core.tls import client_context
+from gateway.core.tls import ClientTls, worker_link
 
 log = logging.getLogger("gateway.pool")
 
 # Longest wait between two connection attempts to a remote worker that still heart-beats.
 MAX_RECONNECT_S = 2.0
+# Connections replaced after a TLS reload, finishing their calls (held until they close).
+_RETIRING: set[asyncio.Task[None]] = set()
 
 
 class RemoteSupervision(Supervisor):
@@ -76,12 +78,11 @@ class RemoteSupervision(Supervisor):
                 return True
         return False
 
-    def _worker_tls(self) -> ssl.SSLContext | None:
+    def _worker_link(self) -> ClientTls | None:
         """The gateway's side of mTLS with its remote workers (``gateway.worker_tls``): its
-        certificate, and the CA the workers' must chain to. Made again for each connection,
-        so a certificate replaced on disk is used from the next reconnection on."""
+        certificate, and the CA the workers' must chain to, as last loaded (SIGHUP)."""
         cfg = self.gateway.worker_tls
-        return client_context(cfg) if cfg is not None else None
+        return worker_link(cfg) if cfg is not None else None
 
     def _expired(self, w: Worker) -> bool:
         ttl = self.service.remote_workers.ttl_s if self.service.remote_workers else 0.0
@@ -91,10 +92,12 @@ class RemoteSupervision(Supervisor):
         attempts = 0
         try:
             while not self._stopping and not self._expired(w):
+                link = self._worker_link()
+                generation = link.generation if link is not None else 0
                 if await self._connect_remote(w):
                     attempts = 0
                     self._set_state(w, WorkerState.READY)
-                    await self._watch_remote(w)
+                    await self._watch_remote(w, generation)
                     if w.client is not None:
                         w.client.close()
                         w.client = None
@@ -121,22 +124,36 @@ class RemoteSupervision(Supervisor):
                     self.service.name, w.remote_id, w.last_error or "not heard from",
                 )  # fmt: skip
 
-    async def _connect_remote(self, w: Worker) -> bool:
+    async def _dial(self, w: Worker, tls: ssl.SSLContext | None) -> IPCClient:
+        """New connections to ``w``, proven by a first ping (the token was taken: a wrong one
+        closes the connection). Raises what connecting or the ping raised."""
         assert self.service.remote_workers is not None
-        w.lost = asyncio.Event()
+
+        def lost() -> None:  # only once they carry the worker's calls (a refused dial does not)
+            if w.client is client:
+                w.lost.set()
+
         client = IPCClient(
             w.socket_path,
             CONNECTIONS_PER_WORKER,
-            on_lost=w.lost.set,
+            on_lost=lost,
             key=self.service.remote_workers.token,
-            tls=self._worker_tls(),
+            tls=tls,
         )
         try:
             await asyncio.wait_for(client.connect(), max(1.0, self.gateway.health_interval_s * 2))
-            # The first ping proves the token was taken (a wrong one closes the connection).
             w.last_stats = await client.ping(max(1.0, self.gateway.health_interval_s * 2))
-        except (OSError, asyncio.TimeoutError, IPCTimeout, WorkerConnectionError) as exc:
+        except BaseException:
             client.close()
+            raise
+        return client
+
+    async def _connect_remote(self, w: Worker) -> bool:
+        w.lost = asyncio.Event()
+        link = self._worker_link()
+        try:
+            client = await self._dial(w, link.context if link is not None else None)
+        except (OSError, asyncio.TimeoutError, IPCTimeout, WorkerConnectionError) as exc:
             w.last_error = f"cannot reach the remote worker ({type(exc).__name__})"
             return False
         w.client = client
@@ -145,12 +162,21 @@ class RemoteSupervision(Supervisor):
         w.last_error = None
         return True
 
-    async def _watch_remote(self, w: Worker) -> None:
-        """Return when the connection is lost, the worker expired, or the pool stops."""
+    async def _watch_remote(self, w: Worker, generation: int) -> None:
+        """Return when the connection is lost, the worker expired, or the pool stops.
+        ``generation``: that of the TLS files the connections were made with; once they are
+        loaded again (SIGHUP), new connections take over (:meth:`_renew`)."""
         assert w.client is not None and self._stop_event is not None
         interval = max(0.05, self.gateway.health_interval_s)
+        link = self._worker_link()
         missed = 0
+        refused = -1  # the generation whose files the worker refused (said once, tried each round)
         while not self._stopping:
+            if link is not None and link.generation != generation:
+                if await self._renew(w, link, quiet=link.generation == refused):
+                    generation = link.generation
+                else:
+                    refused = link.generation
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(w.lost.wait(), interval)
             if w.lost.is_set():
@@ -173,6 +199,32 @@ class RemoteSupervision(Supervisor):
             missed = 0
             if w.state is WorkerState.EJECTED:
                 self._set_state(w, WorkerState.READY)
+
+    async def _renew(self, w: Worker, link: ClientTls, quiet: bool) -> bool:
+        """Connections made with the TLS files as loaded now take the worker's new calls; the
+        old ones finish the calls they carry, then close. False, the old ones staying, when
+        the worker does not take the new files (it has not loaded its own yet: tried again
+        each round; ``quiet``: said already)."""
+        assert w.client is not None
+        try:
+            client = await self._dial(w, link.context)
+        except (OSError, asyncio.TimeoutError, IPCTimeout, WorkerConnectionError) as exc:
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
+                "service %s: remote worker %s: no connection with the TLS files loaded again (%s);"
+                " the connections made before stay in use",
+                self.service.name, w.remote_id, type(exc).__name__,
+            )  # fmt: skip
+            return False
+        old, w.client = w.client, client
+        task = asyncio.create_task(old.retire(), name=f"pool-{self.service.name}-retire-{w.index}")
+        _RETIRING.add(task)
+        task.add_done_callback(_RETIRING.discard)
+        log.info(
+            "service %s: remote worker %s: connected with the TLS files loaded again",
+            self.service.name, w.remote_id,
+        )  # fmt: skip
+        return True
 
 
 __all__ = ["MAX_RECONNECT_S", "RemoteSupervision"]

@@ -203,6 +203,15 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
             return 1
         tls = server_tls.context
         parts.state.tls_reloads.append(server_tls.reload)
+    if gw.worker_tls is not None:  # the link to remote workers: new connections after SIGHUP
+        from gateway.core.tls import TlsError, worker_link
+
+        try:
+            parts.state.tls_reloads.append(worker_link(gw.worker_tls).reload)
+        except TlsError as exc:
+            log.error("start-up failed: gateway.worker_tls: %s", exc)
+            await runner.cleanup()
+            return 1
     try:
         site: web.BaseSite
         if gw.predict_fast_path or (gw.queue_fast_path and parts.queues is not None):

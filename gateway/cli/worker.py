@@ -40,7 +40,8 @@ def add_parser(sub: Any) -> None:
     w.add_argument(
         "--tls-cert",
         help="this worker's certificate (PEM): with --tls-key and --tls-ca, gateways reach it over "
-        "mutual TLS and it registers with them over HTTPS presenting it (gateway.worker_tls)",
+        "mutual TLS and it registers with them over HTTPS presenting it (gateway.worker_tls); "
+        "SIGHUP loads the three files again",
     )
     w.add_argument("--tls-key", help="the private key of --tls-cert")
     w.add_argument("--tls-ca", help="the CA bundle the gateways' certificates must chain to")

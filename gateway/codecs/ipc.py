@@ -364,6 +364,15 @@ class IPCClient:
             if c.transport is not None and not c.closed:
                 c.transport.close()
 
+    async def retire(self) -> None:
+        """Close once the calls in flight are answered (or time out), reporting no loss:
+        newer connections to the same worker carry its calls now."""
+        self._on_lost = None
+        pending = [f for c in self._conns for f in c.pending.values()]
+        if pending:
+            await asyncio.wait(pending)
+        self.close()
+
 
 # --- server side (inside the worker) ---------------------------------------------------
 

@@ -9,6 +9,9 @@
 3. Registers with every gateway the ``--gateway`` host name resolves to (several replicas
    behind one name: a Kubernetes headless Service), and repeats that as its heartbeat.
 4. On SIGTERM, deregisters (no new calls), then answers what it holds and exits.
+5. On SIGHUP, loads its TLS files again (``--tls-cert``, ``--tls-key``, ``--tls-ca``): its
+   RPC port's handshakes and its registrations use them from then on, connections already
+   open keep theirs; files that do not load change nothing and are logged.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import uuid
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Pipe
@@ -33,7 +37,7 @@ from gateway.config import ConfigError, GatewayConfig, ServiceConfig, parse_serv
 from gateway.config.model_urls import is_model_url, redact_url
 from gateway.config.tls import TlsConfig
 from gateway.core.metadata import ModelMetadata
-from gateway.core.tls import TlsError, client_context
+from gateway.core.tls import ClientTls, ServerTls, TlsError
 from gateway.sources import FetchError, Progress, fetch_model
 from gateway.worker.serve import serve
 
@@ -116,11 +120,30 @@ class Agent:
         self.registration: dict[str, Any] = {}
         self.ttl_s = 6.0
         self._known: dict[str, str] = {}  # gateway base URL -> last outcome logged
+        # With TLS: the registrations' side (this worker's certificate, the gateways' CA) and
+        # the RPC port's, both loaded again on SIGHUP.
+        self.client_tls: ClientTls | None = None
+        self.server_tls: ServerTls | None = None
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        """The context of the next connection to a gateway (aiohttp's default without TLS)."""
+        return self.client_tls.context if self.client_tls is not None else True
+
+    def reload_tls(self) -> None:
+        """SIGHUP: the TLS files again, for both sides; files that do not load change nothing."""
+        if self.client_tls is None or self.server_tls is None:
+            log.info("SIGHUP received: no TLS files to load again")
+            return
+        try:
+            self.server_tls.reload()  # checks the files before anything changes
+            self.client_tls.reload()
+        except TlsError as exc:
+            log.error("SIGHUP: %s; the previous certificate stays in use", exc)
 
     async def describe(self, session: aiohttp.ClientSession) -> ServiceConfig:
         url = f"{self.opts.gateway.rstrip('/')}{PATH}/{self.opts.service}"
         try:
-            async with session.get(url, headers=self.headers) as r:
+            async with session.get(url, headers=self.headers, ssl=self._ssl()) as r:
                 body = await r.read()
                 if r.status != 200:
                     raise AgentError(f"{url}: {r.status} {body[:300].decode(errors='replace')}")
@@ -155,7 +178,9 @@ class Agent:
         for base in gateway_urls(self.opts.gateway):
             url = f"{base}{PATH}/{self.opts.service}"
             try:
-                async with session.post(url, json=self.registration, headers=self.headers) as r:
+                async with session.post(
+                    url, json=self.registration, headers=self.headers, ssl=self._ssl()
+                ) as r:
                     outcome = f"{r.status}"
                     if r.status != 200:
                         outcome += f" {(await r.read())[:200].decode(errors='replace')}"
@@ -171,26 +196,31 @@ class Agent:
         for base in self._known:
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
                 url = f"{base}{PATH}/{self.opts.service}/{self.id}"
-                async with session.delete(url, headers=self.headers) as r:
+                async with session.delete(url, headers=self.headers, ssl=self._ssl()) as r:
                     await r.read()
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         timeout = aiohttp.ClientTimeout(total=5)
         tls = self.opts.tls
-        try:
-            # Registrations over HTTPS, presenting this worker's certificate.
-            connector = aiohttp.TCPConnector(ssl=client_context(tls)) if tls is not None else None
-        except TlsError as exc:
-            raise AgentError(str(exc)) from None
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        if tls is not None:
+            try:
+                # Registrations over HTTPS presenting this worker's certificate; the RPC port
+                # asks the gateways for theirs.
+                self.client_tls, self.server_tls = ClientTls(tls), ServerTls(tls, alpn=())
+            except TlsError as exc:
+                raise AgentError(str(exc)) from None
+        loop.add_signal_handler(signal.SIGHUP, self.reload_tls)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
             service = await self.describe(session)
             if is_model_url(service.model):  # fetched on this host, once for its restarts too
                 service = replace(service, model=await self.fetch(service))
             gateway = GatewayConfig(worker_host=self.opts.host, log_level=self.opts.log_level, worker_tls=tls)
             ours, theirs = Pipe()
             listen = f"{TCP_PREFIX}{self.opts.host}:{self.opts.port}"
-            worker = asyncio.create_task(serve(service, gateway, listen, theirs, 10.0, key=self.opts.token))
+            worker = asyncio.create_task(
+                serve(service, gateway, listen, theirs, 10.0, key=self.opts.token, tls=self.server_tls)
+            )
             ready: asyncio.Future[dict[str, Any]] = loop.create_future()
 
             def on_ready() -> None:

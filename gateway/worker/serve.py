@@ -42,9 +42,11 @@ async def serve(
     drain_s: float,
     loud: bool = True,
     key: str | None = None,
+    tls: ServerTls | None = None,
 ) -> int:
     """Serve until SIGTERM or EOF on ``conn``. ``socket_path``: the RPC's unix socket, or
-    ``tcp://host:port`` for a remote worker, whose connections must open with ``key``.
+    ``tcp://host:port`` for a remote worker, whose connections must open with ``key``, over
+    ``tls`` when given (default: ``gateway.worker_tls``'s; the caller reloads it).
     ``loud``: log a failed load at ERROR with its traceback (a first attempt); DEBUG otherwise."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -82,9 +84,14 @@ async def serve(
         # A remote worker: the gateway connects over TCP and must say the worker token first.
         host, port = split_tcp(socket_path)
         # With worker_tls, over mutual TLS: the gateway must present a certificate of its CA.
-        tls = ServerTls(gateway.worker_tls, alpn=()).context if gateway.worker_tls is not None else None
+        if tls is None and gateway.worker_tls is not None:
+            tls = ServerTls(gateway.worker_tls, alpn=())
         server = await loop.create_server(
-            lambda: IPCServerProtocol(compute, limit, key), host, port, backlog=128, ssl=tls
+            lambda: IPCServerProtocol(compute, limit, key),
+            host,
+            port,
+            backlog=128,
+            ssl=tls.context if tls is not None else None,
         )
         socket_path = f"{TCP_PREFIX}{host}:{server.sockets[0].getsockname()[1]}"
     else:

@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -291,20 +292,8 @@ def test_remote_workers_over_mutual_tls(
 
         # The worker's RPC port keeps a connection that presented a certificate of the CA
         # (waiting for its first frame) and drops one that presented none.
-        def kept_open(cert: tuple[str, str] | None) -> bool:
-            ctx = pki.client_ctx(cert)
-            with socket.create_connection((host, int(port)), timeout=5) as raw:
-                try:
-                    with ctx.wrap_socket(raw, server_hostname=host) as tls:
-                        tls.settimeout(1.0)
-                        return tls.recv(1) != b""
-                except TimeoutError:
-                    return True
-                except (ssl.SSLError, ConnectionError):
-                    return False
-
-        assert kept_open(gateway_side)
-        assert not kept_open(None)
+        assert _rpc_handshake(host, int(port), pki.client_ctx(gateway_side))
+        assert not _rpc_handshake(host, int(port), pki.client_ctx(None))
         # The worker token alone does not register a worker: its certificate is asked for too.
         req = urllib.request.Request(
             f"{base}/api/v1/workers/digits",
@@ -319,3 +308,115 @@ def test_remote_workers_over_mutual_tls(
         os.killpg(agent.pid, signal.SIGTERM)
         agent.wait(15)
     assert "registration accepted" in log.read_text(), log.read_text()
+
+
+def _rpc_handshake(host: str, port: int, ctx: ssl.SSLContext) -> bool:
+    """Whether a remote worker's RPC port keeps a TLS connection made with ``ctx`` (waiting
+    for its first frame), rather than refusing it in the handshake or closing it after."""
+    with socket.create_connection((host, port), timeout=5) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname=host) as tls:
+                tls.settimeout(1.0)
+                return tls.recv(1) != b""
+        except TimeoutError:
+            return True
+        except (ssl.SSLError, ConnectionError):
+            return False
+
+
+def test_remote_worker_tls_files_are_loaded_again_on_sighup(
+    pki: Pki, digits_model: Path, gateway_factory: Any, tmp_path: Path
+) -> None:
+    """Every certificate and the CA replaced on disk (the gateway's listener, its side of the
+    link to the worker, the worker's), then SIGHUP to the worker and to the gateway: the
+    gateway connects to the worker again with the new files and its calls go on there; the
+    worker refuses a connection with the old gateway certificate, and a client trusting only
+    the old CA cannot verify the worker any more."""
+    files = {name: pki.issue(name, *hosts) for name, hosts in [
+        ("server", ("127.0.0.1",)), ("gateway", ("gateway.internal",)), ("worker", ("127.0.0.1",))
+    ]}  # fmt: skip
+    ca = str(pki.ca_file)
+    cfg = _config(
+        digits_model,
+        tls={"cert_file": files["server"][0], "key_file": files["server"][1], "client_ca_file": ca,
+             "client_auth": "optional"},
+        worker_tls={"cert_file": files["gateway"][0], "key_file": files["gateway"][1], "client_ca_file": ca},
+    )  # fmt: skip
+    cfg["services"][0].update(workers=0, remote_workers={"token": WORKER_TOKEN, "ttl_s": 5})
+    gw = gateway_factory(cfg)
+    base = f"https://127.0.0.1:{gw.port}"
+    log = tmp_path / "worker.log"
+    argv = [
+        sys.executable, "-m", "gateway", "worker", "--gateway", base, "--service", "digits",
+        "--host", "127.0.0.1", "--heartbeat", "0.3", "--model", str(digits_model),
+        "--tls-cert", files["worker"][0], "--tls-key", files["worker"][1], "--tls-ca", ca,
+    ]  # fmt: skip
+    env = {**os.environ, "EAS_WORKER_TOKEN": WORKER_TOKEN, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as out:
+        agent = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_ready(base, pki.client_ctx())
+        _, body = _get(f"{base}/api/services", pki.client_ctx())
+        (worker,) = [w for w in body["services"][0]["workers"] if w.get("remote")]
+        host, port = worker["remote"].removeprefix("tcp://").rsplit(":", 1)
+        old_ca = pki.client_ctx(files["gateway"])
+        assert _rpc_handshake(host, int(port), old_ca)
+
+        # A new CA and new certificates, written over the files both sides were started with.
+        fresh = Pki(pki.folder / "fresh")
+        for name, (cert, key) in files.items():
+            new_cert, new_key = fresh.issue(name, *(("gateway.internal",) if name == "gateway" else ()))
+            os.replace(new_cert, cert)
+            os.replace(new_key, key)
+        os.replace(fresh.ca_file, ca)
+        fresh.ca_file = pki.ca_file
+        os.kill(agent.pid, signal.SIGHUP)
+        # The worker takes the new gateway certificate in its handshakes, and not the old one.
+        new_chain = fresh.client_ctx(files["gateway"])
+        wait_until(lambda: _rpc_handshake(host, int(port), new_chain), 10, "the worker's new chain")
+        stale = ssl.create_default_context()
+        pki.ca.configure_trust(stale)
+        fresh.ca.issue_cert("gateway.internal").configure_cert(stale)  # trusts only the old CA
+        assert not _rpc_handshake(host, int(port), stale)
+        wrong = ssl.create_default_context()
+        fresh.ca.configure_trust(wrong)
+        pki.ca.issue_cert("gateway.internal").configure_cert(wrong)  # presents the old CA's
+        assert not _rpc_handshake(host, int(port), wrong)
+
+        # Calls go on while the gateway opens new connections and lets the old ones finish
+        # (the caller trusts both CAs: the listener's certificate changes under it too).
+        outcomes: list[bool] = []
+        stop = threading.Event()
+        both = tmp_path / "both-cas.pem"
+        both.write_bytes(pki.ca.cert_pem.bytes() + fresh.ca.cert_pem.bytes())
+
+        def call_on() -> None:
+            with PredictClient(base, "digits", token=TOKEN, ca_certs=str(both), retry_count=0) as client:
+                while not stop.is_set():
+                    try:
+                        outcomes.append(len(client.predict(_tf()).get_values("probabilities")) == 10)
+                    except Exception:
+                        outcomes.append(False)
+
+        caller = threading.Thread(target=call_on)
+        caller.start()
+        try:
+            os.kill(gw.pid, signal.SIGHUP)
+            renewed = "connected with the TLS files loaded again"
+            wait_until(lambda: renewed in gw.output(), 15, "the gateway's new connections to the worker")
+            calls = len(outcomes)
+            wait_until(lambda: len(outcomes) > calls, 10, "a call after the new connections")
+        finally:
+            stop.set()
+            caller.join(15)
+        assert outcomes and all(outcomes), outcomes.count(False)
+        # Calls go on, over the connections made with the new files; the listener serves its
+        # new certificate, which only the new CA verifies.
+        with PredictClient(base, "digits", token=TOKEN, ca_certs=ca) as client:
+            assert len(client.predict(_tf()).get_values("probabilities")) == 10
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            _get(f"{base}/healthz", old_ca)
+    finally:
+        os.killpg(agent.pid, signal.SIGTERM)
+        agent.wait(15)
+    assert "the previous certificate stays in use" not in log.read_text() + gw.output()

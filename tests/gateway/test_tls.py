@@ -12,7 +12,7 @@ import pytest
 
 from gateway.config import ConfigError, parse_config
 from gateway.config.tls import TlsConfig
-from gateway.core.tls import ServerTls, TlsError, client_context
+from gateway.core.tls import ClientTls, ServerTls, TlsError, client_context
 
 trustme = pytest.importorskip("trustme")
 
@@ -100,3 +100,73 @@ def test_a_client_context_presents_its_certificate_and_trusts_the_ca(tmp_path: P
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
     with pytest.raises(TlsError):
         client_context(TlsConfig(cert, str(ca_file), str(ca_file), "required"))
+
+
+async def test_a_reload_replaces_the_trusted_client_ca_and_open_connections_go_on(tmp_path: Path) -> None:
+    """Client certificates: after a reload, one of a CA taken out of client_ca_file is refused,
+    one of the new CA taken; a connection made before goes on with the session it has."""
+    old, new = trustme.CA(), trustme.CA()
+    cert, key = _files(tmp_path, old, "server")
+    ca_file = tmp_path / "clients-ca.pem"
+    old.cert_pem.write_to_path(str(ca_file))
+    tls = ServerTls(TlsConfig(cert, key, str(ca_file), "required"), alpn=())
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            writer.write(line)
+            await writer.drain()
+        writer.close()
+
+    def client(server_ca: object, client_ca: object) -> ssl.SSLContext:
+        ctx = ssl.create_default_context()
+        server_ca.configure_trust(ctx)  # type: ignore[attr-defined]
+        client_ca.issue_cert("client.example").configure_cert(ctx)  # type: ignore[attr-defined]
+        return ctx
+
+    async def says(ctx: ssl.SSLContext) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+        try:
+            writer.write(b"hello\n")
+            await writer.drain()
+            return await reader.readline()  # b"" when the server refused the certificate
+        except (ssl.SSLError, ConnectionError):
+            return b""
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=tls.context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        kept_reader, kept = await asyncio.open_connection("127.0.0.1", port, ssl=client(old, old))
+        assert await says(client(old, old)) == b"hello\n"
+        assert await says(client(old, new)) == b""
+        new_cert, new_key = _files(tmp_path, new, "fresh")
+        Path(cert).write_bytes(Path(new_cert).read_bytes())
+        Path(key).write_bytes(Path(new_key).read_bytes())
+        new.cert_pem.write_to_path(str(ca_file))
+        tls.reload()
+        assert await says(client(new, new)) == b"hello\n"
+        assert await says(client(new, old)) == b""  # the old CA's certificate: refused now
+        kept.write(b"still here\n")
+        await kept.drain()
+        assert await kept_reader.readline() == b"still here\n"
+        kept.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_a_client_reload_takes_new_files_for_the_next_connections(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    cert, key = _files(tmp_path, ca, "client")
+    link = ClientTls(TlsConfig(cert, key, str(ca_file), "required"))
+    first = link.context
+    Path(key).write_text("broken\n")
+    with pytest.raises(TlsError):
+        link.reload()
+    assert (link.context, link.generation) == (first, 0)  # the files in use stay
+    _files(tmp_path, ca, "client")
+    link.reload()
+    assert link.context is not first and link.generation == 1

@@ -129,6 +129,26 @@ async def test_connection_loss_fails_pending_calls(server: Any) -> None:
         await client.call(WorkerRequest(b"y"), 1)
 
 
+async def test_a_retired_client_finishes_its_calls_then_closes_quietly(server: Any) -> None:
+    """Connections replaced by newer ones (a TLS reload): the calls they carry are answered,
+    then they close, and their close is no loss of the worker."""
+    path, sink, _ = server
+    lost: list[bool] = []
+    client = IPCClient(path, connections=2, on_lost=lambda: lost.append(True))
+    await client.connect()
+    calls = [asyncio.create_task(client.call(WorkerRequest(b"%d" % i), 5)) for i in range(3)]
+    await async_wait_until(lambda: len(sink.jobs) >= 3, 10, "the request(s) to reach the sink")
+    retired = asyncio.create_task(client.retire())
+    await asyncio.sleep(0)  # the retirement waits for the calls: nothing is closed yet
+    assert client.alive and not retired.done()
+    for req, done in sink.jobs:
+        done(WorkerResponse(200, b"echo:" + req.body))
+    assert [r.body for r in await asyncio.gather(*calls)] == [b"echo:0", b"echo:1", b"echo:2"]
+    await retired
+    await async_wait_until(lambda: not client.alive, 10, "the retired connections to close")
+    assert lost == []
+
+
 async def test_frames_split_across_reads(server: Any) -> None:
     path, sink, _ = server
     reader, writer = await asyncio.open_unix_connection(path)
