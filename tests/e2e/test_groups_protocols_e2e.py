@@ -224,6 +224,14 @@ def test_grpc_calls_a_group_and_names_the_member(gw: GatewayProcess, grpc_port: 
             answer, call = stub.ModelInfer.with_call(req, timeout=10)
             assert dict(call.trailing_metadata() or ())["x-group-member"] == member
             assert answer.model_name == member and list(answer.outputs[0].contents.fp32_contents) == [value]
+        # A stream's answers name the member each request ran on.
+        stream = []
+        for group in ("to-a", "to-b"):
+            req = pb.ModelInferRequest(model_name=group)
+            req.inputs.add(name="x", datatype="FP32", shape=[1, 1]).contents.fp32_contents.append(0.0)
+            stream.append(req)
+        answers = list(stub.ModelStreamInfer(iter(stream), timeout=10))
+        assert [(a.error_message, a.infer_response.model_name) for a in answers] == [("", "a"), ("", "b")]
         meta = stub.ModelMetadata(pb.ModelMetadataRequest(name="to-b"), timeout=10)
         assert meta.name == "to-b" and [t.name for t in meta.inputs] == ["x"]
         assert stub.ModelReady(pb.ModelReadyRequest(name="to-b"), timeout=10).ready
