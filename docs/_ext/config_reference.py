@@ -21,13 +21,17 @@ from sphinx.util.docutils import SphinxDirective
 
 from gateway import config as gateway_config
 from gateway.config import GatewayConfig, ServiceConfig
+from gateway.config.placement import DEFAULT_PLACEMENT
 
 log = logging.getLogger(__name__)
 
 # Field names that differ from the YAML keys.
 _YAML_NAMES = {"async_": "async", "extra_tokens": "tokens"}
-# Fields that are no YAML key of their own (``env_pass`` is read from ``env``).
-_DERIVED = {"env_pass"}
+# Fields that are no YAML key of their own (``env_pass`` is read from ``env``,
+# ``placement_reason`` is why ``placement: auto`` chose what it did).
+_DERIVED = {"env_pass", "placement_reason"}
+# Keys whose default in the file differs from the field's (``auto`` resolves to a placement).
+_FILE_DEFAULTS = {"placement": f"`{DEFAULT_PLACEMENT}`"}
 # Keys whose value is a structure of its own, described on its own page: one row, no recursion.
 _OPAQUE = {"pipeline": "mapping (see pipelines.md)"}
 _SECTIONS = {"gateway": ("`gateway`", GatewayConfig), "services": ("`services[]`", ServiceConfig)}
@@ -100,7 +104,7 @@ def schema_keys(cls: type) -> list[tuple[str, str, str]]:
         if nested is not None:
             out += [(f"{key}.{k}", t, d) for k, t, d in schema_keys(nested)]
             continue
-        out.append((key, _TYPES.get(str(f.type), str(f.type)), _default(f)))
+        out.append((key, _TYPES.get(str(f.type), str(f.type)), _FILE_DEFAULTS.get(key) or _default(f)))
     return out
 
 
