@@ -363,7 +363,7 @@ def main() -> None:
                         raise SystemExit(f"{what}: {r.non2xx} non-2xx, {r.errors} socket errors")
                     samples.setdefault((s.model, s.server, s.protocol, c), []).append(r)
                     print(
-                        f"round {rnd + 1}/{args.rounds} {s.model:<8}{s.server:<9}{s.protocol:<14}c={c:<3}"
+                        f"round {rnd + 1}/{args.rounds} {s.model:<8}{s.server:<11}{s.protocol:<14}c={c:<3}"
                         f"{r.rps:>9,.0f} req/s  p50 {r.p50_us:>8.0f} µs  p99 {r.p99_us:>8.0f} µs",
                         flush=True,
                     )
@@ -386,11 +386,11 @@ Samples = dict[tuple[str, str, str, int], list[Any]]
 
 
 def report(rows: list[dict[str, Any]], samples: Samples, args: Any) -> None:
-    print(f"\n{'model':<9}{'server':<10}{'protocol':<15}{'conn':>5}{'req/s':>10}{'p50 µs':>10}{'p99 µs':>10}"
+    print(f"\n{'model':<9}{'server':<12}{'protocol':<15}{'conn':>5}{'req/s':>10}{'p50 µs':>10}{'p99 µs':>10}"
           f"{'CPU µs/req':>12}")  # fmt: skip
     for r in rows:
         print(
-            f"{r['model']:<9}{r['server']:<10}{r['protocol']:<15}{r['connections']:>5}{r['rps']:>10,.0f}"
+            f"{r['model']:<9}{r['server']:<12}{r['protocol']:<15}{r['connections']:>5}{r['rps']:>10,.0f}"
             f"{r['p50_us']:>10.0f}{r['p99_us']:>10.0f}{r['cpu_us_per_req']:>12.0f}"
         )
     goals: list[dict[str, Any]] = []

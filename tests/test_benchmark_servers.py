@@ -70,7 +70,13 @@ def test_the_gateway_floor_server_answers_as_the_gateway_does(tmp_path: Path) ->
     the gateway's answer and writes the gateway's access line."""
     config = {
         "services": [
-            {"name": "digits", "token": "floor-token-0123", "processor": "onnx", "model": str(DIGITS_MODEL)}
+            {
+                "name": "digits",
+                "token": "floor-token-0123",
+                "processor": "onnx",
+                "placement": "process",
+                "model": str(DIGITS_MODEL),
+            }
         ]
     }
     gw = GatewayProcess.start(config, tmp_path / "gw")

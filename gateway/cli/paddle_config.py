@@ -147,6 +147,8 @@ def translate(raw: Any, base: Path, name: str = "pipeline") -> dict[str, Any]:
             "workers": concurrency * (worker_num if each_worker else 1),
             "intra_op_threads": _int(local.get("thread_num", 1), f"{where}.local_service_conf.thread_num", 1),
         }
+        if not thread_ops:  # Paddle's process ops: worker processes (else placement auto's threads)
+            service["placement"] = "process"
         timeout = conf.get("timeout", -1)
         if _int(timeout, f"{where}.timeout", -1) > 0:
             service["timeout_ms"] = timeout

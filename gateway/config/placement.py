@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 PLACEMENTS = ("auto", "process", "thread")
-# What a service without ``placement`` gets.
-DEFAULT_PLACEMENT = "process"
+# What a service without ``placement`` gets: what KServe, MLServer and Triton do by default.
+DEFAULT_PLACEMENT = "auto"
 # The runtimes ``auto`` runs in the gateway's threads: they release the GIL while they compute.
 THREAD_PROCESSORS = ("onnx",)
 THREAD_REASON = "auto: an onnx model runs in the gateway's threads (ONNX Runtime releases the GIL)"
@@ -60,7 +60,7 @@ def placement_to_write(placement: str, reason: str, processor: str) -> str | Non
     service: None where leaving it out gives it again (``auto``'s choice is chosen again)."""
     if reason:
         return None
-    if placement != "process" or (DEFAULT_PLACEMENT == "auto" and processor in THREAD_PROCESSORS):
+    if placement != "process" or processor in THREAD_PROCESSORS:  # auto may choose otherwise
         return placement
     return None
 

@@ -32,6 +32,7 @@ def _config(workers: int = 2) -> dict[str, Any]:
             {
                 "name": "digits",
                 "processor": "onnx",
+                "placement": "process",
                 "model": str(DIGITS_MODEL),
                 "workers": workers,
                 "async": True,

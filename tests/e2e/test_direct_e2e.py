@@ -29,7 +29,14 @@ def _config(model: Path) -> dict[str, Any]:
         # Fast pings: the services listing shows the workers' run counters, refreshed by them.
         "gateway": {"shutdown_timeout_s": 5, "health_interval_s": 0.2},
         "services": [
-            {"name": "digits", "processor": "onnx", "model": str(model), "token": TOKEN, "workers": 2}
+            {
+                "name": "digits",
+                "processor": "onnx",
+                "placement": "process",
+                "model": str(model),
+                "token": TOKEN,
+                "workers": 2,
+            }
         ],
     }
 

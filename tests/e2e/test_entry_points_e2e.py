@@ -46,7 +46,13 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
     config = {
         "gateway": {"worker_start_timeout_s": 30, "grpc_port": free_port()},
         "services": [
-            {"name": "digits", "processor": "onnx", "model": str(digits_model), **common},
+            {
+                "name": "digits",
+                "processor": "onnx",
+                "placement": "process",
+                "model": str(digits_model),
+                **common,
+            },
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, **common},
             {"name": "aecho", "processor": "python", "entry": ECHO_ENTRY, "async": True, **common},
             {"name": "adigits", "processor": "onnx", "model": str(digits_model), "async": True, **common},

@@ -32,6 +32,7 @@ def _config(model: Path, digits_workers: int = 2, echo_workers: int = 1) -> dict
             {
                 "name": "digits",
                 "processor": "onnx",
+                "placement": "process",
                 "model": str(model),
                 "token": TOKEN,
                 "workers": digits_workers,
@@ -239,7 +240,7 @@ def test_corrupt_model_leaves_other_services_serving(gateway_factory: Any, tmp_p
     config = {
         "gateway": {"worker_start_timeout_s": 3},
         "services": [
-            {"name": "broken", "processor": "onnx", "model": str(bad), "workers": 1},
+            {"name": "broken", "processor": "onnx", "placement": "process", "model": str(bad), "workers": 1},
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1},
         ],
     }

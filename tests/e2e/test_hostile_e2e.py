@@ -472,6 +472,7 @@ def answers_gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProc
             {
                 "name": "fill",
                 "processor": "onnx",
+                "placement": "process",
                 "model": str(_fill_model(work / "fill.onnx")),
                 "token": TOKEN,
             },

@@ -47,7 +47,7 @@ def _samples() -> dict[str, dict[str, Any]]:
 
 def _services() -> list[dict[str, Any]]:
     return [
-        {"name": "features", "processor": "onnx", "public": True,
+        {"name": "features", "processor": "onnx", "placement": "process", "public": True,
          "model": str(MODELS / "digits_features.onnx")},
         {   # a KServe-style transformer: preprocess -> the shared predictor -> postprocess, one step
             "name": "transformer",

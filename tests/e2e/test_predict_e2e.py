@@ -33,7 +33,14 @@ def e2e_config(model: Path) -> dict[str, Any]:
     return {
         "gateway": {"shutdown_timeout_s": 10},
         "services": [
-            {"name": "digits", "processor": "onnx", "model": str(model), "token": TOKEN, "workers": 2},
+            {
+                "name": "digits",
+                "processor": "onnx",
+                "placement": "process",
+                "model": str(model),
+                "token": TOKEN,
+                "workers": 2,
+            },
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1},
         ],
     }

@@ -177,7 +177,6 @@ def test_model_repository_follows_the_folder(tmp_path: Path, digits_model: Path)
     try:
         assert set(gw.services()) == {"digits"}
         label = _eas_label(gw, "digits")
-        first = {w["pid"] for w in gw.services()["digits"]["workers"]}
 
         # A new version folder: rolled to it; a new model file: loaded.
         (repo / "digits" / "2").mkdir()
@@ -185,14 +184,7 @@ def test_model_repository_follows_the_folder(tmp_path: Path, digits_model: Path)
         shutil.copy(MULTI, repo / "multi.onnx")
         _until(lambda: gw.services().get("multi", {}).get("ready") is True, 30, "multi loaded")
         _until(
-            lambda: (
-                {w["pid"] for w in gw.services()["digits"]["workers"] if w["state"] == "ready"}.isdisjoint(
-                    first
-                )
-                and bool(gw.services()["digits"]["workers"])
-            ),
-            30,
-            "digits rolled to version 2",
+            lambda: _status(gw, "/v2/models/digits/versions/2/ready") == 200, 30, "digits rolled to version 2"
         )
         assert _triton(gw, "digits") == {"ready": True, "label": label}
         assert _status(gw, "/v2/models/multi/ready") == 200
@@ -225,7 +217,8 @@ def test_serve_model_that_cannot_load_exits_1_with_the_load_error(tmp_path: Path
     assert proc.stdout == ""  # neither "gateway listening on" nor how to call it
     failed = [line for line in proc.stderr.splitlines() if "start-up failed" in line]
     assert len(failed) == 1, proc.stderr
-    assert "service junk cannot serve: its workers failed to start: " in failed[0]
+    # An onnx model runs in the gateway's threads by default (placement: auto).
+    assert "service junk cannot serve: its model failed to load: " in failed[0]
     assert "junk.onnx" in failed[0] and "ready" not in proc.stderr.split("start-up failed", 1)[1], proc.stderr
 
 

@@ -52,7 +52,13 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
         # The default 60 s start timeout: the log must not claim it waited that long.
         "gateway": {"restart_backoff_max_s": 2},
         "services": [
-            {"name": "broken", "processor": "onnx", "public": True, "model": str(bad)},
+            {
+                "name": "broken",
+                "processor": "onnx",
+                "placement": "process",
+                "public": True,
+                "model": str(bad),
+            },
             {"name": "boom", "processor": "python", "public": True, "entry": f"{tmp / 'boom.py'}:Boom"},
             {"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY},
             {"name": "q", "processor": "queue", "public": True, "workers": 0},

@@ -105,7 +105,13 @@ def env(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterato
     shutil.copy(digits_model, tmp / "digits-v1.onnx")
     shutil.copy(digits_model, tmp / "digits-v2.onnx")
     services = [
-        {"name": "digits", "processor": "onnx", "public": True, "model": str(tmp / "digits-v1.onnx")},
+        {
+            "name": "digits",
+            "processor": "onnx",
+            "placement": "process",
+            "public": True,
+            "model": str(tmp / "digits-v1.onnx"),
+        },
         {"name": "echo", "processor": "python", "public": True, "entry": ECHO_ENTRY},
     ]
     gw = GatewayProcess.start(_config(tmp, services), tmp / "gw")
@@ -122,6 +128,7 @@ def test_sighup_applies_the_changed_file_under_load(env: dict[str, Any]) -> None
         {
             "name": "digits",
             "processor": "onnx",
+            "placement": "process",
             "public": True,
             "model": str(tmp / "digits-v2.onnx"),
             "workers": 2,

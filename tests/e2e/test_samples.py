@@ -110,9 +110,14 @@ def test_a_signal_to_the_serving_demo_stops_the_gateway_and_its_workers(tmp_path
                 break
         assert seen and seen[-1].startswith("== gateway ready"), "".join(seen)[-3000:]
         host, port = seen[-1].rsplit("/", 1)[1].strip().rsplit(":", 1)
-        # The gateway and every worker services.yaml asks for (a worker may still be forking).
-        services = yaml.safe_load((ROOT / "samples" / "services.yaml").read_text())["services"]
-        expected = 1 + sum(s.get("workers", 1) for s in services if s["processor"] in ("onnx", "python"))
+        # The gateway and every worker process services.yaml asks for (a worker may still be
+        # forking); an onnx service with no placement runs in the gateway's threads.
+        config = load_config(ROOT / "samples" / "services.yaml")
+        expected = 1 + sum(
+            s.workers
+            for s in config.services
+            if s.processor in ("onnx", "python") and s.placement == "process"
+        )
         group = wait_until(
             lambda: _descendants_once(demo.pid, expected), 30, f"the gateway and its {expected - 1} workers"
         )

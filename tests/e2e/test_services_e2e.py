@@ -99,7 +99,11 @@ def broken_model_spec(tmp: Path, service: str, stem: str) -> Path:
     bad = tmp / "models" / f"{stem}.onnx"
     bad.write_bytes(b"not a model")
     spec = tmp / f"{stem}.yaml"
-    spec.write_text(yaml.safe_dump({"name": service, "processor": "onnx", "public": True, "model": str(bad)}))
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": service, "processor": "onnx", "placement": "process", "public": True, "model": str(bad)}
+        )
+    )
     return spec
 
 
@@ -128,7 +132,13 @@ def test_create_call_scale_roll_delete_restart(env: dict[str, Any]) -> None:
     spec = tmp / "digits2.yaml"
     spec.write_text(
         yaml.safe_dump(
-            {"name": "digits2", "processor": "onnx", "public": True, "model": "models/digits-v1.onnx"}
+            {
+                "name": "digits2",
+                "processor": "onnx",
+                "placement": "process",
+                "public": True,
+                "model": "models/digits-v1.onnx",
+            }
         )
     )
     out = cli(gw, "services", "create", "-f", str(spec))
@@ -176,7 +186,13 @@ def test_create_call_scale_roll_delete_restart(env: dict[str, Any]) -> None:
         load.wait_calls(50)  # answered again on one
         spec.write_text(
             yaml.safe_dump(
-                {"name": "digits2", "processor": "onnx", "public": True, "model": "models/digits-v2.onnx"}
+                {
+                    "name": "digits2",
+                    "processor": "onnx",
+                    "placement": "process",
+                    "public": True,
+                    "model": "models/digits-v2.onnx",
+                }
             )
         )
         roll = cli(gw, "services", "update", "-f", str(spec))
@@ -245,14 +261,26 @@ def test_a_versioned_service_is_created_rolled_and_deleted_whole(env: dict[str, 
     spec = tmp / "versioned.yaml"
     versions = {1: str(models / "digits-v1.onnx"), 2: str(models / "digits-v2.onnx")}
     spec.write_text(
-        yaml.safe_dump({"name": "vers", "processor": "onnx", "public": True, "versions": versions})
+        yaml.safe_dump(
+            {
+                "name": "vers",
+                "processor": "onnx",
+                "placement": "process",
+                "public": True,
+                "versions": versions,
+            }
+        )
     )
     out = cli(gw, "services", "create", "-f", str(spec))
     assert out.returncode == 0, out.stderr
     for version in ("1", "2"):
         assert http(gw.url + f"/v2/models/vers/versions/{version}/ready")[0] == 200, version
     three = {**versions, 3: versions[2]}
-    spec.write_text(yaml.safe_dump({"name": "vers", "processor": "onnx", "public": True, "versions": three}))
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": "vers", "processor": "onnx", "placement": "process", "public": True, "versions": three}
+        )
+    )
     assert cli(gw, "services", "update", "-f", str(spec)).returncode == 0
     assert http(gw.url + "/v2/models/vers/versions/3/ready")[0] == 200
     assert http(gw.url + "/v2/models/vers/versions/1/ready")[0] == 200

@@ -2,7 +2,9 @@
 the real gateway: every protocol gets the answer the same model gives on a worker process
 (EAS TF and JSON, KServe V2 JSON and binary, V1, V2 gRPC), readiness and a broken model's
 reason as for worker services, discovery points direct clients at the gateway, and an update
-through the admin API swaps the sessions under load with no failed call."""
+through the admin API swaps the sessions under load with no failed call. With no
+``placement`` (``auto``) an onnx service runs there too, and in worker processes once it asks
+for what only they give."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -46,7 +49,16 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
         "admin": {"host": "127.0.0.1", "port": 0, "token": ADMIN_TOKEN},
         "gateway": {"worker_start_timeout_s": 30, "grpc_port": _free_port(), "shutdown_timeout_s": 5},
         "services": [
-            {"name": "digits", "model": str(digits_model), **common},
+            {"name": "digits", "model": str(digits_model), "placement": "process", **common},
+            # No placement: auto chooses, threads unless the service asks for worker processes.
+            {"name": "adigits", "model": str(digits_model), **common},
+            {"name": "mdigits", "model": str(digits_model), **common},
+            {
+                "name": "sdigits",
+                "model": str(digits_model),
+                "autoscale": {"min_workers": 1, "max_workers": 2},
+                **common,
+            },
             {"name": "tdigits", "model": str(digits_model), "placement": "thread", **common},
             {"name": "tbroken", "model": str(broken), "placement": "thread", **common},
             {"name": "atdigits", "model": str(digits_model), "placement": "thread", "async": True, **common},
@@ -54,7 +66,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory, digits_model: Path) -> Iterator
     }
     proc = GatewayProcess.start(config, workdir)
     try:
-        for name in ("digits", "tdigits", "atdigits"):
+        for name in ("digits", "adigits", "mdigits", "sdigits", "tdigits", "atdigits"):
             proc.wait_workers_ready(name, 1)
         yield proc
     finally:
@@ -215,3 +227,68 @@ def test_an_update_swaps_the_sessions_with_no_failed_call(gw: GatewayProcess, di
     assert now["ready"] and [w["state"] for w in now["workers"]] == ["ready"]
     described = cli(gw, "services", "get", "tdigits")
     assert described.returncode == 0 and "thread" in described.stdout, described.stdout
+
+
+def _described(gw: GatewayProcess, name: str) -> dict[str, Any]:
+    got = cli(gw, "services", "get", name)
+    assert got.returncode == 0, got.stderr
+    return dict(json.loads(got.stdout))
+
+
+def test_a_default_onnx_service_runs_in_the_gateways_threads(gw: GatewayProcess) -> None:
+    services = gw.services()
+    # No worker process: the one session is the gateway's; autoscale asks for worker processes.
+    assert [w["pid"] for w in services["adigits"]["workers"]] == [gw.pid]
+    assert gw.pid not in [w["pid"] for w in services["sdigits"]["workers"]]
+    assert set(gw.worker_pids("sdigits")) <= set(gw.worker_pids())
+    assert set(gw.worker_pids("digits")).isdisjoint([gw.pid])
+    on_default, on_process = _answers(gw, "adigits"), _answers(gw, "digits")
+    for protocol, (label, probabilities) in on_default.items():
+        assert label == on_process[protocol][0], protocol
+        np.testing.assert_allclose(probabilities, on_process[protocol][1], rtol=1e-6, err_msg=protocol)
+    # The admin API and the status page say what auto chose, and why.
+    default, scaled = _described(gw, "adigits"), _described(gw, "sdigits")
+    assert default["placement"] == "thread" and "placement" not in default["spec"]
+    assert "gateway's threads" in default["placement_reason"]
+    assert (scaled["placement"], scaled["placement_reason"]) == (
+        "process", "auto: autoscale needs worker processes"
+    )  # fmt: skip
+    assert _described(gw, "tdigits")["placement"] == "thread"
+    assert "placement_reason" not in _described(gw, "tdigits")
+    status, body = _get(gw, "/api/status")
+    assert status == 200
+    entries = {s["name"]: s for s in json.loads(body)["services"]}
+    assert entries["adigits"]["placement"] == "thread" and entries["adigits"]["placement_reason"]
+    assert (entries["digits"]["placement"], entries["digits"]["placement_reason"]) == ("process", None)
+
+
+def test_scaling_a_service_auto_ran_in_threads_names_placement_process(gw: GatewayProcess) -> None:
+    refused = cli(gw, "services", "scale", "adigits", "2")
+    assert refused.returncode != 0
+    assert "400" in refused.stderr or "BadRequest" in refused.stderr, refused.stderr
+    assert "placement: process" in refused.stderr, refused.stderr
+    assert [w["pid"] for w in gw.services()["adigits"]["workers"]] == [gw.pid]  # as it was
+
+
+def test_an_update_asking_for_worker_processes_moves_the_model_with_no_failed_call(
+    gw: GatewayProcess, digits_model: Path
+) -> None:
+    spec = gw.workdir / "mdigits.yaml"
+    doc = {
+        "name": "mdigits", "processor": "onnx", "token": TOKEN, "model": str(digits_model),
+        "autoscale": {"min_workers": 1, "max_workers": 2},
+    }  # fmt: skip
+    load = ReferenceLoad.start(gw.endpoint, "mdigits", gw.workdir, token=TOKEN)
+    try:
+        load.wait_calls(20)  # calls on the threads first
+        spec.write_text(yaml.safe_dump(doc))
+        rolled = cli(gw, "services", "update", "-f", str(spec))
+        assert rolled.returncode == 0, rolled.stderr
+        load.wait_calls(20)  # and on the worker processes
+    finally:
+        result = load.finish()
+    assert result["failed"] == [], result["failed"][:5]
+    described = _described(gw, "mdigits")
+    assert described["placement"] == "process"
+    pids = [w["pid"] for w in described["workers"] if w["state"] == "ready"]
+    assert pids and gw.pid not in pids

@@ -135,7 +135,8 @@ def test_a_traced_call_is_one_tree_across_the_gateway_and_its_worker(
         "gateway": {"trace_endpoint": endpoint, "trace_sample_ratio": 0.0, "trace_export_interval_ms": 100},
         "services": [
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "token": "tok"},
-            {"name": "digits", "processor": "onnx", "model": str(digits_model), "public": True},
+            {"name": "digits", "processor": "onnx", "placement": "process", "model": str(digits_model),
+             "public": True},
             {"name": "pipe", "processor": "pipeline", "public": True, "pipeline": {
                 "inputs": {"pixels": {"dtype": "float32", "shape": [-1, 64]}},
                 "steps": [{"name": "classify", "service": "digits", "inputs": {"input": "request.pixels"},

@@ -24,7 +24,14 @@ def _config(model: Path, **gateway: Any) -> dict[str, Any]:
     return {
         "gateway": gateway,
         "services": [
-            {"name": "digits", "processor": "onnx", "model": str(model), "token": TOKEN, "workers": 2}
+            {
+                "name": "digits",
+                "processor": "onnx",
+                "placement": "process",
+                "model": str(model),
+                "token": TOKEN,
+                "workers": 2,
+            }
         ],
     }
 

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import ConfigError, load_config, open_service_warnings, parse_config
+from gateway.config.placement import THREAD_REASON
 from gateway.manage.spec import parse_spec, spec_of
 
 
@@ -132,7 +133,7 @@ DIGITS = str(Path(__file__).resolve().parents[2] / "samples" / "models" / "digit
 def test_placement_thread_is_for_onnx_services_only() -> None:
     onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True}
     (svc,) = parse_config({"services": [onnx]}).services
-    assert svc.placement == "process"
+    assert (svc.placement, svc.placement_reason) == ("thread", THREAD_REASON)  # auto, the default
     (svc,) = parse_config({"services": [{**onnx, "placement": "thread", "workers": 2}]}).services
     assert (svc.placement, svc.workers) == ("thread", 2)
     with pytest.raises(ConfigError, match=r"services\[0\] \(d\)\.placement: .*process, thread"):
@@ -156,7 +157,7 @@ def test_placement_thread_is_for_onnx_services_only() -> None:
 
 
 def test_placement_auto_runs_onnx_in_threads_unless_it_asks_for_worker_processes() -> None:
-    onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True, "placement": "auto"}
+    onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True}
     (svc,) = parse_config({"services": [onnx]}).services
     assert svc.placement == "thread"
     assert "onnx" in svc.placement_reason and "gateway's threads" in svc.placement_reason
@@ -176,7 +177,7 @@ def test_placement_auto_runs_onnx_in_threads_unless_it_asks_for_worker_processes
     (svc,) = parse_config({"services": [{**onnx, "stall_timeout_s": 0}]}).services  # never restarted
     assert svc.placement == "thread"
     # Every other processor: worker processes, as before.
-    echo = {"name": "e", "processor": "python", "entry": "x:Y", "public": True, "placement": "auto"}
+    echo = {"name": "e", "processor": "python", "entry": "x:Y", "public": True}
     (svc,) = parse_config({"services": [echo]}).services
     assert (svc.placement, svc.placement_reason) == (
         "process",
@@ -193,10 +194,10 @@ def test_placement_auto_runs_onnx_in_threads_unless_it_asks_for_worker_processes
 
 def test_what_auto_chose_is_chosen_again_when_read_back() -> None:
     onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True}
-    for extra in ({"placement": "auto"}, {"placement": "auto", "stall_timeout_s": 5}):
+    for extra in ({}, {"stall_timeout_s": 5}, {"placement": "auto"}):
         (svc,) = parse_config({"services": [{**onnx, **extra}]}).services
         assert "placement" not in spec_of(svc)
-        again = parse_spec({**spec_of(svc, redact=False), "placement": "auto"})
+        again = parse_spec(spec_of(svc, redact=False))
         assert (again.placement, again.placement_reason) == (svc.placement, svc.placement_reason)
     (svc,) = parse_config({"services": [{**onnx, "placement": "process"}]}).services
     assert parse_spec(spec_of(svc, redact=False)).placement == "process"

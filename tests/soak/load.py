@@ -68,10 +68,17 @@ def free_port() -> int:
 def config(grpc_port: int, admin_port: int, extra: bool) -> dict[str, Any]:
     common = {"token": TOKEN, "workers": 1}
     services: list[dict[str, Any]] = [
-        {"name": "digits", "processor": "onnx", "model": str(DIGITS_MODEL), **common},
+        {"name": "digits", "processor": "onnx", "placement": "process", "model": str(DIGITS_MODEL), **common},
         {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, **common},
         {"name": "aecho", "processor": "python", "entry": ECHO_ENTRY, "async": True, **common},
-        {"name": "adigits", "processor": "onnx", "model": str(DIGITS_MODEL), "async": True, **common},
+        {
+            "name": "adigits",
+            "processor": "onnx",
+            "placement": "process",
+            "model": str(DIGITS_MODEL),
+            "async": True,
+            **common,
+        },
         {"name": "jobs", "processor": "queue", "token": TOKEN},
     ]
     if extra:  # what a reload adds and the next one removes

@@ -175,7 +175,14 @@ def make_config(**gateway: Any) -> Config:
         {
             "gateway": gw,
             "services": [
-                {"name": "digits", "processor": "onnx", "model": DIGITS_MODEL, "token": TOKEN, "workers": 2},
+                {
+                    "name": "digits",
+                    "processor": "onnx",
+                    "placement": "process",
+                    "model": DIGITS_MODEL,
+                    "token": TOKEN,
+                    "workers": 2,
+                },
                 {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "public": True},
                 {"name": "other", "processor": "python", "entry": ECHO_ENTRY, "token": OTHER_TOKEN},
                 {"name": "q", "processor": "queue", "workers": 0, "token": TOKEN},
