@@ -160,10 +160,14 @@ async def test_metrics_count_the_loop_tasks_and_the_process_figures() -> None:
 
 
 async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Whether the server hung up within ``seconds``: an end of stream, or a reset (what the
+    kernel sends for a server that closes with bytes of the client's still unread)."""
     try:
         data = await asyncio.wait_for(reader.read(), seconds)
     except asyncio.TimeoutError:
         return False
+    except ConnectionResetError:
+        return True
     return data == b""
 
 
