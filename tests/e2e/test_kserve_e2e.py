@@ -342,8 +342,13 @@ def test_triton_statistics_count_calls(gw: GatewayProcess, rows: np.ndarray) -> 
     before = stats("/v2/models/digits/stats", AUTH)["digits"]
     doc = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": rows[0].tolist()}]}
     assert call(gw, "/v2/models/digits/infer", doc, AUTH)[0] == 200
+    # A shape the model's signature refuses is refused by the gateway before the model sees
+    # it: not a call of the model's. An input the model does not have is refused by the
+    # model itself: a failed call.
     bad = {"inputs": [{"name": "input", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
     assert call(gw, "/v2/models/digits/infer", bad, AUTH)[0] == 400
+    unknown = {"inputs": [{"name": "pixels", "shape": [1, 64], "datatype": "FP32", "data": rows[0].tolist()}]}
+    assert call(gw, "/v2/models/digits/infer", unknown, AUTH)[0] == 400
     after = stats("/v2/models/digits/stats", AUTH)["digits"]
     got, was = after["inference_stats"], before["inference_stats"]
     assert got["success"]["count"] == was["success"]["count"] + 1
