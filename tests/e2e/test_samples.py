@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -81,6 +82,13 @@ def test_run_sh_hands_its_signals_to_the_demo() -> None:
     assert last == 'exec .venv/bin/python samples/run_demo.py "$@"', last
 
 
+def _described(p: psutil.Process) -> str:
+    try:
+        return f"{p.pid} {p.status()} {' '.join(p.cmdline()[:6])}"
+    except psutil.Error:
+        return f"{p.pid} gone"
+
+
 def _descendants_once(pid: int, count: int) -> list[psutil.Process] | None:
     """The process's descendants, once there are ``count`` of them."""
     found = psutil.Process(pid).children(recursive=True)
@@ -122,7 +130,16 @@ def test_a_signal_to_the_serving_demo_stops_the_gateway_and_its_workers(tmp_path
             lambda: _descendants_once(demo.pid, expected), 30, f"the gateway and its {expected - 1} workers"
         )
         os.kill(demo.pid, sig)
-        rest, _ = demo.communicate(timeout=60)
+        try:
+            rest, _ = demo.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # What is still running says where the stop hung; the output, how far it got.
+            stuck = [_described(p) for p in [psutil.Process(demo.pid), *group]]
+            for p in [psutil.Process(demo.pid), *group]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            rest, _ = demo.communicate(timeout=10)
+            pytest.fail(f"not stopped 60 s after {sig!r}; processes: {stuck}\n{''.join(seen)}{rest}"[-6000:])
     finally:
         if demo.poll() is None:  # the test failed before its signal: the demo still stops its gateway
             demo.terminate()
