@@ -70,6 +70,15 @@ def token_leaks(started: list[tuple[Path, tuple[str, ...]]]) -> list[str]:
     return leaks
 
 
+def digits_on_workers(model: Path | str, token: str, workers: int = 2) -> dict[str, Any]:
+    """A ``digits`` service on worker processes (``placement: process``), for the tests of
+    what workers do; an onnx service with no placement runs in the gateway's threads."""
+    return {
+        "name": "digits", "processor": "onnx", "placement": "process", "model": str(model),
+        "token": token, "workers": workers,
+    }  # fmt: skip
+
+
 def raw_post(
     port: int,
     path: str,

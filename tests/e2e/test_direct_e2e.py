@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from eas_sdk import ENDPOINT_TYPE_DIRECT, PredictClient, TFRequest
-from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.gateway_proc import GatewayProcess, digits_on_workers
 from tests.eas_reference import run_reference
 
 TOKEN = "e2e-direct-token-7a1b2c3d4e5f6a7b"
@@ -28,16 +28,7 @@ def _config(model: Path) -> dict[str, Any]:
     return {
         # Fast pings: the services listing shows the workers' run counters, refreshed by them.
         "gateway": {"shutdown_timeout_s": 5, "health_interval_s": 0.2},
-        "services": [
-            {
-                "name": "digits",
-                "processor": "onnx",
-                "placement": "process",
-                "model": str(model),
-                "token": TOKEN,
-                "workers": 2,
-            }
-        ],
+        "services": [digits_on_workers(model, TOKEN)],
     }
 
 

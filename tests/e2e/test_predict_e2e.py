@@ -23,7 +23,7 @@ from eas_sdk import (
     TorchRequest,
 )
 from eas_sdk.errors import AuthenticationError, NotFoundError
-from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess
+from tests.e2e.gateway_proc import ECHO_ENTRY, GatewayProcess, digits_on_workers
 from tests.eas_reference import run_reference
 
 TOKEN = "e2e-digits-token-5f1c2a9e7d3b4c60"
@@ -33,14 +33,7 @@ def e2e_config(model: Path) -> dict[str, Any]:
     return {
         "gateway": {"shutdown_timeout_s": 10},
         "services": [
-            {
-                "name": "digits",
-                "processor": "onnx",
-                "placement": "process",
-                "model": str(model),
-                "token": TOKEN,
-                "workers": 2,
-            },
+            digits_on_workers(model, TOKEN),
             {"name": "echo", "processor": "python", "entry": ECHO_ENTRY, "workers": 1},
         ],
     }

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from eas_sdk import PredictClient, TFRequest
-from tests.e2e.gateway_proc import thread_policies
+from tests.e2e.gateway_proc import digits_on_workers, thread_policies
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH is Linux's")
 
@@ -23,16 +23,7 @@ TOKEN = "sched-token-5b2e8c4f1a7d3096"
 def _config(model: Path, **gateway: Any) -> dict[str, Any]:
     return {
         "gateway": gateway,
-        "services": [
-            {
-                "name": "digits",
-                "processor": "onnx",
-                "placement": "process",
-                "model": str(model),
-                "token": TOKEN,
-                "workers": 2,
-            }
-        ],
+        "services": [digits_on_workers(model, TOKEN)],
     }
 
 
