@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from gateway.config import GatewayConfig, ServiceConfig
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig, ServiceConfig, parse_config
 from gateway.core.calls import WorkerRequest, WorkerResponse
 from gateway.worker.processors.base import ProcessorError
 from gateway.worker.processors.registry import create_processor
+from tests.e2e.gateway_proc import DIGITS_MODEL
 from tests.gateway.doubles import BackendDouble
 
 
@@ -37,3 +44,18 @@ class InProcPool(BackendDouble):
         except ProcessorError as exc:
             body = json.dumps({"code": exc.code, "message": exc.message}).encode()
             return WorkerResponse(exc.status, body, "application/json")
+
+
+@contextlib.asynccontextmanager
+async def digits_app(data_dir: Path) -> AsyncIterator[TestClient[Any, Any]]:
+    """A client of the whole application serving the public ``digits`` model (every front,
+    Cluster Serving's included), no access log."""
+    config = parse_config(
+        {
+            "gateway": {"data_dir": str(data_dir), "access_log": False},
+            "services": [{"name": "digits", "processor": "onnx", "model": str(DIGITS_MODEL), "public": True}],
+        }
+    )
+    app = create_app(config, pool_factory=InProcPool, cluster_serving=True)
+    async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as c:
+        yield c

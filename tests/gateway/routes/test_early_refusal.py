@@ -10,16 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
 from gateway.codecs.cluster_serving import parse_request
-from gateway.config import parse_config
 from gateway.core.calls import WorkerRequest
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.worker.processors.base import ProcessorError
-from tests.e2e.gateway_proc import DIGITS_MODEL
-from tests.gateway.routes.inproc import InProcPool
+from tests.gateway.routes.inproc import InProcPool, digits_app
 
 CLUSTER = "/api/cluster-serving/digits/predict"
 V2 = "/v2/models/digits/infer"
@@ -27,14 +24,7 @@ V2 = "/v2/models/digits/infer"
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
-    config = parse_config(
-        {
-            "gateway": {"data_dir": str(tmp_path), "access_log": False},
-            "services": [{"name": "digits", "processor": "onnx", "model": str(DIGITS_MODEL), "public": True}],
-        }
-    )
-    app = create_app(config, pool_factory=InProcPool, cluster_serving=True)
-    async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as c:
+    async with digits_app(tmp_path) as c:
         yield c
 
 

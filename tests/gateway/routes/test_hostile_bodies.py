@@ -10,12 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
-from gateway.app import create_app
-from gateway.config import parse_config
-from tests.e2e.gateway_proc import DIGITS_MODEL
-from tests.gateway.routes.inproc import InProcPool
+from tests.gateway.routes.inproc import digits_app
 
 PATHS = [
     "/api/predict/digits",
@@ -28,14 +25,7 @@ VALID = {"instances": [{"input": [0.5] * 64}]}
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[TestClient[Any, Any]]:
-    config = parse_config(
-        {
-            "gateway": {"data_dir": str(tmp_path), "access_log": False},
-            "services": [{"name": "digits", "processor": "onnx", "model": str(DIGITS_MODEL), "public": True}],
-        }
-    )
-    app = create_app(config, pool_factory=InProcPool, cluster_serving=True)
-    async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as c:
+    async with digits_app(tmp_path) as c:
         yield c
 
 
