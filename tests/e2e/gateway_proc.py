@@ -18,9 +18,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,15 @@ def digits_on_workers(model: Path | str, token: str, workers: int = 2) -> dict[s
         "name": "digits", "processor": "onnx", "placement": "process", "model": str(model),
         "token": token, "workers": workers,
     }  # fmt: skip
+
+
+def in_threads(n: int, run: Callable[[int], None], threads: int = 4) -> None:
+    """``run(count)`` in ``threads`` threads at once, the ``n`` calls shared out among them."""
+    started = [threading.Thread(target=run, args=(n // threads + (i < n % threads),)) for i in range(threads)]
+    for t in started:
+        t.start()
+    for t in started:
+        t.join()
 
 
 def raw_post(

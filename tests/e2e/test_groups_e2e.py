@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, parse_config
-from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.gateway_proc import GatewayProcess, in_threads
 from tests.e2e.test_services_e2e import ADMIN_TOKEN
 from tests.e2e.test_traffic_e2e import EAS_BODY, FALSE_ALARM, _admin, binomial_bounds, build_constant_model
 
@@ -65,11 +65,7 @@ def _members(gw: GatewayProcess, n: int) -> Counter:
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=run, args=(n // 4 + (i < n % 4),)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(n, run)
     return seen
 
 

@@ -30,7 +30,7 @@ from onnx import TensorProto, helper
 
 from gateway._proto import grpc_service_pb2 as pb
 from gateway._proto import grpc_service_pb2_grpc as pb_grpc
-from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.gateway_proc import GatewayProcess, in_threads
 from tests.e2e.test_services_e2e import ADMIN_TOKEN, admin_url, cli
 from tests.e2e.test_services_e2e import http as json_call
 from tests.waiting import wait_until
@@ -181,11 +181,7 @@ def _calls(
         finally:
             conn.close()
 
-    threads = [threading.Thread(target=run, args=(n // 4 + (i < n % 4),)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(n, run)
     return seen
 
 
