@@ -195,11 +195,11 @@ def _workers(svc: dict[str, Any]) -> str:
 
 
 def list_table(services: list[dict[str, Any]]) -> str:
-    rows = [["NAME", "PROCESSOR", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REASON"]]
+    rows = [["NAME", "PROCESSOR", "PLACEMENT", "READY", "WORKERS", "RESTARTS", "IN-FLIGHT", "REASON"]]
     for s in services:
         rows.append([
-            s["name"], s["spec"]["processor"], "yes" if s["ready"] else "no", _workers(s),
-            str(s.get("restarts", "-")), str(s.get("in_flight", "-")), s.get("reason", ""),
+            s["name"], s["spec"]["processor"], s.get("placement", "-"), "yes" if s["ready"] else "no",
+            _workers(s), str(s.get("restarts", "-")), str(s.get("in_flight", "-")), s.get("reason", ""),
         ])  # fmt: skip
     return _table(rows)
 

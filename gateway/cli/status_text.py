@@ -31,6 +31,9 @@ def render(status: dict[str, Any]) -> str:
             f"{_num(s['p50_ms'], 2):>9}{_num(s['p99_ms'], 2):>9}{_num(100 * s['error_rate'], 1):>7}"
             f"{s['requests_total']:>10}{s.get('restarts', '-'):>10}"
         )
+        if s.get("placement"):  # a model service: in worker processes or the gateway's threads
+            why = f" ({s['placement_reason']})" if s.get("placement_reason") else ""
+            lines.append(f"    placement: {s['placement']}{why}")
         if not s["ready"] and s.get("reason"):
             lines.append(f"    not ready: {s['reason']}")
         error = s.get("last_error")

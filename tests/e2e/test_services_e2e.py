@@ -169,8 +169,8 @@ def test_create_call_scale_roll_delete_restart(env: dict[str, Any]) -> None:
     listing = cli(gw, "services", "list")
     assert listing.returncode == 0
     lines = {line.split()[0]: line.split() for line in listing.stdout.splitlines()[1:]}
-    assert lines["digits2"][:4] == ["digits2", "onnx", "yes", "1/1"]
-    assert lines["keeper"][:4] == ["keeper", "python", "yes", "2/2"]
+    assert lines["digits2"][:5] == ["digits2", "onnx", "process", "yes", "1/1"]
+    assert lines["keeper"][:5] == ["keeper", "python", "process", "yes", "2/2"]
 
     # Load from eas-prediction while the service is scaled 1 -> 3 -> 1 and rolled to v2.
     load = ReferenceLoad.start(gw.endpoint, "digits2", tmp)

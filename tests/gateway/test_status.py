@@ -26,6 +26,7 @@ def test_the_text_form_shows_every_figure() -> None:
         "services": [
             {"name": "svc", "processor": "onnx", "async": True, "ready": False, "rate_rps": 12.5,
              "p50_ms": 1.234, "p99_ms": None, "error_rate": 0.25, "requests_total": 99, "restarts": 2,
+             "placement": "process", "placement_reason": "auto: autoscale needs worker processes",
              "workers": [{"id": 0, "pid": 7, "state": "backoff", "outstanding": 1, "restarts": 2}],
              "queues": {"svc": {"length": 4, "pending": 1, "lag": 3, "consumers": 1}}},
         ],
@@ -34,5 +35,6 @@ def test_the_text_form_shows_every_figure() -> None:
     assert "gateway 1.2.3, up 42 s; rates over the last 5 s" in text
     row = next(line for line in text.splitlines() if line.startswith("svc"))
     assert row.split() == ["svc", "onnx*", "NO", "12.5", "1.23", "-", "25.0", "99", "2"]
+    assert "    placement: process (auto: autoscale needs worker processes)" in text
     assert "    worker 0: pid 7, backoff, 1 in flight, 2 restarts" in text
     assert "    queue svc: depth 4, pending 1, lag 3, 1 consumers" in text
