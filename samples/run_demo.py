@@ -122,6 +122,10 @@ def main() -> int:
         "--port", type=int, default=None, help="listen port (default: services.yaml; demo: free port)"
     )
     args = ap.parse_args()
+    # Ctrl-C stops the demo however it was started: a shell that starts a command in the
+    # background (`&`, nohup) hands it SIGINT ignored, and Python then raises no
+    # KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_stopped)
     signal.signal(signal.SIGHUP, _raise_stopped)
     try:
