@@ -135,9 +135,12 @@ class GatewayProcess:
         timeout: float = 60.0,
         serve_args: tuple[str, ...] | None = None,
         host: str = "127.0.0.1",
+        python: str | None = None,
     ) -> GatewayProcess:
         """``serve_args`` replaces ``--config FILE`` (``--model``, ``--model-repository``);
-        ``host`` other than loopback needs ``env={"EASGW_LOOPBACK_ONLY": "0"}``."""
+        ``host`` other than loopback needs ``env={"EASGW_LOOPBACK_ONLY": "0"}``; ``python``:
+        the interpreter to run it with (default this one; another environment needs the
+        checkout on its path, ``env={"PYTHONPATH": str(ROOT)}``, where easkit is not installed)."""
         workdir.mkdir(parents=True, exist_ok=True)
         if serve_args is not None:
             path = None
@@ -163,7 +166,7 @@ class GatewayProcess:
             full_env.update(env)
         what = ["--config", str(path)] if serve_args is None else list(serve_args)
         argv = [
-            sys.executable, "-m", "gateway", "serve", *what,
+            python or sys.executable, "-m", "gateway", "serve", *what,
             "--host", host, "--port", "0", "--port-file", str(port_file),
             "--log-level", log_level, *extra_args,
         ]  # fmt: skip
