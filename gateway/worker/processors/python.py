@@ -105,13 +105,8 @@ class PythonProcessor(Processor):
 
     def handle(self, req: WorkerRequest) -> WorkerResponse:
         if self._kserve is not None:
-            if req.header("X-Eas-Request-Format"):
-                raise ProcessorError(
-                    "a kserve.Model is served over KServe V1 (:predict, :explain) and EAS calls; "
-                    "V2 tensors need the inputs declared (docs/processors.md)",
-                    404,
-                    "NotFound",
-                )
+            if req.header("X-Eas-Request-Format"):  # a V2 call's tensors (REST or gRPC)
+                return self._kserve.call_tensors(req.body, req.headers)
             verb = EXPLAIN if req.header(VERB_HEADER) == EXPLAIN else "predict"
             return self._kserve.call(req.body, req.headers, verb)
         if self._binding is not None:
