@@ -81,6 +81,29 @@ def _get(url: str, ctx: ssl.SSLContext, headers: dict[str, str] | None = None) -
         return exc.code, json.loads(exc.read() or b"null")
 
 
+def _start_worker(
+    base: str, model: Path, cert_key: tuple[str, str], ca: str, log: Path
+) -> subprocess.Popen[bytes]:
+    """``eas-gateway worker`` serving digits for the gateway at ``base``, its RPC port and its
+    registration on TLS with ``cert_key`` and the CA file ``ca``; its output in ``log``."""
+    argv = [
+        sys.executable, "-m", "gateway", "worker", "--gateway", base, "--service", "digits",
+        "--host", "127.0.0.1", "--heartbeat", "0.3", "--model", str(model),
+        "--tls-cert", cert_key[0], "--tls-key", cert_key[1], "--tls-ca", ca,
+    ]  # fmt: skip
+    env = {**os.environ, "EAS_WORKER_TOKEN": WORKER_TOKEN, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _remote_worker(base: str, pki: Pki) -> tuple[str, str]:
+    """The host and RPC port of the one remote worker the gateway lists."""
+    _, body = _get(f"{base}/api/services", pki.client_ctx())
+    (worker,) = [w for w in body["services"][0]["workers"] if w.get("remote")]
+    host, port = worker["remote"].removeprefix("tcp://").rsplit(":", 1)
+    return host, port
+
+
 def _wait_ready(base: str, ctx: ssl.SSLContext, name: str = "digits") -> None:
     def ready() -> bool:
         status, body = _get(f"{base}/readyz?service={name}", ctx)
@@ -274,21 +297,12 @@ def test_remote_workers_over_mutual_tls(
     gw = gateway_factory(cfg)
     base = f"https://127.0.0.1:{gw.port}"
     log = tmp_path / "worker.log"
-    argv = [
-        sys.executable, "-m", "gateway", "worker", "--gateway", base, "--service", "digits",
-        "--host", "127.0.0.1", "--heartbeat", "0.3", "--model", str(digits_model),
-        "--tls-cert", worker_side[0], "--tls-key", worker_side[1], "--tls-ca", ca,
-    ]  # fmt: skip
-    env = {**os.environ, "EAS_WORKER_TOKEN": WORKER_TOKEN, "PYTHONUNBUFFERED": "1"}
-    with log.open("ab") as out:
-        agent = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    agent = _start_worker(base, digits_model, worker_side, ca, log)
     try:
         _wait_ready(base, pki.client_ctx())
         with PredictClient(base, "digits", token=TOKEN, ca_certs=ca) as client:
             assert len(client.predict(_tf()).get_values("probabilities")) == 10
-        _, body = _get(f"{base}/api/services", pki.client_ctx())
-        (worker,) = [w for w in body["services"][0]["workers"] if w.get("remote")]
-        host, port = worker["remote"].removeprefix("tcp://").rsplit(":", 1)
+        host, port = _remote_worker(base, pki)
 
         # The worker's RPC port keeps a connection that presented a certificate of the CA
         # (waiting for its first frame) and drops one that presented none.
@@ -346,19 +360,10 @@ def test_remote_worker_tls_files_are_loaded_again_on_sighup(
     gw = gateway_factory(cfg)
     base = f"https://127.0.0.1:{gw.port}"
     log = tmp_path / "worker.log"
-    argv = [
-        sys.executable, "-m", "gateway", "worker", "--gateway", base, "--service", "digits",
-        "--host", "127.0.0.1", "--heartbeat", "0.3", "--model", str(digits_model),
-        "--tls-cert", files["worker"][0], "--tls-key", files["worker"][1], "--tls-ca", ca,
-    ]  # fmt: skip
-    env = {**os.environ, "EAS_WORKER_TOKEN": WORKER_TOKEN, "PYTHONUNBUFFERED": "1"}
-    with log.open("ab") as out:
-        agent = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    agent = _start_worker(base, digits_model, files["worker"], ca, log)
     try:
         _wait_ready(base, pki.client_ctx())
-        _, body = _get(f"{base}/api/services", pki.client_ctx())
-        (worker,) = [w for w in body["services"][0]["workers"] if w.get("remote")]
-        host, port = worker["remote"].removeprefix("tcp://").rsplit(":", 1)
+        host, port = _remote_worker(base, pki)
         old_ca = pki.client_ctx(files["gateway"])
         assert _rpc_handshake(host, int(port), old_ca)
 

@@ -91,11 +91,17 @@ async def test_a_reload_takes_the_new_certificate_in_the_same_context(tmp_path: 
         await server.wait_closed()
 
 
-def test_a_client_context_presents_its_certificate_and_trusts_the_ca(tmp_path: Path) -> None:
+def _client_files(tmp_path: Path) -> tuple[trustme.CA, Path, str, str]:
+    """A CA (and its file) and a client certificate and key it issued."""
     ca = trustme.CA()
     ca_file = tmp_path / "ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
     cert, key = _files(tmp_path, ca, "client")
+    return ca, ca_file, cert, key
+
+
+def test_a_client_context_presents_its_certificate_and_trusts_the_ca(tmp_path: Path) -> None:
+    _, ca_file, cert, key = _client_files(tmp_path)
     ctx = client_context(TlsConfig(cert, key, str(ca_file), "required"))
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
     with pytest.raises(TlsError):
@@ -157,10 +163,7 @@ async def test_a_reload_replaces_the_trusted_client_ca_and_open_connections_go_o
 
 
 def test_a_client_reload_takes_new_files_for_the_next_connections(tmp_path: Path) -> None:
-    ca = trustme.CA()
-    ca_file = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    cert, key = _files(tmp_path, ca, "client")
+    ca, ca_file, cert, key = _client_files(tmp_path)
     link = ClientTls(TlsConfig(cert, key, str(ca_file), "required"))
     first = link.context
     Path(key).write_text("broken\n")
