@@ -157,10 +157,14 @@ def test_redis_restarted_without_its_data(make_cluster: Callable[..., Cluster]) 
     _events, faults, rep = _run(cluster, steps)
     _report("redis without persistence", rep, faults)
     _assert_sound(rep)
-    # The consumer's backlog is gone, counted apart from any loss, and the gateway said so.
+    # The consumer's backlog is gone, counted apart from any loss, and the gateway said so:
+    # its lease vanished (Redis back before the lease would have run out), or ran out while
+    # Redis was down (a slow restart on a busy machine); either way it served the queues
+    # again from what Redis held.
     assert rep.lost_documented, "nothing was held when Redis restarted: the backlog never formed"
     logs = cluster.procs["gw1"].tail(1 << 20) + cluster.procs["gw2"].tail(1 << 20)
-    assert "vanished while this gateway held it" in logs
+    said = ("vanished while this gateway held it", "expired while Redis was unreachable")
+    assert any(s in logs for s in said), logs[-3000:]
 
 
 @pytest.mark.fault
