@@ -45,13 +45,13 @@ class ServiceGroups(dict[str, Traffic]):
             resp.headers = {**(resp.headers or {}), MEMBER_HEADER: member}
 
 
-def refuse_group(groups: Mapping[str, Traffic], name: str, what: str) -> None:
+def refuse_group(groups: ServiceGroups, name: str, what: str) -> None:
     """400 when ``name`` is a group: ``what`` is the call a group cannot take (a group has no
     workers of its own: direct-mode discovery, a remote worker's registration)."""
     if name in groups:
         raise errors.WrongServiceKind(
             f"{name!r} is a service group, which {what}: call the group through the gateway "
-            f"(/api/predict/{name}), or name one of its members ({', '.join(m for m, _ in groups[name])})"
+            f"(/api/predict/{name}), or name one of its members ({', '.join(groups.member_names(name))})"
         )
 
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 
 from gateway.config import ServiceConfig
 from gateway.config.catalog import MODEL_PROCESSORS
-from gateway.config.traffic import Traffic
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
+from gateway.core.groups import ServiceGroups
 from gateway.core.metadata import KSERVE_PLATFORM, ModelMetadata
 
 # Kinds whose calls are tensors by nature.
@@ -67,7 +67,7 @@ def not_served(svc: ServiceConfig, name: str) -> str:
 
 
 def group_models(
-    groups: Mapping[str, Traffic],
+    groups: ServiceGroups,
     services: Mapping[str, ServiceConfig],
     backends: Mapping[str, ServiceBackend],
     name: str,
@@ -83,7 +83,8 @@ def group_models(
     if version:
         raise errors.NotFound(
             f"model {name!r} is a service group: it has no version {version[:32]!r} of its own; "
-            f"name the version with X-Model-Version, or call a member ({', '.join(m for m, _ in split)})"
+            "name the version with X-Model-Version, or call a member "
+            f"({', '.join(groups.member_names(name))})"
         )
     members = []
     for member, _ in split:
