@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,7 @@ class InferCall:
     inputs: dict[str, np.ndarray]
     outputs: tuple[str, ...]
     typed: bool  # the inputs came as typed contents: answer in kind
+    parameters: dict[str, Any] = field(default_factory=dict)  # the request's, as plain values
 
 
 def parse_infer(req: pb.ModelInferRequest) -> InferCall:
@@ -93,7 +94,11 @@ def parse_infer(req: pb.ModelInferRequest) -> InferCall:
         if o.name in outputs:
             raise TensorError(f"output '{o.name}': requested twice")
         outputs.append(o.name)
-    return InferCall(inputs, tuple(outputs), typed=not raw)
+    params = {}
+    for key, value in req.parameters.items():  # one of bool, int64, string, double, uint64
+        which = value.WhichOneof("parameter_choice")
+        params[key] = getattr(value, which) if which else None
+    return InferCall(inputs, tuple(outputs), typed=not raw, parameters=params)
 
 
 def _from_contents(t: Any, where: str) -> np.ndarray:

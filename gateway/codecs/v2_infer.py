@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ class InferRequest:
     inputs: dict[str, np.ndarray]
     outputs: tuple[RequestedOutput, ...]  # in the order asked; empty: all, in the model's order
     binary_output: bool = False
+    parameters: Mapping[str, Any] = field(default_factory=dict)  # the request's, as sent
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -137,9 +138,8 @@ def parse_request(body: bytes, binary_header: str | None = None) -> InferRequest
         raise KServeRequestError('"id" must be a string')
     # Absent parameters and outputs (most calls) skip their checks' calls.
     params = doc.get("parameters")
-    binary_output = params is not None and bool(
-        _flag(_params(params, "request"), "binary_data_output", "request")
-    )
+    request_params = _params(params, "request") if params is not None else {}
+    binary_output = bool(request_params) and bool(_flag(request_params, "binary_data_output", "request"))
     raw_inputs = doc.get("inputs")
     if not isinstance(raw_inputs, list) or not raw_inputs:
         raise KServeRequestError('"inputs" must be a non-empty list')
@@ -174,7 +174,8 @@ def parse_request(body: bytes, binary_header: str | None = None) -> InferRequest
             inputs[name] = json_tensor(t.get("data"), datatype, shape, where)
     section.finish()
     outputs = doc.get("outputs")
-    return InferRequest(rid, inputs, () if outputs is None else _outputs(outputs), binary_output)
+    asked = () if outputs is None else _outputs(outputs)
+    return InferRequest(rid, inputs, asked, binary_output, request_params)
 
 
 def _outputs(raw: Any) -> tuple[RequestedOutput, ...]:

@@ -15,6 +15,7 @@ request, and answers with the output arrays, so neither side encodes anything.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -67,6 +68,21 @@ RESPONSE_FORMAT_HEADER = "X-Eas-Response-Format"
 # says it explains.
 VERB_HEADER = "X-Eas-Verb"
 EXPLAIN = "explain"
+# A V2 call's own ``id`` and request ``parameters`` (a JSON object), as request headers for
+# the processor: user code that reads them (a kserve.Model gets them in its InferRequest).
+# Sent only when the call has them; a tensor call carries nothing else of its V2 envelope.
+INFER_ID_HEADER = "X-Infer-Id"
+INFER_PARAMETERS_HEADER = "X-Infer-Parameters"
+
+
+def infer_call_headers(call_id: str | None, parameters: Mapping[str, object]) -> dict[str, str]:
+    """The request headers that carry a V2 call's ``id`` and ``parameters`` to its processor."""
+    headers: dict[str, str] = {}
+    if call_id:
+        headers[INFER_ID_HEADER] = call_id
+    if parameters:
+        headers[INFER_PARAMETERS_HEADER] = json.dumps(parameters, separators=(",", ":"))
+    return headers
 
 
 @dataclass(slots=True)
@@ -87,6 +103,8 @@ class TensorResponse(WorkerResponse):
 
 __all__ = [
     "EXPLAIN",
+    "INFER_ID_HEADER",
+    "INFER_PARAMETERS_HEADER",
     "RESPONSE_FORMAT_HEADER",
     "TENSORS",
     "VERB_HEADER",
@@ -94,4 +112,5 @@ __all__ = [
     "TensorResponse",
     "WorkerRequest",
     "WorkerResponse",
+    "infer_call_headers",
 ]

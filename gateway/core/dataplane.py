@@ -334,7 +334,9 @@ class DataPlane:
         the call is authenticated and budgeted; ``body``: None when the transport decoded the
         call already (gRPC: no bytes to sign); ``runs``: the service whose backend serves the
         model's version asked for (default ``service``); ``deadline``: the transport's own
-        (gRPC), seconds left, instead of ``X-Eas-Deadline-Ms``. -> (the call, the output
+        (gRPC), seconds left, instead of ``X-Eas-Deadline-Ms``; ``extra`` is read once
+        ``decode`` has run, so a decode may add headers of the call's own (its V2 ``id`` and
+        ``parameters``, gateway.core.calls.infer_call_headers). -> (the call, the output
         arrays; see :meth:`_tensors` for ``declared``, ``extra`` and ``answer_headers``)."""
         svc = service if isinstance(service, ServiceConfig) else self.find_model(service)
         data, deadline = await self._take_body(svc, headers, body, deadline)

@@ -22,6 +22,7 @@ from gateway.codecs import kserve as proto
 from gateway.codecs import v2_infer, v2_tensors
 from gateway.config import ServiceConfig
 from gateway.core import errors, json_answer
+from gateway.core.calls import infer_call_headers
 from gateway.core.dataplane import Body, DataPlane
 from gateway.core.metadata import ModelMetadata, misfit
 from gateway.core.parse_pool import parse_off_loop
@@ -59,6 +60,7 @@ async def infer(
     the caller's headers a backend reads, ``answer_headers``: filled with the backend's own
     (a pipeline's timings, see gateway.backends.pipelines.timings)."""
     binary_header = headers.get(proto.BINARY_HEADER)
+    call_headers = dict(extra) if extra else {}
     # When one backend runs the call (the version the path names, or a model without
     # versions), what its workers' signature refuses is refused here, before it is sent.
     signature = meta if runs is not None or not svc.versions else None
@@ -72,6 +74,8 @@ async def infer(
         refused = misfit(signature, {name: (a.dtype, a.shape) for name, a in req.inputs.items()})
         if refused is not None:
             raise proto.KServeRequestError(refused)
+        if req.id or req.parameters:  # for the processor: read once this decode has run
+            call_headers.update(infer_call_headers(req.id, req.parameters))
         return req, req.inputs, req.output_names
 
     # No signature yet (no worker was ever ready): the call goes on, and the pool answers
@@ -81,7 +85,7 @@ async def infer(
         answer_headers = {}
     req, arrays = await plane.tensors_call(
         svc, headers, raw_path, body, decode, runs=runs, request_id=request_id, arrived=arrived,
-        declared=declared, extra=extra, answer_headers=answer_headers,
+        declared=declared, extra=call_headers, answer_headers=answer_headers,
     )  # fmt: skip
     # The outputs' size can follow the client's shapes: refused before the answer is built
     # past the limit; a large one written in a thread (it takes the GIL a block at a time).

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,11 @@ class Scaler(Model):
             # What the model was handed: each input's name, datatype, shape and data type.
             described = [f"{i.name}:{i.datatype}:{i.shape}:{type(i.data).__name__}" for i in payload.inputs]
             seen.set_data_from_numpy(np.array(described, dtype=object), binary_data=False)
-            outputs = [o for o in (y, seen) if not asked or o.name in asked]
+            # The call's own id and parameters, as the model got them.
+            call = InferOutput("call", [2], "BYTES")
+            params = json.dumps(payload.parameters or {}, sort_keys=True)
+            call.set_data_from_numpy(np.array([str(payload.id), params], dtype=object), binary_data=False)
+            outputs = [o for o in (y, seen, call) if not asked or o.name in asked]
             return InferResponse(payload.id, payload.model_name, outputs)
         return {"predictions": [[v * self.factor for v in row] for row in payload["instances"]]}
 

@@ -37,6 +37,7 @@ from gateway.codecs.v2_tensors import DATATYPES
 from gateway.config import ServiceConfig
 from gateway.config.versions import version_key
 from gateway.core import errors
+from gateway.core.calls import infer_call_headers
 from gateway.core.logs import ACCESS_LOGGER, log_access
 from gateway.core.metadata import ModelMetadata
 from gateway.core.traffic import VERSION_HEADER
@@ -345,6 +346,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         started = time.perf_counter()
         svc, runs, version = self._model(request.model_name, request.model_version)
         status = 500
+        call_headers: dict[str, str] = {}
 
         async def decode(_: bytes) -> tuple[v2_grpc.InferCall, Mapping[str, np.ndarray], Sequence[str]]:
             # The call came decoded from protobuf: its tensors are read now, once authenticated.
@@ -352,6 +354,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 call = await asyncio.to_thread(v2_grpc.parse_infer, request)  # a Python loop per element
             else:
                 call = v2_grpc.parse_infer(request)  # numeric tensors: views, no loop
+            if request.id or call.parameters:  # for the processor: read once this decode has run
+                call_headers.update(infer_call_headers(request.id, call.parameters))
             return call, call.inputs, call.outputs
 
         try:
@@ -359,16 +363,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             declared = None
             if meta is not None:
                 declared = {t.name: DATATYPES[t.datatype] for t in meta.outputs if t.datatype in DATATYPES}
-            extra = None
             if answer_headers is not None:
-                extra = timings_asked(dict(context.invocation_metadata() or ()))
+                call_headers.update(timings_asked(dict(context.invocation_metadata() or ())) or {})
             else:
                 answer_headers = {}
             # A call that names no version: the dataplane picks it (the traffic split).
             pins = runs if request.model_version else None
             call, arrays = await self.plane.tensors_call(
                 svc, auth_headers(context), "", None, decode, runs=pins, request_id=rid,
-                arrived=arrived, deadline=context.time_remaining(), declared=declared, extra=extra,
+                arrived=arrived, deadline=context.time_remaining(), declared=declared, extra=call_headers,
                 answer_headers=answer_headers,
             )  # fmt: skip
             version = answer_headers.get(VERSION_HEADER, version)  # the one that served it

@@ -14,11 +14,13 @@ the request's headers, so a transformer's default ``predict`` reaches its
 A V2 call (REST, JSON or binary, and gRPC ModelInfer) reaches it as KServe's V2 endpoints
 hand one over: an ``InferRequest`` (kserve.protocol.infer_type) named after the model, each
 input an ``InferInput`` with its name, datatype and shape, its ``data`` a flat list (text
-for BYTES) and ``as_numpy()`` the array, the outputs asked for as ``request_outputs``. It
-answers an ``InferResponse`` or a V2 response dict; its outputs go back by name, datatype
-and shape. An exception answers as KServe's error handlers answer it: ``InvalidInput`` 400,
-``ModelNotFound`` 404, ``NotImplementedError`` 501, anything else 500 naming its type. Its
-V2 metadata lists what ``get_input_types()`` and ``get_output_types()`` return, as KServe's.
+for BYTES) and ``as_numpy()`` the array, the outputs asked for as ``request_outputs``, the
+call's ``id`` and ``parameters`` as the client sent them (gRPC's as plain values, as REST's;
+no ``id``, None, as under KServe). It answers an ``InferResponse`` or a V2
+response dict; its outputs go back by name, datatype and shape. An exception, V1 or V2,
+answers as KServe's error handlers answer it: ``InvalidInput`` 400, ``ModelNotFound`` 404,
+``NotImplementedError`` 501, an HTTP exception its own status, anything else 500 naming its
+type. Its V2 metadata lists what ``get_input_types()`` and ``get_output_types()`` return, as KServe's.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from eas_sdk.codecs import eas
-from gateway.core.calls import EXPLAIN, WorkerResponse
+from gateway.core.calls import EXPLAIN, INFER_ID_HEADER, INFER_PARAMETERS_HEADER, WorkerResponse
 from gateway.core.metadata import KSERVE_PLATFORM, ModelMetadata
 from gateway.worker.processors.base import LoadError, ProcessorError
 
@@ -118,10 +120,7 @@ class KServeModel:
         try:
             result, _ = self._await(self.model(payload, headers=lowered, verb=self._verbs[verb]))
         except Exception as exc:
-            status = getattr(exc, "status_code", None)
-            code = status if isinstance(status, int) and 400 <= status <= 599 else 400
-            message = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            raise ProcessorError(message, code, "ProcessorError") from None
+            raise _as_kserve_answers(_kserve("errors"), exc) from None
         if isinstance(result, (bytes, bytearray)):
             return WorkerResponse(200, bytes(result), "application/octet-stream")
         try:
@@ -150,9 +149,14 @@ class KServeModel:
         except Exception as exc:  # an element KServe cannot carry (text that is not UTF-8)
             raise ProcessorError(f"{type(exc).__name__}: {exc}") from None
         asked = [infer_type.RequestedOutput(n) for n in decoded.output_names] or None
+        # The call's own id and parameters, as KServe's endpoints hand them over (gRPC's
+        # parameters as plain values, as REST's).
+        call_id = lowered.get(INFER_ID_HEADER.lower())
+        params = lowered.get(INFER_PARAMETERS_HEADER.lower())
         request = infer_type.InferRequest(
-            self.model.name, inputs, request_id=lowered.get("x-request-id"), request_outputs=asked
-        )
+            self.model.name, inputs, request_id=call_id, request_outputs=asked,
+            parameters=json.loads(params) if params else None,
+        )  # fmt: skip
         try:
             result, _ = self._await(self.model(request, headers=lowered, verb=self._verbs["predict"]))
         except Exception as exc:
@@ -248,6 +252,12 @@ def _as_kserve_answers(errors: Any, exc: Exception) -> ProcessorError:
         return ProcessorError(str(exc), 503, "ProcessorError")
     if isinstance(exc, errors.InferenceError):
         return ProcessorError(str(exc), 500, "ProcessorError")
+    # An HTTP error of the web framework (FastAPI's HTTPException) answers with its status and
+    # detail, as under KServe's server; anything else is a 500 naming its type.
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and 400 <= status <= 599:
+        detail = getattr(exc, "detail", None)
+        return ProcessorError(str(detail if detail is not None else exc), status, "ProcessorError")
     return ProcessorError(f"{type(exc).__name__} : {exc}", 500, "ProcessorError")
 
 

@@ -52,7 +52,8 @@ async def main(base: str, grpc_host: str, token: str) -> dict[str, Any]:
     async with InferenceRESTClient(RESTConfig(protocol="v2")) as client:
         res["rest_ready"] = await client.is_model_ready(base, "scaler", headers=headers)
         for call, binary in (("rest_json", False), ("rest_binary", True)):
-            req = InferRequest("scaler", [x_input(binary)], request_id=f"{call}-7")
+            params = {"tag": call, "top": 3}
+            req = InferRequest("scaler", [x_input(binary)], request_id=f"{call}-7", parameters=params)
             res[call] = answer(await client.infer(base, req, "scaler", headers=dict(headers)))
         asked = InferRequest("scaler", [x_input(False)], request_outputs=[RequestedOutput("y")])
         res["rest_asked"] = answer(await client.infer(base, asked, "scaler", headers=dict(headers)))
@@ -71,7 +72,8 @@ async def main(base: str, grpc_host: str, token: str) -> dict[str, Any]:
     async with InferenceGRPCClient(grpc_host) as client:
         metadata = (("authorization", headers["Authorization"]),)
         res["grpc_ready"] = await client.is_model_ready("scaler", headers=metadata)
-        req = InferRequest("scaler", [x_input(False)], request_id="grpc-9")
+        params = {"tag": "grpc", "top": 3, "exact": True}
+        req = InferRequest("scaler", [x_input(False)], request_id="grpc-9", parameters=params)
         res["grpc"] = answer(await client.infer(req, headers=metadata))
         for call, model, inputs in (
             ("grpc_refused", "scaler", [x_input(False, "INT32", X.astype(np.int32))]),

@@ -31,6 +31,20 @@ def test_raw_inputs_are_read_with_their_datatypes_and_shapes() -> None:
     np.testing.assert_array_equal(call.inputs["x"], x)
     assert call.inputs["y"].dtype == np.int64 and call.inputs["y"].tolist() == [[1, -2]]
     assert call.inputs["s"].tolist() == [b"a", b"\xff\x00", b""]
+    assert call.parameters == {}
+
+
+def test_the_request_parameters_become_plain_values() -> None:
+    req = raw_request(x=np.zeros(1, dtype=np.float32))
+    req.parameters["top"].int64_param = 3
+    req.parameters["mode"].string_param = "fast"
+    req.parameters["exact"].bool_param = True
+    req.parameters["cut"].double_param = 0.5
+    req.parameters["big"].uint64_param = 2**63
+    req.parameters["unset"].Clear()
+    call = v2_grpc.parse_infer(req)
+    want = {"top": 3, "mode": "fast", "exact": True, "cut": 0.5, "big": 2**63, "unset": None}
+    assert call.parameters == want
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,14 @@ def test_json_request_becomes_arrays_in_the_declared_dtypes() -> None:
     assert n.dtype == np.int64 and n.tolist() == [-1, 1 << 40]
     assert s.dtype == object and s.tolist() == ["héllo".encode()]
     assert b.dtype == np.bool_ and b.tolist() == [True, False]
+    assert req.parameters == {}
+
+
+def test_the_request_parameters_are_kept_as_sent() -> None:
+    x = [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]
+    params = {"binary_data_output": True, "top": 3, "mode": "fast", "cut": 0.5}
+    req = proto.parse_request(_v2(x, parameters=params))
+    assert req.binary_output and req.parameters == params
 
 
 def test_binary_inputs_are_views_over_the_body_and_mix_with_json() -> None:
