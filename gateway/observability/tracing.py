@@ -28,14 +28,15 @@ it to the same endpoint, and joined to the trace by the ``traceparent`` in the c
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
 from multidict import CIMultiDict
+from opentelemetry import context as otel_context
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.config import GatewayConfig, ServiceConfig
@@ -46,6 +47,57 @@ from gateway.core.dataplane import DataPlane
 from gateway.core.tracing import make_provider, parent_sampled
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+
+class _Scope:
+    """One span for the length of a ``with`` block. The SDK's ``start_as_current_span`` nests
+    three context managers for this; a traced call makes several spans, so one object does
+    it: start, make current (``current``), and on the way out the error's status, then end."""
+
+    __slots__ = ("attributes", "context", "current", "kind", "name", "span", "token", "tracer")
+
+    def __init__(
+        self,
+        tracer: Any,
+        name: str,
+        kind: SpanKind,
+        context: Context | None,
+        attributes: dict[str, Any],
+        current: bool,
+    ) -> None:
+        self.tracer = tracer
+        self.name = name
+        self.kind = kind
+        self.context = context
+        self.attributes = attributes
+        self.current = current
+        self.token: object = None
+
+    def __enter__(self) -> Any:
+        span = self.tracer.start_span(
+            self.name, self.context, self.kind, self.attributes, record_exception=False,
+            set_status_on_exception=False,
+        )  # fmt: skip
+        self.span = span
+        if self.current:
+            self.token = otel_context.attach(set_span_in_context(span))
+        return span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        span = self.span
+        try:
+            if isinstance(exc, errors.GatewayError):
+                span.set_attribute("easkit.status", exc.status)
+                span.set_attribute("easkit.error", exc.code)
+                if exc.status >= 500:
+                    span.set_status(Status(StatusCode.ERROR, exc.message[:200]))
+            elif isinstance(exc, Exception):
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        finally:
+            if self.current:
+                otel_context.detach(self.token)  # type: ignore[arg-type]
+            span.end()
 
 
 class Tracing:
@@ -70,28 +122,17 @@ class Tracing:
             return None
         return _PROPAGATOR.extract(headers)
 
-    @contextmanager
     def span(
         self, name: str, kind: SpanKind = SpanKind.INTERNAL, context: Context | None = None, **attributes: Any
-    ) -> Iterator[Any]:
+    ) -> _Scope:
         """A span, current while the block runs: a GatewayError sets its status (an error
         from 500 on) and the ``easkit.status`` attribute."""
-        with self.tracer.start_as_current_span(
-            name, context=context, kind=kind, attributes=attributes, record_exception=False,
-            set_status_on_exception=False,
-        ) as span:  # fmt: skip
-            try:
-                yield span
-            except errors.GatewayError as exc:
-                span.set_attribute("easkit.status", exc.status)
-                span.set_attribute("easkit.error", exc.code)
-                if exc.status >= 500:
-                    span.set_status(Status(StatusCode.ERROR, exc.message[:200]))
-                raise
-            except Exception as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                raise
+        return _Scope(self.tracer, name, kind, context, attributes, True)
+
+    def leaf(self, name: str, **attributes: Any) -> _Scope:
+        """A span with no children (made under the current one, and never current itself:
+        a step that calls nothing traced spares the context's switch)."""
+        return _Scope(self.tracer, name, SpanKind.INTERNAL, None, attributes, False)
 
     def shutdown(self) -> None:
         """Send what is held, then stop."""
@@ -109,7 +150,7 @@ class TracedAdmission(Admission):
     def enter(self, service: str) -> None:
         if not _recording():
             return super().enter(service)
-        with self.tracing.span("admission", **{"easkit.inflight": self.inflight[service]}):
+        with self.tracing.leaf("admission", **{"easkit.inflight": self.inflight[service]}):
             return super().enter(service)
 
 
@@ -218,7 +259,7 @@ class TracedDataPlane(DataPlane):
     def _hold_body(self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int) -> BodyHold:
         if not _recording():
             return super()._hold_body(svc, headers, nbytes)
-        with self.tracing.span("admission", **{"easkit.body_bytes": nbytes}):
+        with self.tracing.leaf("admission", **{"easkit.body_bytes": nbytes}):
             return super()._hold_body(svc, headers, nbytes)
 
     def _authenticate(
@@ -226,7 +267,7 @@ class TracedDataPlane(DataPlane):
     ) -> None:
         if not svc.tokens or not _recording():
             return super()._authenticate(svc, headers, raw_path, body, key)
-        with self.tracing.span("auth"):
+        with self.tracing.leaf("auth"):
             return super()._authenticate(svc, headers, raw_path, body, key)
 
     def _verify_token(self, svc: ServiceConfig, headers: Mapping[str, str], auth: str, key: str) -> None:
@@ -234,7 +275,7 @@ class TracedDataPlane(DataPlane):
         # never runs for that call: this check is the call's auth span then.
         if not _recording():
             return super()._verify_token(svc, headers, auth, key)
-        with self.tracing.span("auth"):
+        with self.tracing.leaf("auth"):
             return super()._verify_token(svc, headers, auth, key)
 
     async def _dispatch(
