@@ -31,6 +31,7 @@ import random
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from multidict import CIMultiDict
@@ -49,29 +50,20 @@ from gateway.core.tracing import make_provider, parent_sampled
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
+@dataclass(slots=True)
 class _Scope:
     """One span for the length of a ``with`` block. The SDK's ``start_as_current_span`` nests
     three context managers for this; a traced call makes several spans, so one object does
     it: start, make current (``current``), and on the way out the error's status, then end."""
 
-    __slots__ = ("attributes", "context", "current", "kind", "name", "span", "token", "tracer")
-
-    def __init__(
-        self,
-        tracer: Any,
-        name: str,
-        kind: SpanKind,
-        context: Context | None,
-        attributes: dict[str, Any],
-        current: bool,
-    ) -> None:
-        self.tracer = tracer
-        self.name = name
-        self.kind = kind
-        self.context = context
-        self.attributes = attributes
-        self.current = current
-        self.token: object = None
+    tracer: Any
+    name: str
+    kind: SpanKind
+    context: Context | None
+    attributes: dict[str, Any]
+    current: bool
+    span: Any = None
+    token: object = None
 
     def __enter__(self) -> Any:
         span = self.tracer.start_span(
