@@ -82,17 +82,27 @@ def gateway_env() -> dict[str, str]:
     return dict(os.environ, PYTHONUNBUFFERED="1", EASGW_LOG_LEVEL="WARNING", OMP_NUM_THREADS="1")
 
 
+# The dynamic batching of the ``-batch`` services: greedy (a lone call never waits), so a call
+# at c=1 runs as it would unbatched and under load the calls queued meanwhile share a run.
+BATCHING = "    batching: {max_batch_size: 256, max_latency_ms: 0}\n"
+
+
 def start_services(
-    work: Path, models: dict[Model, Path], extra: dict[Model, str] | None = None
+    work: Path, models: dict[Model, Path], extra: dict[Model, str] | None = None, *, batched: bool = False
 ) -> tuple[str, Child]:
     """A gateway serving each model twice, ``<runtime>-<size>`` on one worker process and
-    ``<runtime>-<size>-thread`` in the gateway's threads (``extra``: more lines of a model's
-    services), from ``WORK/models``: its base URL and the child, once every service is ready."""
+    ``<runtime>-<size>-thread`` in the gateway's threads, and with ``batched`` a third time,
+    ``<runtime>-<size>-batch``: in the gateway's threads with dynamic batching (``extra``:
+    more lines of a model's services), from ``WORK/models``: its base URL and the child, once
+    every service is ready."""
+    variants = [("", "process", ""), ("-thread", "thread", "")]
+    if batched:
+        variants.append(("-batch", "thread", BATCHING))
     services = "".join(
         f"  - name: {rt}-{size}{suffix}\n    token: {TOKEN}\n    processor: {rt}\n    model: {path}\n"
-        f"    workers: 1\n    placement: {placement}\n" + (extra or {}).get((rt, size), "")
+        f"    workers: 1\n    placement: {placement}\n" + more + (extra or {}).get((rt, size), "")
         for (rt, size), path in models.items()
-        for suffix, placement in (("", "process"), ("-thread", "thread"))
+        for suffix, placement, more in variants
     )
     cfg = work / "services.yaml"
     cfg.write_text(
@@ -102,7 +112,7 @@ def start_services(
     gw, addr = start_gateway(cfg, gateway_env())
     try:
         for rt, size in models:
-            for suffix in ("", "-thread"):
+            for suffix, _, _ in variants:
                 wait_http(f"http://{addr}/v2/models/{rt}-{size}{suffix}/ready", gw, timeout=300)
     except BaseException:
         gw.stop()
