@@ -21,8 +21,8 @@ from tests.gateway.queue.test_backend_conformance import LEASE_S, Store
 from tests.redis_server import RedisServer
 
 
-def _manager(tmp_path: Path, url: str, fsync: str = "normal") -> QueueManager:
-    cfg = queue_config(tmp_path / "data", ["a"], backend=url, fsync=fsync, owner_lease_s=LEASE_S)
+def _manager(tmp_path: Path, url: str, fsync: str = "normal", lease_s: float = LEASE_S) -> QueueManager:
+    cfg = queue_config(tmp_path / "data", ["a"], backend=url, fsync=fsync, owner_lease_s=lease_s)
     return QueueManager(parse_config(cfg))
 
 
@@ -182,9 +182,9 @@ async def test_a_restarted_gateway_at_the_same_address_serves_at_once(
     await m2.stop()
 
 
-async def _fenced(tmp_path: Path, url: str) -> tuple[QueueManager, RedisBackend]:
+async def _fenced(tmp_path: Path, url: str, lease_s: float = LEASE_S) -> tuple[QueueManager, RedisBackend]:
     """A started manager serving queue ``a``, and its backend, whose writes its lease fences."""
-    m = _manager(tmp_path, url)
+    m = _manager(tmp_path, url, lease_s=lease_s)
     await m.start()
     b = m.backend
     assert isinstance(b, RedisBackend) and b.fence is not None
@@ -255,22 +255,26 @@ async def test_ten_thousand_indexes_in_one_fenced_commit_and_delete(
     the script's unpack() can put on Lua's stack."""
     with redis_server.client(2) as c:
         c.flushdb()
-    m, b = await _fenced(tmp_path, redis_server.url(2))
-    n = 10_000
-    idxs = list(range(1, n + 1))
-    await b.add_group("a", "g", 1, {})
-    await b.add_group("a", "h", 1, {})
-    await b.put("a", _records(range(1, n + 1)), n + 1)
-    await b.ack("a", "g", idxs)
-    with redis_server.client(2) as c:
-        assert c.xlen("easq:a:records") == n and c.scard("easq:a:acks:g") == n
-    await b.delete("a", idxs, [f"rid-{i}" for i in idxs])
-    with redis_server.client(2) as c:
-        assert c.xlen("easq:a:records") == 0 and c.scard("easq:a:acks:g") == 0
-        [(stone_id, stone)] = c.xrange("easq:a:removed")
-        assert stone[b"n"] == str(n).encode() and len(json.loads(stone[b"p"])) == n
-    assert list(b._stones["a"]) == [(stone_id, n)]  # the tombstone's entry id was found
-    await m.stop()
+    # Packing ten thousand records holds the event loop: on a busy machine longer than the
+    # short lease the other tests use, and a lease that runs out fences the write (rightly).
+    m, b = await _fenced(tmp_path, redis_server.url(2), lease_s=30.0)
+    try:
+        n = 10_000
+        idxs = list(range(1, n + 1))
+        await b.add_group("a", "g", 1, {})
+        await b.add_group("a", "h", 1, {})
+        await b.put("a", _records(range(1, n + 1)), n + 1)
+        await b.ack("a", "g", idxs)
+        with redis_server.client(2) as c:
+            assert c.xlen("easq:a:records") == n and c.scard("easq:a:acks:g") == n
+        await b.delete("a", idxs, [f"rid-{i}" for i in idxs])
+        with redis_server.client(2) as c:
+            assert c.xlen("easq:a:records") == 0 and c.scard("easq:a:acks:g") == 0
+            [(stone_id, stone)] = c.xrange("easq:a:removed")
+            assert stone[b"n"] == str(n).encode() and len(json.loads(stone[b"p"])) == n
+        assert list(b._stones["a"]) == [(stone_id, n)]  # the tombstone's entry id was found
+    finally:
+        await m.stop()  # its Redis connections closed even when an assertion failed
 
 
 def _calls(c: redis.Redis) -> dict[str, int]:
