@@ -10,14 +10,16 @@ sampler). A call not traced costs a header lookup and that draw; its own ``trace
 if any, still reaches the worker unchanged. A traced call gives::
 
     predict <service>            SERVER  (tensors, arrays, queue, record: the entry call's kind)
-    ├── admission                        a body still arriving held against the gateway's budget (429)
+    │   event admission                  a body still arriving held against the gateway's budget
     ├── auth                             the token or EAS signature checked (a raw token is
     │                                    checked once: a call whose token was seen before, or
     │                                    checked as its headers came, ahead of the body, has none)
     └── worker <service>         CLIENT  the hop to the backend; its traceparent goes with the call
-        ├── admission                    the call counted against the service's calls in flight (429)
+        │   event admission              the call counted against the service's calls in flight
         ├── worker queue                 in the worker process: waiting for the compute thread
         └── model run                    in the worker process: the processor's run
+    (an admission takes no time: it is an event, with ``easkit.status`` 429 when it refused,
+    on the span it happened in; a span of its own would cost a traced call a sixth more)
     (a pipeline's steps: ``step <name>`` under the pipeline's hop; a step that calls another
     service has a ``call <service>`` under it, with that service's hop and worker spans)
 
@@ -37,7 +39,7 @@ from typing import Any
 from multidict import CIMultiDict
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode, get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.config import GatewayConfig, ServiceConfig
@@ -92,6 +94,24 @@ class _Scope:
             span.end()
 
 
+@dataclass(slots=True)
+class _Event:
+    """A decision that takes no time (admission: in, or 429), as an event on the span it
+    happened in rather than a span of its own: its attributes, and the status it refused with."""
+
+    span: Any
+    name: str
+    attributes: dict[str, Any]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, errors.GatewayError):
+            self.attributes["easkit.status"] = exc.status
+        self.span.add_event(self.name, self.attributes)
+
+
 class Tracing:
     """The gateway's tracer and its sampling decision."""
 
@@ -142,7 +162,7 @@ class TracedAdmission(Admission):
     def enter(self, service: str) -> None:
         if not _recording():
             return super().enter(service)
-        with self.tracing.leaf("admission", **{"easkit.inflight": self.inflight[service]}):
+        with _Event(get_current_span(), "admission", {"easkit.inflight": self.inflight[service]}):
             return super().enter(service)
 
 
@@ -251,7 +271,7 @@ class TracedDataPlane(DataPlane):
     def _hold_body(self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int) -> BodyHold:
         if not _recording():
             return super()._hold_body(svc, headers, nbytes)
-        with self.tracing.leaf("admission", **{"easkit.body_bytes": nbytes}):
+        with _Event(get_current_span(), "admission", {"easkit.body_bytes": nbytes}):
             return super()._hold_body(svc, headers, nbytes)
 
     def _authenticate(

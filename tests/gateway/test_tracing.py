@@ -68,12 +68,14 @@ async def test_a_traced_call_gives_one_tree_and_the_backend_its_traceparent() ->
     resp = await plane.predict_call("m", headers, "/api/predict/m", b"in", request_id="r1", arrived=0.0)
     assert resp.status == 200
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert set(spans) == {"predict m", "auth", "worker m", "admission"}
+    assert set(spans) == {"predict m", "auth", "worker m"}
     server, hop = spans["predict m"], spans["worker m"]
     assert server.kind is SpanKind.SERVER and hop.kind is SpanKind.CLIENT
     assert f"{server.context.trace_id:032x}" == TRACE and f"{server.parent.span_id:016x}" == PARENT
     assert spans["auth"].parent.span_id == server.context.span_id == hop.parent.span_id
-    assert spans["admission"].parent.span_id == hop.context.span_id
+    # Admission takes no time: an event of the span it happened in.
+    ((admitted),) = [e for e in hop.events if e.name == "admission"]
+    assert admitted.attributes["easkit.inflight"] == 0 and not server.events
     assert server.attributes["easkit.request_id"] == "r1" and hop.attributes["easkit.status"] == 200
     # The worker's spans will be children of the hop.
     ((req, _),) = backend.calls
@@ -85,8 +87,10 @@ async def test_a_traced_call_gives_one_tree_and_the_backend_its_traceparent() ->
     arriving = {"Authorization": "tok2", "traceparent": f"00-{TRACE}-{PARENT}-01"}
     await plane.predict_call("m", arriving, "/api/predict/m", Reader(), request_id="r1b", arrived=0.0)
     spans = {s.name: s for s in exporter.get_finished_spans()}
-    assert set(spans) == {"predict m", "auth", "worker m", "admission"}
+    assert set(spans) == {"predict m", "auth", "worker m"}
     assert spans["auth"].parent.span_id == spans["predict m"].context.span_id
+    # The body held against the gateway's budget while it arrived: the entry span's event.
+    assert [e.name for e in spans["predict m"].events] == ["admission"]
 
     # Not traced: no span, and the caller's own traceparent goes on unchanged.
     exporter.clear()
