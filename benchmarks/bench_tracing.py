@@ -6,7 +6,9 @@ Four gateways with the same service (digits.onnx on one worker process, ``placem
 process``, so every traced call has its gateway spans and its worker spans; access log off),
 all pinned to core 0; a small OTLP/HTTP collector in this process that reads and discards
 what it is sent; wrk on core 1 sends EAS predict calls (a TF PredictRequest of one digits
-row) with a raw token, in interleaved rounds, each started by the next contestant. For each
+row) with a raw token, in interleaved rounds, each started by the next contestant, with
+four fresh gateways each round (one hash seed for all): the same code in two processes can
+differ by a few percent in speed, which one process per contestant would keep. For each
 it reports requests/s, p50 and the CPU per call of the gateway and its worker (all their
 threads, from /proc), and the traced / off throughput ratios: at 1% the goal is within 5% of
 tracing off.
@@ -93,7 +95,10 @@ def _gateway(folder: Path, model: Path, endpoint: str, ratio: float | None) -> t
         gateway |= {"trace_endpoint": endpoint, "trace_sample_ratio": ratio}
     service = {"name": "digits", "processor": "onnx", "placement": "process", "model": str(model)}
     service |= {"token": TOKEN, "workers": 1}
-    return serve(folder, gateway, [service], {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"})
+    # One hash seed for every contestant: two processes of the same code can differ by a few
+    # percent in speed with their dicts' layouts, as much as the 1% goal's margin.
+    env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "PYTHONHASHSEED": "0"}
+    return serve(folder, gateway, [service], env)
 
 
 def _row(name: str, r: WrkResult) -> str:
@@ -111,18 +116,21 @@ def main() -> int:
         folder = Path(tmp)
         x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
         body = tf_predict_body(folder / "body.bin", x)
-        gateways = {
-            name: _gateway(folder / f"ratio{name.strip('%')}", model, collector.url, r)
-            for name, r in RATIOS.items()
-        }
-        url = {name: f"http://{addr}/api/predict/digits" for name, (_, addr) in gateways.items()}
         results: dict[str, list[WrkResult]] = {name: [] for name in RATIOS}
-        try:
-            for name in RATIOS:  # warm-up: the worker up, the first batches exported
-                run_wrk(url[name], body, connections=4, seconds=1, token=TOKEN)
-            names = list(gateways)
-            for rnd in range(args.rounds):
-                print(f"round {rnd + 1}/{args.rounds}")
+        names = list(RATIOS)
+        for rnd in range(args.rounds):
+            print(f"round {rnd + 1}/{args.rounds}")
+            # Fresh gateways every round: what one process's memory layout gives or takes
+            # (the same code runs a few percent faster or slower in another process) is
+            # averaged over the rounds instead of staying with one contestant.
+            gateways = {
+                name: _gateway(folder / f"r{rnd}-{name.strip('%')}", model, collector.url, r)
+                for name, r in RATIOS.items()
+            }
+            url = {name: f"http://{addr}/api/predict/digits" for name, (_, addr) in gateways.items()}
+            try:
+                for name in names:  # warm-up: the worker up, the first batches exported
+                    run_wrk(url[name], body, connections=4, seconds=1, token=TOKEN)
                 # Each round starts with another contestant: the machine's drift favours none.
                 for name in names[rnd % len(names) :] + names[: rnd % len(names)]:
                     child = gateways[name][0]
@@ -136,9 +144,9 @@ def main() -> int:
                     )
                     results[name].append(checked(f"tracing {name}", r))
                     print(_row(name, r))
-        finally:
-            for child, _ in gateways.values():
-                child.stop()
+            finally:
+                for child, _ in gateways.values():
+                    child.stop()
     print(f"\nthe collector read {collector.exports} export requests")
     targets: list[Target] = []
     for name in ("0%", "1%", "100%"):
