@@ -16,11 +16,12 @@ hand one over: an ``InferRequest`` (kserve.protocol.infer_type) named after the 
 input an ``InferInput`` with its name, datatype and shape, its ``data`` a flat list (text
 for BYTES) and ``as_numpy()`` the array, the outputs asked for as ``request_outputs``, the
 call's ``id`` and ``parameters`` as the client sent them (gRPC's as plain values, as REST's;
-no ``id``, None, as under KServe). It answers an ``InferResponse`` or a V2
-response dict; its outputs go back by name, datatype and shape. An exception, V1 or V2,
-answers as KServe's error handlers answer it: ``InvalidInput`` 400, ``ModelNotFound`` 404,
+no ``id``, None, as under KServe). It answers an ``InferResponse`` or a V2 response dict;
+its outputs go back by name, datatype and shape. An exception, V1 or V2, answers as KServe's
+error handlers answer it: ``InvalidInput`` 400, ``ModelNotFound`` 404,
 ``NotImplementedError`` 501, an HTTP exception its own status, anything else 500 naming its
-type. Its V2 metadata lists what ``get_input_types()`` and ``get_output_types()`` return, as KServe's.
+type. Its V2 metadata lists what ``get_input_types()`` and ``get_output_types()`` return,
+as KServe's.
 """
 
 from __future__ import annotations
