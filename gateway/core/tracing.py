@@ -1,36 +1,42 @@
 """What the gateway and its workers share about tracing (OpenTelemetry, the ``tracing``
-extra): reading a W3C ``traceparent``, and the tracer provider that exports spans over
-OTLP/HTTP. The gateway's spans are made in ``gateway.observability.tracing``, a worker's in
-``gateway.worker.tracing``; both join one trace through the ``traceparent`` header the
-gateway writes into the call it sends to the worker.
+extra): reading a W3C ``traceparent``. The spans are made by ``gateway.core.spans`` (for
+the gateway in ``gateway.observability.tracing``, for a worker in ``gateway.worker.tracing``)
+and exported over OTLP/HTTP by ``gateway.codecs.otlp``; the gateway's and its worker's join
+one trace through the ``traceparent`` header the gateway writes into the call it sends.
 
-Tracing is off unless ``gateway.trace_endpoint`` is set, and nothing here is imported by
-the call path then: OpenTelemetry is imported only when a provider is made.
+Tracing is off unless ``gateway.trace_endpoint`` is set; this module imports no part of
+OpenTelemetry, whose modules load only when tracing is on.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
-from gateway.config import ConfigError, GatewayConfig
+from gateway.config import ConfigError
 
 TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 # version-traceid-parentid-flags, lower-case hex (W3C Trace Context); an all-zero id is invalid.
-_TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-([0-9a-f]{2})")
+_TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-(?!0{32})([0-9a-f]{32})-(?!0{16})([0-9a-f]{16})-([0-9a-f]{2})")
 EXTRA_HINT = 'pip install "easkit[tracing]"'
 
 
-def parent_sampled(headers: Mapping[str, str]) -> bool | None:
-    """The ``sampled`` flag of a valid ``traceparent`` among ``headers``; None without one."""
-    value = headers.get(TRACEPARENT)
+def read_traceparent(value: str | None) -> tuple[int, int, bool] | None:
+    """A valid ``traceparent``'s trace id, parent span id and sampled flag; None for a
+    missing or malformed one (which W3C Trace Context says to ignore)."""
     if value is None:
         return None
     match = _TRACEPARENT_RE.match(value.strip())
     if match is None:
         return None
-    return bool(int(match.group(1), 16) & 1)
+    return int(match.group(1), 16), int(match.group(2), 16), bool(int(match.group(3), 16) & 1)
+
+
+def parent_sampled(headers: Mapping[str, str]) -> bool | None:
+    """The ``sampled`` flag of a valid ``traceparent`` among ``headers``; None without one."""
+    parent = read_traceparent(headers.get(TRACEPARENT))
+    return None if parent is None else parent[2]
 
 
 def require_tracing() -> None:
@@ -42,25 +48,4 @@ def require_tracing() -> None:
         raise ConfigError(f"gateway.trace_endpoint: tracing needs the tracing extra ({EXTRA_HINT})") from exc
 
 
-def make_provider(gw: GatewayConfig, service_name: str) -> Any:
-    """A TracerProvider exporting every span it is given over OTLP/HTTP to
-    ``gw.trace_endpoint`` (the sampling is decided before a span is made), batched and sent
-    every ``gw.trace_export_interval_ms``."""
-    require_tracing()
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
-
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": service_name}), sampler=ALWAYS_ON, shutdown_on_exit=False
-    )
-    exporter = OTLPSpanExporter(endpoint=gw.trace_endpoint)
-    provider.add_span_processor(
-        BatchSpanProcessor(exporter, schedule_delay_millis=gw.trace_export_interval_ms)
-    )
-    return provider
-
-
-__all__ = ["EXTRA_HINT", "TRACEPARENT", "make_provider", "parent_sampled", "require_tracing"]
+__all__ = ["EXTRA_HINT", "TRACEPARENT", "TRACESTATE", "parent_sampled", "read_traceparent", "require_tracing"]

@@ -25,73 +25,117 @@ if any, still reaches the worker unchanged. A traced call gives::
 
 The worker's two spans are made by the worker process (gateway.worker.tracing), exported by
 it to the same endpoint, and joined to the trace by the ``traceparent`` in the call.
+
+A span is timed here while its step runs and made when the step ends, as the SDK's finished
+span (``gateway.core.spans``): the current span is this module's own context variable, not
+OpenTelemetry's context, which nothing else in the gateway reads.
 """
 
 from __future__ import annotations
 
 import random
+import time
+import traceback
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
 from multidict import CIMultiDict
-from opentelemetry import context as otel_context
-from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Status, StatusCode, get_current_span, set_span_in_context
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.sdk.trace import Event, SpanProcessor
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, SpanContext, SpanKind, Status, StatusCode
 
+from gateway.codecs.otlp import batch_processor
 from gateway.config import GatewayConfig, ServiceConfig
 from gateway.core import errors
 from gateway.core.admission import Admission, AdmissionLimits, BodyHold
 from gateway.core.calls import WorkerResponse
 from gateway.core.dataplane import DataPlane
-from gateway.core.tracing import make_provider, parent_sampled
+from gateway.core.spans import SpanSink, remote_parent, traceparent
+from gateway.core.tracing import TRACEPARENT, TRACESTATE, read_traceparent
 
-_PROPAGATOR = TraceContextTextMapPropagator()
+
+@dataclass(slots=True)
+class _Span:
+    """A span while its step runs: what it will be made of when the step ends."""
+
+    context: SpanContext
+    parent: SpanContext | None
+    attributes: dict[str, Any]
+    events: list[Event] | None = None
+    status: Status | None = None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def add_event(self, name: str, attributes: dict[str, Any]) -> None:
+        if self.events is None:
+            self.events = []
+        self.events.append(Event(name, attributes))
+
+
+# The span of the step running in this task, while a traced call runs; None otherwise. The
+# steps look here: a context variable's lookup is all an untraced call pays for it.
+_CURRENT: ContextVar[_Span | None] = ContextVar("easkit_span", default=None)
+
+
+def _recording() -> bool:
+    return _CURRENT.get() is not None
 
 
 @dataclass(slots=True)
 class _Scope:
-    """One span for the length of a ``with`` block. The SDK's ``start_as_current_span`` nests
-    three context managers for this; a traced call makes several spans, so one object does
-    it: start, make current (``current``), and on the way out the error's status, then end."""
+    """One span for the length of a ``with`` block: under ``root`` (an entry call's: the
+    caller's span, or the invalid context for a new trace) or else under the current span;
+    made current while the block runs when ``current``; a GatewayError sets its
+    ``easkit.status`` and ``easkit.error`` (and its status from 500 on), another exception
+    its status and an ``exception`` event."""
 
-    tracer: Any
+    sink: SpanSink
     name: str
     kind: SpanKind
-    context: Context | None
+    root: SpanContext | None
     attributes: dict[str, Any]
     current: bool
-    span: Any = None
-    token: object = None
+    span: _Span | None = None
+    start: int = 0
+    token: Token[_Span | None] | None = None
 
-    def __enter__(self) -> Any:
-        span = self.tracer.start_span(
-            self.name, self.context, self.kind, self.attributes, record_exception=False,
-            set_status_on_exception=False,
-        )  # fmt: skip
-        self.span = span
+    def __enter__(self) -> _Span:
+        if self.root is None:
+            under = _CURRENT.get()
+            parent = under.context if under is not None else None
+        else:
+            parent = self.root if self.root.is_valid else None
+        span = self.span = _Span(self.sink.context(parent), parent, self.attributes)
         if self.current:
-            self.token = otel_context.attach(set_span_in_context(span))
+            self.token = _CURRENT.set(span)
+        self.start = time.time_ns()
         return span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        end = time.time_ns()
         span = self.span
-        try:
-            if isinstance(exc, errors.GatewayError):
-                span.set_attribute("easkit.status", exc.status)
-                span.set_attribute("easkit.error", exc.code)
-                if exc.status >= 500:
-                    span.set_status(Status(StatusCode.ERROR, exc.message[:200]))
-            elif isinstance(exc, Exception):
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-        finally:
-            if self.current:
-                otel_context.detach(self.token)  # type: ignore[arg-type]
-            span.end()
+        assert span is not None  # set by __enter__
+        if self.token is not None:
+            _CURRENT.reset(self.token)
+        if isinstance(exc, errors.GatewayError):
+            span.attributes["easkit.status"] = exc.status
+            span.attributes["easkit.error"] = exc.code
+            if exc.status >= 500:
+                span.status = Status(StatusCode.ERROR, exc.message[:200])
+        elif isinstance(exc, Exception):
+            span.add_event("exception", {
+                "exception.type": type(exc).__qualname__,
+                "exception.message": str(exc),
+                "exception.stacktrace": "".join(traceback.format_exception(exc)),
+            })  # fmt: skip
+            span.status = Status(StatusCode.ERROR, type(exc).__name__)
+        self.sink.emit(
+            self.name, self.kind, span.context, span.parent, self.start, end, span.attributes,
+            span.events or (), span.status or Status(),
+        )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -99,7 +143,7 @@ class _Event:
     """A decision that takes no time (admission: in, or 429), as an event on the span it
     happened in rather than a span of its own: its attributes, and the status it refused with."""
 
-    span: Any
+    span: _Span
     name: str
     attributes: dict[str, Any]
 
@@ -112,47 +156,63 @@ class _Event:
         self.span.add_event(self.name, self.attributes)
 
 
+def _current() -> _Span:
+    span = _CURRENT.get()
+    assert span is not None  # only asked while a traced call runs
+    return span
+
+
 class Tracing:
-    """The gateway's tracer and its sampling decision."""
+    """The gateway's sampling decision, and where its spans go (``processor``: the batch
+    processor exporting over OTLP/HTTP to ``gateway.trace_endpoint`` unless given)."""
 
     def __init__(
-        self, gw: GatewayConfig, draw: Callable[[], float] = random.random, provider: Any = None
+        self,
+        gw: GatewayConfig,
+        draw: Callable[[], float] = random.random,
+        processor: SpanProcessor | None = None,
     ) -> None:
-        self.provider = provider if provider is not None else make_provider(gw, "easkit-gateway")
-        self.tracer = self.provider.get_tracer("easkit.gateway")
+        if processor is None:
+            assert gw.trace_endpoint is not None  # tracing is on
+            processor = batch_processor(gw.trace_endpoint, gw.trace_export_interval_ms)
+        self.sink = SpanSink(processor, "easkit-gateway", "easkit.gateway")
         self.ratio = gw.trace_sample_ratio
         self.draw = draw
 
-    def decide(self, headers: Mapping[str, str]) -> Context | None:
-        """The context a call's span starts in, or None when the call is not traced."""
-        sampled = parent_sampled(headers)
-        if sampled is None:
+    def decide(self, headers: Mapping[str, str]) -> SpanContext | None:
+        """The parent of a traced call's first span (the invalid context: a new trace), or
+        None when the call is not traced."""
+        parent = read_traceparent(headers.get(TRACEPARENT))
+        if parent is None:
             if self.ratio <= 0.0 or (self.ratio < 1.0 and self.draw() >= self.ratio):
                 return None
-            return Context()  # a new trace
-        if not sampled:
+            return INVALID_SPAN_CONTEXT
+        if not parent[2]:
             return None
-        return _PROPAGATOR.extract(headers)
+        return remote_parent(headers)
 
     def span(
-        self, name: str, kind: SpanKind = SpanKind.INTERNAL, context: Context | None = None, **attributes: Any
+        self,
+        name: str,
+        kind: SpanKind = SpanKind.INTERNAL,
+        root: SpanContext | None = None,
+        **attributes: Any,
     ) -> _Scope:
-        """A span, current while the block runs: a GatewayError sets its status (an error
-        from 500 on) and the ``easkit.status`` attribute."""
-        return _Scope(self.tracer, name, kind, context, attributes, True)
+        """A span, current while the block runs (under ``root`` for an entry call's)."""
+        return _Scope(self.sink, name, kind, root, attributes, True)
 
     def leaf(self, name: str, **attributes: Any) -> _Scope:
         """A span with no children (made under the current one, and never current itself:
         a step that calls nothing traced spares the context's switch)."""
-        return _Scope(self.tracer, name, SpanKind.INTERNAL, None, attributes, False)
+        return _Scope(self.sink, name, SpanKind.INTERNAL, None, attributes, False)
 
     def shutdown(self) -> None:
         """Send what is held, then stop."""
-        self.provider.shutdown()
+        self.sink.shutdown()
 
 
 class TracedAdmission(Admission):
-    """The gateway's admission, with an ``admission`` span for the in-flight check of a
+    """The gateway's admission, with an ``admission`` event for the in-flight check of a
     traced call (429 past ``max_inflight_per_service``)."""
 
     def __init__(self, limits: AdmissionLimits, tracing: Tracing) -> None:
@@ -162,21 +222,12 @@ class TracedAdmission(Admission):
     def enter(self, service: str) -> None:
         if not _recording():
             return super().enter(service)
-        with _Event(get_current_span(), "admission", {"easkit.inflight": self.inflight[service]}):
+        with _Event(_current(), "admission", {"easkit.inflight": self.inflight[service]}):
             return super().enter(service)
 
 
 def _name(service: str | ServiceConfig) -> str:
     return service.name if isinstance(service, ServiceConfig) else service
-
-
-# Set while a traced call runs, in its task: the steps look here rather than at
-# OpenTelemetry's current span, a lookup that costs more than the untraced call can spare.
-_TRACED: ContextVar[bool] = ContextVar("easkit_traced", default=False)
-
-
-def _recording() -> bool:
-    return _TRACED.get()
 
 
 class TracedDataPlane(DataPlane):
@@ -195,17 +246,13 @@ class TracedDataPlane(DataPlane):
         self.plain = plain
 
     async def _traced(
-        self, kind: str, service: str | ServiceConfig, context: Context, request_id: str, call: Any
+        self, kind: str, service: str | ServiceConfig, root: SpanContext, request_id: str, call: Any
     ) -> Any:
         """Run an entry call's coroutine as the root span of its part of the trace."""
         name = _name(service)
         attributes = {"easkit.service": name, "easkit.request_id": request_id}
-        token = _TRACED.set(True)
-        try:
-            with self.tracing.span(f"{kind} {name}", SpanKind.SERVER, context, **attributes):
-                return await call
-        finally:
-            _TRACED.reset(token)
+        with self.tracing.span(f"{kind} {name}", SpanKind.SERVER, root, **attributes):
+            return await call
 
     # ------------------------------------------------------------------ entry calls
     # Not coroutine functions: each returns the coroutine the caller awaits, the plain one's
@@ -271,7 +318,7 @@ class TracedDataPlane(DataPlane):
     def _hold_body(self, svc: ServiceConfig, headers: Mapping[str, str], nbytes: int) -> BodyHold:
         if not _recording():
             return super()._hold_body(svc, headers, nbytes)
-        with _Event(get_current_span(), "admission", {"easkit.body_bytes": nbytes}):
+        with _Event(_current(), "admission", {"easkit.body_bytes": nbytes}):
             return super()._hold_body(svc, headers, nbytes)
 
     def _authenticate(
@@ -297,7 +344,9 @@ class TracedDataPlane(DataPlane):
             return await super()._dispatch(svc, headers, body, **kw)
         with self.tracing.span(f"worker {svc.name}", SpanKind.CLIENT, **{"easkit.service": svc.name}) as span:
             sent: CIMultiDict[str] = CIMultiDict(headers)
-            _PROPAGATOR.inject(sent)  # the worker's spans join this one
+            sent[TRACEPARENT] = traceparent(span.context)  # the worker's spans join this one
+            if span.context.trace_state:
+                sent[TRACESTATE] = span.context.trace_state.to_header()
             resp = await super()._dispatch(svc, sent, body, **kw)
             span.set_attribute("easkit.status", int(resp.status))
             span.set_attribute("easkit.compute_us", int(resp.compute_us))

@@ -16,18 +16,25 @@ from typing import Any
 
 from gateway.config import GatewayConfig
 from gateway.core.calls import WorkerRequest, WorkerResponse
-from gateway.core.tracing import TRACEPARENT, make_provider, parent_sampled
+from gateway.core.tracing import TRACEPARENT
 
 
 class WorkerTracing:
     def __init__(self, gw: GatewayConfig, service: str) -> None:
-        from opentelemetry.trace import Status, StatusCode
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        # OpenTelemetry loads only in a worker that traces.
+        from opentelemetry.trace import SpanKind, Status, StatusCode
 
-        self.provider = make_provider(gw, "easkit-worker")
-        self.tracer = self.provider.get_tracer("easkit.worker")
-        self.propagator = TraceContextTextMapPropagator()
+        from gateway.codecs.otlp import batch_processor
+        from gateway.core.spans import SpanSink, remote_parent
+
+        assert gw.trace_endpoint is not None  # see worker_tracing
+        self.sink = SpanSink(
+            batch_processor(gw.trace_endpoint, gw.trace_export_interval_ms), "easkit-worker", "easkit.worker"
+        )
+        self.remote_parent = remote_parent
+        self.internal = SpanKind.INTERNAL
         self.error = Status(StatusCode.ERROR)
+        self.unset = Status()
         self.attributes = {"easkit.service": service, "easkit.worker_pid": os.getpid()}
         # perf_counter_ns -> the wall clock spans are stamped with.
         self.offset_ns = time.time_ns() - time.perf_counter_ns()
@@ -36,27 +43,25 @@ class WorkerTracing:
         """``req`` waited from ``queued_ns`` and ran from ``started_ns`` to ``ended_ns``
         (perf_counter_ns); ``resp``: its answer (a WorkerResponse), None when it was dropped."""
         # The gateway writes it in lower case into every call it traces.
-        parent = req.headers.get(TRACEPARENT)
-        if parent is None or not parent_sampled({TRACEPARENT: parent}):
+        if req.headers.get(TRACEPARENT) is None:
             return
-        context = self.propagator.extract({TRACEPARENT: parent})
-        off = self.offset_ns
+        parent = self.remote_parent(req.headers)
+        if parent is None:
+            return
+        sink, off = self.sink, self.offset_ns
         attributes = {**self.attributes, "easkit.request_id": req.request_id}
-        wait = self.tracer.start_span(
-            "worker queue", context=context, start_time=queued_ns + off, attributes=attributes
-        )
-        wait.end(end_time=started_ns + off)
-        run = self.tracer.start_span(
-            "model run", context=context, start_time=started_ns + off, attributes=attributes
-        )
+        sink.emit("worker queue", self.internal, sink.context(parent), parent, queued_ns + off,
+                  started_ns + off, attributes)  # fmt: skip
+        run, status = dict(attributes), self.unset
         if isinstance(resp, WorkerResponse):
-            run.set_attribute("easkit.status", int(resp.status))
+            run["easkit.status"] = int(resp.status)
             if resp.status >= 500:
-                run.set_status(self.error)
-        run.end(end_time=ended_ns + off)
+                status = self.error
+        sink.emit("model run", self.internal, sink.context(parent), parent, started_ns + off,
+                  ended_ns + off, run, (), status)  # fmt: skip
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        self.sink.shutdown()
 
 
 def worker_tracing(gw: GatewayConfig, service: str) -> WorkerTracing | None:

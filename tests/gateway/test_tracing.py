@@ -8,7 +8,6 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the tracing extra is not installed")
 
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -26,11 +25,9 @@ PARENT = "b7ad6b7169203331"
 
 def _tracing(ratio: float, draws: list[float] | None = None) -> tuple[Tracing, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
     gw = GatewayConfig(trace_endpoint="http://127.0.0.1:1/v1/traces", trace_sample_ratio=ratio)
     it = iter(draws or [])
-    return Tracing(gw, draw=lambda: next(it), provider=provider), exporter
+    return Tracing(gw, draw=lambda: next(it), processor=SimpleSpanProcessor(exporter)), exporter
 
 
 def test_the_traceparent_is_read_as_w3c_trace_context_says() -> None:
