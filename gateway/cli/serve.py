@@ -128,6 +128,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
     from gateway.app import create_app
     from gateway.cli.listeners import first_unavailable, listeners
     from gateway.core.backend import ServiceBackend
+    from gateway.core.heap import freeze_startup_heap
     from gateway.fronts.admin.api import admin_url, start_admin
     from gateway.fronts.server import GatewayRunner, bound_port
     from gateway.fronts.state import GATEWAY_KEY
@@ -274,6 +275,7 @@ async def serve(cfg: Config, quick: argparse.Namespace | None = None) -> int:
                 return 1
             for name, took, reason in not_ready:
                 log.warning("service %s is not ready after %.1f s: %s", name, took, reason)
+            freeze_startup_heap()
             print(f"gateway listening on {url}", flush=True)
             if quick is not None:
                 from gateway.cli.quick import poll_repository, usage

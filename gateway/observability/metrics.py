@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import gc
 import itertools
 import json
 import math
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, GCCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -393,11 +394,26 @@ class _LoopCollector(Collector):
         yield GaugeMetricFamily("easgw_asyncio_tasks", "Tasks alive on the gateway's event loop", value=tasks)
 
 
+class _FrozenCollector(Collector):
+    """Objects the start-up left out of the garbage collector's full scans (gateway.core.heap):
+    0 until the gateway is ready."""
+
+    def collect(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(
+            "python_gc_frozen_objects",
+            "Objects frozen out of the cyclic garbage collector's scans once the gateway was ready",
+            value=gc.get_freeze_count(),
+        )
+
+
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry, service_names: Iterable[str]) -> None:
         self.registry = registry
-        # Resident memory, open file descriptors and CPU time of the gateway process.
+        # Resident memory, open file descriptors and CPU time of the gateway process; its
+        # garbage collector's runs per generation, and what it leaves out of them.
         ProcessCollector(registry=registry)
+        GCCollector(registry=registry)
+        registry.register(_FrozenCollector())
         registry.register(_LoopCollector())
         self.services = frozenset(service_names)
         self.requests = _RequestCounts(registry)

@@ -23,6 +23,7 @@ from typing import Any
 
 from gateway.codecs.ipc import TCP_PREFIX, IPCServerProtocol, split_tcp
 from gateway.config import GatewayConfig, ServiceConfig
+from gateway.core.heap import freeze_startup_heap
 from gateway.core.tls import ServerTls
 from gateway.lean_http import FastProtocol, Limits, close_all, protocol_factory
 from gateway.worker.compute import ComputeQueue
@@ -123,6 +124,7 @@ async def serve(
             stop.set()
 
     loop.add_reader(conn.fileno(), _parent_event)
+    freeze_startup_heap()
     ready = {
         "ok": True, "pid": os.getpid(), "http_port": port, "socket": socket_path, "metadata": metadata,
         "providers": processor.providers_used,
