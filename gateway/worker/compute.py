@@ -23,6 +23,15 @@ own sessions: gateway.backends.threads): ``INLINE_SLOW_RUNS`` runs in a row that
 took longer than that also pause inline runs for ``INLINE_BACKOFF_S``, so only a small model
 runs in the loop (one slow run alone may be the process preempted by another).
 
+A processor that cannot interrupt a run but whose runs take a time its request's size
+bounds (``Processor.runs_by_size``: the estimators, whose run grows with the rows) runs
+inline too, but only a request no larger than one seen to run within ``SIZED_INLINE_S``
+(on the compute thread or inline, so the first call always goes to the thread; a batch
+counts as one request of its requests' sizes together): nothing could stop it in the loop,
+so it must be known to be short. With greedy batching (``max_latency_ms: 0``) too: a call
+that finds the queue empty runs alone at once there anyway. A run over that time lowers
+the size bound below its own request's size, so the next such request goes to the thread.
+
 Dynamic batching (opt-in, ``batching.max_batch_size > 1``, for a processor that is
 :class:`~gateway.worker.processors.base.Batchable` and whose loaded model supports it):
 the compute thread takes every compatible queued request, up to ``max_batch_size`` rows,
@@ -47,7 +56,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.codecs.ipc import RequestSink
-from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.core.calls import TensorRequest, WorkerRequest, WorkerResponse
 from gateway.worker.logs import REQUEST_ID
 from gateway.worker.processors.base import Batchable, Processor, ProcessorError, error_response
 
@@ -59,6 +68,10 @@ INLINE_BUDGET_S = 0.010
 INLINE_BACKOFF_S = 1.0
 # Consecutive inline runs over a queue's ``inline_max_s`` that pause inline runs.
 INLINE_SLOW_RUNS = 2
+# A processor that cannot be interrupted runs a request inline only when one as large ran
+# within this (or the queue's ``inline_max_s``, when shorter): what a hand-off to the thread
+# costs is a few tens of microseconds, so a longer run gains little by holding the loop.
+SIZED_INLINE_S = 0.0005
 # While more requests are queued and runs are short, the compute thread keeps finished
 # answers for up to _HOLD_NS and then wakes the event loop once for all of them: on a busy
 # core each wake-up is a switch between the two threads (measured on the digits model's
@@ -87,6 +100,13 @@ class _Job:
 # Told of each run when the worker traces (gateway.worker.tracing): the request, when it was
 # queued, when its run started and ended (perf_counter_ns), its answer.
 Traced = Callable[[WorkerRequest, int, int, int, WorkerResponse | None], None]
+
+
+def _size(req: WorkerRequest) -> int:
+    """A request's size in bytes: its body's, with its arrays' when they come decoded."""
+    if isinstance(req, TensorRequest):
+        return len(req.body) + sum(int(a.nbytes) for a in req.inputs.values())
+    return len(req.body)
 
 
 def _failure(exc: BaseException, what: str, request_id: str = "") -> WorkerResponse:
@@ -142,8 +162,14 @@ class ComputeQueue(RequestSink):
         ]
         for t in self._threads:
             t.start()
-        # Inline fast path (see the module doc): only for processors that can interrupt a run.
-        self.inline = self.max_batch <= 1 and processor.interruptible
+        # Inline fast path (see the module doc): for processors that can interrupt a run, and
+        # for those whose runs the request's size bounds, up to the size seen to run fast.
+        # (A greedy batcher too: a lone call runs at once there anyway.)
+        greedy = self.max_batch <= 1 or self.max_wait_s == 0.0
+        self.sized = greedy and not processor.interruptible and processor.runs_by_size
+        self.inline = (self.max_batch <= 1 and processor.interruptible) or self.sized
+        self._fast_size = -1  # sized: the largest request seen to run within _sized_ns
+        self._sized_ns = int(min(inline_max_s, SIZED_INLINE_S) * 1e9)
         self.inlined = 0  # requests answered by inline runs
         self.preempted = 0  # inline runs interrupted and moved to the compute thread
         self._inline_since = 0.0  # monotonic start of the inline run in progress (0: none)
@@ -154,7 +180,7 @@ class ComputeQueue(RequestSink):
         self._inline_slow = 0  # consecutive inline runs longer than that
         self._stopping = threading.Event()
         self.traced: Traced | None = None  # set by the worker when it traces its calls
-        if self.inline:
+        if self.inline and not self.sized:
             threading.Thread(target=self._watchdog, name="inline-watchdog", daemon=True).start()
 
     # event loop side
@@ -178,6 +204,9 @@ class ComputeQueue(RequestSink):
         thread instead (a queue that does not run inline, requests queued, inline runs
         paused, or this one interrupted)."""
         if not self.inline or self.outstanding:
+            return None
+        size = _size(req) if self.sized else 0
+        if self.sized and size > self._fast_size:
             return None
         now = time.monotonic()
         if now < self._inline_after:
@@ -212,6 +241,8 @@ class ComputeQueue(RequestSink):
         self.runs += 1
         self.inlined += 1
         took = time.perf_counter_ns() - t0
+        if self.sized:
+            self._learn(size, took)
         if took <= self._inline_max_ns:
             self._inline_slow = 0
         else:
@@ -225,6 +256,14 @@ class ComputeQueue(RequestSink):
         if self.traced is not None:
             self.traced(req, t0, t0, t0 + took, resp)
         return resp
+
+    def _learn(self, size: int, took_ns: int) -> None:
+        """A run of a request of ``size`` took ``took_ns``: what may run inline from now on."""
+        if took_ns <= self._sized_ns:
+            if size > self._fast_size:
+                self._fast_size = size
+        elif size <= self._fast_size:
+            self._fast_size = size - 1  # as large a request may take as long again
 
     def _watchdog(self) -> None:
         while not self._stopping.wait(_WATCHDOG_PERIOD_S):
@@ -361,6 +400,8 @@ class ComputeQueue(RequestSink):
                 REQUEST_ID.set("")
             end = time.perf_counter_ns()
             resp.compute_us = (end - t0) // 1000
+            if self.sized:
+                self._learn(_size(req), end - t0)
             if self.traced is not None:
                 self.traced(req, job.at or t0, t0, end, resp)
             if not held_since:
@@ -490,6 +531,8 @@ class ComputeQueue(RequestSink):
             self._run_started = 0
         end = time.perf_counter_ns()
         us = (end - t0) // 1000
+        if self.sized:
+            self._learn(sum(_size(j.req) for j in batch), end - t0)
         for job, res in zip(batch, results, strict=True):
             job.prep = None  # release the inputs
             if isinstance(res, ProcessorError):

@@ -44,6 +44,10 @@ class Processor(ABC):
     # True when cancel_running() really interrupts a run: the worker may then run requests
     # right in its event loop, since a run that takes too long can be stopped there.
     interruptible: ClassVar[bool] = False
+    # True when a run's time grows with its request's size and little else (an estimator's
+    # rows): the worker may then run a request in its event loop when one as large was seen
+    # to run fast, though nothing could interrupt it there.
+    runs_by_size: ClassVar[bool] = False
     # The ONNX Runtime execution providers the loaded model really runs on, as the worker's
     # readiness and the status page report them; None for a processor that has none.
     providers_used: list[str] | None = None

@@ -62,6 +62,8 @@ class EstimatorProcessor(ModelProcessor):
     default_dtype: ClassVar[str] = "FP64"
     # What a file for this runtime is, for the message that refuses another.
     expects: ClassVar[str]
+    # A prediction's time grows with the rows: short requests may run in the event loop.
+    runs_by_size: ClassVar[bool] = True
 
     @abstractmethod
     def load_model(self, path: str) -> None:

@@ -5,20 +5,26 @@ run inline only when they come one at a time.
 Whether one given small run stays inline depends on the machine: a worker stalled in the
 middle of it by another process is interrupted like a slow run, and inline runs then pause
 for a while. So the tests wait (with a deadline) for a small run to be answered inline
-rather than expect every one to be."""
+rather than expect every one to be. Likewise for a processor that cannot be interrupted
+but whose runs its request's size bounds: a run within the bound may be stretched past it by
+a busy machine, so the tests run a small request until one is allowed inline."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.backends.pool import WorkerPool
 from gateway.config import ServiceConfig
-from gateway.core.calls import WorkerRequest
+from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.worker.compute import ComputeQueue
+from gateway.worker.processors.base import Batchable, Processor, ProcessorError
 from tests.gateway.workers.conftest import echo_service
 from tests.waiting import async_wait_until
 
@@ -126,3 +132,107 @@ async def test_direct_calls_one_at_a_time_run_inline(make_pool: MakePool, models
     answers = await asyncio.to_thread(_direct_calls, port, [body] * 16)
     assert all(a.startswith(b"HTTP/1.1 200") for a in answers)
     assert (await pool.worker_stats(0))["runs"] - after["runs"] == 16
+
+
+class _BySize(Processor):
+    """A processor that cannot be interrupted but whose run its request's size bounds, as an
+    estimator's: echoes the body; a body starting with ``slow`` first sleeps SLOW_S, far past
+    the inline bound on any machine."""
+
+    runs_by_size = True
+
+    def __init__(self) -> None:
+        super().__init__(ServiceConfig(name="by-size", processor="python"))
+
+    def load(self) -> None:
+        pass
+
+    def handle(self, req: WorkerRequest) -> WorkerResponse:
+        if req.body.startswith(b"slow"):
+            time.sleep(SLOW_S)
+        return WorkerResponse(200, req.body)
+
+
+SLOW_S = 0.02
+SMALL, SLOW_SMALL = b"fast" + b"x" * 60, b"slow" + b"x" * 60  # one size
+LARGE = b"slow" + b"x" * 6000
+
+
+async def _through_thread(compute: ComputeQueue, body: bytes) -> WorkerResponse:
+    answer: asyncio.Future[WorkerResponse | None] = asyncio.get_running_loop().create_future()
+    compute.submit(WorkerRequest(body), answer.set_result, inline=False)
+    resp = await asyncio.wait_for(answer, 10)
+    assert resp is not None and resp.body == body
+    return resp
+
+
+async def _until_inline(compute: ComputeQueue, body: bytes) -> None:
+    """Run ``body`` on the thread until it may run inline: a run within the bound (a busy
+    machine may stretch one past it) sets the size that may."""
+
+    async def inline() -> bool:
+        if compute.run_inline(WorkerRequest(body)) is not None:
+            return True
+        await _through_thread(compute, body)
+        return False
+
+    await async_wait_until(inline, 20, "a small request allowed to run inline")
+
+
+async def test_a_processor_bounded_by_size_runs_inline_only_what_was_seen_to_run_fast() -> None:
+    compute = ComputeQueue(asyncio.get_running_loop(), _BySize())
+    try:
+        assert compute.inline and compute.sized
+        # Nothing seen yet: even a small request goes to the thread first.
+        assert compute.run_inline(WorkerRequest(SMALL)) is None
+        await _until_inline(compute, SMALL)
+        # A larger request was never seen to run fast: the thread, however often it comes.
+        for _ in range(3):
+            assert compute.run_inline(WorkerRequest(LARGE)) is None
+            await _through_thread(compute, LARGE)
+        assert compute.run_inline(WorkerRequest(LARGE)) is None
+        # A request of the size seen to run fast runs inline; when it was slow after all,
+        # that size goes to the thread again, until a run of it there is fast once more.
+        inlined = compute.inlined
+        resp = compute.run_inline(WorkerRequest(SLOW_SMALL))
+        assert resp is not None and resp.body == SLOW_SMALL and compute.inlined == inlined + 1
+        assert compute.run_inline(WorkerRequest(SMALL)) is None
+        await _until_inline(compute, SMALL)
+    finally:
+        compute.shutdown()
+        assert await asyncio.to_thread(compute.join, 10)
+
+
+@dataclass
+class _Item:
+    body: bytes
+    key: str = "one"
+    rows: int = 1
+
+
+class _BatchBySize(_BySize, Batchable[_Item]):
+    @property
+    def supports_batching(self) -> bool:
+        return True
+
+    def prepare(self, req: WorkerRequest) -> _Item:
+        return _Item(req.body)
+
+    def process_batch(self, items: list[_Item]) -> list[WorkerResponse | ProcessorError]:
+        return [self.handle(WorkerRequest(item.body)) for item in items]
+
+
+async def test_greedy_batching_runs_a_lone_call_inline_as_unbatched_queues_do() -> None:
+    loop = asyncio.get_running_loop()
+    greedy = ComputeQueue(loop, _BatchBySize(), max_batch_size=8, max_latency_ms=0)
+    waiting = ComputeQueue(loop, _BatchBySize(), max_batch_size=8, max_latency_ms=5)
+    try:
+        # A batcher that waits for more calls never runs one alone in the loop.
+        assert greedy.max_batch == 8 and not waiting.inline
+        assert greedy.run_inline(WorkerRequest(SMALL)) is None
+        await _until_inline(greedy, SMALL)  # learnt from the batcher's runs
+        assert greedy.run_inline(WorkerRequest(LARGE)) is None
+    finally:
+        for compute in (greedy, waiting):
+            compute.shutdown()
+            assert await asyncio.to_thread(compute.join, 10)
