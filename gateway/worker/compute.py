@@ -26,10 +26,9 @@ runs in the loop (one slow run alone may be the process preempted by another).
 A processor that cannot interrupt a run but whose runs take a time its request's size
 bounds (``Processor.runs_by_size``: the estimators, whose run grows with the rows) runs
 inline too, but only a request no larger than one seen to run within ``SIZED_INLINE_S``
-(on the compute thread or inline, so the first call always goes to the thread; a batch
-counts as one request of its requests' sizes together): nothing could stop it in the loop,
-so it must be known to be short. With greedy batching (``max_latency_ms: 0``) too: a call
-that finds the queue empty runs alone at once there anyway. A run over that time lowers
+(on the compute thread or inline, so the first call always goes to the thread): nothing
+could stop it in the loop, so it must be known to be short. Not with batching: calls run in
+the loop as they come never queue, so they would never share a run. A run over that time lowers
 the size bound below its own request's size, so the next such request goes to the thread.
 
 Dynamic batching (opt-in, ``batching.max_batch_size > 1``, for a processor that is
@@ -164,9 +163,9 @@ class ComputeQueue(RequestSink):
             t.start()
         # Inline fast path (see the module doc): for processors that can interrupt a run, and
         # for those whose runs the request's size bounds, up to the size seen to run fast.
-        # (A greedy batcher too: a lone call runs at once there anyway.)
-        greedy = self.max_batch <= 1 or self.max_wait_s == 0.0
-        self.sized = greedy and not processor.interruptible and processor.runs_by_size
+        # Never with batching: calls answered in the loop as they come would never queue, so
+        # they would never share a run (under load, the greedy batcher's whole gain).
+        self.sized = self.max_batch <= 1 and not processor.interruptible and processor.runs_by_size
         self.inline = (self.max_batch <= 1 and processor.interruptible) or self.sized
         self._fast_size = -1  # sized: the largest request seen to run within _sized_ns
         self._sized_ns = int(min(inline_max_s, SIZED_INLINE_S) * 1e9)
@@ -531,8 +530,6 @@ class ComputeQueue(RequestSink):
             self._run_started = 0
         end = time.perf_counter_ns()
         us = (end - t0) // 1000
-        if self.sized:
-            self._learn(sum(_size(j.req) for j in batch), end - t0)
         for job, res in zip(batch, results, strict=True):
             job.prep = None  # release the inputs
             if isinstance(res, ProcessorError):
