@@ -23,33 +23,22 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
+from eas_sdk.codecs.eas.wire import varint
+
 _logger = logging.getLogger(__name__)
 
 _fixed64 = struct.Struct("<Q").pack
 _double = struct.Struct("<d").pack
 _fixed32 = struct.Struct("<I").pack
-_BYTE = [bytes((i,)) for i in range(128)]
-_UINT64 = 0xFFFFFFFFFFFFFFFF
 
 # Span.flags: the parent's is-remote bit is known, and whether it is set.
 _HAS_IS_REMOTE = 0x100
 _IS_REMOTE = 0x200
 
 
-def _varint(n: int) -> bytes:
-    if n < 0x80:
-        return _BYTE[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field: its tag, its length, its bytes."""
-    return tag + _varint(len(payload)) + payload
+    return tag + varint(len(payload)) + payload
 
 
 def _text(tag: bytes, value: str) -> bytes:
@@ -63,7 +52,7 @@ def _any_value(value: Any) -> bytes:
     if isinstance(value, str):
         return _text(b"\x0a", value)
     if isinstance(value, int):
-        return b"\x18" + _varint(value & _UINT64)  # int64: two's complement
+        return b"\x18" + varint(value)  # int64: a negative one as two's complement
     if isinstance(value, float):
         return b"\x21" + _double(value)
     if isinstance(value, bytes):
@@ -112,21 +101,21 @@ def _span(span: ReadableSpan) -> bytes:
             flags |= _IS_REMOTE
     parts += (
         _text(b"\x2a", span.name),
-        b"\x30" + _BYTE[span.kind.value + 1],  # the proto's kinds start at UNSPECIFIED
+        b"\x30" + varint(span.kind.value + 1),  # the proto's kinds start at UNSPECIFIED
         b"\x39" + _fixed64(span.start_time or 0),
         b"\x41" + _fixed64(span.end_time or 0),
         _attributes(b"\x4a", span.attributes),
     )
     if span.dropped_attributes:
-        parts.append(b"\x50" + _varint(span.dropped_attributes))
+        parts.append(b"\x50" + varint(span.dropped_attributes))
     for event in span.events:
         body = b"\x09" + _fixed64(event.timestamp) + _text(b"\x12", event.name)
         body += _attributes(b"\x1a", event.attributes)
         if event.dropped_attributes:
-            body += b"\x20" + _varint(event.dropped_attributes)
+            body += b"\x20" + varint(event.dropped_attributes)
         parts.append(_field(b"\x5a", body))
     if span.dropped_events:
-        parts.append(b"\x60" + _varint(span.dropped_events))
+        parts.append(b"\x60" + varint(span.dropped_events))
     for link in span.links:
         linked = link.context
         body = (
@@ -137,16 +126,16 @@ def _span(span: ReadableSpan) -> bytes:
         )
         body += _attributes(b"\x22", link.attributes)
         if link.dropped_attributes:
-            body += b"\x28" + _varint(link.dropped_attributes)
+            body += b"\x28" + varint(link.dropped_attributes)
         body += b"\x35" + _fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if linked.is_remote else 0))
         parts.append(_field(b"\x6a", body))
     if span.dropped_links:
-        parts.append(b"\x70" + _varint(span.dropped_links))
+        parts.append(b"\x70" + varint(span.dropped_links))
     status = span.status
     if status is not None:
         body = _text(b"\x12", status.description) if status.description else b""
         if status.status_code.value:
-            body += b"\x18" + _BYTE[status.status_code.value]
+            body += b"\x18" + varint(status.status_code.value)
         parts.append(_field(b"\x7a", body))
     parts.append(b"\x85\x01" + _fixed32(flags))
     return b"".join(parts)
