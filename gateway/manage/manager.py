@@ -40,6 +40,7 @@ from gateway.config.versions import version_services
 from gateway.core import errors
 from gateway.core.backend import ServiceBackend
 from gateway.core.dataplane import DataPlane
+from gateway.core.heap import refreeze, thaw
 from gateway.core.services import GatewayState, service_ready
 from gateway.manage.canary import Canary, parse_plan
 from gateway.manage.rollout import Rollout
@@ -47,6 +48,10 @@ from gateway.manage.spec import IN_PLACE_FIELDS, ROUTING_FIELDS, changed_fields,
 from gateway.manage.store import ManagedStore
 from gateway.observability.metrics import GatewayMetrics
 from gateway.queue.interfaces import QueueService
+
+# After a service stopped, how long before the heap is frozen again: the change that
+# stopped it is over by then, so nothing refers to what it held.
+REFREEZE_AFTER_S = 2.0
 
 log = logging.getLogger("gateway.manage")
 
@@ -91,6 +96,8 @@ class ServiceManager:
         self._canary_tasks: dict[str, asyncio.Task[None]] = {}
         # Service -> the workers its load asks for, kept by the autoscaler (gateway.manage.autoscale).
         self.desired_workers: dict[str, int] = {}
+        # The start-up heap's refreeze after a service stopped (gateway.core.heap), pending.
+        self._refreeze: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------------ reading
     @property
@@ -356,6 +363,12 @@ class ServiceManager:
         await pool.stop(drain_timeout)
         if pool in self.started:
             self.started.remove(pool)
+        # What the stopped service held may be cycles the start-up's freeze hides from the
+        # collector: thaw now, refreeze once the change is over and nothing refers to it.
+        thaw()
+        if self._refreeze is not None:
+            self._refreeze.cancel()
+        self._refreeze = asyncio.get_running_loop().call_later(REFREEZE_AFTER_S, refreeze)
 
     async def _start_all(self, svc: ServiceConfig) -> dict[str, ServiceBackend]:
         """Pools for the service and for each of its older model versions (gateway.config.versions)."""
