@@ -27,9 +27,9 @@ A processor that cannot interrupt a run but whose runs take a time its request's
 bounds (``Processor.runs_by_size``: the estimators, whose run grows with the rows) runs
 inline too, but only a request no larger than one seen to run within ``SIZED_INLINE_S``
 (on the compute thread or inline, so the first call always goes to the thread): nothing
-could stop it in the loop, so it must be known to be short. Not with batching: calls run in
-the loop as they come never queue, so they would never share a run. A run over that time lowers
-the size bound below its own request's size, so the next such request goes to the thread.
+could stop it in the loop, so it must be known to be short. A run over that time lowers the
+size bound below its own request's size, so the next such request goes to the thread. Not
+with batching: calls run in the loop as they come never queue, so they never share a run.
 
 Dynamic batching (opt-in, ``batching.max_batch_size > 1``, for a processor that is
 :class:`~gateway.worker.processors.base.Batchable` and whose loaded model supports it):
