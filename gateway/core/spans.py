@@ -12,15 +12,13 @@ variable) and its own ids, and needs nothing of a span until it ends.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, TraceState
-
-from gateway.core.tracing import TRACEPARENT, TRACESTATE, read_traceparent
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _UNSET = Status()
@@ -42,14 +40,9 @@ def new_span_id() -> int:
             return span_id
 
 
-def remote_parent(headers: Mapping[str, str]) -> SpanContext | None:
-    """The caller's span as the parent of ours, from a sampled ``traceparent`` among
-    ``headers`` (with its ``tracestate``, carried on as W3C Trace Context asks); None
-    without a valid, sampled one."""
-    parent = read_traceparent(headers.get(TRACEPARENT))
-    if parent is None or not parent[2]:
-        return None
-    state = headers.get(TRACESTATE)
+def remote_parent(parent: tuple[int, int, bool], state: str | None) -> SpanContext:
+    """The caller's span as the parent of ours: a ``traceparent`` as ``read_traceparent``
+    reads it, and the call's ``tracestate``, carried on as W3C Trace Context asks."""
     trace_state = TraceState.from_header([state]) if state else None
     return SpanContext(parent[0], parent[1], True, _SAMPLED, trace_state)
 

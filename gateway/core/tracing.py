@@ -11,7 +11,6 @@ OpenTelemetry, whose modules load only when tracing is on.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 
 from gateway.config import ConfigError
 
@@ -33,12 +32,6 @@ def read_traceparent(value: str | None) -> tuple[int, int, bool] | None:
     return int(match.group(1), 16), int(match.group(2), 16), bool(int(match.group(3), 16) & 1)
 
 
-def parent_sampled(headers: Mapping[str, str]) -> bool | None:
-    """The ``sampled`` flag of a valid ``traceparent`` among ``headers``; None without one."""
-    parent = read_traceparent(headers.get(TRACEPARENT))
-    return None if parent is None else parent[2]
-
-
 def require_tracing() -> None:
     """Raise a ConfigError naming the extra when OpenTelemetry is not installed."""
     try:
@@ -48,4 +41,4 @@ def require_tracing() -> None:
         raise ConfigError(f"gateway.trace_endpoint: tracing needs the tracing extra ({EXTRA_HINT})") from exc
 
 
-__all__ = ["EXTRA_HINT", "TRACEPARENT", "TRACESTATE", "parent_sampled", "read_traceparent", "require_tracing"]
+__all__ = ["EXTRA_HINT", "TRACEPARENT", "TRACESTATE", "read_traceparent", "require_tracing"]

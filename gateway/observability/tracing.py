@@ -189,7 +189,7 @@ class Tracing:
             return INVALID_SPAN_CONTEXT
         if not parent[2]:
             return None
-        return remote_parent(headers)
+        return remote_parent(parent, headers.get(TRACESTATE))
 
     def span(
         self,

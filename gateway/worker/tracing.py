@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.config import GatewayConfig
 from gateway.core.calls import WorkerRequest, WorkerResponse
-from gateway.core.tracing import TRACEPARENT
+from gateway.core.tracing import TRACEPARENT, TRACESTATE, read_traceparent
 
 
 class WorkerTracing:
@@ -43,11 +43,13 @@ class WorkerTracing:
         """``req`` waited from ``queued_ns`` and ran from ``started_ns`` to ``ended_ns``
         (perf_counter_ns); ``resp``: its answer (a WorkerResponse), None when it was dropped."""
         # The gateway writes it in lower case into every call it traces.
-        if req.headers.get(TRACEPARENT) is None:
+        value = req.headers.get(TRACEPARENT)
+        if value is None:
             return
-        parent = self.remote_parent(req.headers)
-        if parent is None:
+        read = read_traceparent(value)
+        if read is None or not read[2]:
             return
+        parent = self.remote_parent(read, req.headers.get(TRACESTATE))
         sink, off = self.sink, self.offset_ns
         attributes = {**self.attributes, "easkit.request_id": req.request_id}
         sink.emit("worker queue", self.internal, sink.context(parent), parent, queued_ns + off,

@@ -29,6 +29,7 @@ from opentelemetry.trace import (
 
 from gateway.codecs.otlp import encode_spans
 from gateway.core.spans import SpanSink, remote_parent, traceparent
+from gateway.core.tracing import read_traceparent
 
 REMOTE = SpanContext(
     0x0AF7651916CD43DD8448EB211C80319C,
@@ -110,8 +111,10 @@ def test_spans_of_two_resources_are_grouped_apart() -> None:
 def test_a_sink_makes_finished_spans_that_encode_as_the_library_would() -> None:
     exporter = InMemorySpanExporter()
     sink = SpanSink(SimpleSpanProcessor(exporter), "easkit-gateway", "easkit.gateway")
-    parent = remote_parent({"traceparent": traceparent(REMOTE), "tracestate": "vendor=v1,other=x"})
-    assert parent is not None and parent.trace_state == REMOTE.trace_state and parent.is_remote
+    read = read_traceparent(traceparent(REMOTE))
+    assert read is not None
+    parent = remote_parent(read, "vendor=v1,other=x")
+    assert parent.trace_state == REMOTE.trace_state and parent.is_remote
     root = sink.context(parent)
     assert root.trace_id == REMOTE.trace_id and root.trace_state == REMOTE.trace_state
     sink.emit("predict m", SpanKind.SERVER, root, parent, 10, 20, {"easkit.service": "m"})
@@ -123,6 +126,5 @@ def test_a_sink_makes_finished_spans_that_encode_as_the_library_would() -> None:
     spans = list(exporter.get_finished_spans())
     assert [s.name for s in spans] == ["predict m", "auth", "predict n"]
     _same(spans)
-    # A caller that does not sample, or a malformed header: no parent.
-    assert remote_parent({"traceparent": f"00-{REMOTE.trace_id:032x}-{REMOTE.span_id:016x}-00"}) is None
-    assert remote_parent({"traceparent": "00-nonsense"}) is None and remote_parent({}) is None
+    # Our own traceparent reads back as the span it names, sampled.
+    assert read == (REMOTE.trace_id, REMOTE.span_id, True)

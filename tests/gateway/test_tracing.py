@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 from gateway.config import GatewayConfig, ServiceConfig
 from gateway.core import errors
 from gateway.core.admission import AdmissionLimits
-from gateway.core.tracing import parent_sampled
+from gateway.core.tracing import read_traceparent
 from gateway.observability.tracing import TracedAdmission, TracedDataPlane, Tracing
 from tests.gateway.test_dataplane import Backend, Reader
 
@@ -31,16 +31,16 @@ def _tracing(ratio: float, draws: list[float] | None = None) -> tuple[Tracing, I
 
 
 def test_the_traceparent_is_read_as_w3c_trace_context_says() -> None:
-    assert parent_sampled({"traceparent": f"00-{TRACE}-{PARENT}-01"}) is True
-    assert parent_sampled({"traceparent": f"00-{TRACE}-{PARENT}-00"}) is False
+    assert read_traceparent(f"00-{TRACE}-{PARENT}-01") == (int(TRACE, 16), int(PARENT, 16), True)
+    assert read_traceparent(f"00-{TRACE}-{PARENT}-00") == (int(TRACE, 16), int(PARENT, 16), False)
     for bad in (
         f"00-{'0' * 32}-{PARENT}-01",
         f"00-{TRACE}-{'0' * 16}-01",
         "00-xyz",
         f"00-{TRACE.upper()}-{PARENT}-01",
     ):
-        assert parent_sampled({"traceparent": bad}) is None
-    assert parent_sampled({}) is None
+        assert read_traceparent(bad) is None
+    assert read_traceparent(None) is None
 
 
 def test_which_calls_are_traced() -> None:
