@@ -87,14 +87,25 @@ def gateway_env() -> dict[str, str]:
 BATCHING = "    batching: {max_batch_size: 256, max_latency_ms: 0}\n"
 
 
+# The gateway's busy-poll window (gateway.busy_poll_us), its setting for callers one at a
+# time: longer than wrk's turnaround between an answer and its next call (about 20 µs), and
+# than the worker's answer at c=1, so at c=1 its loop never sleeps between calls.
+BUSY_POLL_US = 300
+
+
 def start_services(
-    work: Path, models: dict[Model, Path], extra: dict[Model, str] | None = None, *, batched: bool = False
+    work: Path,
+    models: dict[Model, Path],
+    extra: dict[Model, str] | None = None,
+    *,
+    batched: bool = False,
+    busy_poll_us: int = BUSY_POLL_US,
 ) -> tuple[str, Child]:
     """A gateway serving each model twice, ``<runtime>-<size>`` on one worker process and
     ``<runtime>-<size>-thread`` in the gateway's threads, and with ``batched`` a third time,
     ``<runtime>-<size>-batch``: in the gateway's threads with dynamic batching (``extra``:
     more lines of a model's services), from ``WORK/models``: its base URL and the child, once
-    every service is ready."""
+    every service is ready. ``busy_poll_us``: the gateway's busy-poll window (0: off)."""
     variants = [("", "process", ""), ("-thread", "thread", "")]
     if batched:
         variants.append(("-batch", "thread", BATCHING))
@@ -106,7 +117,7 @@ def start_services(
     )
     cfg = work / "services.yaml"
     cfg.write_text(
-        "gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n"
+        f"gateway:\n  host: 127.0.0.1\n  port: 0\n  access_log: false\n  busy_poll_us: {busy_poll_us}\n"
         f"  data_dir: {work / 'data'}\n  model_dirs: [{work / 'models'}]\nservices:\n{services}"
     )
     gw, addr = start_gateway(cfg, gateway_env())

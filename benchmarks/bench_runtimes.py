@@ -11,7 +11,8 @@ classes), each called for its ``predict`` output:
     forest of 30 trees, 1000 XGBoost rounds of depth 6, 300 LightGBM rounds: 10 trees a
     round), where throughput at c=32 should be the library's.
 
-Contestants, each pinned to core 0 with wrk on core 1:
+Contestants, each pinned to core 0 with wrk on core 1 (the gateway with ``busy_poll_us: 300``,
+its setting for callers one at a time; ``--busy-poll-us 0`` turns it off):
 
   * ``in-process``: the library's own loop (``model.predict(x)`` on the loaded file, one
     thread), in a child process: its p50 and calls per second are the floor;
@@ -46,7 +47,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _harness import Target, quick_rounds, round_options, tree_pids
-from _runtimes_common import LOOP, Bench, Call, Samples, gateway_env, ratio, start_services, v2_body
+from _runtimes_common import (
+    BUSY_POLL_US,
+    LOOP,
+    Bench,
+    Call,
+    Samples,
+    gateway_env,
+    ratio,
+    start_services,
+    v2_body,
+)
 from bench_servers import CONCURRENCY, JSON_TYPE, MLSERVER, start_mlserver
 
 RUNTIMES = ("sklearn", "xgboost", "lightgbm")
@@ -123,13 +134,14 @@ def bodies(work: Path, name: str, x: np.ndarray) -> dict[str, Path]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     round_options(ap, rounds=2, seconds=3.0, connections=None, quick_seconds=1.0)
+    ap.add_argument("--busy-poll-us", type=int, default=BUSY_POLL_US, help="gateway.busy_poll_us (0: off)")
     args = quick_rounds(ap.parse_args())
     work = Path(tempfile.mkdtemp(prefix="easkit-bench-runtimes-"))
     models = build(work / "models")
     xs = {key: rows_of(*key) for key in models}
     files = {key: bodies(work, f"{key[0]}-{key[1]}", x) for key, x in xs.items()}
     print("starting the gateway and MLServer ...", flush=True)
-    gw_base, gw = start_services(work, models, batched=True)
+    gw_base, gw = start_services(work, models, batched=True, busy_poll_us=args.busy_poll_us)
     children = [gw]
     ml_base, ml_pids = "", []
     try:

@@ -25,6 +25,8 @@ with :func:`protocol_factory` from a handler (``serve`` and the optional ``accep
   connection after a lingering close.
 * :mod:`.cork`: the answers of one event-loop turn are written together at its end, so a
   busy listener serves more requests per turn and per system call.
+* :mod:`.spin`: busy polling (``busy_poll_us``): after an answer the loop polls for the next
+  request for a while instead of sleeping, for callers one at a time.
 * :mod:`.wire`: the request, reply and header types the handlers see.
 """
 

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 from gateway.lean_http.connection import BODY, HAND_OVER, HEAD, IDLE, Connection, Ready
 from gateway.lean_http.cork import MAX_KEPT, Cork
+from gateway.lean_http.spin import BusyPoll
 from gateway.lean_http.wire import Accept, Admit, Early, FastRequest, Late, Query, Reply, Serve, encode_reply
 
 log = logging.getLogger("gateway.lean_http")
@@ -68,12 +69,20 @@ class Limits(NamedTuple):
     keepalive_timeout: float = 0.0  # an idle kept-alive connection is closed after this
     body_timeout: float = 0.0  # a body still incomplete this long after its head: ``late``
     cancel_on_lost: bool = False  # the client left: cancel its handler
+    busy_poll_s: float = 0.0  # after an answer, poll for the next request this long (see .spin)
 
     @classmethod
     def of(cls, gateway: Any, max_body: int, *, cancel_on_lost: bool = False) -> Limits:
-        """The limits in a ``GatewayConfig`` (``*_timeout_s``)."""
+        """The limits in a ``GatewayConfig`` (``*_timeout_s``, ``busy_poll_us``)."""
         g = gateway
-        return cls(max_body, g.header_timeout_s, g.keepalive_timeout_s, g.body_timeout_s, cancel_on_lost)
+        return cls(
+            max_body,
+            g.header_timeout_s,
+            g.keepalive_timeout_s,
+            g.body_timeout_s,
+            cancel_on_lost,
+            g.busy_poll_us / 1e6,
+        )
 
 
 def protocol_factory(
@@ -84,7 +93,8 @@ def protocol_factory(
     the open fast-path connections, for :func:`close_all`."""
     hooks = handler if isinstance(handler, Hooks) else Hooks.of(handler)
     cork = Cork()  # the listener's answers are written once per loop turn (see .cork)
-    return lambda: FastProtocol(hooks, fallback, conns, limits, cork)
+    spin = BusyPoll(limits.busy_poll_s) if limits.busy_poll_s > 0 else None  # see .spin
+    return lambda: FastProtocol(hooks, fallback, conns, limits, cork, spin)
 
 
 class FastProtocol(asyncio.Protocol):
@@ -95,8 +105,10 @@ class FastProtocol(asyncio.Protocol):
         conns: set[Any],
         limits: Limits,
         cork: Cork | None = None,
+        spin: BusyPoll | None = None,
     ) -> None:
         self._hooks = hooks
+        self._spin = spin
         self._cork = cork
         self._out: list[bytes] = []  # answers kept until the cork flushes (see .cork)
         self._kept = 0
@@ -289,6 +301,8 @@ class FastProtocol(asyncio.Protocol):
     def _start(self, coro: Coroutine[Any, Any, Reply], close: bool) -> None:
         """Run the handler at once, in this callback (no task hop)."""
         self.busy = True
+        if self._spin is not None:
+            self._spin.waiting += 1  # until _answer: a call answered at once never counts
         if _EAGER_TASKS:
             # loop= explicitly: an eager Task made without one fails (AttributeError on 3.12, 3.13).
             self._starting = True
@@ -373,6 +387,11 @@ class FastProtocol(asyncio.Protocol):
         arrived: write it with the turn's other answers (see .cork). An answer that waited
         for something (a worker, a commit) comes with the others that waited for the same
         thing, and goes at once."""
+        spin = self._spin
+        if spin is not None:
+            if self.busy:
+                spin.waiting -= 1
+            spin.arm()
         self.busy = False
         self._task = None
         self._coro = self._waiting = None

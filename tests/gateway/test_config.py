@@ -74,6 +74,17 @@ def test_gateway_strings_are_not_numbers(tmp_path: Path) -> None:
         _load(tmp_path, "gateway:\n  log_level: off\n")
 
 
+@pytest.mark.parametrize(
+    ("window", "message"),
+    [(-1, "must be >= 0, got -1"), (10_001, r"from 0 \(off\) to 10000 microseconds; got 10001")],
+)
+def test_a_busy_poll_window_is_bounded(window: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=r"gateway\.busy_poll_us: " + message):
+        parse_config({**_queue(public=True), "gateway": {"busy_poll_us": window}})
+    assert parse_config(_queue(public=True)).gateway.busy_poll_us == 0  # off unless asked
+    assert parse_config({**_queue(public=True), "gateway": {"busy_poll_us": 300}}).gateway.busy_poll_us == 300
+
+
 def test_public_service_on_a_non_loopback_address_warns() -> None:
     raw = {**_queue(public=True), "gateway": {"host": "0.0.0.0"}}
     (warning,) = open_service_warnings(parse_config(raw))
