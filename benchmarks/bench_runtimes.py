@@ -30,6 +30,11 @@ throughput at c=32 (goal >= 3x) and p99 (goal <= 0.5x) for sklearn and xgboost. 
 model the library's run is most of every server's work, so that ratio is bounded by what
 batching saves of it (a tree ensemble's run grows with its rows: little).
 
+Last, the floor of any call at c=1 on the machine (``floor``): the gateway's lean HTTP front
+alone, answering at once with nothing behind it (``front_floor_server.py``), its loop
+sleeping between calls and polling as the gateway's does: what is left of a served call's
+latency once the gateway's own work and the model are taken away.
+
 Writes ``benchmarks/results/runtimes.json``.
 Usage: python benchmarks/bench_runtimes.py [--rounds N] [--seconds S] [--quick]
 """
@@ -46,7 +51,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _harness import Target, quick_rounds, round_options, tree_pids
+from _harness import (
+    PY,
+    ROOT,
+    Child,
+    Target,
+    free_port,
+    pin,
+    quick_rounds,
+    round_options,
+    run_wrk,
+    tree_pids,
+    wait_port,
+)
 from _runtimes_common import (
     BUSY_POLL_US,
     LOOP,
@@ -167,11 +184,37 @@ def main() -> None:
                 calls.append(Call(rt, size, "mlserver", "V2 JSON", f"{ml_base}/v2/models/{name}/infer", v2,
                                   JSON_TYPE, ml_pids, reference=True))  # fmt: skip
         samples = BENCH.measure(calls, models, xs, work, args)
+        floors(samples, files[("lightgbm", "small")]["json"], args)
         ok = report(samples, args)
     finally:
         for child in children:
             child.stop()
     raise SystemExit(0 if ok else 1)  # a missed target: exit status 1, as scripts/bench.sh reads it
+
+
+def floors(samples: Samples, body: Path, args: argparse.Namespace) -> None:
+    """The floor of any call at c=1: the lean front answering at once with nothing behind it
+    (front_floor_server.py, pinned as the gateway is), its loop sleeping between calls and
+    polling as the gateway's does, ``args.rounds`` runs of each, in the table as ``floor``."""
+    env = dict(gateway_env(), PYTHONPATH=str(ROOT))
+    for label, window in (("sleeping", 0), ("polling", args.busy_poll_us)):
+        if label == "polling" and not window:
+            continue
+        port = free_port()
+        argv = [*pin(0), PY, str(ROOT / "benchmarks" / "front_floor_server.py"), str(port), "--busy-poll-us",
+                str(window)]  # fmt: skip
+        with Child(argv, env=env) as child:
+            wait_port(port)
+            for rnd in range(1, args.rounds + 1):
+                url = f"http://127.0.0.1:{port}/api/predict/floor"
+                w = run_wrk(url, body, connections=1, seconds=args.seconds, server_pids=[child.pid],
+                            content_type=JSON_TYPE)  # fmt: skip
+                sample = {"rps": w.rps, "p50_us": w.p50_us, "p99_us": w.p99_us, "cpu_us": w.cpu_us_per_req,
+                          "errors": w.non2xx + w.errors}  # fmt: skip
+                samples.setdefault(("floor", "-", "front", label, 1), []).append(sample)
+                print(
+                    f"round {rnd} floor: the lean front alone, {label:<8} p50 {w.p50_us:>5.0f} µs", flush=True
+                )
 
 
 def report(samples: Samples, args: argparse.Namespace) -> bool:
