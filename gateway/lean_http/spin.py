@@ -17,10 +17,11 @@ ONNX Runtime spins its own threads between runs.
 
 The window is polled by a callback that reschedules itself with ``call_soon``: while a
 callback is ready, asyncio's and uvloop's loops poll their sockets without blocking, so
-the request is read on the loop's next turn. No poll while any call waits for something
-(a worker's answer, a batch, a commit, a queue's long poll): the work it waits for may
-need this core (a worker on the same core is then slowed by the gateway it answers), and
-that call's answer re-arms the window.
+the request is read on the loop's next turn. No poll while any call of this listener's
+lean front waits for something (a worker's answer, a batch, a commit, a queue's long poll):
+the work it waits for may need this core (a worker on the same core is then slowed by the
+gateway it answers), and that call's answer re-arms the window. Calls handed over to
+aiohttp, and gRPC's, are not counted: they neither poll nor stop the polling.
 """
 
 from __future__ import annotations
