@@ -25,19 +25,21 @@ async def _echo(req: FastRequest, query: Query) -> Reply:
 
 
 async def test_an_answer_polls_until_its_window_ends() -> None:
-    proto, t = _connect(
-        protocol_factory(Hooks(_echo), asyncio.Protocol, set(), Limits(1 << 20, busy_poll_s=0.2))
-    )
+    limits = Limits(1 << 20, busy_poll_s=30.0)  # far longer than the turns below, however slow
+    proto, t = _connect(protocol_factory(Hooks(_echo), asyncio.Protocol, set(), limits))
     spin = _spin_of(proto)
     assert spin is not None and not spin.polling
     proto.data_received(_req(b"a"))  # type: ignore[attr-defined]
     assert spin.polling
     await _turns(20)  # each turn the tick schedules the next: still polling within the window
     assert spin.polling and t.answers() == 1
-    await async_wait_until(lambda: not spin.polling, 10, "the window to end")
-    # A later answer opens a new window.
+    # A later answer opens a new window from its own time: a short one ends.
+    spin.window = 0.01
     proto.data_received(_req(b"b"))  # type: ignore[attr-defined]
-    assert spin.polling and spin.waiting == 0
+    await async_wait_until(lambda: not spin.polling, 10, "the window to end")
+    assert t.answers() == 2 and spin.waiting == 0
+    proto.data_received(_req(b"c"))  # type: ignore[attr-defined]
+    assert spin.polling  # and the next answer polls again
 
 
 async def test_no_polling_while_a_call_waits_and_its_answer_polls_again() -> None:
