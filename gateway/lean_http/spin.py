@@ -53,11 +53,11 @@ class BusyPoll:
             self._loop.call_soon(self._tick)
 
     def _tick(self) -> None:
-        loop = self._loop
-        if self.waiting or time.monotonic() >= self._until or loop is None or loop.is_closed():
+        if self.waiting or time.monotonic() >= self._until:
             self.polling = False
             return
-        loop.call_soon(self._tick)
+        assert self._loop is not None  # set by the arm that scheduled the first tick
+        self._loop.call_soon(self._tick)
 
 
 __all__ = ["BusyPoll"]

@@ -54,9 +54,7 @@ def _calls(gw: GatewayProcess, count: int, tag: int) -> None:
                 resp = conn.getresponse()
                 assert (resp.status, resp.read()) == (200, body)
                 continue
-            conn.request(
-                "POST", "/v2/models/plus/infer", body=V2_BODY, headers={"Content-Type": "application/json"}
-            )
+            conn.request("POST", "/v2/models/plus/infer", body=V2_BODY, headers=JSON)
             resp = conn.getresponse()
             data = resp.read()
             assert resp.status == 200, data
