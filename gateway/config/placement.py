@@ -5,10 +5,12 @@ worker down, which is restarted; each worker has its own memory and environment,
 scaled at runtime and autoscaled, and remote workers can join. ``thread``: the model loaded in
 the gateway process (gateway.backends.threads): no hop to a worker, so a small model serves
 several times the calls, but a crash takes the gateway down and a stuck run is interrupted,
-never killed. ``auto``, the default: an onnx service runs in the gateway's threads (ONNX
-Runtime releases the GIL while it computes) unless it asks for something only worker
-processes give; every other processor runs in worker processes, whose isolation user code
-and the other runtimes (which may hold the GIL) need.
+never killed. ``auto``, the default: an onnx, xgboost or lightgbm service runs in the
+gateway's threads (ONNX Runtime, XGBoost and LightGBM release the GIL while they compute, and
+take their thread counts per session or per call, not for the whole process) unless it asks
+for something only worker processes give; every other processor runs in worker processes,
+whose isolation user code needs, and the runtimes that hold the GIL in their Python parts
+(scikit-learn, PMML) or set thread pools for the whole process (PyTorch, TensorFlow).
 
 The placement chosen is the only one the rest of the gateway sees (``ServiceConfig.placement``);
 ``ServiceConfig.placement_reason`` says why ``auto`` chose it, and is empty where the config
@@ -22,9 +24,16 @@ from typing import Any
 PLACEMENTS = ("auto", "process", "thread")
 # What a service without ``placement`` gets: what KServe, MLServer and Triton do by default.
 DEFAULT_PLACEMENT = "auto"
-# The runtimes ``auto`` runs in the gateway's threads: they release the GIL while they compute.
-THREAD_PROCESSORS = ("onnx",)
-THREAD_REASON = "auto: an onnx model runs in the gateway's threads (ONNX Runtime releases the GIL)"
+# The runtimes ``auto`` runs in the gateway's threads, by the library that releases the GIL
+# while it computes.
+_RELEASES_GIL = {"onnx": "ONNX Runtime", "xgboost": "XGBoost", "lightgbm": "LightGBM"}
+THREAD_PROCESSORS = tuple(_RELEASES_GIL)
+
+
+def thread_reason(processor: str) -> str:
+    """Why ``auto`` runs a ``processor`` service (one of THREAD_PROCESSORS) in threads."""
+    library = _RELEASES_GIL[processor]
+    return f"auto: {processor} models run in the gateway's threads ({library} releases the GIL)"
 
 
 def process_needs(raw: Any, *, remote: bool, autoscale: bool, env: bool) -> list[str]:
@@ -52,7 +61,7 @@ def resolve_placement(placement: str, processor: str, needs: list[str]) -> tuple
         return "process", f"auto: a {processor or 'non-model'} service runs in worker processes"
     if needs:
         return "process", f"auto: {', '.join(needs)} needs worker processes"
-    return "thread", THREAD_REASON
+    return "thread", thread_reason(processor)
 
 
 def placement_to_write(placement: str, reason: str, processor: str) -> str | None:
@@ -69,8 +78,8 @@ __all__ = [
     "DEFAULT_PLACEMENT",
     "PLACEMENTS",
     "THREAD_PROCESSORS",
-    "THREAD_REASON",
     "placement_to_write",
     "process_needs",
     "resolve_placement",
+    "thread_reason",
 ]

@@ -52,7 +52,8 @@ def gw(
         svc = {"name": service, "processor": MODELS[model][0], "model": str(models[model]), "token": TOKEN}
         if service.endswith("-thread"):
             svc["placement"] = "thread"
-        else:
+        else:  # named, as auto runs XGBoost's and LightGBM's in threads
+            svc["placement"] = "process"
             svc["batching"] = {"max_batch_size": 32, "max_latency_ms": 2}
         services.append(svc)
     services.append(

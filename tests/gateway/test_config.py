@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.config import ConfigError, load_config, open_service_warnings, parse_config
-from gateway.config.placement import THREAD_REASON
+from gateway.config.placement import thread_reason
 from gateway.manage.spec import parse_spec, spec_of
 
 
@@ -144,7 +144,7 @@ DIGITS = str(Path(__file__).resolve().parents[2] / "samples" / "models" / "digit
 def test_placement_thread_is_for_onnx_services_only() -> None:
     onnx = {"name": "d", "processor": "onnx", "model": DIGITS, "public": True}
     (svc,) = parse_config({"services": [onnx]}).services
-    assert (svc.placement, svc.placement_reason) == ("thread", THREAD_REASON)  # auto, the default
+    assert (svc.placement, svc.placement_reason) == ("thread", thread_reason("onnx"))  # auto, the default
     (svc,) = parse_config({"services": [{**onnx, "placement": "thread", "workers": 2}]}).services
     assert (svc.placement, svc.workers) == ("thread", 2)
     with pytest.raises(ConfigError, match=r"services\[0\] \(d\)\.placement: .*process, thread"):
@@ -201,6 +201,33 @@ def test_placement_auto_runs_onnx_in_threads_unless_it_asks_for_worker_processes
     autoscaled = {**onnx, "placement": "thread", "autoscale": {"min_workers": 1, "max_workers": 2}}
     with pytest.raises(ConfigError, match=r"\(d\)\.autoscale: .*set placement: process"):
         parse_config({"services": [autoscaled]})
+
+
+def test_placement_auto_runs_the_runtimes_that_release_the_gil_in_threads(tmp_path: Path) -> None:
+    # The config reads only that the files are there: empty ones stand in for the models.
+    files = {"xgboost": "m.json", "lightgbm": "m.txt", "sklearn": "m.joblib", "pmml": "m.pmml"}
+    files["torch"] = "m.pt"
+    for name in files.values():
+        (tmp_path / name).touch()
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "saved" / "saved_model.pb").touch()
+    files["tensorflow"] = "saved"
+    services = [{"name": p, "processor": p, "model": str(tmp_path / f), "public": True}
+                for p, f in files.items()]  # fmt: skip
+    top = {"model_dirs": [str(tmp_path)]}
+    got = {svc.processor: (svc.placement, svc.placement_reason)
+           for svc in parse_config({"gateway": top, "services": services}).services}  # fmt: skip
+    reason = "auto: xgboost models run in the gateway's threads (XGBoost releases the GIL)"
+    assert got["xgboost"] == ("thread", reason)
+    assert got["lightgbm"] == ("thread", thread_reason("lightgbm")) and "LightGBM" in got["lightgbm"][1]
+    # Those holding the GIL in their Python parts, or setting thread pools for the whole
+    # process, stay on worker processes.
+    for processor in ("sklearn", "pmml", "torch", "tensorflow"):
+        assert got[processor] == ("process", f"auto: a {processor} service runs in worker processes")
+    # Asking for what only worker processes give still moves them there.
+    (svc,) = parse_config({"gateway": top, "services": [{**services[0], "stall_timeout_s": 5}]}).services
+    moved = ("process", "auto: stall_timeout_s needs worker processes")
+    assert (svc.placement, svc.placement_reason) == moved
 
 
 def test_what_auto_chose_is_chosen_again_when_read_back() -> None:
