@@ -52,7 +52,7 @@ from .arrays import (
     request_array,
     response_array,
 )
-from .binding import TensorSpec, bind_inputs, conform, refusal, select_outputs
+from .binding import TensorSpec, bind_arrays, bind_inputs, conform, output_positions, refusal, select_outputs
 from .blade import (
     BladeInput,
     BladeRequestData,
@@ -252,6 +252,7 @@ __all__ = [
     "TorchRequestData",
     "array_proto",
     "as_buffer",
+    "bind_arrays",
     "bind_inputs",
     "blade_array",
     "blade_outputs",
@@ -287,6 +288,7 @@ __all__ = [
     "map_entry",
     "numpy_dtype",
     "output_info_bytes",
+    "output_positions",
     "read_varint",
     "refusal",
     "request_array",

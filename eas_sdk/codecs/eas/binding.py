@@ -3,7 +3,7 @@ JSON, Torch map inputs) or by position (Torch), dtype and shape checks, output s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +62,11 @@ def refusal(spec: TensorSpec, dtype: np.dtype[Any], shape: tuple[int, ...], loos
 
 def conform(tensor: InputTensor, spec: TensorSpec) -> np.ndarray:
     """Check ``tensor`` against ``spec``; cast loose tensors. Raises InvalidInput."""
-    arr = tensor.array
-    message = refusal(spec, arr.dtype, arr.shape, tensor.loose)
+    return _conform(tensor.array, tensor.loose, spec)
+
+
+def _conform(arr: np.ndarray, loose: bool, spec: TensorSpec) -> np.ndarray:
+    message = refusal(spec, arr.dtype, arr.shape, loose)
     if message is not None:
         raise InvalidInput(message)
     if spec.dtype is not None and arr.dtype != spec.dtype and not (arr.dtype.kind == spec.dtype.kind == "O"):
@@ -87,16 +90,40 @@ def bind_inputs(req: DecodedRequest, specs: Sequence[TensorSpec]) -> dict[str, n
                 raise InvalidInput(f"missing input {i} ({spec.name!r}: {spec.describe()})")
             feeds[spec.name] = conform(t, spec)
         return feeds
-    known = {s.name for s in specs}
-    unknown = [n for n in req.named if n not in known]
-    if unknown:
-        raise InvalidInput(f"unknown input {unknown[0]!r}; model inputs: {', '.join(s.name for s in specs)}")
+    _check_names(req.named, specs)
     for spec in specs:
         t = req.named.get(spec.name)
         if t is None:
-            raise InvalidInput(f"missing input {spec.name!r} ({spec.describe()})")
+            raise InvalidInput(_missing(spec))
         feeds[spec.name] = conform(t, spec)
     return feeds
+
+
+def bind_arrays(arrays: Mapping[str, np.ndarray], specs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
+    """Arrays by name whose dtype the wire stated (a server's own V2 or gRPC decoder hands them
+    over) onto the model's inputs, checked as :func:`bind_inputs` checks named inputs, with no
+    decoded request built around them."""
+    _check_names(arrays, specs)
+    feeds: dict[str, np.ndarray] = {}
+    for spec in specs:
+        arr = arrays.get(spec.name)
+        if arr is None:
+            raise InvalidInput(_missing(spec))
+        feeds[spec.name] = _conform(np.asarray(arr), False, spec)
+    return feeds
+
+
+def _check_names(given: Mapping[str, Any], specs: Sequence[TensorSpec]) -> None:
+    if len(given) == 1 and len(specs) == 1 and specs[0].name in given:
+        return  # one input, named right: most calls
+    known = {s.name for s in specs}
+    unknown = [n for n in given if n not in known]
+    if unknown:
+        raise InvalidInput(f"unknown input {unknown[0]!r}; model inputs: {', '.join(s.name for s in specs)}")
+
+
+def _missing(spec: TensorSpec) -> str:
+    return f"missing input {spec.name!r} ({spec.describe()})"
 
 
 def select_outputs(req: DecodedRequest, output_names: Sequence[str]) -> list[int]:
@@ -112,10 +139,15 @@ def select_outputs(req: DecodedRequest, output_names: Sequence[str]) -> list[int
         return list(req.output_indices)
     if not req.output_names:
         return list(range(len(output_names)))
-    index = {n: i for i, n in enumerate(output_names)}
+    return output_positions(req.output_names, output_names)
+
+
+def output_positions(asked: Sequence[str], output_names: Sequence[str]) -> list[int]:
+    """Indices of the model outputs named in ``asked``, in that order."""
     out = []
-    for n in req.output_names:
-        if n not in index:
-            raise InvalidInput(f"unknown output {n!r}; model outputs: {', '.join(output_names)}")
-        out.append(index[n])
+    for n in asked:
+        try:
+            out.append(output_names.index(n))
+        except ValueError:
+            raise InvalidInput(f"unknown output {n!r}; model outputs: {', '.join(output_names)}") from None
     return out

@@ -75,6 +75,10 @@ def dynamic_first(shape: tuple[Any, ...] | None) -> Any:
     return first if isinstance(first, str) else ""
 
 
+# What a request of arrays (TensorRequest) prepares as: its answers only read the kind.
+_ARRAYS = eas.DecodedRequest(TENSORS)
+
+
 @dataclass(slots=True)
 class Prepared:
     """One decoded, validated request, ready to run alone or in a batch."""
@@ -141,17 +145,20 @@ class ModelProcessor(Batchable[Prepared]):
         """Decode and check one request (raises ProcessorError); no model run."""
         try:
             if isinstance(req, TensorRequest):  # arrays from a V2 or gRPC adapter in the gateway
-                named = {n: eas.InputTensor(np.asarray(a)) for n, a in req.inputs.items()}
-                decoded = eas.DecodedRequest(TENSORS, named, output_names=list(req.outputs))
+                decoded = _ARRAYS
+                feeds = eas.bind_arrays(req.inputs, self.inputs)
+                asked = req.outputs
+                indices = eas.output_positions(asked, self.output_names) if asked else None
             else:
                 decoded = eas.decode_request(
                     req.body, self.service.request_format, req.header("X-Eas-Request-Format")
                 )
-            feeds = eas.bind_inputs(decoded, self.inputs)
-            if not decoded.output_names and not decoded.output_indices:
+                feeds = eas.bind_inputs(decoded, self.inputs)
+                asked = decoded.output_names or decoded.output_indices
+                indices = eas.select_outputs(decoded, self.output_names) if asked else None
+            if indices is None:
                 indices, wanted = self._every  # every output, as most calls ask
             else:
-                indices = eas.select_outputs(decoded, self.output_names)
                 wanted = [self.output_names[i] for i in dict.fromkeys(indices)]
         except eas.InvalidInput as exc:
             raise ProcessorError(exc.message) from None
