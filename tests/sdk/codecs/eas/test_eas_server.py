@@ -372,6 +372,29 @@ def test_dtype_and_shape_errors_name_the_input() -> None:
         eas.bind_inputs(eas.decode_request(b'{"inputs": {"x": [[1,2,3,4]], "y": [[1.5,2,3,4]]}}'), SPECS)
 
 
+def test_arrays_by_name_are_checked_as_named_inputs_are() -> None:
+    """A server's own decoded arrays (V2, gRPC) get the named inputs' checks and messages,
+    and are never cast: their dtype was stated on the wire."""
+    x, y = np.zeros((3, 4), np.float32), np.zeros((3, 4), np.int64)
+    feeds = eas.bind_arrays({"y": y, "x": x}, SPECS)
+    assert list(feeds) == ["x", "y"] and feeds["x"] is x
+    with pytest.raises(eas.InvalidInput) as exc:
+        eas.bind_arrays({"x": x.astype(np.float64), "y": y}, SPECS)
+    assert exc.value.message == "input 'x': expected float32[N,4], got float64[3,4]"
+    with pytest.raises(eas.InvalidInput, match=r"input 'y': expected int64\[N,4\], got int64\[3\]"):
+        eas.bind_arrays({"x": x, "y": np.zeros(3, np.int64)}, SPECS)
+    with pytest.raises(eas.InvalidInput, match=r"missing input 'y' \(int64\[N,4\]\)"):
+        eas.bind_arrays({"x": x}, SPECS)
+    with pytest.raises(eas.InvalidInput, match="unknown input 'q'; model inputs: x, y"):
+        eas.bind_arrays({"x": x, "y": y, "q": x}, SPECS)
+    one = [eas.TensorSpec("x", np.dtype(np.float32), (-1, 4))]
+    with pytest.raises(eas.InvalidInput, match="unknown input 'z'; model inputs: x"):
+        eas.bind_arrays({"z": x}, one)
+    assert eas.output_positions(["c", "a"], ["a", "b", "c"]) == [2, 0]
+    with pytest.raises(eas.InvalidInput, match="unknown output 'zz'; model outputs: a, b, c"):
+        eas.output_positions(["a", "zz"], ["a", "b", "c"])
+
+
 def test_output_selection() -> None:
     names = ["a", "b", "c"]
     tf = tf_predict_pb2.PredictRequest(signature_name="s", output_filter=["c", "a"])
