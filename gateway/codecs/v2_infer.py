@@ -191,10 +191,13 @@ def _outputs(raw: Any) -> tuple[RequestedOutput, ...]:
         name = o.get("name") if isinstance(o, dict) else None
         if not isinstance(name, str) or not name:
             raise KServeRequestError(f"outputs[{j}]: name must be a non-empty string")
-        where = f"output '{name}'"
         if name in seen:
-            raise KServeRequestError(f"{where}: requested twice")
+            raise KServeRequestError(f"output '{name}': requested twice")
         seen.add(name)
+        if len(o) == 1:  # the name alone, as most requests ask: nothing else to read
+            out.append(RequestedOutput(name))
+            continue
+        where = f"output '{name}'"
         params = _params(o.get("parameters"), where)
         k = params.get("classification")
         out.append(
