@@ -32,8 +32,10 @@ The ``*_raw`` decoders parse without validating tensors, for a server's own chec
 A server's request handling (``server``, ``decoded``, ``binding``, ``sniff``, ``json_form``):
 ``decode_request(body, configured="auto", header=None) -> DecodedRequest`` resolves the
 format (header, else the service setting, else sniffed; JSON included), ``bind_inputs`` and
-``select_outputs`` map it onto a model's ``TensorSpec`` list, ``encode_response`` answers in
-the request's format; every bad body raises ``InvalidInput`` (HTTP 400).
+``select_outputs`` map it onto a model's ``TensorSpec`` list (``bind_arrays`` and
+``output_positions`` do the same for arrays a server decoded itself, such as V2's),
+``encode_response`` answers in the request's format; every bad body raises ``InvalidInput``
+(HTTP 400).
 
 Inputs to the encoders may be ndarrays, Tensors or (for requests) nested lists; DT codes are
 inferred from numpy dtypes when not given. Output is byte-identical to protobuf's own
