@@ -147,14 +147,13 @@ class ModelProcessor(Batchable[Prepared]):
             if isinstance(req, TensorRequest):  # arrays from a V2 or gRPC adapter in the gateway
                 decoded = _ARRAYS
                 feeds = eas.bind_arrays(req.inputs, self.inputs)
-                asked = req.outputs
-                indices = eas.output_positions(asked, self.output_names) if asked else None
+                indices = eas.output_positions(req.outputs, self.output_names) if req.outputs else None
             else:
                 decoded = eas.decode_request(
                     req.body, self.service.request_format, req.header("X-Eas-Request-Format")
                 )
                 feeds = eas.bind_inputs(decoded, self.inputs)
-                asked = decoded.output_names or decoded.output_indices
+                asked = bool(decoded.output_names or decoded.output_indices)
                 indices = eas.select_outputs(decoded, self.output_names) if asked else None
             if indices is None:
                 indices, wanted = self._every  # every output, as most calls ask
