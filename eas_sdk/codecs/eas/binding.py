@@ -3,13 +3,15 @@ JSON, Torch map inputs) or by position (Torch), dtype and shape checks, output s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .decoded import DecodedRequest, InputTensor, InvalidInput, type_str
+
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True)
@@ -90,40 +92,39 @@ def bind_inputs(req: DecodedRequest, specs: Sequence[TensorSpec]) -> dict[str, n
                 raise InvalidInput(f"missing input {i} ({spec.name!r}: {spec.describe()})")
             feeds[spec.name] = conform(t, spec)
         return feeds
-    _check_names(req.named, specs)
-    for spec in specs:
-        t = req.named.get(spec.name)
-        if t is None:
-            raise InvalidInput(_missing(spec))
-        feeds[spec.name] = conform(t, spec)
-    return feeds
+    return _bind_named(req.named, specs, conform)
 
 
 def bind_arrays(arrays: Mapping[str, np.ndarray], specs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
     """Arrays by name whose dtype the wire stated (a server's own V2 or gRPC decoder hands them
     over) onto the model's inputs, checked as :func:`bind_inputs` checks named inputs, with no
     decoded request built around them."""
-    _check_names(arrays, specs)
+    return _bind_named(arrays, specs, _conform_stated)
+
+
+def _conform_stated(arr: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    return _conform(np.asarray(arr), False, spec)
+
+
+def _bind_named(
+    given: Mapping[str, _V], specs: Sequence[TensorSpec], check: Callable[[_V, TensorSpec], np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Each model input from the value of its name in ``given``, passed through ``check``:
+    a name the model does not take, or an input missing, is refused."""
+    # One input, named right (most calls): no name to look for among the model's.
+    if not (len(given) == 1 and len(specs) == 1 and specs[0].name in given):
+        known = {s.name for s in specs}
+        unknown = [n for n in given if n not in known]
+        if unknown:
+            names = ", ".join(s.name for s in specs)
+            raise InvalidInput(f"unknown input {unknown[0]!r}; model inputs: {names}")
     feeds: dict[str, np.ndarray] = {}
     for spec in specs:
-        arr = arrays.get(spec.name)
-        if arr is None:
-            raise InvalidInput(_missing(spec))
-        feeds[spec.name] = _conform(np.asarray(arr), False, spec)
+        value = given.get(spec.name)
+        if value is None:
+            raise InvalidInput(f"missing input {spec.name!r} ({spec.describe()})")
+        feeds[spec.name] = check(value, spec)
     return feeds
-
-
-def _check_names(given: Mapping[str, Any], specs: Sequence[TensorSpec]) -> None:
-    if len(given) == 1 and len(specs) == 1 and specs[0].name in given:
-        return  # one input, named right: most calls
-    known = {s.name for s in specs}
-    unknown = [n for n in given if n not in known]
-    if unknown:
-        raise InvalidInput(f"unknown input {unknown[0]!r}; model inputs: {', '.join(s.name for s in specs)}")
-
-
-def _missing(spec: TensorSpec) -> str:
-    return f"missing input {spec.name!r} ({spec.describe()})"
 
 
 def select_outputs(req: DecodedRequest, output_names: Sequence[str]) -> list[int]:
