@@ -176,3 +176,71 @@ def test_requests_are_batched_along_rows(models: dict[str, Path], monkeypatch: p
         t = json.loads(answer.body)["outputs"]["predict"]
         got = np.array(t["data"]).reshape(t["shape"])
         np.testing.assert_allclose(got, expected("lightgbm", models["lightgbm"], part)["predict"], rtol=1e-12)
+
+
+def _xgb_cases(tmp_path: Path) -> dict[str, tuple[Path, np.ndarray]]:
+    """XGBoost models through the scikit-learn interface, one per way its methods decide."""
+    import xgboost as xgb
+    from sklearn.datasets import load_breast_cancer, load_diabetes, load_digits
+
+    xd, yd = load_digits(return_X_y=True)
+    xb, yb = load_breast_cancer(return_X_y=True)
+    xr, yr = load_diabetes(return_X_y=True)
+    stop = {"n_estimators": 60, "early_stopping_rounds": 2}
+    made = {
+        "multi-class": (xgb.XGBClassifier(n_estimators=4, max_depth=3).fit(xd, yd), xd),
+        "binary": (xgb.XGBClassifier(n_estimators=4).fit(xb, yb), xb),
+        "early-stopped": (
+            xgb.XGBClassifier(**stop).fit(xb[:400], yb[:400], eval_set=[(xb[400:], yb[400:])], verbose=False),
+            xb,
+        ),
+        "multi-label": (xgb.XGBClassifier(n_estimators=4).fit(xd, np.stack([yd > 4, yd % 2 == 0], 1)), xd),
+        "softmax": (xgb.XGBClassifier(n_estimators=4, objective="multi:softmax").fit(xd, yd), xd),
+        "regressor": (
+            xgb.XGBRegressor(**stop).fit(xr[:300], yr[:300], eval_set=[(xr[300:], yr[300:])], verbose=False),
+            xr,
+        ),
+    }
+    out = {}
+    for name, (model, x) in made.items():
+        path = tmp_path / f"{name}.ubj"
+        model.save_model(path)
+        x = x.astype(np.float32)
+        x[3, 2] = np.nan  # a missing value, as the model's own setting reads it
+        out[name] = (path, x)
+    return out
+
+
+def test_xgboost_estimators_answer_as_their_interface_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The xgboost processor serves a scikit-learn interface's model by its Booster directly
+    (but for an objective it leaves to the interface), and must answer every method exactly as
+    the interface's own method does on the same rows."""
+    import xgboost as xgb
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the interface's own method ran")
+
+    for name, (path, x) in _xgb_cases(tmp_path).items():
+        proc = create_processor(ServiceConfig(name="m", processor="xgboost", model=str(path)))
+        proc.load()
+        model = xgb.XGBRegressor() if name == "regressor" else xgb.XGBClassifier()
+        model.load_model(path)
+        methods = ("predict",) if name == "regressor" else ("predict", "predict_proba")
+        assert [t.name for t in proc.metadata().outputs] == list(methods), name
+        with monkeypatch.context() as m:
+            if name != "softmax":
+                for cls in (xgb.XGBClassifier, xgb.XGBRegressor):
+                    m.setattr(cls, "predict", refuse)
+                    m.setattr(cls, "predict_proba", refuse, raising=False)
+            got = proc.run(list(methods), {"input": x})
+        for method, answer in zip(methods, got, strict=True):
+            want = getattr(model, method)(x, validate_features=False)
+            assert answer.dtype == want.dtype and answer.shape == want.shape, (name, method)
+            np.testing.assert_array_equal(answer, want, err_msg=f"{name} {method}")
+        if name in ("early-stopped", "regressor"):
+            # The trees past the best iteration change the answer: leaving them in would show.
+            every_tree = model.get_booster().inplace_predict(x, validate_features=False)
+            assert not np.array_equal(every_tree, model.predict_proba(x)[:, 1] if name != "regressor"
+                                      else model.predict(x)), name  # fmt: skip
