@@ -101,8 +101,9 @@ MLSERVER_IMPL = {
 FILES = {"sklearn": "model.joblib", "xgboost": "model.json", "lightgbm": "model.txt"}
 
 
-def build(folder: Path) -> dict[tuple[str, str], Path]:
-    """(runtime, size) -> model file, saved as each library saves it (single-threaded models)."""
+def build(folder: Path, sizes: tuple[str, ...] = SIZES) -> dict[tuple[str, str], Path]:
+    """(runtime, size) -> model file for each of ``sizes``, saved as each library saves it
+    (single-threaded models)."""
     import joblib
     import lightgbm as lgb
     import xgboost as xgb
@@ -113,18 +114,23 @@ def build(folder: Path) -> dict[tuple[str, str], Path]:
     x, y = load_digits(return_X_y=True)
     out: dict[tuple[str, str], Path] = {}
     for runtime in RUNTIMES:
-        for size in SIZES:
+        for size in sizes:
             path = folder / f"{runtime}-{size}" / FILES[runtime]
             path.parent.mkdir(parents=True, exist_ok=True)
             out[(runtime, size)] = path
-    joblib.dump(LogisticRegression(max_iter=2000).fit(x, y), out[("sklearn", "small")])
-    joblib.dump(RandomForestClassifier(n_estimators=30, random_state=0).fit(x, y), out[("sklearn", "large")])
-    for size, trees, depth in (("small", 2, 3), ("large", 1000, 6)):
+    sklearn_models = {
+        "small": lambda: LogisticRegression(max_iter=2000),
+        "large": lambda: RandomForestClassifier(n_estimators=30, random_state=0),
+    }
+    xgb_trees = {"small": (2, 3), "large": (1000, 6)}  # rounds, depth
+    lgb_trees = {"small": 2, "large": 300}
+    for size in sizes:
+        joblib.dump(sklearn_models[size]().fit(x, y), out[("sklearn", size)])
+        trees, depth = xgb_trees[size]
         xgb.XGBClassifier(n_estimators=trees, max_depth=depth, n_jobs=1).fit(x, y).save_model(
             out[("xgboost", size)]
         )
-    for size, trees in (("small", 2), ("large", 300)):
-        model = lgb.LGBMClassifier(n_estimators=trees, n_jobs=1, verbose=-1).fit(x, y)
+        model = lgb.LGBMClassifier(n_estimators=lgb_trees[size], n_jobs=1, verbose=-1).fit(x, y)
         model.booster_.save_model(out[("lightgbm", size)])
     return out
 
