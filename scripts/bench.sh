@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for every benchmark: set up, install the OS tools they compare against
-# (wrk, redis-server) when missing, run each, and print their ratio tables.
+# (wrk, redis-server, valgrind) when missing, run each, and print their ratio tables.
 #   bash scripts/bench.sh            full runs (about 10 minutes on 2 cores)
 #   bash scripts/bench.sh --quick    smoke runs (a minute or two)
 # Every benchmark runs whatever the others show: a missed target (or a failed run) is
@@ -12,6 +12,7 @@ bash scripts/setup.sh || exit 1
 need=()
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)  # bench_instructions counts under callgrind
 if ((${#need[@]})); then
   sudo_cmd=""; [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq && $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
@@ -23,11 +24,11 @@ export EASKIT_BENCH_RESULTS=benchmarks/results  # each benchmark writes its targ
 results=()
 failed=0
 total=0
-for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_autoscale bench_runtimes bench_dl_runtimes bench_tls bench_tracing; do
+for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_autoscale bench_runtimes bench_instructions bench_dl_runtimes bench_tls bench_tracing; do
   [[ -f "benchmarks/$bench.py" ]] && total=$((total + 1))
 done
 n=0
-for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_autoscale bench_runtimes bench_dl_runtimes bench_tls bench_tracing; do
+for bench in bench_codec bench_gateway bench_worker_hop bench_batching bench_queue bench_async bench_servers bench_grpc bench_kserve bench_pipeline bench_scaleout bench_autoscale bench_runtimes bench_instructions bench_dl_runtimes bench_tls bench_tracing; do
   if [[ -f "benchmarks/$bench.py" ]]; then
     n=$((n + 1))
     log="benchmarks/results/$bench.log"

@@ -66,9 +66,9 @@ def _fake_checkout(tmp_path: Path, stubs: dict[str, str]) -> tuple[Path, dict[st
         shutil.copy(ROOT / "benchmarks" / real, tmp_path / "benchmarks" / real)
     for name, code in stubs.items():
         (tmp_path / "benchmarks" / f"{name}.py").write_text(f"import sys\nprint(sys.argv[1:])\n{code}\n")
-    tools = tmp_path / "bin"  # wrk and redis-server present: nothing to install
+    tools = tmp_path / "bin"  # wrk, redis-server and valgrind present: nothing to install
     tools.mkdir()
-    for tool in ("wrk", "redis-server"):
+    for tool in ("wrk", "redis-server", "valgrind"):
         (tools / tool).write_text("#!/bin/sh\nexit 0\n")
         (tools / tool).chmod(0o755)
     return tmp_path, {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}"}
