@@ -2,7 +2,7 @@
 
 A latency on a shared 2-core VM moves by a third from one run to the next, and with it
 every "added p50": too much to tell whether a change to the gateway's request path saved
-a few microseconds. Instructions executed do not move with the machine. Here each program
+a few microseconds. Instructions executed barely move with the machine. Here each program
 runs under Valgrind's callgrind with its counting switched off; it is switched on
 (``callgrind_control -i on``) only around a fixed number of calls made one at a time, and
 the count for those calls is read from callgrind's dump. Every thread of the process is
@@ -16,18 +16,24 @@ Counted, per call, on the small models of bench_runtimes.py (digits, one row):
   * ``gateway``: the same model served in the gateway's threads (``placement: thread``, the
     setting where all of a call's work is in one process), called over HTTP/1.1 with V2 JSON
     and with the EAS TFRequest; ``own`` is that count less the library's: the gateway's
-    own work on the call (HTTP, token, route, admission, codec in and out, metrics);
+    own work on the call (HTTP, token, route, admission, codec in and out, metrics). The
+    gateway's bounds on how long a run in its event loop may take are scaled by callgrind's
+    slowdown, so that a call takes the path it takes at native speed (see SLOWDOWN);
   * ``floor``: the gateway's lean HTTP front alone (front_floor_server.py) answering each
-    call at once: what any call through that front costs, in the ``own`` count too.
+    call at once: what any call through that front costs, in the ``own`` count too;
+  * ``part``: the front's and the V2 JSON codec's parts of LightGBM's call, each alone in
+    one process: the request's head and body read, its JSON decoded, the answer encoded,
+    the answer written.
 
 The client runs outside Valgrind and waits for each answer before the next call, so no
-two calls overlap and the counts do not depend on how fast the machine is. What is left
-to vary (a TCP segment split differently, a timer firing between two calls) moves a count
-by well under one per cent between rounds.
+two calls overlap. What is left to vary moves a count little: the rounds of one run agree
+to about half a per cent; on a busy machine a call lasts longer, the gateway's periodic
+tasks (a status sample every second) fall more often within the calls counted, and a run
+reads a few per cent higher. Compare counts taken in one run, or on a quiet machine.
 
 Needs Valgrind (``apt-get install valgrind``; scripts/bench.sh installs it). Under
 callgrind a program runs about fifty times slower: the gateway takes a minute or two to
-start, and a round about three minutes.
+start, and a round three to four minutes.
 
 Writes ``benchmarks/results/instructions.json``.
 Usage: python benchmarks/bench_instructions.py [--rounds N] [--calls N] [--quick]
@@ -61,6 +67,21 @@ RESULTS = ROOT / "benchmarks" / "results" / "instructions.json"
 WARM_UP = 50  # calls before counting: imports, caches and specialised bytecode settle
 SIZE = "small"
 FLOOR_PATH = "/api/predict/floor"
+# Under callgrind a program runs some fifty times slower, and the gateway picks where a
+# model runs by how long its runs take (gateway.worker.compute): at that pace no run is short
+# enough for the event loop, and every call would take the hand-off to the compute thread
+# and back, which at native speed it does not take (about 65 thousand instructions more). The
+# gateway is started with those bounds scaled by the slowdown, so the path counted is the
+# one a call takes at native speed.
+SLOWDOWN = 100
+_GATEWAY = (
+    "import runpy\n"
+    "import gateway.backends.threads as threads, gateway.worker.compute as compute\n"
+    f"compute.SIZED_INLINE_S *= {SLOWDOWN}\n"
+    f"compute.INLINE_BUDGET_S *= {SLOWDOWN}\n"
+    f"threads.INLINE_MAX_S *= {SLOWDOWN}\n"
+    "runpy.run_module('gateway', run_name='__main__', alter_sys=True)\n"
+)
 
 
 def callgrind(out: Path) -> list[str]:
@@ -123,44 +144,101 @@ def post(port: int, path: str, body: bytes, ctype: str, calls: int, token: str =
         conn.close()
 
 
-# The library's loop: LOADER sets ``predict``; counting is switched on between "ready" and
-# "done" by the parent, which answers each line on stdin.
+# A child counted piece by piece: ``pieces`` maps each piece's label to a no-argument
+# callable; after WARM_UP calls of a piece it says "ready", waits for a line (counting is
+# switched on meanwhile), makes ``calls`` calls, says "done" and waits again.
+_RUN_PIECES = r"""
+for label, piece in pieces.items():
+    for _ in range({warm}):
+        piece()
+    print("ready", flush=True); sys.stdin.readline()
+    for _ in range(calls):
+        piece()
+    print("done", flush=True); sys.stdin.readline()
+"""
+
+# The library's loop: LOADER sets ``predict``.
 _LOOP = r"""
 import sys, numpy as np
-runtime, path, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-x = np.load(sys.argv[4])
+runtime, path, x, calls = sys.argv[1], sys.argv[2], np.load(sys.argv[3]), int(sys.argv[4])
 {loader}
-for _ in range({warm}):
-    predict(x)
-print("ready", flush=True); sys.stdin.readline()
-for _ in range(calls):
-    predict(x)
-print("done", flush=True); sys.stdin.readline()
+pieces = {{"library": lambda: predict(x)}}
 """
+
+# The lean front's and the V2 JSON codec's parts of a call, each alone (no server): where
+# the gateway's own count goes. The request as the benchmark's client sends it; the answer
+# to it from a model with one output of 10 FP64 values (LightGBM's small model), under the
+# gateway's default answer limit (64 MiB).
+_PARTS = r"""
+import sys, numpy as np
+from gateway.codecs import v2_infer
+from gateway.lean_http.connection import Connection
+from gateway.lean_http.wire import Reply, encode_reply
+body, calls = open(sys.argv[1], "rb").read(), int(sys.argv[2])
+request = (
+    b"POST /v2/models/lightgbm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: identity\r\n"
+    b"Content-Length: %d\r\nContent-Type: application/json\r\nAuthorization: token\r\n\r\n" % len(body)
+) + body
+conn = Connection(1 << 26, lambda method, path, headers, length: True)
+decoded = v2_infer.parse_request(body)
+outputs = {"predict": np.linspace(0.0, 1.0, 10).reshape(1, 10)}
+LIMIT, OUT = 64 << 20, ["predict"]
+answer, _ = v2_infer.answer("lightgbm", "1", decoded, outputs, OUT, None, LIMIT)
+reply = Reply(200, answer, "application/json", {"X-Request-Id": "0123456789abcdef0123456789abcdef"})
+
+def http_in():
+    conn.receive(request)
+    conn.next()
+
+pieces = {
+    "HTTP request in (head and body)": http_in,
+    "V2 JSON request decoded": lambda: v2_infer.parse_request(body),
+    "V2 JSON answer encoded": lambda: v2_infer.answer("lightgbm", "1", decoded, outputs, OUT, None, LIMIT),
+    "HTTP answer out": lambda: encode_reply(reply, False),
+}
+"""
+PARTS = (
+    "HTTP request in (head and body)",
+    "V2 JSON request decoded",
+    "V2 JSON answer encoded",
+    "HTTP answer out",
+)
+
+
+def count_pieces(name: str, code: str, args: list[str], labels: tuple[str, ...], calls: int,
+                 work: Path) -> dict[str, float]:  # fmt: skip
+    """Instructions per call of each piece ``code`` defines (see _RUN_PIECES), by label."""
+    out = work / f"{name}.cg"
+    argv = [*callgrind(out), PY, "-c", code + _RUN_PIECES.format(warm=WARM_UP), *args, str(calls)]
+    env = dict(gateway_env(), PYTHONHASHSEED="0", PYTHONPATH=str(ROOT))
+    counts: dict[str, float] = {}
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=env, cwd=ROOT) as child:  # fmt: skip
+        stdin, stdout = child.stdin, child.stdout
+        assert stdin is not None and stdout is not None
+        counter = Counter(child.pid, out)
+        for label in labels:
+            if stdout.readline().strip() != "ready":
+                raise SystemExit(f"{name}: {label} did not start:\n{child.communicate()[1][-3000:]}")
+
+            def run() -> None:
+                stdin.write("go\n")
+                stdin.flush()
+                if stdout.readline().strip() != "done":
+                    raise SystemExit(f"{name}: {label} failed")  # noqa: B023 - called in this turn
+
+            counts[label] = counter.count(run, calls)
+            stdin.write("\n")
+            stdin.flush()
+        stdin.close()
+        child.wait(timeout=120)
+    return counts
 
 
 def library(runtime: str, path: Path, x_file: Path, calls: int, work: Path) -> float:
-    out = work / f"library-{runtime}.cg"
-    code = _LOOP.format(loader=LOADER, warm=WARM_UP)
-    argv = [*callgrind(out), PY, "-c", code, runtime, str(path), str(calls), str(x_file)]
-    env = dict(gateway_env(), PYTHONHASHSEED="0")
-    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                          text=True, env=env, cwd=ROOT) as child:  # fmt: skip
-        assert child.stdin is not None and child.stdout is not None
-        counter = Counter(child.pid, out)
-        if child.stdout.readline().strip() != "ready":
-            raise SystemExit(f"{runtime}: the library's loop did not start")
-
-        def run() -> None:
-            child.stdin.write("go\n")  # type: ignore[union-attr]
-            child.stdin.flush()  # type: ignore[union-attr]
-            if child.stdout.readline().strip() != "done":  # type: ignore[union-attr]
-                raise SystemExit(f"{runtime}: the library's loop failed")
-
-        per_call = counter.count(run, calls)
-        child.stdin.close()
-        child.wait(timeout=120)
-    return per_call
+    code = _LOOP.format(loader=LOADER)
+    args = [runtime, str(path), str(x_file)]
+    return count_pieces(f"library-{runtime}", code, args, ("library",), calls, work)["library"]
 
 
 def start(argv: list[str], port_file: Path | None, port: int, ready: list[str]) -> tuple[Child, int]:
@@ -171,7 +249,7 @@ def start(argv: list[str], port_file: Path | None, port: int, ready: list[str]) 
         if child.proc.poll() is not None or time.monotonic() > deadline:
             out = child.output()
             child.stop()
-            raise SystemExit(f"{argv[-1]} did not start under callgrind:\n{out[-3000:]}")
+            raise SystemExit(f"did not start under callgrind: {' '.join(argv)[-300:]}\n{out[-3000:]}")
         if port_file is not None and port == 0:
             text = port_file.read_text().strip() if port_file.exists() else ""
             port = int(text.rsplit(":", 1)[-1]) if text else 0
@@ -227,7 +305,7 @@ def one_round(work: Path, models: dict[tuple[str, str], Path], calls: int) -> di
     port_file = work / "port"
     port_file.unlink(missing_ok=True)
     out = work / "gateway.cg"
-    argv = [*callgrind(out), PY, "-m", "gateway", "serve", "--config", str(cfg), "--port", "0",
+    argv = [*callgrind(out), PY, "-c", _GATEWAY, "serve", "--config", str(cfg), "--port", "0",
             "--port-file", str(port_file)]  # fmt: skip
     gw, port = start(argv, port_file, 0, [f"/v2/models/{rt}/ready" for rt, _ in models])
     try:
@@ -259,6 +337,10 @@ def one_round(work: Path, models: dict[tuple[str, str], Path], calls: int) -> di
         print(f"  floor     V2 JSON  {counts[('floor', 'V2 JSON')] / 1e3:>8.1f}k", flush=True)
     finally:
         floor.stop()
+    lgb_body = work / "lightgbm.json"  # written by bodies() above: LightGBM's V2 JSON call
+    for label, per_call in count_pieces("parts", _PARTS, [str(lgb_body)], PARTS, calls, work).items():
+        counts[("part", label)] = per_call
+        print(f"  part      {label:<34}{per_call / 1e3:>8.1f}k", flush=True)
     return counts
 
 
@@ -308,6 +390,12 @@ def report(rounds: list[dict[Row, float]], args: argparse.Namespace) -> None:
     print(f"{'floor':<10}{'V2 JSON':<10}{'':>9}{floor / 1e3:>9.1f}{'':>8}{1:>10.2f}{floor_spread:>8.1%}")
     rows.append({"runtime": "floor", "protocol": "V2 JSON", "gateway": floor})
     targets.append(Target("floor: the lean front alone, instructions a call", floor / 1e3, "", None, "k"))
+    own = med(("lightgbm", "V2 JSON")) - med(("lightgbm", "library"))
+    print(f"\nparts of the gateway's own count on LightGBM's V2 JSON call ({own / 1e3:.1f}k), counted alone")
+    for label in PARTS:
+        part = med(("part", label))
+        print(f"  {label:<36}{part / 1e3:>8.1f}k {part / own:>6.1%}{spread(('part', label)):>8.1%}")
+        rows.append({"runtime": "part", "protocol": label, "gateway": part})
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     doc = {"rounds": len(rounds), "calls": args.calls, "rows": rows}
     RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
