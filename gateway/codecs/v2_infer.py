@@ -14,6 +14,7 @@ before it is built (``gateway.core.json_answer``). Errors are
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,14 +33,17 @@ MAX_OUTPUTS = 1024
 _NO_BINARY = BinarySection(b"", None)
 
 
-@dataclass(frozen=True)
+# Plain slotted dataclasses, not frozen ones: a frozen dataclass sets each field through
+# object.__setattr__, which made building these two a sixth of decoding a small request.
+# Nothing changes them once parse_request has built them.
+@dataclass(slots=True)
 class RequestedOutput:
     name: str
     binary: bool | None = None  # None: as the request's binary_data_output says
     classification: int = 0  # k of the classification extension; 0: the tensor itself
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class InferRequest:
     id: str | None
     inputs: dict[str, np.ndarray]
@@ -77,6 +81,18 @@ def json_tensor(data: Any, datatype: str, shape: list[int], where: str) -> np.nd
     if not isinstance(data, list):
         raise KServeRequestError(f"{where}: data must be a list")
     count = math.prod(shape)
+    if dt.kind == "f" and len(data) == count and count:
+        # A flat list of numbers for a float tensor (most calls): struct reads it into the
+        # array's own memory at a third of what numpy's discovery of a list's types and shape
+        # costs. Anything else it refuses (a nested list, a string, null, a number past
+        # float64's range) takes the paths below, which name what is wrong.
+        arr = np.empty(count, np.float64)
+        try:
+            struct.pack_into(f"{count}d", arr, 0, *data)
+        except (struct.error, OverflowError):
+            pass
+        else:
+            return arr.astype(dt, copy=False).reshape(shape)
     if datatype != "BYTES" and data:
         # Regular numbers, flat or nested evenly: numpy reads them in one pass. Anything else
         # (ragged nesting, strings, objects) takes the checked path below.

@@ -46,6 +46,28 @@ def test_json_request_becomes_arrays_in_the_declared_dtypes() -> None:
     assert req.parameters == {}
 
 
+@pytest.mark.parametrize("datatype", ["FP16", "FP32", "FP64"])
+def test_a_flat_float_tensor_is_read_as_numpy_reads_the_numbers(datatype: str) -> None:
+    values = [0.1, -2.5, 3, True, 1e-300, 2049, 65504.0, 7]  # 2049: no FP16 holds it, it rounds
+    req = proto.parse_request(_v2([{"name": "x", "shape": [2, 4], "datatype": datatype, "data": values}]))
+    x = req.inputs["x"]
+    expected = np.asarray(values).astype(x.dtype).reshape(2, 4)
+    assert x.dtype == proto.v2_tensors.DATATYPES[datatype] and x.shape == (2, 4)
+    assert x.tobytes() == expected.tobytes()  # bit for bit, every value rounded as numpy rounds it
+    x[0, 0] = 9  # the model gets an array of its own, which it may write to
+    nested = proto.parse_request(_v2([{"name": "x", "shape": [2, 4], "datatype": datatype,
+                                       "data": [values[:4], values[4:]]}]))  # fmt: skip
+    assert nested.inputs["x"].tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("bad", ["1.5", None, {"v": 1.5}])
+def test_a_flat_float_tensor_with_a_value_that_is_no_number_is_refused(bad: object) -> None:
+    body = _v2([{"name": "x", "shape": [3], "datatype": "FP32", "data": [1.0, bad, 2.0]}])
+    with pytest.raises(KServeRequestError, match="input 'x'") as info:
+        proto.parse_request(body)
+    assert info.value.status == 400
+
+
 def test_the_request_parameters_are_kept_as_sent() -> None:
     x = [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]
     params = {"binary_data_output": True, "top": 3, "mode": "fast", "cut": 0.5}
