@@ -70,7 +70,7 @@ FLOOR_PATH = "/api/predict/floor"
 # Under callgrind a program runs some fifty times slower, and the gateway picks where a
 # model runs by how long its runs take (gateway.worker.compute): at that pace no run is short
 # enough for the event loop, and every call would take the hand-off to the compute thread
-# and back, which at native speed it does not take (about 65 thousand instructions more). The
+# and back, which at native speed it does not take (about 50 thousand instructions more). The
 # gateway is started with those bounds scaled by the slowdown, so the path counted is the
 # one a call takes at native speed.
 SLOWDOWN = 100
