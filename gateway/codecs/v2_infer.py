@@ -28,6 +28,10 @@ from gateway.codecs.v2_classification import class_count, classify
 from gateway.core import json_answer
 
 MAX_INPUTS = 1024
+# Up to this many values a float tensor's flat JSON list is read by struct (json_tensor),
+# whose call takes the values as arguments: a tuple of 8 bytes a value, beside the array.
+# Past it numpy reads the list, and its fixed cost, which struct saves, no longer matters.
+STRUCT_MAX_VALUES = 1 << 16
 MAX_OUTPUTS = 1024
 # A JSON-only request's (holds nothing, so it is shared): refuses binary_data_size.
 _NO_BINARY = BinarySection(b"", None)
@@ -81,7 +85,7 @@ def json_tensor(data: Any, datatype: str, shape: list[int], where: str) -> np.nd
     if not isinstance(data, list):
         raise KServeRequestError(f"{where}: data must be a list")
     count = math.prod(shape)
-    if dt.kind == "f" and len(data) == count and count:
+    if dt.kind == "f" and 0 < count <= STRUCT_MAX_VALUES and len(data) == count:
         # A flat list of numbers for a float tensor (most calls): struct reads it into the
         # array's own memory at a third of what numpy's discovery of a list's types and shape
         # costs. Anything else it refuses (a nested list, a string, null, a number past

@@ -60,6 +60,17 @@ def test_a_flat_float_tensor_is_read_as_numpy_reads_the_numbers(datatype: str) -
     assert nested.inputs["x"].tobytes() == expected.tobytes()
 
 
+def test_a_float_tensor_past_what_struct_reads_is_read_by_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    packed: list[str] = []  # the formats struct was asked to read: not past the cap
+    pack_into = struct.pack_into
+    monkeypatch.setattr(proto.struct, "pack_into", lambda fmt, *a: (packed.append(fmt), pack_into(fmt, *a)))
+    values = [i / 7 for i in range(proto.STRUCT_MAX_VALUES + 1)]
+    for n in (len(values) - 1, len(values)):
+        req = proto.parse_request(_v2([{"name": "x", "shape": [n], "datatype": "FP32", "data": values[:n]}]))
+        assert req.inputs["x"].tobytes() == np.asarray(values[:n]).astype(np.float32).tobytes()
+    assert packed == [f"{proto.STRUCT_MAX_VALUES}d"]
+
+
 @pytest.mark.parametrize("bad", ["1.5", None, {"v": 1.5}])
 def test_a_flat_float_tensor_with_a_value_that_is_no_number_is_refused(bad: object) -> None:
     body = _v2([{"name": "x", "shape": [3], "datatype": "FP32", "data": [1.0, bad, 2.0]}])
