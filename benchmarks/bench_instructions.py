@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _harness import PY, ROOT, TOKEN, Child, Target, free_port, median, report_targets, round_options
-from _runtimes_common import gateway_env, v2_body
+from _runtimes_common import gateway_env
 from bench_runtimes import LOADER, RUNTIMES, bodies, build, rows_of
 
 RESULTS = ROOT / "benchmarks" / "results" / "instructions.json"
@@ -145,16 +145,18 @@ def post(port: int, path: str, body: bytes, ctype: str, calls: int, token: str =
 
 
 # A child counted piece by piece: ``pieces`` maps each piece's label to a no-argument
-# callable; after WARM_UP calls of a piece it says "ready", waits for a line (counting is
-# switched on meanwhile), makes ``calls`` calls, says "done" and waits again.
+# callable; after WARM_UP calls of a piece it says "ready <label>", waits for a line
+# (counting is switched on meanwhile), makes ``calls`` calls, says "done" and waits again;
+# after the last piece it says "end".
 _RUN_PIECES = r"""
 for label, piece in pieces.items():
     for _ in range({warm}):
         piece()
-    print("ready", flush=True); sys.stdin.readline()
+    print("ready", label, flush=True); sys.stdin.readline()
     for _ in range(calls):
         piece()
     print("done", flush=True); sys.stdin.readline()
+print("end", flush=True)
 """
 
 # The library's loop: LOADER sets ``predict``.
@@ -197,17 +199,11 @@ pieces = {
     "HTTP answer out": lambda: encode_reply(reply, False),
 }
 """
-PARTS = (
-    "HTTP request in (head and body)",
-    "V2 JSON request decoded",
-    "V2 JSON answer encoded",
-    "HTTP answer out",
-)
 
 
-def count_pieces(name: str, code: str, args: list[str], labels: tuple[str, ...], calls: int,
-                 work: Path) -> dict[str, float]:  # fmt: skip
-    """Instructions per call of each piece ``code`` defines (see _RUN_PIECES), by label."""
+def count_pieces(name: str, code: str, args: list[str], calls: int, work: Path) -> dict[str, float]:
+    """Instructions per call of each piece ``code`` defines (see _RUN_PIECES), by label, in
+    the order ``code`` lists them."""
     out = work / f"{name}.cg"
     argv = [*callgrind(out), PY, "-c", code + _RUN_PIECES.format(warm=WARM_UP), *args, str(calls)]
     env = dict(gateway_env(), PYTHONHASHSEED="0", PYTHONPATH=str(ROOT))
@@ -217,9 +213,10 @@ def count_pieces(name: str, code: str, args: list[str], labels: tuple[str, ...],
         stdin, stdout = child.stdin, child.stdout
         assert stdin is not None and stdout is not None
         counter = Counter(child.pid, out)
-        for label in labels:
-            if stdout.readline().strip() != "ready":
-                raise SystemExit(f"{name}: {label} did not start:\n{child.communicate()[1][-3000:]}")
+        while (line := stdout.readline().strip()) != "end":
+            if not line.startswith("ready "):
+                raise SystemExit(f"{name}: a piece did not start:\n{child.communicate()[1][-3000:]}")
+            label = line.removeprefix("ready ")
 
             def run() -> None:
                 stdin.write("go\n")
@@ -238,7 +235,7 @@ def count_pieces(name: str, code: str, args: list[str], labels: tuple[str, ...],
 def library(runtime: str, path: Path, x_file: Path, calls: int, work: Path) -> float:
     code = _LOOP.format(loader=LOADER)
     args = [runtime, str(path), str(x_file)]
-    return count_pieces(f"library-{runtime}", code, args, ("library",), calls, work)["library"]
+    return count_pieces(f"library-{runtime}", code, args, calls, work)["library"]
 
 
 def start(argv: list[str], port_file: Path | None, port: int, ready: list[str]) -> tuple[Child, int]:
@@ -328,8 +325,9 @@ def one_round(work: Path, models: dict[tuple[str, str], Path], calls: int) -> di
     out = work / "floor.cg"
     argv = [*callgrind(out), PY, str(ROOT / "benchmarks" / "front_floor_server.py"), str(port)]
     floor, _ = start(argv, None, port, [])
+    lgb_body = work / "lightgbm.json"  # written by bodies() above: LightGBM's V2 JSON call
     try:
-        body = v2_body(work / "floor.json", "input", "predict", rows_of("lightgbm", SIZE)).read_bytes()
+        body = lgb_body.read_bytes()
         post(port, FLOOR_PATH, body, "application/json", WARM_UP, token="")
         counts[("floor", "V2 JSON")] = Counter(floor.pid, out).count(
             lambda: post(port, FLOOR_PATH, body, "application/json", calls, token=""), calls
@@ -337,8 +335,7 @@ def one_round(work: Path, models: dict[tuple[str, str], Path], calls: int) -> di
         print(f"  floor     V2 JSON  {counts[('floor', 'V2 JSON')] / 1e3:>8.1f}k", flush=True)
     finally:
         floor.stop()
-    lgb_body = work / "lightgbm.json"  # written by bodies() above: LightGBM's V2 JSON call
-    for label, per_call in count_pieces("parts", _PARTS, [str(lgb_body)], PARTS, calls, work).items():
+    for label, per_call in count_pieces("parts", _PARTS, [str(lgb_body)], calls, work).items():
         counts[("part", label)] = per_call
         print(f"  part      {label:<34}{per_call / 1e3:>8.1f}k", flush=True)
     return counts
@@ -392,7 +389,7 @@ def report(rounds: list[dict[Row, float]], args: argparse.Namespace) -> None:
     targets.append(Target("floor: the lean front alone, instructions a call", floor / 1e3, "", None, "k"))
     own = med(("lightgbm", "V2 JSON")) - med(("lightgbm", "library"))
     print(f"\nparts of the gateway's own count on LightGBM's V2 JSON call ({own / 1e3:.1f}k), counted alone")
-    for label in PARTS:
+    for label in [label for kind, label in rounds[0] if kind == "part"]:
         part = med(("part", label))
         print(f"  {label:<36}{part / 1e3:>8.1f}k {part / own:>6.1%}{spread(('part', label)):>8.1%}")
         rows.append({"runtime": "part", "protocol": label, "gateway": part})

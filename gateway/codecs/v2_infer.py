@@ -28,11 +28,11 @@ from gateway.codecs.v2_classification import class_count, classify
 from gateway.core import json_answer
 
 MAX_INPUTS = 1024
+MAX_OUTPUTS = 1024
 # Up to this many values a float tensor's flat JSON list is read by struct (json_tensor),
 # whose call takes the values as arguments: a tuple of 8 bytes a value, beside the array.
 # Past it numpy reads the list, and its fixed cost, which struct saves, no longer matters.
 STRUCT_MAX_VALUES = 1 << 16
-MAX_OUTPUTS = 1024
 # A JSON-only request's (holds nothing, so it is shared): refuses binary_data_size.
 _NO_BINARY = BinarySection(b"", None)
 
