@@ -207,11 +207,13 @@ class Connection:
         path, _, qs = target.partition("?")
         if "%" in path or "#" in target or path in _PREFIXES:
             return None
-        pairs = [line.partition(":") for line in lines]
-        # Built from the last pair to the first, so the first value of a repeated name wins
-        # (like aiohttp's get).
-        headers = Headers([(k.lower(), v.strip(" \t")) for k, _, v in reversed(pairs)])
-        if not headers.keys().isdisjoint(_HAND_OVER):
+        # Filled from the last line to the first, so the first value of a repeated name wins
+        # (like aiohttp's get); one plain loop, with no list of pairs built in between.
+        headers = Headers()
+        for line in reversed(lines):
+            name, _, value = line.partition(":")
+            headers[name.lower()] = value.strip(" \t")
+        if not _HAND_OVER.isdisjoint(headers):
             return None
         clen = 0
         raw = dict.get(headers, "content-length")

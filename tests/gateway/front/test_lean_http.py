@@ -147,12 +147,15 @@ def test_parse_query_unquotes_as_the_standard_library(qs: str) -> None:
 
 
 def test_parse_head_hands_over_what_it_does_not_implement() -> None:
-    ok = parse_head(b"PUT /api/predict/q?_indexes_=1 HTTP/1.1\r\nContent-length: 0\r\nX-A:  b \r\n\r\n", 100)
+    ok = parse_head(
+        b"PUT /api/predict/q?_indexes_=1 HTTP/1.1\r\nContent-length: 0\r\nX-A:  b \r\nX-B:\tc \t\r\n\r\n", 100
+    )
     assert ok is not None
     assert (ok.method, ok.path, ok.query) == ("PUT", "/api/predict/q", "_indexes_=1")
     assert ok.clen == 0 and not ok.close
     headers = ok.headers
     assert isinstance(headers, Headers) and headers.get("x-a") == "b" and headers["CONTENT-LENGTH"] == "0"
+    assert headers["x-b"] == "c"  # spaces and tabs around a value are not part of it
     dup = parse_head(b"GET /api/predict/q HTTP/1.1\r\nX-A: first\r\nx-a: second\r\nHost: h\r\n\r\n", 100)
     assert dup is not None and dup.headers.get("X-A") == "first" and dup.headers.get("host") == "h"
     closing = parse_head(b"GET /api/predict/q HTTP/1.1\r\nConnection: close\r\n\r\n", 100)
