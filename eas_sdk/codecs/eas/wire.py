@@ -200,8 +200,8 @@ Field = tuple[int, int, int, int]
 
 def fields(buf: Any, pos: int, end: int) -> Iterator[Field]:
     """Yield (field, wire_type, a, b): varint -> (value, 0); LEN/I32/I64 -> byte span [a, b)."""
-    # One-byte varints (keys of fields 1-15, lengths < 128, small values) are read inline:
-    # most of a small message's varints, and a function call each saved.
+    # One-byte varints (keys of fields 1-15, lengths < 128, small values) and two-byte
+    # lengths are read inline: most of a small message's varints, a function call each saved.
     while pos < end:
         key = buf[pos]
         if key < 0x80:
@@ -220,6 +220,9 @@ def fields(buf: Any, pos: int, end: int) -> Iterator[Field]:
         elif wt == 2:
             if pos < end and (n := buf[pos]) < 0x80:
                 pos += 1
+            elif pos + 1 < end and buf[pos + 1] < 0x80:  # two bytes: up to 16 KiB, a small tensor's
+                n = (n & 0x7F) | (buf[pos + 1] << 7)
+                pos += 2
             else:
                 n, pos = read_varint(buf, pos, end)
             stop = pos + n

@@ -302,6 +302,24 @@ def test_server_decode_validates_tensors() -> None:
     assert t.decode_tf_request(msg.SerializeToString()).inputs["v"].array.shape == (2,)
 
 
+@pytest.mark.parametrize("dims", [[200, 1], [0, 130, 20000], [127, 2], [1, 1 << 20, 0]])
+def test_server_decode_reads_dims_of_any_varint_length(dims: list[int]) -> None:
+    msg = tf_predict_pb2.PredictRequest()
+    msg.inputs["x"].dtype = t.DT_FLOAT
+    msg.inputs["x"].array_shape.dim.extend(dims)
+    msg.inputs["x"].float_val.extend([0.5] * int(np.prod(dims)))
+    assert t.decode_tf_request(msg.SerializeToString()).inputs["x"].array.shape == tuple(dims)
+
+
+def test_server_decode_refuses_a_negative_dim() -> None:
+    msg = tf_predict_pb2.PredictRequest()
+    msg.inputs["x"].dtype = t.DT_FLOAT
+    msg.inputs["x"].array_shape.dim.extend([2, -1])
+    msg.inputs["x"].float_val.extend([1.0, 2.0])
+    with pytest.raises(t.CodecError, match=r"negative dimension in shape \[2, -1\]"):
+        t.decode_tf_request(msg.SerializeToString())
+
+
 def test_server_decode_is_zero_copy_for_floats() -> None:
     x = np.arange(1000, dtype=np.float32).reshape(10, 100)
     body = t.encode_tf_request("s", {"x": x})
