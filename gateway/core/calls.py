@@ -35,12 +35,16 @@ class WorkerRequest:
 
     def header(self, name: str, default: str | None = None) -> str | None:
         """Case-insensitive header lookup."""
-        value = self.headers.get(name)
+        headers = self.headers
+        value = headers.get(name)
         if value is not None:
             return value
+        # Most calls do not carry the header asked for: every name is looked at, and only
+        # one of the right length is lower-cased.
         low = name.lower()
-        for k, v in self.headers.items():
-            if k.lower() == low:
+        size = len(low)
+        for k, v in headers.items():
+            if len(k) == size and k.lower() == low:
                 return v
         return default
 

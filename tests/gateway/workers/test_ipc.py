@@ -77,6 +77,14 @@ def test_codec_round_trip() -> None:
     assert req.header("x-a") == "b" and req.header("missing", "d") == "d"
 
 
+def test_a_header_is_found_whatever_the_case_of_its_name() -> None:
+    req = WorkerRequest(b"", headers={"X-Eas-Request-Format": "tf", "x-other-formats": "-", "X-Trace": "t"})
+    assert req.header("x-eas-request-format") == "tf" and req.header("X-EAS-REQUEST-FORMAT") == "tf"
+    assert req.header("x-trace") == "t" and req.header("X-Trace") == "t"
+    assert req.header("X-Eas-Request-Formax") is None  # the same length, another name
+    assert req.header("X-Tra", "none") == "none"
+
+
 async def test_pipelined_out_of_order_answers(server: Any) -> None:
     path, sink, _ = server
     client = IPCClient(path, connections=2)
