@@ -40,7 +40,8 @@ def refusal(spec: TensorSpec, dtype: np.dtype[Any], shape: tuple[int, ...], loos
     """Why :func:`conform` refuses a tensor of ``dtype`` and ``shape`` for ``spec`` (its
     message), or None when it takes it: a check that needs no array, so a gateway can refuse
     what a model's workers would before sending it."""
-    ok_dtype = spec.dtype is None or dtype == spec.dtype
+    # numpy's dtypes of the builtin types are single objects: most calls match by identity.
+    ok_dtype = spec.dtype is None or dtype is spec.dtype or dtype == spec.dtype
     if not ok_dtype and spec.dtype is not None:
         if dtype.kind == "O" and spec.dtype.kind == "O":
             ok_dtype = True
@@ -53,8 +54,9 @@ def refusal(spec: TensorSpec, dtype: np.dtype[Any], shape: tuple[int, ...], loos
         if len(spec.shape) != len(shape):
             ok_shape = False
         else:
-            for want, got in zip(spec.shape, shape, strict=True):
-                if isinstance(want, int) and want >= 0 and want != got:
+            # The lengths are equal (checked above): zip's strict keyword would cost more than the loop.
+            for want, got in zip(spec.shape, shape):  # noqa: B905
+                if want != got and isinstance(want, int) and want >= 0:
                     ok_shape = False
                     break
     if ok_dtype and ok_shape:
@@ -71,7 +73,12 @@ def _conform(arr: np.ndarray, loose: bool, spec: TensorSpec) -> np.ndarray:
     message = refusal(spec, arr.dtype, arr.shape, loose)
     if message is not None:
         raise InvalidInput(message)
-    if spec.dtype is not None and arr.dtype != spec.dtype and not (arr.dtype.kind == spec.dtype.kind == "O"):
+    if (
+        spec.dtype is not None
+        and arr.dtype is not spec.dtype
+        and arr.dtype != spec.dtype
+        and not (arr.dtype.kind == spec.dtype.kind == "O")
+    ):
         with np.errstate(all="ignore"):
             arr = arr.astype(spec.dtype)
     if spec.shape == () and arr.shape == (1,):

@@ -395,6 +395,16 @@ def test_arrays_by_name_are_checked_as_named_inputs_are() -> None:
         eas.output_positions(["a", "zz"], ["a", "b", "c"])
 
 
+def test_a_dtype_equal_to_the_models_is_taken_whatever_object_it_is() -> None:
+    # A dtype swapped back to this machine's byte order, or one that carries metadata, is
+    # equal to numpy's own float32 but not the same object.
+    spec = [eas.TensorSpec("x", np.dtype(np.float32), (-1, 4))]
+    for dtype in (np.dtype(">f4").newbyteorder(), np.dtype(np.float32, metadata={"m": 1})):
+        assert dtype is not np.dtype(np.float32) and dtype == np.dtype(np.float32)
+        x = np.zeros((2, 4), dtype)
+        assert eas.bind_arrays({"x": x}, spec)["x"] is x
+
+
 def test_output_selection() -> None:
     names = ["a", "b", "c"]
     tf = tf_predict_pb2.PredictRequest(signature_name="s", output_filter=["c", "a"])
