@@ -90,16 +90,16 @@ async def infer(
     # The outputs' size can follow the client's shapes: refused before the answer is built
     # past the limit; a large one written in a thread (it takes the GIL a block at a time).
     version = answer_headers.get(VERSION_HEADER, version)  # the one that served it
-    answer = functools.partial(
-        v2_infer.answer, svc.name, version, req, arrays, order, None, plane.max_response_bytes
-    )
+    limit = plane.max_response_bytes
     try:
         elements = 0
         for a in arrays.values():
             elements += a.size
         if elements > ENCODE_ON_LOOP_MAX:
-            return await asyncio.to_thread(answer)
-        return answer()
+            return await asyncio.to_thread(
+                v2_infer.answer, svc.name, version, req, arrays, order, None, limit
+            )
+        return v2_infer.answer(svc.name, version, req, arrays, order, None, limit)
     except KeyError as exc:
         raise proto.KServeRequestError(str(exc.args[0]), 502) from None
     except json_answer.AnswerTooLarge as exc:

@@ -122,6 +122,19 @@ def test_v2_infer_matches_onnx_runtime(gw: GatewayProcess, digits_model: Path, r
     assert [o["name"] for o in body["outputs"]] == ["label"] and body["outputs"][0]["data"] == label.tolist()
 
 
+def test_a_large_v2_answer_is_whole(gw: GatewayProcess, digits_model: Path, rows: np.ndarray) -> None:
+    # 2,000 rows: 20,000 probabilities, an answer the gateway writes off its event loop.
+    many = np.tile(rows, (500, 1))
+    label, probs = ort.InferenceSession(str(digits_model)).run(None, {"input": many})
+    doc = {"inputs": [{"name": "input", "shape": list(many.shape), "datatype": "FP32",
+                       "data": many.ravel().tolist()}]}  # fmt: skip
+    status, body, _ = call(gw, "/v2/models/digits/infer", doc, AUTH)
+    assert status == 200, body
+    out = {o["name"]: o for o in body["outputs"]}
+    assert out["probabilities"]["shape"] == [2000, 10] and out["label"]["data"] == label.tolist()
+    np.testing.assert_allclose(np.array(out["probabilities"]["data"]).reshape(2000, 10), probs, rtol=1e-6)
+
+
 def test_v2_infer_with_several_dtypes(gw: GatewayProcess) -> None:
     x = np.arange(8, dtype=np.float32).reshape(2, 4) / 4
     y = np.array([[1, -2, 0, 3], [4, 0, -1, 2]], dtype=np.int64)
