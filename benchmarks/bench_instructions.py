@@ -18,12 +18,16 @@ Counted, per call, on the small models of bench_runtimes.py (digits, one row):
     and with the EAS TFRequest; ``own`` is that count less the library's: the gateway's
     own work on the call (HTTP, token, route, admission, codec in and out, metrics). The
     gateway's bounds on how long a run in its event loop may take are scaled by callgrind's
-    slowdown, so that a call takes the path it takes at native speed (see SLOWDOWN);
+    slowdown, so that a call takes the path it takes at native speed (see SLOWDOWN). Each
+    request is written in one send, as wrk writes it for the timed benchmarks; LightGBM's
+    V2 JSON call is also counted written as http.client and requests write it, the head and
+    then the body, which the gateway then reads apart (``V2 JSON in two sends``);
   * ``floor``: the gateway's lean HTTP front alone (front_floor_server.py) answering each
     call at once: what any call through that front costs, in the ``own`` count too;
-  * ``part``: the front's and the V2 JSON codec's parts of LightGBM's call, each alone in
-    one process: the request's head and body read, its JSON decoded, the answer encoded,
-    the answer written.
+  * ``part``: the front's and the codecs' parts of LightGBM's call, each alone in one
+    process: the request's head and body read, its V2 JSON decoded, the answer encoded, the
+    answer written; the EAS TFRequest decoded (its format sniffed, as a service's processor
+    does by default) and its answer encoded.
 
 The client runs outside Valgrind and waits for each answer before the next call, so no
 two calls overlap. What is left to vary moves a count little: the rounds of one run agree
@@ -67,6 +71,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "instructions.json"
 WARM_UP = 50  # calls before counting: imports, caches and specialised bytecode settle
 SIZE = "small"
 FLOOR_PATH = "/api/predict/floor"
+SPLIT = "V2 JSON in two sends"  # the row of a call whose head and body come apart
 # Under callgrind a program runs some fifty times slower, and the gateway picks where a
 # model runs by how long its runs take (gateway.worker.compute): at that pace no run is short
 # enough for the event loop, and every call would take the hand-off to the compute thread
@@ -129,19 +134,34 @@ def _totals(dump: Path) -> int:
     return 0
 
 
-def post(port: int, path: str, body: bytes, ctype: str, calls: int, token: str = TOKEN) -> None:
-    """``calls`` POSTs one at a time on one connection; any answer but 200 ends the run."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    headers = {"Content-Type": ctype, "Authorization": token} if token else {"Content-Type": ctype}
-    try:
+def post(
+    port: int, path: str, body: bytes, ctype: str, calls: int, token: str = TOKEN, split: bool = False
+) -> None:
+    """``calls`` POSTs one at a time on one connection, each request written in one send, as
+    wrk writes it for the timed benchmarks (``split``: its head and its body in two sends, as
+    http.client writes them, so the gateway reads the head before the body is in); any answer
+    but 200 ends the run."""
+    auth = f"Authorization: {token}\r\n" if token else ""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(body)}\r\n{auth}\r\n"
+    ).encode("latin-1")
+    sends = [head, body] if split else [head + body]
+    with socket.create_connection(("127.0.0.1", port), timeout=600) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answers = sock.makefile("rb")
         for _ in range(calls):
-            conn.request("POST", path, body, headers)
-            answer = conn.getresponse()
-            data = answer.read()
-            if answer.status != 200:
-                raise SystemExit(f"POST {path}: {answer.status} {data[:300]!r}")
-    finally:
-        conn.close()
+            for data in sends:
+                sock.sendall(data)
+            status = answers.readline().split(b" ", 2)
+            length = 0
+            while (line := answers.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            answer = answers.read(length)
+            if len(status) < 2 or status[1] != b"200":
+                raise SystemExit(f"POST {path}: {b' '.join(status).strip()!r} {answer[:300]!r}")
 
 
 # A child counted piece by piece: ``pieces`` maps each piece's label to a no-argument
@@ -167,16 +187,18 @@ runtime, path, x, calls = sys.argv[1], sys.argv[2], np.load(sys.argv[3]), int(sy
 pieces = {{"library": lambda: predict(x)}}
 """
 
-# The lean front's and the V2 JSON codec's parts of a call, each alone (no server): where
-# the gateway's own count goes. The request as the benchmark's client sends it; the answer
-# to it from a model with one output of 10 FP64 values (LightGBM's small model), under the
-# gateway's default answer limit (64 MiB).
+# The lean front's, the V2 JSON codec's and the EAS codec's parts of a call, each alone (no
+# server): where the gateway's own count goes. The request as the benchmark's client sends
+# it; the answer to it from a model with one output of 10 FP64 values (LightGBM's small
+# model), under the gateway's default answer limit (64 MiB). The EAS TFRequest is decoded as
+# a processor decodes a service's calls by default (its format sniffed from the body).
 _PARTS = r"""
 import sys, numpy as np
+from eas_sdk.codecs import eas
 from gateway.codecs import v2_infer
 from gateway.lean_http.connection import Connection
 from gateway.lean_http.wire import Reply, encode_reply
-body, calls = open(sys.argv[1], "rb").read(), int(sys.argv[2])
+body, tf_body, calls = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read(), int(sys.argv[3])
 request = (
     b"POST /v2/models/lightgbm/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept-Encoding: identity\r\n"
     b"Content-Length: %d\r\nContent-Type: application/json\r\nAuthorization: token\r\n\r\n" % len(body)
@@ -187,6 +209,7 @@ outputs = {"predict": np.linspace(0.0, 1.0, 10).reshape(1, 10)}
 LIMIT, OUT = 64 << 20, ["predict"]
 answer, _ = v2_infer.answer("lightgbm", "1", decoded, outputs, OUT, None, LIMIT)
 reply = Reply(200, answer, "application/json", {"X-Request-Id": "0123456789abcdef0123456789abcdef"})
+tf_request = eas.decode_request(tf_body)
 
 def http_in():
     conn.receive(request)
@@ -197,6 +220,8 @@ pieces = {
     "V2 JSON request decoded": lambda: v2_infer.parse_request(body),
     "V2 JSON answer encoded": lambda: v2_infer.answer("lightgbm", "1", decoded, outputs, OUT, None, LIMIT),
     "HTTP answer out": lambda: encode_reply(reply, False),
+    "EAS TFRequest decoded": lambda: eas.decode_request(tf_body),
+    "EAS TF answer encoded": lambda: eas.encode_response(tf_request, ["predict"], [outputs["predict"]], [0]),
 }
 """
 
@@ -319,6 +344,14 @@ def one_round(work: Path, models: dict[tuple[str, str], Path], calls: int) -> di
                 counts[(rt, protocol)] = gw_count = counter.count(count, calls)
                 own = gw_count - counts[(rt, "library")]
                 print(f"  {rt:<9} {protocol:<8} {gw_count / 1e3:>8.1f}k, own {own / 1e3:>7.1f}k", flush=True)
+        # The same call as most Python clients write it (http.client, requests): the head,
+        # then the body, which the gateway reads apart (an early check of the head, a hold
+        # on the body's bytes, a body timer).
+        data, url = (work / "lightgbm.json").read_bytes(), "/v2/models/lightgbm/infer"
+        post(port, url, data, "application/json", WARM_UP, split=True)
+        count = functools.partial(post, port, url, data, "application/json", calls, split=True)
+        counts[("lightgbm", SPLIT)] = counter.count(count, calls)
+        print(f"  lightgbm  {SPLIT} {counts[('lightgbm', SPLIT)] / 1e3:>8.1f}k", flush=True)
     finally:
         gw.stop()
     port = free_port()
@@ -335,7 +368,8 @@ def one_round(work: Path, models: dict[tuple[str, str], Path], calls: int) -> di
         print(f"  floor     V2 JSON  {counts[('floor', 'V2 JSON')] / 1e3:>8.1f}k", flush=True)
     finally:
         floor.stop()
-    for label, per_call in count_pieces("parts", _PARTS, [str(lgb_body)], calls, work).items():
+    parts = count_pieces("parts", _PARTS, [str(lgb_body), str(work / "lightgbm.tf")], calls, work)
+    for label, per_call in parts.items():
         counts[("part", label)] = per_call
         print(f"  part      {label:<34}{per_call / 1e3:>8.1f}k", flush=True)
     return counts
@@ -383,15 +417,24 @@ def report(rounds: list[dict[Row, float]], args: argparse.Namespace) -> None:
             print(f"{rt:<10}{protocol:<10}{figures}{spread((rt, protocol)):>8.1%}")
             rows.append({"runtime": rt, "protocol": protocol, "library": lib, "gateway": gw, "own": own})
             targets.append(Target(f"{rt} {protocol}: own instructions a call", own / 1e3, "", None, "k"))
+    split, whole = med(("lightgbm", SPLIT)), med(("lightgbm", "V2 JSON"))
+    own_split = split - med(("lightgbm", "library"))
+    extra = (split - whole) / 1e3
+    print(f"lightgbm  {SPLIT}: {split / 1e3:.1f}k, own {own_split / 1e3:.1f}k, {extra:+.1f}k over one send")
+    rows.append({"runtime": "lightgbm", "protocol": SPLIT, "gateway": split, "own": own_split})
     floor_spread = spread(("floor", "V2 JSON"))
     print(f"{'floor':<10}{'V2 JSON':<10}{'':>9}{floor / 1e3:>9.1f}{'':>8}{1:>10.2f}{floor_spread:>8.1%}")
     rows.append({"runtime": "floor", "protocol": "V2 JSON", "gateway": floor})
     targets.append(Target("floor: the lean front alone, instructions a call", floor / 1e3, "", None, "k"))
-    own = med(("lightgbm", "V2 JSON")) - med(("lightgbm", "library"))
-    print(f"\nparts of the gateway's own count on LightGBM's V2 JSON call ({own / 1e3:.1f}k), counted alone")
+    own = {p: med(("lightgbm", p)) - med(("lightgbm", "library")) for p in ("V2 JSON", "EAS TF")}
+    print(
+        f"\nparts of the gateway's own count on LightGBM's call ({own['V2 JSON'] / 1e3:.1f}k over V2 JSON, "
+        f"{own['EAS TF'] / 1e3:.1f}k over the EAS TFRequest), counted alone"
+    )
     for label in [label for kind, label in rounds[0] if kind == "part"]:
         part = med(("part", label))
-        print(f"  {label:<36}{part / 1e3:>8.1f}k {part / own:>6.1%}{spread(('part', label)):>8.1%}")
+        whole = own["EAS TF" if label.startswith("EAS TF") else "V2 JSON"]
+        print(f"  {label:<36}{part / 1e3:>8.1f}k {part / whole:>6.1%}{spread(('part', label)):>8.1%}")
         rows.append({"runtime": "part", "protocol": label, "gateway": part})
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     doc = {"rounds": len(rounds), "calls": args.calls, "rows": rows}
