@@ -18,8 +18,8 @@ The shape (docs/pipelines.md has the whole story)::
           service: features
           inputs: {x: decode.pixels}
           outputs: [embedding]
-        - name: classify                                 # ... or its own ONNX file
-          model: classifier.onnx
+        - name: classify                                 # ... or its own model file
+          model: classifier.onnx                         # (its runtime by the suffix, or processor:)
           inputs: {x: features.embedding}
           outputs: [probabilities]
         - name: top                                      # a built-in pure transform
@@ -38,11 +38,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config.catalog import DTYPES, NOT_A_STEP, STEP_PROCESSORS, TRANSFORM_DTYPES, TRANSFORMS
-from gateway.config.files import ConfigError, existing_file
+from gateway.config.catalog import (
+    DTYPES,
+    MODEL_PROCESSORS,
+    NOT_A_STEP,
+    STEP_PROCESSORS,
+    TRANSFORM_DTYPES,
+    TRANSFORMS,
+    runtime_for,
+)
+from gateway.config.files import ConfigError, existing_file, resolve_path
 from gateway.config.image_transforms import IMAGE_TRANSFORMS, ImageArgsError, check_image_args, image_dtype
 from gateway.config.model_urls import check_model_url, file_url_path, is_file_url, is_model_url
 from gateway.config.user_code import ENTRY_FORMS
+from gateway.config.values import check_model
 
 REQUEST = "request"  # the source "step" of the request's own inputs
 STEP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
@@ -50,7 +59,7 @@ TENSOR_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:/.-]{0,127}$")
 
 _STEP_KEYS = {
     "name", "inputs", "outputs", "service", "model", "op", "transform", "args", "config",
-    "concurrency", "workers", "intra_op_threads", "placement", "predictor",
+    "concurrency", "workers", "intra_op_threads", "placement", "predictor", "processor",
 }  # fmt: skip
 # The protocols a step speaks to a predictor on another server.
 PREDICTOR_PROTOCOLS = ("v1", "v2", "grpc")
@@ -114,7 +123,9 @@ class StepSpec:
     inputs: tuple[StepInput, ...]
     outputs: tuple[TensorDecl, ...]
     service: str | None = None  # a model step that calls another service's workers
-    model: str | None = None  # a model step with its own ONNX file or URL (its own workers)
+    model: str | None = None  # a model step with its own model file, folder or URL
+    # The runtime of the step's own model (gateway.config.catalog.MODEL_PROCESSORS).
+    processor: str = "onnx"
     op: str | None = None  # "path/to/file.py:Class" or "package.module:Class"
     transform: str | None = None
     args: Mapping[str, Any] = field(default_factory=dict)
@@ -268,8 +279,11 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
     if not (service or model or op or transform or predictor):
         raise _fail(where, "a step needs one of: service, model, predictor, op, transform")
     kind = "transform" if transform else ("op" if op else "model")
+    processor = "onnx"
     if model:
-        model = _step_model(model, base, f"{where}.model")
+        model, processor = _step_model(model, raw.get("processor"), base, where)
+    elif "processor" in raw:
+        raise _fail(f"{where}.processor", "only a step with its own model names its runtime")
     if op:
         if ":" not in op:
             raise _fail(f"{where}.op", f"expected {ENTRY_FORMS}")
@@ -294,7 +308,8 @@ def _step(raw: Any, i: int, base: Path | None) -> StepSpec:
     elif args:
         raise _fail(f"{where}.args", "only transform steps take args (an op takes config)")
     return StepSpec(
-        name=name, kind=kind, inputs=inputs, outputs=outputs, service=service, model=model, op=op,
+        name=name, kind=kind, inputs=inputs, outputs=outputs, service=service, model=model,
+        processor=processor, op=op,
         transform=transform, args=dict(args), config=dict(config),
         concurrency=_int(raw.get("concurrency", 0), f"{where}.concurrency", 0, 256),
         placement=placement,
@@ -336,13 +351,28 @@ def _predictor(raw: Any, where: str) -> PredictorSpec:
     )  # fmt: skip
 
 
-def _step_model(value: str, base: Path | None, where: str) -> str:
-    """A step's own model: a file, or a URL the gateway fetches (as a service's ``model``)."""
+def _step_model(value: str, processor: Any, base: Path | None, where: str) -> tuple[str, str]:
+    """A step's own model and its runtime: a file (a SavedModel's folder for ``tensorflow``),
+    or a URL the gateway fetches (as a service's ``model``). The runtime is ``processor``, or
+    else the one the model's name says, as ``serve --model`` picks it (a file whose suffix
+    names none is ONNX)."""
+    w = f"{where}.model"
+    if processor is not None and processor not in MODEL_PROCESSORS:
+        expected = ", ".join(MODEL_PROCESSORS)
+        raise _fail(f"{where}.processor", f"expected one of {expected}, got {processor!r}")
     if is_model_url(value):
-        return check_model_url(value, where)
+        return check_model_url(value, w), processor or runtime_for(value) or "onnx"
     if is_file_url(value):
-        value = file_url_path(value, where)
-    return existing_file(value, base, where)
+        value = file_url_path(value, w)
+    path = resolve_path(value, base, w)
+    if processor is None:
+        inside = {p.name for p in Path(path).iterdir()} if Path(path).is_dir() else None
+        processor = runtime_for(path, inside) or "onnx"
+    try:
+        check_model(path, processor, w)
+    except ConfigError as exc:
+        raise PipelineConfigError(str(exc)) from None
+    return path, processor
 
 
 def _placement(value: Any, model: str | None, op: str | None, elsewhere: str | None, where: str) -> str:

@@ -323,10 +323,19 @@ def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str, prefixes: tupl
     pickle (loading it runs code) needs model directories: it loads only from them. With
     model directories, a model URL must start with one of ``prefixes`` (the configured model
     sources'): the directories' counterpart for fetched models."""
+    steps = svc.pipeline.steps if svc.pipeline is not None else ()
     if not dirs:
-        if svc.processor in PICKLE_PROCESSORS:
+        # A pipeline's step may load a pickle of its own too.
+        pickles = [("model", svc.processor)] if svc.processor in PICKLE_PROCESSORS else []
+        pickles += [
+            (f"pipeline.steps[{i}].model", step.processor)
+            for i, step in enumerate(steps)
+            if step.model is not None and step.processor in PICKLE_PROCESSORS
+        ]
+        if pickles:
+            key, processor = pickles[0]
             raise ConfigError(
-                f"{where}.model: a {svc.processor} model is a pickle, and loading a pickle runs its code: "
+                f"{where}.{key}: a {processor} model is a pickle, and loading a pickle runs its code: "
                 "list the folders such models may be loaded from in gateway.model_dirs"
             )
         return
@@ -335,7 +344,7 @@ def check_model_dirs(svc: Any, dirs: tuple[str, ...], where: str, prefixes: tupl
     if svc.entry and svc.entry.rpartition(":")[0].endswith(".py"):
         files.append(("entry", svc.entry.rpartition(":")[0]))
     # A pipeline's steps load models and run ops of their own: held to the same folders.
-    for i, step in enumerate(svc.pipeline.steps if svc.pipeline is not None else ()):
+    for i, step in enumerate(steps):
         files.append((f"pipeline.steps[{i}].model", step.model))
         if step.op and step.op.rpartition(":")[0].endswith(".py"):
             files.append((f"pipeline.steps[{i}].op", step.op.rpartition(":")[0]))

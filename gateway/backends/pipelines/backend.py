@@ -69,19 +69,24 @@ PoolFactory = Callable[[ServiceConfig, GatewayConfig], ServiceBackend]
 def step_service(
     pipeline: ServiceConfig, step: StepSpec, env: Mapping[str, str] | None = None
 ) -> ServiceConfig:
-    """The hidden service whose pool runs a step's own ONNX model, or its op (``env``: more
-    variables for its workers). It takes the pipeline's tokens: the gateway's calls over the
-    worker IPC need none, and a direct call to its workers' HTTP port needs the pipeline's."""
+    """The hidden service whose pool runs a step's own model, or its op (``env``: more
+    variables for its workers): on worker processes, or for a model of another runtime than
+    ONNX with ``placement: thread``, in the gateway's threads (``concurrency`` of them) as a
+    service of that runtime runs there. It takes the pipeline's tokens: the gateway's calls
+    over the worker IPC need none, and a direct call to its workers' HTTP port needs the
+    pipeline's."""
+    in_threads = step.model is not None and step.placement == "thread"
     return ServiceConfig(
         name=f"{pipeline.name}.{step.name}",
         token=pipeline.token,
         extra_tokens=pipeline.extra_tokens,
         public=pipeline.public,
-        processor="onnx" if step.model else "op",
+        processor=step.processor if step.model else "op",
         model=step.model,
         entry=None if step.model else step.op,
         config=step.config,
-        workers=step.workers,
+        placement="thread" if in_threads else "process",
+        workers=max(1, step.concurrency) if in_threads else step.workers,
         intra_op_threads=step.intra_op_threads,
         max_pending=pipeline.max_pending,
         timeout_ms=pipeline.timeout_ms,
@@ -181,7 +186,7 @@ class PipelineBackend(RunsInGateway):
         for step in self.spec.steps:
             if step.service is not None:
                 self.model_backends[step.name] = pools[step.service]
-            elif step.placement == "process" and (step.model is not None or step.op is not None):
+            elif self._own_pool(step):
                 env: dict[str, str] = {}
                 if step.model is None:  # an op alone: its large arrays in shared memory
                     if self.shm is None:
@@ -205,6 +210,15 @@ class PipelineBackend(RunsInGateway):
         self._closers: list[Callable[[], None]] = []
         self.restarts_total = 0  # its steps' workers restart in their own pools
         self._pending = 0
+
+    @staticmethod
+    def _own_pool(step: StepSpec) -> bool:
+        """Whether a step runs on a pool of its own: its model or its op on worker processes,
+        or its model of another runtime than ONNX in the gateway's threads (an ONNX model
+        there is a LocalModel, which hands tensors on as they are)."""
+        if step.placement == "process":
+            return step.model is not None or step.op is not None
+        return step.model is not None and step.processor != "onnx"
 
     @property
     def metadata(self) -> ModelMetadata:
@@ -252,7 +266,7 @@ class PipelineBackend(RunsInGateway):
                 through = None
                 if step.service is not None and self.plane is not None:
                     through = functools.partial(self._through_plane, step.service)
-                processor = self.processors.get(step.service or "", "onnx")
+                processor = self.processors.get(step.service, "onnx") if step.service else step.processor
                 form = "values" if remote_op else STEP_FORMS.get(processor, "tf")
                 shm = self.shm.path if remote_op and self.shm is not None else None
                 model = ModelCall(
