@@ -88,7 +88,9 @@ for minor in ${EXTRA_PYTHONS-3.12 3.13}; do
 done
 # The model runtimes' extras (torch, tensorflow, pmml) in .venv only: torch's pinned CPU build
 # is a wheel for Python 3.11 on this machine's wheel store (on another Python pip would fetch a
-# CUDA build of several GB), and tensorflow-cpu is about 1.3 GB. Their tests skip where absent.
+# CUDA build of several GB), and tensorflow-cpu is about 1.3 GB. Their tests skip where absent,
+# but under CI (CI set; .ci/run sets it) one missing from .venv fails them: it is installed
+# here. On .venv-py312 and .venv-py313 they skip, under CI too (tests/runtime_libraries.py).
 runtimes_stamp="$(stamp_of requirements/constraints.txt pyproject.toml)"
 if [[ "$(cat .venv/.stamp-runtimes 2>/dev/null)" != "$runtimes_stamp" ]]; then
   echo "setup: installing the model runtimes (torch, tensorflow, pmml) in .venv" >&2

@@ -22,6 +22,7 @@ import pytest
 
 from tests.e2e.gateway_proc import ROOT, GatewayProcess
 from tests.eas_reference import run_reference
+from tests.runtime_libraries import require_runtime
 
 TOKEN = "quick-token-91b2c6d8e4f0a375"
 CLIENTS_PYTHON = ROOT / ".venv-clients" / "bin" / "python"
@@ -246,6 +247,7 @@ def test_model_repository_serves_every_runtime(tmp_path: Path, digits_model: Pat
     the repository is the operator's folder. A folder it cannot tell stops the start, named."""
     from tests.e2e import estimator_models, runtime_models
 
+    require_runtime("sklearn_pmml_model")  # the card service's, and its expected numbers
     built = estimator_models.build(tmp_path / "built")
     repo = tmp_path / "repo"
     # (.ubj, .pkl and the other suffixes: tests/gateway/test_model_repository.py)
@@ -300,8 +302,8 @@ def test_model_repository_serves_torchscript_and_savedmodels(tmp_path: Path) -> 
     """A TorchScript file and a SavedModel (Triton's model.savedmodel/; TensorFlow Serving's
     layout is read the same way, tests/gateway/test_model_repository.py) in one repository,
     each answering as the library computes."""
-    pytest.importorskip("torch")
-    pytest.importorskip("tensorflow")
+    require_runtime("torch")
+    require_runtime("tensorflow")
     import numpy as np
 
     from tests.e2e import runtime_models

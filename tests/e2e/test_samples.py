@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -12,11 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 import yaml
 
+from eas_sdk import PredictClient, StringRequest, TFRequest, TorchRequest
 from gateway.config import load_config
+from tests.runtime_libraries import require_runtime
 from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,7 +198,7 @@ def test_the_estimators_sample_answers_the_readme_call(tmp_path: Path) -> None:
     from tests.e2e.gateway_proc import GatewayProcess
 
     for module in ("xgboost", "lightgbm"):
-        pytest.importorskip(module)
+        require_runtime(module)
     spec = importlib.util.spec_from_file_location("sample_build_models", ROOT / "samples" / "build_models.py")
     assert spec is not None and spec.loader is not None
     builder = importlib.util.module_from_spec(spec)
@@ -218,5 +222,73 @@ def test_the_estimators_sample_answers_the_readme_call(tmp_path: Path) -> None:
         )  # fmt: skip
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout == shown
+    finally:
+        assert gw.stop() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_runtimes_sample_loads_and_each_of_its_services_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """samples/runtimes/services.yaml as it is, beside the models samples/runtimes/build_models.py
+    builds (a fresh folder: the file's relative paths resolve against it): it loads, naming the
+    EAS guide's services over those models, and served, each answers one call, made as its
+    guide demo makes it, with the numbers the library computes."""
+    from tests.e2e import runtime_models
+    from tests.e2e.gateway_proc import GatewayProcess
+    from tests.e2e.runtime_models import TF_SIGNATURE, expected, features, same
+
+    for module in ("torch", "tensorflow", "sklearn_pmml_model"):
+        require_runtime(module)
+    fresh = tmp_path / "runtimes"
+    fresh.mkdir()
+    path = Path(shutil.copy(ROOT / "samples" / "runtimes" / "services.yaml", fresh / "services.yaml"))
+    built = runtime_models.build(fresh / "models")
+    monkeypatch.chdir(tmp_path)  # relative paths resolve against the file, not a built tree
+    services = {s.name: s for s in load_config(path).services}
+    assert {name: (s.processor, s.model) for name, s in services.items()} == {
+        "scorecard_pmml_example": ("pmml", str(built["pmml"].resolve())),
+        "mnist_saved_model_example": ("tensorflow", str(built["tensorflow"].resolve())),
+        "pytorch_gpu_wl": ("torch", str(built["torch"].resolve())),
+    }
+
+    env = {"EASGW_DATA_DIR": str(tmp_path / "data"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    gw = GatewayProcess.start(path, tmp_path / "gw", env=env, timeout=240)
+
+    def client(service: str) -> PredictClient:
+        """A client with the token the file gives ``service`` (none for the open one)."""
+        return PredictClient(gw.url, service, token=services[service].token or "")
+
+    def all_ready() -> bool:
+        return {name for name, s in gw.services().items() if s["ready"]} == set(services)
+
+    try:
+        wait_until(all_ready, 240, "the three services ready")
+        x = features("pmml", 4)
+        want = expected("pmml", built["pmml"], x)
+        records = json.dumps([{"fea1": a, "fea2": b} for a, b in x.tolist()])
+        with client("scorecard_pmml_example") as c:
+            rows = json.loads(c.predict(StringRequest(records)).response_data)
+        assert [r["y"] for r in rows] == want["predict"].tolist()
+        proba = np.array([[r["probability(0)"], r["probability(1)"]] for r in rows])
+        same(proba, want["predict_proba"], "pmml predict_proba")
+
+        x = features("tensorflow")
+        tf = TFRequest(TF_SIGNATURE)
+        tf.add_feed("images", list(x.shape), TFRequest.DT_FLOAT, x)
+        with client("mnist_saved_model_example") as c:
+            resp = c.predict(tf)
+        for name, array in expected("tensorflow", built["tensorflow"], x).items():
+            same(resp.to_numpy(name), array, f"tensorflow {name}")
+
+        x = features("torch", 1)
+        torch = TorchRequest()
+        torch.add_feed(0, list(x.shape), TorchRequest.DT_FLOAT, x)
+        with client("pytorch_gpu_wl") as c:
+            resp = c.predict(torch)
+        want = expected("torch", built["torch"], x)
+        same(resp.to_numpy(0), want["output__0"], "torch output__0")
+        same(resp.to_numpy(1), want["output__1"], "torch output__1")
     finally:
         assert gw.stop() == 0

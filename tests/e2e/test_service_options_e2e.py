@@ -128,14 +128,31 @@ def test_providers_per_service_fall_back_and_say_so(env: dict[str, Any]) -> None
     )
 
 
-def test_a_model_outside_the_model_directories_is_refused(env: dict[str, Any]) -> None:
+def _estimator_pickle(path: Path) -> Path:
+    """A scikit-learn model as the sklearn processor loads it: a pickle, whose loading runs code."""
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    joblib.dump(LogisticRegression().fit([[0.0], [1.0]], [0, 1]), path)
+    return path
+
+
+@pytest.mark.parametrize("processor", ["onnx", "sklearn"])
+def test_a_model_outside_the_model_directories_is_refused(env: dict[str, Any], processor: str) -> None:
+    """A service added at run time through the admin API loads only from gateway.model_dirs,
+    neither ``..`` nor a link leading out of them; a sklearn model (a pickle) no more than an
+    ONNX file."""
     gw, tmp, models = env["gw"], env["tmp"], env["models"]
-    outside = tmp / "outside.onnx"
-    shutil.copy(models / "digits.onnx", outside)
-    (models / "link.onnx").symlink_to(outside)
+    suffix = {"onnx": ".onnx", "sklearn": ".joblib"}[processor]
+    outside = tmp / f"outside{suffix}"
+    if processor == "onnx":
+        shutil.copy(models / "digits.onnx", outside)
+    else:
+        _estimator_pickle(outside)
+    (models / f"link{suffix}").symlink_to(outside)
     admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
-    for path in (str(models / ".." / "outside.onnx"), str(models / "link.onnx")):
-        spec = json.dumps({"name": "escape", "processor": "onnx", "public": True, "model": path}).encode()
+    for path in (str(models / ".." / outside.name), str(models / f"link{suffix}")):
+        spec = json.dumps({"name": "escape", "processor": processor, "public": True, "model": path}).encode()
         status, _, body = _post(
             admin + "/admin/services",
             spec,
@@ -143,9 +160,11 @@ def test_a_model_outside_the_model_directories_is_refused(env: dict[str, Any]) -
         )
         assert status == 400, body
         message = json.loads(body)["message"]
-        assert (
-            message.startswith("service (escape).model: ") and "is outside the model directories" in message
+        assert message == (
+            f"service (escape).model: {Path(path).name} is outside the model directories "
+            f"(gateway.model_dirs: {models.resolve()})"
         )
+    assert "escape" not in gw.services()
 
 
 def test_validate_refuses_an_escaping_path(env: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

@@ -392,6 +392,31 @@ def test_every_admin_call_answers_a_bad_body_with_400_and_what_is_wrong(env: dic
     assert set(gw.services()) >= {"echo"}
 
 
+def test_a_sklearn_model_is_refused_without_model_directories(env: dict[str, Any]) -> None:
+    """This gateway lists no gateway.model_dirs: a sklearn model is a pickle, whose loading runs
+    its code, so a service of one, added or put in place of another, is refused with the
+    reason, and nothing changes."""
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    gw, tmp = env["gw"], env["tmp"]
+    model = tmp / "models" / "iris.joblib"
+    joblib.dump(LogisticRegression().fit([[0.0], [1.0]], [0, 1]), model)
+    base = admin_url(gw)
+    reason = (
+        "a sklearn model is a pickle, and loading a pickle runs its code: "
+        "list the folders such models may be loaded from in gateway.model_dirs"
+    )
+    calls = (("POST", "/admin/services", "pickled"), ("PUT", "/admin/services/echo", "echo"))
+    for method, path, name in calls:  # added as a new service, and in place of the running echo
+        spec = {"name": name, "processor": "sklearn", "public": True, "model": str(model)}
+        status, doc = _send(base + path, method, json.dumps(spec).encode())
+        assert (status, doc.get("code")) == (400, "BadRequest"), (method, doc)
+        assert doc["message"] == f"service ({name}).model: {reason}", method
+    services = gw.services()
+    assert "pickled" not in services and services["echo"]["processor"] == "python"
+
+
 def test_create_exits_1_when_the_service_does_not_become_ready(env: dict[str, Any]) -> None:
     gw, tmp = env["gw"], env["tmp"]
     spec = broken_model_spec(tmp, "never", "never")

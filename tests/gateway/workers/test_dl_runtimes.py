@@ -1,12 +1,14 @@
 """The torch, tensorflow and pmml runtimes in-process: their config (a device only for torch,
 a SavedModel is a folder), a file of another format refused with a message naming the format
-expected, TorchScript's inputs declared or not, the PMML list of records, and how a request
-names its TensorFlow signature. The protocols end to end: tests/e2e/test_runtimes_e2e.py."""
+expected, TorchScript's inputs declared or not, requests batched into one run of the library,
+the PMML list of records, and how a request names its TensorFlow signature. The protocols end
+to end: tests/e2e/test_runtimes_e2e.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,10 +20,11 @@ from gateway.core.calls import WorkerRequest, WorkerResponse
 from gateway.worker.processors.base import LoadError, ProcessorError
 from gateway.worker.processors.registry import create_processor
 from gateway.worker.processors.tensorflow import named_signature
-from tests.e2e.runtime_models import ROOT, expected, features, sample_builder
+from tests.e2e.runtime_models import ROOT, TF_SIGNATURE, expected, features, same, sample_builder
+from tests.runtime_libraries import require_runtime
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("sklearn_pmml_model")
+torch = require_runtime("torch")
+require_runtime("sklearn_pmml_model")
 
 IMAGE = TensorDecl("image", "FP32", (-1, 3, 224, 224))
 
@@ -88,17 +91,74 @@ def test_torch_declared_inputs_check_requests_and_give_the_outputs(models: dict[
         proc.handle(WorkerRequest(eas.encode_torch_request([x.astype(np.float64)])))  # type: ignore[attr-defined]
 
 
-def test_torch_requests_share_one_run_along_rows(models: dict[str, Path]) -> None:
-    proc = _loaded("torch", models["torch"], inputs=(IMAGE,), batching=BatchingConfig(max_batch_size=8))
-    x = features("torch", 3)
-    items = [proc.prepare(WorkerRequest(eas.encode_torch_request([x[i : i + 1]]))) for i in range(3)]  # type: ignore[attr-defined]
-    assert len({item.key for item in items}) == 1 and [item.rows for item in items] == [1, 1, 1]
-    answers = proc.process_batch(items)  # type: ignore[attr-defined]
-    want = expected("torch", models["torch"], x)
-    for i, answer in enumerate(answers):
-        outputs, _ = eas.decode_torch_response(answer.body)
-        np.testing.assert_allclose(outputs[0].to_tensor("0").array, want["output__0"][i : i + 1], rtol=2e-6)
-        assert outputs[1].to_tensor("1").array.tolist() == want["output__1"][i : i + 1].tolist()
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample SavedModel: its signatures take images float32[None,784]."""
+    require_runtime("tensorflow")
+    path: Path = sample_builder().build_savedmodel(tmp_path_factory.mktemp("saved") / "mnist_saved_model")
+    return path
+
+
+def _torch_call(x: np.ndarray) -> bytes:
+    return eas.encode_torch_request([x])
+
+
+def _torch_answer(body: bytes) -> dict[str, np.ndarray]:
+    outputs, _ = eas.decode_torch_response(body)
+    return {f"output__{i}": raw.to_tensor(str(i)).array for i, raw in enumerate(outputs)}
+
+
+def _tf_call(x: np.ndarray, signature: str = TF_SIGNATURE) -> bytes:
+    return eas.encode_tf_request(signature, {"images": x})
+
+
+def _tf_answer(body: bytes) -> dict[str, np.ndarray]:
+    return {name: raw.to_tensor(name).array for name, raw in eas.decode_tf_response(body).items()}
+
+
+@pytest.mark.parametrize("runtime", ["torch", "tensorflow"])
+def test_requests_share_one_run_along_rows(
+    models: dict[str, Path], runtime: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests of one form share one call of the library (counted where the runtime makes it:
+    the TorchScript module, the signature's function) over every caller's rows; each caller
+    gets its own rows of what the library computes for them."""
+    batching = BatchingConfig(max_batch_size=8)
+    calls: list[int] = []  # the rows each call of the library was given
+    proc: Any
+    if runtime == "torch":
+        path = models["torch"]
+        proc = _loaded("torch", path, inputs=(IMAGE,), batching=batching)
+        module = proc.module
+        monkeypatch.setattr(proc, "module", lambda image: calls.append(len(image)) or module(image))
+        call, answer = _torch_call, _torch_answer
+    else:
+        path = request.getfixturevalue("saved_model")
+        proc = _loaded("tensorflow", path, batching=batching)
+        runner = proc.runners[TF_SIGNATURE]
+        function = runner.function
+        monkeypatch.setattr(
+            runner, "function", lambda **kw: calls.append(len(kw["images"])) or function(**kw)
+        )
+        call, answer = _tf_call, _tf_answer
+        # Another signature is another model: its requests never join these.
+        one = features(runtime, 1)
+        keys = {proc.prepare(WorkerRequest(_tf_call(one, s))).key for s in ("serving_default", TF_SIGNATURE)}
+        assert len(keys) == 2
+    assert proc.supports_batching
+    x = features(runtime, 6)
+    parts = [x[:1], x[1:3], x[3:]]
+    items = [proc.prepare(WorkerRequest(call(part))) for part in parts]
+    assert len({item.key for item in items}) == 1 and [item.rows for item in items] == [1, 2, 3]
+    answers = proc.process_batch(items)
+    assert calls == [len(x)]
+    for i, (part, got) in enumerate(zip(parts, answers, strict=True)):
+        assert isinstance(got, WorkerResponse), got
+        outputs = answer(got.body)
+        want = expected(runtime, path, part)
+        assert set(outputs) == set(want), outputs
+        for name, array in want.items():
+            same(outputs[name], array, f"caller {i}: {name}")
 
 
 def test_torch_without_a_declaration_takes_what_the_module_takes(models: dict[str, Path]) -> None:

@@ -1,13 +1,16 @@
 """The estimator runtimes (sklearn, xgboost, lightgbm) in-process: their config (a pickle only
 from gateway.model_dirs, declared inputs), a file of another format refused with a message
-naming the format expected, metadata from the model or the declaration, and one request
-checked and answered. The protocols end to end: tests/e2e/test_estimators_e2e.py."""
+naming the format expected, metadata from the model or the declaration, one request checked
+and answered, and requests batched into one call of the library. The protocols end to end:
+tests/e2e/test_estimators_e2e.py."""
 
 from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,11 +18,12 @@ import pytest
 from gateway.config import BatchingConfig, ConfigError, ServiceConfig, parse_config, parse_service
 from gateway.config.pipelines import TensorDecl
 from gateway.core.calls import WorkerRequest, WorkerResponse
+from gateway.core.metadata import DATATYPES
 from gateway.manage.spec import spec_of
 from gateway.worker.processors.base import LoadError, ProcessorError
-from gateway.worker.processors.lightgbm import LightGBMProcessor
+from gateway.worker.processors.estimator import EstimatorProcessor
 from gateway.worker.processors.registry import create_processor
-from tests.e2e.estimator_models import MODELS, build, expected, features
+from tests.e2e.estimator_models import MODELS, OUTPUTS, build, expected, features
 
 JSON_FORM = {"X-Eas-Request-Format": "json"}
 
@@ -112,19 +116,29 @@ def test_one_request_against_the_library(models: dict[str, Path], name: str) -> 
         proc.handle(WorkerRequest(json.dumps(narrow).encode(), headers=JSON_FORM))
 
 
-def test_a_declared_input_names_and_types_it(models: dict[str, Path]) -> None:
-    svc = _service("lightgbm", models["lightgbm"], inputs=(TensorDecl("features", "FP32", (-1, -1)),))
+@pytest.mark.parametrize(("name", "dtype"), [("lightgbm", "FP32"), ("xgboost", "FP64")])
+def test_a_declared_input_names_and_types_it(models: dict[str, Path], name: str, dtype: str) -> None:
+    """A service's ``inputs:`` (from the config) names the model's input and sets its dtype, one
+    other than the runtime's default; the width stays the model's."""
+    service = {"name": "m", "processor": name, "model": str(models[name]), "public": True}
+    declared = {"features": {"dtype": dtype, "shape": [-1, -1]}}
+    (svc,) = parse_config({"services": [{**service, "inputs": declared}]}).services
+    assert svc.inputs == (TensorDecl("features", dtype, (-1, -1)),)
     proc = create_processor(svc)
     proc.load()
     meta = proc.metadata()
-    assert [t.as_json() for t in meta.inputs] == [{"name": "features", "datatype": "FP32", "shape": [-1, 4]}]
-    x = features("lightgbm").astype(np.float32)
-    resp = proc.handle(
-        WorkerRequest(json.dumps({"inputs": {"features": x.tolist()}}).encode(), headers=JSON_FORM)
-    )
-    got = np.array(json.loads(resp.body)["outputs"]["predict"]["data"]).reshape(len(x), 3)
-    np.testing.assert_array_equal(got, expected("lightgbm", models["lightgbm"], x)["predict"])
-    wrong = _service("lightgbm", models["lightgbm"], inputs=(TensorDecl("features", "FP32", (-1, 7)),))
+    assert [t.as_json() for t in meta.inputs] == [{"name": "features", "datatype": dtype, "shape": [-1, 4]}]
+    x = features(name).astype(DATATYPES[dtype])
+    req = WorkerRequest(json.dumps({"inputs": {"features": x.tolist()}}).encode(), headers=JSON_FORM)
+    assert proc.prepare(req).feeds["features"].dtype == DATATYPES[dtype]  # what the library is given
+    outs = json.loads(proc.handle(req).body)["outputs"]
+    for out, want in expected(name, models[name], x).items():
+        t = outs[out]
+        np.testing.assert_array_equal(np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"]), want)
+    default_name = json.dumps({"inputs": {"input": x.tolist()}}).encode()
+    with pytest.raises(ProcessorError, match=r"unknown input 'input'; model inputs: features$"):
+        proc.handle(WorkerRequest(default_name, headers=JSON_FORM))
+    wrong = _service(name, models[name], inputs=(TensorDecl("features", dtype, (-1, 7)),))
     with pytest.raises(LoadError, match=r"the model takes 4 features .*declares \[-1, 7\]"):
         create_processor(wrong).load()
 
@@ -152,17 +166,48 @@ def test_a_text_pipeline_takes_a_declared_string_input(tmp_path: Path) -> None:
     assert outs["predict"]["data"] == model.predict(["great fine", "awful"]).tolist() == ["pos", "neg"]
 
 
-def test_requests_are_batched_along_rows(models: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Requests with the same form share one model run; each gets its own rows back."""
-    proc = create_processor(
-        _service("lightgbm", models["lightgbm"], batching=BatchingConfig(max_batch_size=16))
-    )
+def _counting(real: Callable[..., Any], calls: list[int]) -> Callable[..., Any]:
+    def counted(self: object, x: np.ndarray, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(x))
+        return real(self, x, *args, **kwargs)
+
+    return counted
+
+
+def _count_library_calls(name: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each call of the library's own methods, from now on: patched on their
+    classes, where the processor's methods (bound at load) still reach them."""
+    cls: type
+    if name == "sklearn":
+        from sklearn.linear_model import LogisticRegression
+
+        cls, methods = LogisticRegression, ("predict", "predict_proba")
+    elif name in ("xgboost", "booster"):
+        import xgboost as xgb
+
+        cls, methods = xgb.Booster, ("inplace_predict",)
+    else:
+        import lightgbm as lgb
+
+        cls, methods = lgb.Booster, ("predict",)
+    calls: list[int] = []
+    for method in methods:
+        monkeypatch.setattr(cls, method, _counting(getattr(cls, method), calls))
+    return calls
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_requests_are_batched_along_rows(
+    models: dict[str, Path], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests with the same form share one model run: each output is one call of the library
+    over every caller's rows, and each caller gets its own rows of what the library computes."""
+    calls = _count_library_calls(name, monkeypatch)
+    proc = create_processor(_service(name, models[name], batching=BatchingConfig(max_batch_size=16)))
     proc.load()
-    assert isinstance(proc, LightGBMProcessor) and proc.supports_batching
-    runs: list[int] = []
-    predict = proc.booster.predict
-    monkeypatch.setattr(proc.booster, "predict", lambda x, **kw: runs.append(len(x)) or predict(x, **kw))
-    x = features("lightgbm")
+    assert isinstance(proc, EstimatorProcessor) and proc.supports_batching
+    calls.clear()  # the probes at load, a row of zeros each
+    x = features(name)
     parts = [x[:1], x[1:4], x[4:]]
     items = [
         proc.prepare(WorkerRequest(json.dumps({"inputs": {"input": p.tolist()}}).encode(), headers=JSON_FORM))
@@ -170,12 +215,14 @@ def test_requests_are_batched_along_rows(models: dict[str, Path], monkeypatch: p
     ]
     assert len({item.key for item in items}) == 1
     answers = proc.process_batch(items)
-    assert runs == [len(x)]
+    assert calls == [len(x)] * len(OUTPUTS[name])
     for part, answer in zip(parts, answers, strict=True):
         assert isinstance(answer, WorkerResponse)
-        t = json.loads(answer.body)["outputs"]["predict"]
-        got = np.array(t["data"]).reshape(t["shape"])
-        np.testing.assert_allclose(got, expected("lightgbm", models["lightgbm"], part)["predict"], rtol=1e-12)
+        outs = json.loads(answer.body)["outputs"]
+        for out, want in expected(name, models[name], part).items():
+            t = outs[out]
+            got = np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"])
+            np.testing.assert_allclose(got, want, rtol=1e-12, err_msg=f"{name} {out}")
 
 
 def _xgb_cases(tmp_path: Path) -> dict[str, tuple[Path, np.ndarray]]:
