@@ -1,8 +1,9 @@
 """The sklearn, xgboost and lightgbm runtimes served by the real gateway, each model trained
-by the test on iris: the SDK (EAS TF and JSON forms), the real ``eas-prediction`` client,
-``tritonclient`` (HTTP binary and JSON, gRPC), KServe V1 and Paddle's feed/fetch all get the
-numbers the library computes in-process; in worker processes (batched) and in the gateway's
-threads, and as a pipeline step. A wrong dtype or shape is a 400 naming the input.
+by the test on iris: the SDK (EAS TF, Torch, Blade and JSON forms), the real ``eas-prediction``
+client, ``tritonclient`` (HTTP binary and JSON, gRPC), KServe V1 and Paddle's feed/fetch and
+key/value forms all get the numbers the library computes in-process; in worker processes
+(batched) and in the gateway's threads, and as a pipeline step. A wrong dtype or shape is a
+400 naming the input, in each form's own error shape.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eas_sdk import PredictClient, StringRequest, TFRequest
+from eas_sdk import BladeRequest, PredictClient, StringRequest, TFRequest, TorchRequest
 from eas_sdk.errors import BadRequestError
 from tests.e2e.estimator_models import MODELS, OUTPUTS, build, expected, features
 from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.model_forms import described, kv_outputs, refused, v1_output
 from tests.e2e.test_kserve_clients_e2e import run_client
 from tests.eas_reference import run_reference
 
@@ -36,6 +38,8 @@ SERVICES = {
     "lightgbm-thread": "lightgbm",
 }
 TF_DTYPES = {np.dtype(np.float32): TFRequest.DT_FLOAT, np.dtype(np.float64): TFRequest.DT_DOUBLE}
+# Torch's ArrayProto has a double field as TF's does: each model's dtype travels as it is.
+TORCH_DTYPES = {np.dtype(np.float32): TorchRequest.DT_FLOAT, np.dtype(np.float64): TorchRequest.DT_DOUBLE}
 
 
 @pytest.fixture(scope="module")
@@ -146,21 +150,161 @@ def test_sdk_tf_and_json_forms(gw: GatewayProcess, models: dict[str, Path], serv
         same(
             np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"]), wanted[name], f"{service} json {name}"
         )
+    # The JSON form states a dtype only when the client gives one, and then it must be the model's.
+    other = "float32" if x.dtype == np.float64 else "float64"
+    typed = {"shape": list(x.shape), "dtype": other, "data": x.ravel().tolist()}
+    narrow = x[:, :-1]
+    with PredictClient(gw.url, service, token=TOKEN) as client:
+        for given, got in (
+            (typed, described(other, x.shape)),
+            (narrow.tolist(), described(x.dtype.name, narrow.shape)),
+        ):
+            with pytest.raises(BadRequestError) as info:
+                client.predict(StringRequest(json.dumps({"inputs": {"input": given}})))
+            assert info.value.code == 400, info.value
+            refused(info.value.message, "input", got)
 
 
-def test_v1_and_paddle_forms(gw: GatewayProcess, models: dict[str, Path]) -> None:
-    x = features("lightgbm")
-    wanted = want(models, "lightgbm", x)
-    status, body = post(gw, "/v1/models/lightgbm:predict", {"instances": x.tolist()})
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_v1_form(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """KServe V1: one prediction per row. Its JSON numbers carry no dtype (they are cast to the
+    model's), so the wrong type a client can send is text; that, and rows of the wrong width,
+    are a 400 naming the input."""
+    model = SERVICES[service]
+    outputs = OUTPUTS[model]
+    x = features(model)
+    wanted = want(models, service, x)
+    status, body = post(gw, f"/v1/models/{service}:predict", {"instances": x.tolist()})
     assert status == 200, body
-    same(np.array(body["predictions"]), wanted["predict"], "v1")
-    x = features("sklearn")
-    wanted = want(models, "sklearn", x)
-    status, body = post(gw, "/sklearn/prediction", {"feed": [{"input": row} for row in x.tolist()],
-                                                    "fetch": ["predict"]})  # fmt: skip
+    assert len(body["predictions"]) == len(x), body
+    for name in outputs:
+        same(v1_output(body["predictions"], name, outputs), wanted[name], f"{service} v1 {name}")
+    narrow, text = x[:, :-1], np.full(x.shape, "a")
+    for rows, got in (
+        (narrow, described(x.dtype.name, narrow.shape)),
+        (text, described("string", text.shape)),
+    ):
+        status, body = post(gw, f"/v1/models/{service}:predict", {"instances": rows.tolist()})
+        assert status == 400, body
+        refused(body["error"], "input", got)
+
+
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_paddle_forms(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """Paddle's web service feed/fetch (one instance per row, stacked) and its pipeline's
+    key/value form (one instance in a value's text): the library's numbers. Text for a number
+    and rows of the wrong width are a 400 naming the input, in Paddle's error shape."""
+    model = SERVICES[service]
+    outputs = OUTPUTS[model]
+    x = features(model)
+    wanted = want(models, service, x)
+    status, body = post(gw, f"/{service}/prediction",
+                        {"feed": [{"input": row} for row in x.tolist()], "fetch": list(outputs)})  # fmt: skip
     assert status == 200, body
-    assert list(body["result"]) == ["predict"]
-    same(np.array(body["result"]["predict"]).reshape(-1), wanted["predict"], "paddle")
+    assert list(body["result"]) == list(outputs)
+    for name in outputs:
+        same(np.array(body["result"][name]), wanted[name], f"{service} paddle {name}")
+    lone = want(models, service, x[:1])  # one row run alone: its own numbers, to the last bit
+    status, body = post(
+        gw, f"/{service}/prediction", {"key": ["input"], "value": [json.dumps(x[0].tolist())]}
+    )
+    assert status == 200, body
+    got = kv_outputs(body)
+    assert list(got) == list(outputs)
+    for name in outputs:
+        same(got[name].reshape(lone[name].shape), lone[name], f"{service} key/value {name}")
+    narrow, text = x[:, :-1], np.full(x.shape, "a")
+    for rows, what in (
+        (narrow, described(x.dtype.name, narrow.shape)),
+        (text, described("string", text.shape)),
+    ):
+        status, body = post(gw, f"/{service}/prediction", {"feed": [{"input": row} for row in rows.tolist()]})
+        assert status == 400 and body["err_no"] == 400, body
+        refused(body["err_msg"], "input", what)
+    status, body = post(
+        gw, f"/{service}/prediction", {"key": ["input"], "value": [json.dumps(narrow[0].tolist())]}
+    )
+    assert status == 400 and (body["err_no"], body["key"], body["value"]) == (400, [], []), body
+    refused(body["err_msg"], "input", described(x.dtype.name, (1, narrow.shape[1])))
+
+
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_blade_request(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """A BladeRequest feeds the model's input by name. Blade has no double field, so values
+    travel as float32 both ways: a float64 model (sklearn, lightgbm) gets the rows as float32
+    holds them, and its float64 outputs come back as float32. The answer is the library's for
+    those rows, as float32 holds it. Rows of the wrong width, or text, are a 400 naming the input."""
+    model = SERVICES[service]
+    outputs = OUTPUTS[model]
+    x = features(model).astype(np.float32)
+    dtype = np.dtype(MODELS[model][2])
+    wanted = {
+        name: w.astype(np.float32) if w.dtype == np.float64 else w
+        for name, w in want(models, service, x.astype(dtype)).items()
+    }
+    with PredictClient(gw.url, service, token=TOKEN) as client:
+        req = BladeRequest("serving_default")
+        req.add_feed("input", len(x), list(x.shape), BladeRequest.DT_FLOAT, x)
+        resp = client.predict(req)
+        assert resp.output_names() == list(outputs)
+        for name in outputs:
+            same(resp.to_numpy(name), wanted[name], f"{service} blade {name}")
+        req = BladeRequest("serving_default")
+        req.add_feed("input", len(x), list(x.shape), BladeRequest.DT_FLOAT, x)
+        req.add_fetch(outputs[-1], BladeRequest.DT_UNKNOWN)
+        only = client.predict(req)
+        assert only.output_names() == [outputs[-1]]
+        same(only.to_numpy(outputs[-1]), wanted[outputs[-1]], f"{service} blade fetch")
+        narrow, text = np.ascontiguousarray(x[:, :-1]), np.full(x.shape, b"a")
+        for dt, rows, got in (
+            (BladeRequest.DT_FLOAT, narrow, described(dtype.name, narrow.shape)),  # cast, then checked
+            (BladeRequest.DT_STRING, text, described("string", text.shape)),
+        ):
+            req = BladeRequest("serving_default")
+            req.add_feed("input", len(rows), list(rows.shape), dt, rows)
+            with pytest.raises(BadRequestError) as info:
+                client.predict(req)
+            assert info.value.code == 400, info.value
+            refused(info.value.message, "input", got)
+
+
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_torch_request_by_position(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """A TorchRequest feeds the model's one input by position and reads its outputs by
+    position, in the order the metadata lists them; ``add_fetch`` picks one by index. Torch
+    carries float64 (DT_DOUBLE), so the answer is the library's for the very rows, bit for bit.
+    Rows of the wrong width, or the other float dtype (Torch states it, so it must match), are
+    a 400 naming the input."""
+    model = SERVICES[service]
+    outputs = OUTPUTS[model]
+    x = features(model)
+    wanted = want(models, service, x)
+    dt = TORCH_DTYPES[x.dtype]
+    with PredictClient(gw.url, service, token=TOKEN) as client:
+        req = TorchRequest()
+        req.add_feed(0, list(x.shape), dt, x)
+        resp = client.predict(req)
+        assert len(resp) == len(outputs)
+        for i, name in enumerate(outputs):
+            same(resp.to_numpy(i), wanted[name], f"{service} torch {i} ({name})")
+        req = TorchRequest()
+        req.add_feed(0, list(x.shape), dt, x)
+        req.add_fetch(len(outputs) - 1)
+        only = client.predict(req)
+        assert len(only) == 1
+        same(only.to_numpy(0), wanted[outputs[-1]], f"{service} torch fetch")
+        other = np.float32 if x.dtype == np.float64 else np.float64
+        narrow, retyped = np.ascontiguousarray(x[:, :-1]), x.astype(other)
+        for rows, got in (
+            (narrow, described(x.dtype.name, narrow.shape)),
+            (retyped, described(retyped.dtype.name, retyped.shape)),
+        ):
+            req = TorchRequest()
+            req.add_feed(0, list(rows.shape), TORCH_DTYPES[rows.dtype], rows)
+            with pytest.raises(BadRequestError) as info:
+                client.predict(req)
+            assert info.value.code == 400, info.value
+            refused(info.value.message, "input", got)
 
 
 def test_v2_json_and_many_calls_at_once(gw: GatewayProcess, models: dict[str, Path]) -> None:

@@ -2,9 +2,11 @@
 (samples/runtimes/build_models.py, built by the test): the SDK (EAS Torch, TF, Blade and JSON
 forms, the PMML list of records), the real ``eas-prediction`` client (the EAS guide's own
 demos, unchanged, and a call per runtime), ``tritonclient`` (HTTP binary and JSON, gRPC),
-KServe V1 and Paddle's feed/fetch all get the numbers the library computes in-process; in
-worker processes (batched) and in the gateway's threads, and as a pipeline step. A wrong
-dtype or shape is a 400 naming the input.
+KServe V1 and Paddle's feed/fetch and key/value forms all get the numbers the library
+computes in-process; in worker processes (batched) and in the gateway's threads, and as
+pipeline steps (a service a step calls; each file as a step's own model, in the gateway's
+threads or on worker processes of its own). A wrong dtype or shape is a 400 naming the
+input, in each form's own error shape.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from eas_sdk import BladeRequest, PredictClient, StringRequest, TFRequest, TorchRequest
 from eas_sdk.errors import BadRequestError
 from tests.e2e.gateway_proc import GatewayProcess
+from tests.e2e.model_forms import described, kv_outputs, refused, v1_output
 from tests.e2e.runtime_models import (
     MODELS,
     OUTPUTS,
@@ -35,10 +38,11 @@ from tests.e2e.runtime_models import (
 )
 from tests.e2e.test_kserve_clients_e2e import run_client
 from tests.eas_reference import ROOT, run_reference
+from tests.runtime_libraries import require_runtime
 
-pytest.importorskip("torch")
-pytest.importorskip("tensorflow")
-pytest.importorskip("sklearn_pmml_model")
+# Skipped where a runtime is missing, failed under CI.
+for module in ("torch", "tensorflow", "sklearn_pmml_model"):
+    require_runtime(module)
 
 # Starting takes a while on a busy machine: the threads' services load TensorFlow and PyTorch
 # in the gateway itself before it answers, and the workers each load theirs.
@@ -61,6 +65,12 @@ SERVICES = {
     "pmml-thread": "pmml",
 }
 BATCHED = ("pytorch_gpu_wl", "mnist_saved_model_example", "scorecard_pmml_example")
+# A pipeline whose steps run the three sample files as their own models: step -> runtime.
+OWN_MODEL_STEPS = {"net": "torch", "mnist": "tensorflow", "score": "pmml"}
+# The rows a call of each form sends: one image is 150,528 numbers, which JSON spells out.
+ROWS = {"torch": 1, "tensorflow": 2, "pmml": 4}
+# Torch's ArrayProto has a double field as TF's does: each model's dtype travels as it is.
+TORCH_DTYPES = {np.dtype(np.float32): TorchRequest.DT_FLOAT, np.dtype(np.float64): TorchRequest.DT_DOUBLE}
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +108,7 @@ def gw(
             "outputs": {"label": "top.index", "proba": "score.predict_proba"},
         }}
     )  # fmt: skip
+    services.append(own_model_pipeline(models))
     config = {"gateway": {"grpc_port": grpc_port}, "services": services}
     proc = GatewayProcess.start(
         config, tmp_path_factory.mktemp("runtimes-gw"), env={"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=240
@@ -105,9 +116,40 @@ def gw(
     try:
         for service in BATCHED:
             proc.wait_workers_ready(service, 1, timeout=180)
+        # one entry per step, the thread step's as soon as its model is loaded
+        proc.wait_workers_ready("dl-pipeline", len(OWN_MODEL_STEPS), timeout=180)
         yield proc
     finally:
         proc.kill()
+
+
+def own_model_pipeline(models: dict[str, Path]) -> dict[str, Any]:
+    """Each step runs a sample file as its own model, reading a request input of its own: the
+    TorchScript module in the gateway's threads (its input is forward's argument, ``image``:
+    the file keeps no dtype, so the pipeline's declaration types it), the SavedModel folder
+    on worker processes of its own (the default; tensorflow, as the folder holds
+    saved_model.pb; its default signature), the PMML file with its runtime named."""
+    return {
+        "name": "dl-pipeline", "processor": "pipeline", "token": TOKEN, "pipeline": {
+            "inputs": {
+                "image": {"dtype": "float32", "shape": [-1, 3, 224, 224]},
+                "pixels": {"dtype": "float32", "shape": [-1, 784]},
+                "x": {"dtype": "float64", "shape": [-1, 2]},
+            },
+            "steps": [
+                {"name": "net", "model": str(models["torch"]), "placement": "thread",
+                 "inputs": {"image": "request.image"}, "outputs": list(OUTPUTS["torch"])},
+                {"name": "mnist", "model": str(models["tensorflow"]),
+                 "inputs": {"images": "request.pixels"}, "outputs": list(OUTPUTS["tensorflow"])},
+                {"name": "score", "model": str(models["pmml"]), "processor": "pmml",
+                 "inputs": {"input": "request.x"}, "outputs": list(OUTPUTS["pmml"])},
+            ],
+            "outputs": {
+                f"{step}_{out}": f"{step}.{out}" for step, runtime in OWN_MODEL_STEPS.items()
+                for out in OUTPUTS[runtime]
+            },
+        },
+    }  # fmt: skip
 
 
 def want(
@@ -151,29 +193,43 @@ def test_metadata_comes_from_the_model(gw: GatewayProcess) -> None:
     ]
 
 
-@pytest.mark.parametrize("service", ["pytorch_gpu_wl", "torch-thread"])
-def test_torch_request_by_position_and_json_form(
-    gw: GatewayProcess, models: dict[str, Path], service: str
-) -> None:
-    x = features("torch")
-    wanted = want(models, service, x)
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_torch_request_by_position(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """A TorchRequest feeds the model's one input by position (TensorFlow's default
+    signature, as it names no signature) and reads its outputs by position, in the order the
+    metadata lists them; ``add_fetch`` picks one by index. Torch carries float64 (DT_DOUBLE),
+    so the PMML model gets its rows as they are. A wrong shape, or the other float dtype
+    (Torch states it, so it must match), is a 400 naming the input."""
+    runtime = SERVICES[service]
+    name, outputs = MODELS[runtime][1], OUTPUTS[runtime]
+    x = features(runtime, ROWS[runtime])
+    wanted = want(models, service, x, "serving_default")
+    dt = TORCH_DTYPES[x.dtype]
     with PredictClient(gw.url, service, token=TOKEN) as client:
         req = TorchRequest()
-        req.add_feed(0, list(x.shape), TorchRequest.DT_FLOAT, x)
+        req.add_feed(0, list(x.shape), dt, x)
         resp = client.predict(req)
-        same(resp.to_numpy(0), wanted["output__0"], f"{service} torch 0")
-        same(resp.to_numpy(1), wanted["output__1"], f"{service} torch 1")
+        assert len(resp) == len(outputs)
+        for i, out in enumerate(outputs):
+            same(resp.to_numpy(i), wanted[out], f"{service} torch {i} ({out})")
         req = TorchRequest()
-        req.add_feed(0, list(x.shape), TorchRequest.DT_FLOAT, x)
-        req.add_fetch(1)
-        assert client.predict(req).to_numpy(0).tolist() == wanted["output__1"].tolist()
-        one = x[:1]
-        answer = client.predict(StringRequest(json.dumps({"inputs": {"image": one.tolist()}})))
-    outs = json.loads(answer.response_data)["outputs"]
-    assert list(outs) == list(OUTPUTS["torch"])
-    for name, t in outs.items():
-        got = np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"])
-        same(got, want(models, service, one)[name], f"{service} json {name}")
+        req.add_feed(0, list(x.shape), dt, x)
+        req.add_fetch(len(outputs) - 1)
+        only = client.predict(req)
+        assert len(only) == 1
+        same(only.to_numpy(0), wanted[outputs[-1]], f"{service} torch fetch")
+        other = np.float32 if x.dtype == np.float64 else np.float64
+        narrow, retyped = np.ascontiguousarray(x[..., :-1]), x.astype(other)
+        for given, what in (
+            (narrow, described(x.dtype.name, narrow.shape)),
+            (retyped, described(retyped.dtype.name, retyped.shape)),
+        ):
+            req = TorchRequest()
+            req.add_feed(0, list(given.shape), TORCH_DTYPES[given.dtype], given)
+            with pytest.raises(BadRequestError) as info:
+                client.predict(req)
+            assert info.value.code == 400, info.value
+            refused(info.value.message, name, what)
 
 
 @pytest.mark.parametrize("service", ["mnist_saved_model_example", "tensorflow-thread"])
@@ -225,20 +281,143 @@ def test_pmml_records_and_tensors(gw: GatewayProcess, models: dict[str, Path], s
         same(resp.to_numpy(name), wanted[name], f"{service} tf {name}")
 
 
-def test_v1_and_paddle_forms(gw: GatewayProcess, models: dict[str, Path]) -> None:
-    x = features("pmml", 3)
-    wanted = want(models, "pmml", x)
-    status, body = post(gw, "/v1/models/pmml-thread:predict", {"instances": x.tolist()})
-    assert status == 200, body  # one object per instance: a model of several outputs
-    same(np.array([p["predict"] for p in body["predictions"]]), wanted["predict"], "v1")
-    same(np.array([p["predict_proba"] for p in body["predictions"]]), wanted["predict_proba"], "v1")
-    x = features("tensorflow")
-    wanted = want(models, "tensorflow", x, "serving_default")
-    doc = {"feed": [{"images": row} for row in x.tolist()], "fetch": ["classes"]}
-    status, body = post(gw, "/tensorflow-thread/prediction", doc)
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_json_form(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """The JSON form in a StringRequest (TensorFlow's default signature): an input as a nested
+    list, or flat with its dtype and shape, outputs chosen by name. A dtype the client states
+    must be the model's; a wrong dtype or shape is a 400 naming the input."""
+    runtime = SERVICES[service]
+    name, outputs = MODELS[runtime][1], OUTPUTS[runtime]
+    x = features(runtime, ROWS[runtime])
+    wanted = want(models, service, x, "serving_default")
+    typed = {"shape": list(x.shape), "dtype": x.dtype.name, "data": x.ravel().tolist()}
+    with PredictClient(gw.url, service, token=TOKEN) as client:
+        calls = (
+            ({"inputs": {name: x.tolist()}}, list(outputs)),  # every output when none is named
+            ({"inputs": {name: typed}, "outputs": [outputs[-1]]}, [outputs[-1]]),
+        )
+        for doc, fetched in calls:
+            outs = json.loads(client.predict(StringRequest(json.dumps(doc))).response_data)["outputs"]
+            assert list(outs) == fetched
+            for out, t in outs.items():
+                got = np.array(t["data"], dtype=t["dtype"]).reshape(t["shape"])
+                same(got, wanted[out], f"{service} json {out}")
+        other = "float64" if x.dtype == np.float32 else "float32"
+        narrow = x[..., :-1]
+        for given, what in (
+            ({**typed, "dtype": other}, described(other, x.shape)),
+            (narrow.tolist(), described(x.dtype.name, narrow.shape)),
+        ):
+            with pytest.raises(BadRequestError) as info:
+                client.predict(StringRequest(json.dumps({"inputs": {name: given}})))
+            assert info.value.code == 400, info.value
+            refused(info.value.message, name, what)
+
+
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_blade_request(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """A BladeRequest feeds the model's input by name (TensorFlow's signature as it names it).
+    Blade has no double field, so values travel as float32 both ways: the float64 PMML model
+    gets the rows as float32 holds them, and its probabilities come back as float32. The
+    answer is the library's for those rows, as float32 holds it. A wrong shape, or text, is a
+    400 naming the input."""
+    runtime = SERVICES[service]
+    name, outputs = MODELS[runtime][1], OUTPUTS[runtime]
+    dtype = np.dtype(MODELS[runtime][2])
+    x = features(runtime, ROWS[runtime]).astype(np.float32)
+    wanted = {
+        out: w.astype(np.float32) if w.dtype == np.float64 else w
+        for out, w in want(models, service, x.astype(dtype), "serving_default").items()
+    }
+    with PredictClient(gw.url, service, token=TOKEN) as client:
+        req = BladeRequest("serving_default")
+        req.add_feed(name, len(x), list(x.shape), BladeRequest.DT_FLOAT, x)
+        resp = client.predict(req)
+        assert resp.output_names() == list(outputs)
+        for out in outputs:
+            same(resp.to_numpy(out), wanted[out], f"{service} blade {out}")
+        req = BladeRequest("serving_default")
+        req.add_feed(name, len(x), list(x.shape), BladeRequest.DT_FLOAT, x)
+        req.add_fetch(outputs[-1], BladeRequest.DT_UNKNOWN)
+        only = client.predict(req)
+        assert only.output_names() == [outputs[-1]]
+        same(only.to_numpy(outputs[-1]), wanted[outputs[-1]], f"{service} blade fetch")
+        narrow, text = np.ascontiguousarray(x[..., :-1]), np.full(x.shape, b"a")
+        for dt, given, what in (
+            (BladeRequest.DT_FLOAT, narrow, described(dtype.name, narrow.shape)),  # cast, then checked
+            (BladeRequest.DT_STRING, text, described("string", text.shape)),
+        ):
+            req = BladeRequest("serving_default")
+            req.add_feed(name, len(given), list(given.shape), dt, given)
+            with pytest.raises(BadRequestError) as info:
+                client.predict(req)
+            assert info.value.code == 400, info.value
+            refused(info.value.message, name, what)
+
+
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_v1_form(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """KServe V1 (TensorFlow's default signature): one prediction per row, an object naming
+    every output. Its JSON numbers carry no dtype (they are cast to the model's), so the wrong
+    type a client can send is text; that, and a wrong shape, are a 400 naming the input."""
+    runtime = SERVICES[service]
+    name, outputs = MODELS[runtime][1], OUTPUTS[runtime]
+    x = features(runtime, ROWS[runtime])
+    wanted = want(models, service, x, "serving_default")
+    status, body = post(gw, f"/v1/models/{service}:predict", {"instances": x.tolist()})
     assert status == 200, body
-    assert list(body["result"]) == ["classes"]
-    same(np.array(body["result"]["classes"]).reshape(-1), wanted["classes"], "paddle")
+    assert len(body["predictions"]) == len(x), body
+    for out in outputs:
+        same(v1_output(body["predictions"], out, outputs), wanted[out], f"{service} v1 {out}")
+    narrow, text = x[..., :-1], np.full(x.shape, "a")
+    for rows, what in (
+        (narrow, described(x.dtype.name, narrow.shape)),
+        (text, described("string", text.shape)),
+    ):
+        status, body = post(gw, f"/v1/models/{service}:predict", {"instances": rows.tolist()})
+        assert status == 400, body
+        refused(body["error"], name, what)
+
+
+@pytest.mark.parametrize("service", list(SERVICES))
+def test_paddle_forms(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
+    """Paddle's web service feed/fetch (one instance per row, stacked) and its pipeline's
+    key/value form (one instance in a value's text), on TensorFlow's default signature: the
+    library's numbers. Text for a number and a wrong shape are a 400 naming the input, in
+    Paddle's error shape."""
+    runtime = SERVICES[service]
+    name, outputs = MODELS[runtime][1], OUTPUTS[runtime]
+    x = features(runtime, ROWS[runtime])
+    wanted = want(models, service, x, "serving_default")
+    doc = {"feed": [{name: row} for row in x.tolist()], "fetch": [outputs[-1]]}
+    status, body = post(gw, f"/{service}/prediction", doc)
+    assert status == 200, body
+    assert list(body["result"]) == [outputs[-1]]
+    same(np.array(body["result"][outputs[-1]]), wanted[outputs[-1]], f"{service} paddle fetch")
+    status, body = post(gw, f"/{service}/prediction", {"feed": [{name: row} for row in x.tolist()]})
+    assert status == 200, body
+    assert list(body["result"]) == list(outputs)
+    for out in outputs:
+        same(np.array(body["result"][out]), wanted[out], f"{service} paddle {out}")
+    lone = want(models, service, x[:1], "serving_default")  # one row run alone: its own numbers
+    status, body = post(gw, f"/{service}/prediction", {"key": [name], "value": [json.dumps(x[0].tolist())]})
+    assert status == 200, body
+    got = kv_outputs(body)
+    assert list(got) == list(outputs)
+    for out in outputs:
+        same(got[out].reshape(lone[out].shape), lone[out], f"{service} key/value {out}")
+    narrow, text = x[..., :-1], np.full(x.shape, "a")
+    for rows, what in (
+        (narrow, described(x.dtype.name, narrow.shape)),
+        (text, described("string", text.shape)),
+    ):
+        status, body = post(gw, f"/{service}/prediction", {"feed": [{name: row} for row in rows.tolist()]})
+        assert status == 400 and body["err_no"] == 400, body
+        refused(body["err_msg"], name, what)
+    doc = {"key": [name], "value": [json.dumps(narrow[0].tolist())]}
+    status, body = post(gw, f"/{service}/prediction", doc)
+    assert status == 400 and (body["err_no"], body["key"], body["value"]) == (400, [], []), body
+    refused(body["err_msg"], name, described(x.dtype.name, (1, *narrow.shape[1:])))
 
 
 def test_v2_json_and_many_calls_at_once(gw: GatewayProcess, models: dict[str, Path]) -> None:
@@ -303,6 +482,31 @@ def test_pipeline_step(gw: GatewayProcess, models: dict[str, Path]) -> None:
     same(resp.to_numpy("label"), wanted["predict"], "pipeline label")
 
 
+def test_own_model_steps_give_their_library_s_numbers(gw: GatewayProcess, models: dict[str, Path]) -> None:
+    given = {"net": features("torch", 1), "mnist": features("tensorflow"), "score": features("pmml", 4)}
+    with PredictClient(gw.url, "dl-pipeline", token=TOKEN) as client:
+        req = TFRequest("serving_default")
+        req.add_feed("image", list(given["net"].shape), TFRequest.DT_FLOAT, given["net"])
+        req.add_feed("pixels", list(given["mnist"].shape), TFRequest.DT_FLOAT, given["mnist"])
+        req.add_feed("x", list(given["score"].shape), TFRequest.DT_DOUBLE, given["score"])
+        resp = client.predict(req)
+    for step, runtime in OWN_MODEL_STEPS.items():
+        wanted = want(models, runtime, given[step], "serving_default")
+        for out in OUTPUTS[runtime]:
+            same(resp.to_numpy(f"{step}_{out}"), wanted[out], f"dl-pipeline {step}.{out}")
+
+
+def test_own_model_steps_run_where_they_are_placed(gw: GatewayProcess) -> None:
+    # Each step's runs are listed as workers: the gateway's own pid for the step in its
+    # threads, a process of its own for each other.
+    workers = gw.services()["dl-pipeline"]["workers"]
+    assert sorted(w["step"] for w in workers) == sorted(OWN_MODEL_STEPS), workers
+    pids = {w["step"]: w["pid"] for w in workers}
+    assert pids["net"] == gw.pid, workers
+    assert gw.pid not in (pids["mnist"], pids["score"]) and pids["mnist"] != pids["score"], workers
+
+
+GUIDE = ROOT / "samples" / "runtimes"
 GUIDE = ROOT / "samples" / "runtimes"
 
 
