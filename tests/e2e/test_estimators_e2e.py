@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eas_sdk import BladeRequest, PredictClient, StringRequest, TFRequest, TorchRequest
+from eas_sdk import BladeRequest, PredictClient, StringRequest, TFRequest
 from eas_sdk.errors import BadRequestError
 from tests.e2e.estimator_models import MODELS, OUTPUTS, build, expected, features
 from tests.e2e.gateway_proc import GatewayProcess
-from tests.e2e.model_forms import described, kv_outputs, refused, v1_output
+from tests.e2e.model_forms import check_torch_request, described, kv_outputs, refused, v1_output
 from tests.e2e.test_kserve_clients_e2e import run_client
 from tests.eas_reference import run_reference
 
@@ -39,7 +39,6 @@ SERVICES = {
 }
 TF_DTYPES = {np.dtype(np.float32): TFRequest.DT_FLOAT, np.dtype(np.float64): TFRequest.DT_DOUBLE}
 # Torch's ArrayProto has a double field as TF's does: each model's dtype travels as it is.
-TORCH_DTYPES = {np.dtype(np.float32): TorchRequest.DT_FLOAT, np.dtype(np.float64): TorchRequest.DT_DOUBLE}
 
 
 @pytest.fixture(scope="module")
@@ -270,41 +269,13 @@ def test_blade_request(gw: GatewayProcess, models: dict[str, Path], service: str
 
 @pytest.mark.parametrize("service", list(SERVICES))
 def test_torch_request_by_position(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
-    """A TorchRequest feeds the model's one input by position and reads its outputs by
-    position, in the order the metadata lists them; ``add_fetch`` picks one by index. Torch
-    carries float64 (DT_DOUBLE), so the answer is the library's for the very rows, bit for bit.
-    Rows of the wrong width, or the other float dtype (Torch states it, so it must match), are
-    a 400 naming the input."""
+    """The Torch form, by position: the library's numbers bit for bit (model_forms.check_torch_request)."""
     model = SERVICES[service]
     outputs = OUTPUTS[model]
     x = features(model)
     wanted = want(models, service, x)
-    dt = TORCH_DTYPES[x.dtype]
     with PredictClient(gw.url, service, token=TOKEN) as client:
-        req = TorchRequest()
-        req.add_feed(0, list(x.shape), dt, x)
-        resp = client.predict(req)
-        assert len(resp) == len(outputs)
-        for i, name in enumerate(outputs):
-            same(resp.to_numpy(i), wanted[name], f"{service} torch {i} ({name})")
-        req = TorchRequest()
-        req.add_feed(0, list(x.shape), dt, x)
-        req.add_fetch(len(outputs) - 1)
-        only = client.predict(req)
-        assert len(only) == 1
-        same(only.to_numpy(0), wanted[outputs[-1]], f"{service} torch fetch")
-        other = np.float32 if x.dtype == np.float64 else np.float64
-        narrow, retyped = np.ascontiguousarray(x[:, :-1]), x.astype(other)
-        for rows, got in (
-            (narrow, described(x.dtype.name, narrow.shape)),
-            (retyped, described(retyped.dtype.name, retyped.shape)),
-        ):
-            req = TorchRequest()
-            req.add_feed(0, list(rows.shape), TORCH_DTYPES[rows.dtype], rows)
-            with pytest.raises(BadRequestError) as info:
-                client.predict(req)
-            assert info.value.code == 400, info.value
-            refused(info.value.message, "input", got)
+        check_torch_request(client, x, outputs, wanted, "input", service, same)
 
 
 def test_v2_json_and_many_calls_at_once(gw: GatewayProcess, models: dict[str, Path]) -> None:

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from eas_sdk import BladeRequest, PredictClient, StringRequest, TFRequest, TorchRequest
+from eas_sdk import BladeRequest, PredictClient, StringRequest, TFRequest
 from eas_sdk.errors import BadRequestError
 from tests.e2e.gateway_proc import GatewayProcess
-from tests.e2e.model_forms import described, kv_outputs, refused, v1_output
+from tests.e2e.model_forms import check_torch_request, described, kv_outputs, refused, v1_output
 from tests.e2e.runtime_models import (
     MODELS,
     OUTPUTS,
@@ -70,7 +70,6 @@ OWN_MODEL_STEPS = {"net": "torch", "mnist": "tensorflow", "score": "pmml"}
 # The rows a call of each form sends: one image is 150,528 numbers, which JSON spells out.
 ROWS = {"torch": 1, "tensorflow": 2, "pmml": 4}
 # Torch's ArrayProto has a double field as TF's does: each model's dtype travels as it is.
-TORCH_DTYPES = {np.dtype(np.float32): TorchRequest.DT_FLOAT, np.dtype(np.float64): TorchRequest.DT_DOUBLE}
 
 
 @pytest.fixture(scope="module")
@@ -195,41 +194,14 @@ def test_metadata_comes_from_the_model(gw: GatewayProcess) -> None:
 
 @pytest.mark.parametrize("service", list(SERVICES))
 def test_torch_request_by_position(gw: GatewayProcess, models: dict[str, Path], service: str) -> None:
-    """A TorchRequest feeds the model's one input by position (TensorFlow's default
-    signature, as it names no signature) and reads its outputs by position, in the order the
-    metadata lists them; ``add_fetch`` picks one by index. Torch carries float64 (DT_DOUBLE),
-    so the PMML model gets its rows as they are. A wrong shape, or the other float dtype
-    (Torch states it, so it must match), is a 400 naming the input."""
+    """The Torch form, by position (model_forms.check_torch_request); a TensorFlow model answers
+    with its default signature, as the request names none."""
     runtime = SERVICES[service]
     name, outputs = MODELS[runtime][1], OUTPUTS[runtime]
     x = features(runtime, ROWS[runtime])
     wanted = want(models, service, x, "serving_default")
-    dt = TORCH_DTYPES[x.dtype]
     with PredictClient(gw.url, service, token=TOKEN) as client:
-        req = TorchRequest()
-        req.add_feed(0, list(x.shape), dt, x)
-        resp = client.predict(req)
-        assert len(resp) == len(outputs)
-        for i, out in enumerate(outputs):
-            same(resp.to_numpy(i), wanted[out], f"{service} torch {i} ({out})")
-        req = TorchRequest()
-        req.add_feed(0, list(x.shape), dt, x)
-        req.add_fetch(len(outputs) - 1)
-        only = client.predict(req)
-        assert len(only) == 1
-        same(only.to_numpy(0), wanted[outputs[-1]], f"{service} torch fetch")
-        other = np.float32 if x.dtype == np.float64 else np.float64
-        narrow, retyped = np.ascontiguousarray(x[..., :-1]), x.astype(other)
-        for given, what in (
-            (narrow, described(x.dtype.name, narrow.shape)),
-            (retyped, described(retyped.dtype.name, retyped.shape)),
-        ):
-            req = TorchRequest()
-            req.add_feed(0, list(given.shape), TORCH_DTYPES[given.dtype], given)
-            with pytest.raises(BadRequestError) as info:
-                client.predict(req)
-            assert info.value.code == 400, info.value
-            refused(info.value.message, name, what)
+        check_torch_request(client, x, outputs, wanted, name, service, same)
 
 
 @pytest.mark.parametrize("service", ["mnist_saved_model_example", "tensorflow-thread"])
