@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import SERVICE_NAME_RE, Config, ConfigError, parse_config
-from gateway.config.catalog import PICKLE_PROCESSORS, runtime_for
+from gateway.config.catalog import PICKLE_PROCESSORS
 from gateway.config.model_urls import is_model_url, redact_url
+from gateway.config.values import runtime_of
 from gateway.core.metadata import UNKNOWN
 from gateway.fronts.state import GATEWAY_KEY
 from gateway.manage.repository import scan, scan_url
@@ -42,14 +43,6 @@ def _defaults(args: argparse.Namespace) -> dict[str, Any]:
         # gateway warns at start when it listens beyond loopback.
         out["public"] = True
     return out
-
-
-def runtime_of(model: str) -> str:
-    """A ``--model``'s processor, by the rule the model repository uses too (a SavedModel
-    folder: tensorflow); a file whose suffix names no runtime is tried as ONNX."""
-    path = Path(model)
-    inside = {p.name for p in path.iterdir()} if not is_model_url(model) and path.is_dir() else None
-    return runtime_for(model, inside) or "onnx"
 
 
 def quick_services(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -45,13 +45,12 @@ from gateway.config.catalog import (
     STEP_PROCESSORS,
     TRANSFORM_DTYPES,
     TRANSFORMS,
-    runtime_for,
 )
 from gateway.config.files import ConfigError, existing_file, resolve_path
 from gateway.config.image_transforms import IMAGE_TRANSFORMS, ImageArgsError, check_image_args, image_dtype
 from gateway.config.model_urls import check_model_url, file_url_path, is_file_url, is_model_url
 from gateway.config.user_code import ENTRY_FORMS
-from gateway.config.values import check_model
+from gateway.config.values import check_model, runtime_of
 
 REQUEST = "request"  # the source "step" of the request's own inputs
 STEP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
@@ -361,13 +360,11 @@ def _step_model(value: str, processor: Any, base: Path | None, where: str) -> tu
         expected = ", ".join(MODEL_PROCESSORS)
         raise _fail(f"{where}.processor", f"expected one of {expected}, got {processor!r}")
     if is_model_url(value):
-        return check_model_url(value, w), processor or runtime_for(value) or "onnx"
+        return check_model_url(value, w), processor or runtime_of(value)
     if is_file_url(value):
         value = file_url_path(value, w)
     path = resolve_path(value, base, w)
-    if processor is None:
-        inside = {p.name for p in Path(path).iterdir()} if Path(path).is_dir() else None
-        processor = runtime_for(path, inside) or "onnx"
+    processor = processor or runtime_of(path)
     try:
         check_model(path, processor, w)
     except ConfigError as exc:

@@ -13,7 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from gateway.config.catalog import FOLDER_MODELS, MODEL_PROCESSORS, PICKLE_PROCESSORS
+from gateway.config.catalog import FOLDER_MODELS, MODEL_PROCESSORS, PICKLE_PROCESSORS, runtime_for
 from gateway.config.files import ConfigError, check_file, resolve_path
 from gateway.config.located import line_of, relocated
 from gateway.config.model_urls import check_model_url, file_url_path, is_file_url, is_model_url
@@ -265,6 +265,15 @@ def as_tokens(value: Any, where: str) -> tuple[str, ...]:
 QUEUE_BACKEND_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
+def runtime_of(model: str) -> str:
+    """The processor that serves ``model`` when none is named (``serve --model``, a pipeline
+    step's own model): by the rule the model repository uses too (a SavedModel folder:
+    tensorflow); a file or URL whose suffix names no runtime is tried as ONNX."""
+    path = Path(model)
+    inside = {p.name for p in path.iterdir()} if not is_model_url(model) and path.is_dir() else None
+    return runtime_for(model, inside) or "onnx"
+
+
 def check_model(path: str, processor: str, where: str) -> None:
     """A model service's model: a file, or for a runtime whose model is a folder (a
     TensorFlow SavedModel) that folder, holding the file that marks one."""
@@ -505,6 +514,7 @@ __all__ = [
     "open_service_warnings",
     "resolve_path",
     "respelt",
+    "runtime_of",
     "tokens_of",
     "yaml_hint",
 ]  # fmt: skip

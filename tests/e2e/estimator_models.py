@@ -59,6 +59,16 @@ def build(folder: Path) -> dict[str, Path]:
     return paths
 
 
+def tiny_pickle(path: Path) -> Path:
+    """The smallest scikit-learn model the sklearn processor loads, at ``path``: a pickle, whose
+    loading runs code (for the tests of where such a file may be loaded from)."""
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    joblib.dump(LogisticRegression().fit([[0.0], [1.0]], [0, 1]), path)
+    return path
+
+
 def features(name: str, rows: slice = slice(0, 150, 15)) -> np.ndarray:
     """Rows of iris across its three classes, in the runtime's input dtype."""
     return np.ascontiguousarray(_iris()[0][rows], dtype=MODELS[name][2])
@@ -86,4 +96,4 @@ def expected(name: str, path: Path, x: np.ndarray) -> dict[str, np.ndarray]:
     return {"predict": lgb.Booster(model_file=str(path)).predict(x)}
 
 
-__all__ = ["MODELS", "OUTPUTS", "build", "expected", "features"]
+__all__ = ["MODELS", "OUTPUTS", "build", "expected", "features", "tiny_pickle"]

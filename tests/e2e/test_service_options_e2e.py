@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
+from tests.e2e.estimator_models import tiny_pickle
 from tests.e2e.gateway_proc import GatewayProcess
 
 TOKEN = "options-token-4d8a2f6c1e9b7053"
@@ -128,15 +129,6 @@ def test_providers_per_service_fall_back_and_say_so(env: dict[str, Any]) -> None
     )
 
 
-def _estimator_pickle(path: Path) -> Path:
-    """A scikit-learn model as the sklearn processor loads it: a pickle, whose loading runs code."""
-    import joblib
-    from sklearn.linear_model import LogisticRegression
-
-    joblib.dump(LogisticRegression().fit([[0.0], [1.0]], [0, 1]), path)
-    return path
-
-
 @pytest.mark.parametrize("processor", ["onnx", "sklearn"])
 def test_a_model_outside_the_model_directories_is_refused(env: dict[str, Any], processor: str) -> None:
     """A service added at run time through the admin API loads only from gateway.model_dirs,
@@ -148,7 +140,7 @@ def test_a_model_outside_the_model_directories_is_refused(env: dict[str, Any], p
     if processor == "onnx":
         shutil.copy(models / "digits.onnx", outside)
     else:
-        _estimator_pickle(outside)
+        tiny_pickle(outside)
     (models / f"link{suffix}").symlink_to(outside)
     admin = re.findall(r"admin API listening on (http://\S+)", gw.output())[-1]
     for path in (str(models / ".." / outside.name), str(models / f"link{suffix}")):

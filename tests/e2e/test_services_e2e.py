@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from eas_sdk import PredictClient, TFRequest
+from tests.e2e.estimator_models import tiny_pickle
 from tests.e2e.gateway_proc import ECHO_ENTRY, ROOT, GatewayProcess
 from tests.e2e.reference_load import ReferenceLoad
 
@@ -396,12 +397,8 @@ def test_a_sklearn_model_is_refused_without_model_directories(env: dict[str, Any
     """This gateway lists no gateway.model_dirs: a sklearn model is a pickle, whose loading runs
     its code, so a service of one, added or put in place of another, is refused with the
     reason, and nothing changes."""
-    import joblib
-    from sklearn.linear_model import LogisticRegression
-
     gw, tmp = env["gw"], env["tmp"]
-    model = tmp / "models" / "iris.joblib"
-    joblib.dump(LogisticRegression().fit([[0.0], [1.0]], [0, 1]), model)
+    model = tiny_pickle(tmp / "models" / "iris.joblib")
     base = admin_url(gw)
     reason = (
         "a sklearn model is a pickle, and loading a pickle runs its code: "

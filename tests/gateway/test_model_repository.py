@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.quick import quick_config, runtime_of
+from gateway.cli.quick import quick_config
 from gateway.config import ConfigError
+from gateway.config.values import runtime_of
 from gateway.manage.repository import _locate_keys, pick, scan
 
 
